@@ -1,0 +1,258 @@
+"""Pipeline definitions: one YAML file per pipeline, validated into one typed model.
+
+Nothing about checkpointing or triggering is implicit: every setting the Spark job uses has a
+field here, is validated when the file is loaded, and a bad value is reported as
+``file: field: problem (fix: ...)``.
+
+Values may reference the environment as ``${VAR}`` or ``${VAR:-default}``; ``TAILFILL_HOME``
+defaults to ``./.tailfill`` in the working directory. Secrets are never written inline: the
+``security`` block names environment variables (or an Airflow connection) that hold them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+RESERVED_PREFIX = "kafka_"
+SECRET_HINTS = ("password", "secret", "sasl.oauthbearer.client.secret", "ssl.key")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ConfigError(ValueError):
+    """A pipeline definition is malformed; the message names file, field and fix."""
+
+
+def tailfill_home() -> Path:
+    """Where local state (warehouse, catalog, checkpoints, broker) lives by default."""
+    return Path(os.environ.get("TAILFILL_HOME", ".tailfill")).absolute()
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SecurityConfig(_Model):
+    """How to authenticate to the broker; secrets come from the environment or Airflow."""
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    username_env: str | None = None
+    password_env: str | None = None
+    airflow_conn_id: str | None = None
+
+    @model_validator(mode="after")
+    def _sasl_needs_credentials(self) -> SecurityConfig:
+        if self.protocol.startswith("SASL") and self.airflow_conn_id is None:
+            if not (self.sasl_mechanism and self.username_env and self.password_env):
+                raise ValueError(
+                    "SASL needs sasl_mechanism, username_env and password_env "
+                    "(or airflow_conn_id); secrets are read from those environment variables"
+                )
+        return self
+
+
+class SourceConfig(_Model):
+    bootstrap_servers: str = Field(description="host:port list, or 'embedded' for the local broker")
+    topic: str
+    partitions: int | None = Field(default=None, ge=1, description="expected partition count")
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    on_expired_offsets: Literal["fail", "record_gap"] = "fail"
+    security: SecurityConfig = SecurityConfig()
+    consumer: dict[str, str | int | bool] = Field(default_factory=dict)
+
+    @field_validator("consumer")
+    @classmethod
+    def _no_inline_secrets(cls, props: dict[str, Any]) -> dict[str, Any]:
+        for key in props:
+            if any(h in key.lower() for h in SECRET_HINTS):
+                raise ValueError(
+                    f"'{key}' looks like a secret; never inline it: put it in an environment "
+                    "variable and name that variable in source.security"
+                )
+        return props
+
+
+FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
+
+
+class FieldSpec(_Model):
+    name: str
+    type: FieldType
+    required: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, name: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"field name {name!r} must be a plain identifier")
+        if name.startswith(RESERVED_PREFIX):
+            raise ValueError(f"field name {name!r} uses the reserved prefix '{RESERVED_PREFIX}'")
+        return name
+
+
+class FormatConfig(_Model):
+    type: Literal["json", "raw"]
+    fields: list[FieldSpec] = Field(default_factory=list)
+    max_value_bytes: int = Field(default=1_048_576, ge=1)
+    unknown_fields: Literal["ignore", "quarantine"] = "ignore"
+
+    @model_validator(mode="after")
+    def _fields_match_type(self) -> FormatConfig:
+        if self.type == "json" and not self.fields:
+            raise ValueError("json format needs a declared schema under 'fields'")
+        if self.type == "raw" and self.fields:
+            raise ValueError("raw format takes no 'fields'; use type: json to parse values")
+        names = [f.name for f in self.fields]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate field names: {', '.join(dupes)}")
+        return self
+
+
+class S3Config(_Model):
+    endpoint: str
+    region: str = "us-east-1"
+    access_key_env: str = "AWS_ACCESS_KEY_ID"
+    secret_key_env: str = "AWS_SECRET_ACCESS_KEY"
+
+
+class CatalogConfig(_Model):
+    name: str = "tailfill"
+    uri: str = Field(description="SQLAlchemy URI of the Iceberg SQL catalog")
+
+
+class TargetConfig(_Model):
+    catalog: CatalogConfig
+    namespace: str
+    table: str
+    warehouse: str
+    quarantine_table: str | None = None
+    s3: S3Config | None = None
+
+    @model_validator(mode="after")
+    def _s3_needs_endpoint(self) -> TargetConfig:
+        if self.warehouse.startswith("s3://") and self.s3 is None:
+            raise ValueError(
+                "an s3:// warehouse needs target.s3 with an explicit endpoint "
+                "(clients never fall back to cloud defaults)"
+            )
+        if not self.warehouse.startswith("s3://") and "://" in self.warehouse:
+            raise ValueError("warehouse must be a local path or an s3:// URI")
+        return self
+
+    @property
+    def quarantine_name(self) -> str:
+        return self.quarantine_table or f"{self.table}_quarantine"
+
+
+class BackfillConfig(_Model):
+    slices: int = Field(ge=1, le=1024)
+    max_offsets_per_batch: int = Field(ge=1)
+    max_consecutive_failures: int = Field(ge=0)
+
+
+class TailConfig(_Model):
+    trigger: Literal["available_now", "processing_time"]
+    trigger_interval_seconds: float = Field(gt=0)
+    max_offsets_per_batch: int = Field(ge=1)
+    max_consecutive_failures: int = Field(ge=0)
+    schedule: str | None = None
+
+
+class PipelineConfig(_Model):
+    """One pipeline: where records come from, how they are parsed, where they land."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+    source: SourceConfig
+    format: FormatConfig
+    target: TargetConfig
+    checkpoint_location: str
+    backfill: BackfillConfig
+    tail: TailConfig
+    path: str | None = Field(default=None, exclude=True)
+
+    def to_json(self) -> str:
+        """Serialise for shipping to Spark executors (no file access needed there)."""
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> PipelineConfig:
+        return cls.model_validate(json.loads(text))
+
+
+def _interpolate(value: Any, where: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _interpolate(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def sub(m: re.Match[str]) -> str:
+        var, default = m.group(1), m.group(2)
+        if var == "TAILFILL_HOME":
+            return os.environ.get(var) or str(tailfill_home())
+        if var in os.environ:
+            return os.environ[var]
+        if default is not None:
+            return default
+        raise ConfigError(f"{where}: environment variable {var} is not set (fix: export it or write ${{{var}:-default}})")
+
+    return _ENV_REF.sub(sub, value)
+
+
+_FIXES = {
+    "missing": "add it",
+    "extra_forbidden": "remove it or check its spelling",
+    "literal_error": "use one of the allowed values",
+}
+
+
+def load_pipeline(path: str | Path) -> PipelineConfig:
+    """Load and validate one pipeline YAML; raise :class:`ConfigError` naming file, field and fix."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: no such pipeline file") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a pipeline file must be a YAML mapping")
+    try:
+        data = _interpolate(raw, "")
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    try:
+        return PipelineConfig.model_validate({**data, "path": str(path)})
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            msg = err["msg"].removeprefix("Value error, ")
+            fix = _FIXES.get(err["type"], "")
+            problems.append(f"{path}: {field}: {msg}" + (f" (fix: {fix})" if fix else ""))
+        raise ConfigError("\n".join(problems)) from None
+
+
+def pipelines_dir() -> Path:
+    return Path(os.environ.get("TAILFILL_PIPELINES", "pipelines")).absolute()
+
+
+def resolve_pipeline(name_or_path: str) -> PipelineConfig:
+    """A pipeline by name (``pipelines/NAME.yaml``) or by path to its YAML file."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") or candidate.exists():
+        return load_pipeline(candidate)
+    path = pipelines_dir() / f"{name_or_path}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in pipelines_dir().glob("*.yaml"))
+        raise ConfigError(f"no pipeline named {name_or_path!r} in {pipelines_dir()} (known: {', '.join(known) or 'none'})")
+    return load_pipeline(path)

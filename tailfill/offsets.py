@@ -1,0 +1,272 @@
+"""Kafka offsets and offset ranges as small immutable values with tested arithmetic.
+
+Modelled on Spark's ``KafkaSourceOffset`` / ``KafkaOffsetRangeCalculator``: a range is
+half-open ``[start, end)`` on one topic-partition; sets of ranges can be merged, subtracted,
+split into slices, capped to a budget and checked for gaps and overlaps.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, order=True)
+class TopicPartition:
+    """One partition of one topic."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}]"
+
+
+@dataclass(frozen=True, order=True)
+class OffsetRange:
+    """The half-open offset range ``[start, end)`` of one topic-partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if self.start < 0 or self.end < self.start:
+            raise ValueError(f"invalid offset range {self}: need 0 <= start <= end")
+
+    @classmethod
+    def of(cls, tp: TopicPartition, start: int, end: int) -> OffsetRange:
+        return cls(tp.topic, tp.partition, start, end)
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    def is_empty(self) -> bool:
+        return self.start == self.end
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}] [{self.start}, {self.end})"
+
+    def with_bounds(self, start: int, end: int) -> OffsetRange:
+        return OffsetRange(self.topic, self.partition, start, end)
+
+    def intersect(self, other: OffsetRange) -> OffsetRange | None:
+        """The common part of two ranges of the same partition, or None."""
+        if self.tp != other.tp:
+            return None
+        lo, hi = max(self.start, other.start), min(self.end, other.end)
+        return self.with_bounds(lo, hi) if lo < hi else None
+
+    def split(self, parts: int) -> list[OffsetRange]:
+        """Split into at most ``parts`` contiguous, non-empty, near-equal ranges."""
+        if parts < 1:
+            raise ValueError("parts must be >= 1")
+        parts = max(1, min(parts, self.size))
+        step, extra = divmod(self.size, parts)
+        out, lo = [], self.start
+        for i in range(parts):
+            hi = lo + step + (1 if i < extra else 0)
+            out.append(self.with_bounds(lo, hi))
+            lo = hi
+        return [r for r in out if not r.is_empty()] or [self]
+
+
+def by_partition(ranges: Iterable[OffsetRange]) -> dict[TopicPartition, list[OffsetRange]]:
+    """Group ranges by topic-partition, each group sorted by start."""
+    groups: dict[TopicPartition, list[OffsetRange]] = defaultdict(list)
+    for r in ranges:
+        groups[r.tp].append(r)
+    return {tp: sorted(rs) for tp, rs in sorted(groups.items())}
+
+
+def merge(ranges: Iterable[OffsetRange]) -> list[OffsetRange]:
+    """Coalesce overlapping and adjacent ranges; empty ranges vanish."""
+    out: list[OffsetRange] = []
+    for rs in by_partition(r for r in ranges if not r.is_empty()).values():
+        cur = rs[0]
+        for r in rs[1:]:
+            if r.start <= cur.end:
+                cur = cur.with_bounds(cur.start, max(cur.end, r.end))
+            else:
+                out.append(cur)
+                cur = r
+        out.append(cur)
+    return out
+
+
+def subtract(ranges: Iterable[OffsetRange], taken: Iterable[OffsetRange]) -> list[OffsetRange]:
+    """The parts of ``ranges`` not covered by ``taken`` (merged, sorted)."""
+    taken_by_tp = by_partition(merge(taken))
+    out: list[OffsetRange] = []
+    for r in merge(ranges):
+        pieces = [r]
+        for t in taken_by_tp.get(r.tp, []):
+            next_pieces = []
+            for p in pieces:
+                if t.end <= p.start or t.start >= p.end:
+                    next_pieces.append(p)
+                    continue
+                if p.start < t.start:
+                    next_pieces.append(p.with_bounds(p.start, t.start))
+                if t.end < p.end:
+                    next_pieces.append(p.with_bounds(t.end, p.end))
+            pieces = next_pieces
+        out.extend(pieces)
+    return out
+
+
+def intersect_all(ranges: Iterable[OffsetRange], within: Iterable[OffsetRange]) -> list[OffsetRange]:
+    """The parts of ``ranges`` that lie inside ``within`` (merged, sorted)."""
+    within = list(within)
+    return merge(c for r in ranges for w in within if (c := r.intersect(w)) is not None)
+
+
+def overlaps(ranges: Iterable[OffsetRange]) -> list[OffsetRange]:
+    """Offsets covered by more than one of ``ranges`` (merged): double-counted data."""
+    out: list[OffsetRange] = []
+    for rs in by_partition(r for r in ranges if not r.is_empty()).values():
+        reach = rs[0].end
+        for r in rs[1:]:
+            if r.start < reach:
+                out.append(r.with_bounds(r.start, min(r.end, reach)))
+            reach = max(reach, r.end)
+    return merge(out)
+
+
+def gaps(ranges: Iterable[OffsetRange], within: Iterable[OffsetRange]) -> list[OffsetRange]:
+    """Offsets inside ``within`` that no range in ``ranges`` covers."""
+    return subtract(within, ranges)
+
+
+def total(ranges: Iterable[OffsetRange]) -> int:
+    return sum(r.size for r in ranges)
+
+
+def split_slices(ranges: Iterable[OffsetRange], slices: int) -> list[list[OffsetRange]]:
+    """Split a plan into ``slices`` slices, each covering a share of every partition.
+
+    Slice ``i`` holds the ``i``-th piece of each partition's ranges, so every slice reads all
+    partitions in parallel. Slices that would be empty are dropped.
+    """
+    if slices < 1:
+        raise ValueError("slices must be >= 1")
+    out: list[list[OffsetRange]] = [[] for _ in range(slices)]
+    for tp_ranges in by_partition(merge(ranges)).values():
+        for rng in tp_ranges:
+            for i, piece in enumerate(rng.split(slices)):
+                out[i].append(piece)
+    return [s for s in out if s]
+
+
+def cap(ranges: Iterable[OffsetRange], max_offsets: int) -> list[OffsetRange]:
+    """Trim ranges to at most ``max_offsets`` offsets in all, shared in proportion to their size.
+
+    Like Spark's ``maxOffsetsPerTrigger``: a partition with more pending offsets gets a larger
+    share; each non-empty range advances by at least one offset so that no partition starves.
+    """
+    ranges = [r for r in ranges if not r.is_empty()]
+    if max_offsets < 1:
+        raise ValueError("max_offsets must be >= 1")
+    pending = total(ranges)
+    if pending <= max_offsets:
+        return ranges
+    out = []
+    for r in ranges:
+        share = max(1, (r.size * max_offsets) // pending)
+        out.append(r.with_bounds(r.start, r.start + min(r.size, share)))
+    return out
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    """A position per topic-partition, serialised like Spark's Kafka ``startingOffsets`` JSON."""
+
+    offsets: Mapping[TopicPartition, int]
+
+    def __post_init__(self) -> None:
+        for tp, off in self.offsets.items():
+            if not isinstance(off, int) or off < 0:
+                raise ValueError(f"invalid offset {off!r} for {tp}")
+
+    def __iter__(self) -> Iterator[TopicPartition]:
+        return iter(sorted(self.offsets))
+
+    def __getitem__(self, tp: TopicPartition) -> int:
+        return self.offsets[tp]
+
+    def get(self, tp: TopicPartition, default: int | None = None) -> int | None:
+        return self.offsets.get(tp, default)
+
+    def to_dict(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for tp in self:
+            out.setdefault(tp.topic, {})[str(tp.partition)] = self.offsets[tp]
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
+        try:
+            return cls(
+                {
+                    TopicPartition(topic, int(p)): int(off)
+                    for topic, parts in data.items()
+                    for p, off in parts.items()
+                }
+            )
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"offsets must look like {{\"topic\": {{\"0\": 42}}}}, got {data!r}: {exc}"
+            ) from exc
+
+    @classmethod
+    def from_json(cls, text: str) -> PartitionOffsets:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"offsets are not valid JSON ({exc}): {text!r}") from exc
+        if not isinstance(data, dict):
+            raise ValueError(f"offsets must be a JSON object, got {text!r}")
+        return cls.from_dict(data)
+
+
+def ranges_between(start: PartitionOffsets, end: PartitionOffsets) -> list[OffsetRange]:
+    """The ranges ``[start[tp], end[tp])`` for every partition in ``end`` (missing start = 0)."""
+    out = []
+    for tp in end:
+        lo = start.get(tp, 0) or 0
+        if lo > end[tp]:
+            raise ValueError(f"{tp}: start offset {lo} is after end offset {end[tp]}")
+        out.append(OffsetRange.of(tp, lo, end[tp]))
+    return out
+
+
+def ranges_to_json(ranges: Iterable[OffsetRange]) -> str:
+    """Compact JSON ``{"topic": {"0": [[start, end], ...]}}`` for snapshot summaries."""
+    out: dict[str, dict[str, list[list[int]]]] = {}
+    for r in sorted(ranges):
+        out.setdefault(r.topic, {}).setdefault(str(r.partition), []).append([r.start, r.end])
+    return json.dumps(out, sort_keys=True, separators=(",", ":"))
+
+
+def ranges_from_json(text: str | None) -> list[OffsetRange]:
+    """Inverse of :func:`ranges_to_json`; ``None`` or empty text is no ranges."""
+    if not text:
+        return []
+    data = json.loads(text)
+    return [
+        OffsetRange(topic, int(p), int(s), int(e))
+        for topic, parts in data.items()
+        for p, pairs in parts.items()
+        for s, e in pairs
+    ]

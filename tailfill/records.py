@@ -1,0 +1,142 @@
+"""Turn raw Kafka records into table rows, or into quarantine rows with the reason.
+
+Every input record ends up in exactly one of the two outputs: a record that cannot be parsed
+(malformed JSON, empty value, wrong type, missing required field, oversized) is never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tailfill.config import FieldSpec, FormatConfig
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+TS_TYPE = pa.timestamp("us", tz="UTC")
+
+METADATA_FIELDS = [
+    pa.field("kafka_topic", pa.string()),
+    pa.field("kafka_partition", pa.int32()),
+    pa.field("kafka_offset", pa.int64()),
+    pa.field("kafka_timestamp", TS_TYPE),
+    pa.field("kafka_key", pa.binary()),
+]
+VALUE_FIELD = pa.field("kafka_value", pa.binary())
+
+QUARANTINE_SCHEMA = pa.schema(
+    [*METADATA_FIELDS, VALUE_FIELD, pa.field("error", pa.string()), pa.field("run_id", pa.string())]
+)
+
+_ARROW_TYPES = {
+    "string": pa.string(),
+    "long": pa.int64(),
+    "double": pa.float64(),
+    "boolean": pa.bool_(),
+    "timestamp": TS_TYPE,
+}
+
+
+def table_schema(fmt: FormatConfig) -> pa.Schema:
+    """Rows of the target table: Kafka coordinates, the parsed fields, then the raw value."""
+    return pa.schema([*METADATA_FIELDS, *(pa.field(f.name, _ARROW_TYPES[f.type]) for f in fmt.fields), VALUE_FIELD])
+
+
+class RecordError(ValueError):
+    """Why one record cannot become a row."""
+
+
+def _coerce(spec: FieldSpec, value: Any) -> Any:
+    if value is None:
+        if spec.required:
+            raise RecordError(f"required field '{spec.name}' is null")
+        return None
+    t = spec.type
+    if t == "string" and isinstance(value, str):
+        return value
+    if t == "long" and isinstance(value, int) and not isinstance(value, bool):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise RecordError(f"field '{spec.name}' = {value} does not fit in a long")
+        return value
+    if t == "double" and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if t == "boolean" and isinstance(value, bool):
+        return value
+    if t == "timestamp" and isinstance(value, str):
+        try:
+            ts = datetime.fromisoformat(value)
+        except ValueError:
+            raise RecordError(f"field '{spec.name}' = {value!r} is not an ISO-8601 timestamp") from None
+        return (ts if ts.tzinfo else ts.replace(tzinfo=UTC)).astimezone(UTC)
+    raise RecordError(f"field '{spec.name}' should be {t}, got {type(value).__name__} {json.dumps(value)[:60]}")
+
+
+def parse_value(fmt: FormatConfig, value: bytes | None) -> list[Any]:
+    """The declared fields of one JSON value, in order; :class:`RecordError` if it is bad."""
+    if value is None or len(value) == 0:
+        raise RecordError("empty value")
+    if len(value) > fmt.max_value_bytes:
+        raise RecordError(f"value of {len(value)} bytes exceeds max_value_bytes {fmt.max_value_bytes}")
+    try:
+        doc = json.loads(value)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RecordError(f"malformed JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise RecordError(f"JSON value is a {type(doc).__name__}, expected an object")
+    if fmt.unknown_fields == "quarantine":
+        unknown = sorted(set(doc) - {f.name for f in fmt.fields})
+        if unknown:
+            raise RecordError(f"unknown fields (schema drift): {', '.join(unknown)}")
+    out = []
+    for spec in fmt.fields:
+        if spec.required and spec.name not in doc:
+            raise RecordError(f"required field '{spec.name}' is missing")
+        out.append(_coerce(spec, doc.get(spec.name)))
+    return out
+
+
+def split_records(batch: pa.RecordBatch | pa.Table, fmt: FormatConfig, run_id: str) -> tuple[pa.Table, pa.Table]:
+    """Split raw records (``kafka_*`` columns) into (rows, quarantined rows)."""
+    table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+    meta = table.select([f.name for f in METADATA_FIELDS]).cast(pa.schema(METADATA_FIELDS))
+    values = table.column("kafka_value").to_pylist()
+    schema = table_schema(fmt)
+    if fmt.type == "raw":
+        oversized = [v is not None and len(v) > fmt.max_value_bytes for v in values]
+        errors = [
+            f"value of {len(v)} bytes exceeds max_value_bytes {fmt.max_value_bytes}" if big else None
+            for v, big in zip(values, oversized, strict=True)
+        ]
+        parsed_cols: list[list[Any]] = []
+    else:
+        errors, rows = [], []
+        for v in values:
+            try:
+                rows.append(parse_value(fmt, v))
+                errors.append(None)
+            except RecordError as exc:
+                rows.append([None] * len(fmt.fields))
+                errors.append(str(exc))
+        parsed_cols = [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in fmt.fields]
+    ok_mask = pa.array([e is None for e in errors], pa.bool_())
+    value_arr = pa.array(values, pa.binary())
+    full = pa.Table.from_arrays(
+        [*meta.columns, *(pa.array(c, f.type) for c, f in zip(parsed_cols, list(schema)[5:-1], strict=True)), value_arr],
+        schema=schema,
+    )
+    ok = full.filter(ok_mask)
+    bad_meta = meta.filter(pc.invert(ok_mask))
+    bad_errors = [e for e in errors if e is not None]
+    bad = pa.Table.from_arrays(
+        [
+            *bad_meta.columns,
+            value_arr.filter(pc.invert(ok_mask)),
+            pa.array(bad_errors, pa.string()),
+            pa.array([run_id] * len(bad_errors), pa.string()),
+        ],
+        schema=QUARANTINE_SCHEMA,
+    )
+    return ok, bad

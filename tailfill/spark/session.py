@@ -1,0 +1,50 @@
+"""A SparkSession bound to loopback, with the project's data sources registered."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+LOOPBACK = "127.0.0.1"
+
+
+def loopback_env() -> dict[str, str]:
+    """Environment for Spark processes: loopback only, workers on this interpreter."""
+    return {
+        "SPARK_LOCAL_IP": LOOPBACK,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+
+def get_session(master: str = "local[2]", app_name: str = "tailfill") -> SparkSession:
+    """Get or create the session: loopback-bound, UTC, with tailfill's data sources registered."""
+    for key, value in loopback_env().items():
+        os.environ.setdefault(key, value)
+    spark = (
+        SparkSession.builder.master(os.environ.get("TAILFILL_SPARK_MASTER", master))
+        .appName(app_name)
+        .config("spark.driver.host", LOOPBACK)
+        .config("spark.driver.bindAddress", LOOPBACK)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel(os.environ.get("TAILFILL_SPARK_LOG_LEVEL", "ERROR"))
+    register_sources(spark)
+    return spark
+
+
+def register_sources(spark: SparkSession) -> None:
+    from tailfill.spark.iceberg_sink import IcebergSinkDataSource
+    from tailfill.spark.kafka_source import KafkaDataSource
+
+    spark.dataSource.register(KafkaDataSource)
+    spark.dataSource.register(IcebergSinkDataSource)
