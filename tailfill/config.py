@@ -21,7 +21,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 RESERVED_PREFIX = "kafka_"
-SECRET_HINTS = ("password", "secret", "sasl.oauthbearer.client.secret", "ssl.key")
+# librdkafka settings that carry secrets: passwords, client secrets, JAAS configs, inline PEM keys.
+SECRET_HINTS = ("password", "secret", "jaas", "ssl.key.pem", "ssl.keystore.key")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -49,8 +50,8 @@ class SecurityConfig(_Model):
 
     @model_validator(mode="after")
     def _sasl_needs_credentials(self) -> SecurityConfig:
-        if self.protocol.startswith("SASL") and self.airflow_conn_id is None:
-            if not (self.sasl_mechanism and self.username_env and self.password_env):
+        creds = self.sasl_mechanism and self.username_env and self.password_env
+        if self.protocol.startswith("SASL") and self.airflow_conn_id is None and not creds:
                 raise ValueError(
                     "SASL needs sasl_mechanism, username_env and password_env "
                     "(or airflow_conn_id); secrets are read from those environment variables"
@@ -203,7 +204,9 @@ def _interpolate(value: Any, where: str) -> Any:
             return os.environ[var]
         if default is not None:
             return default
-        raise ConfigError(f"{where}: environment variable {var} is not set (fix: export it or write ${{{var}:-default}})")
+        raise ConfigError(
+            f"{where}: environment variable {var} is not set (fix: export it or write ${{{var}:-default}})"
+        )
 
     return _ENV_REF.sub(sub, value)
 
@@ -249,10 +252,12 @@ def pipelines_dir() -> Path:
 def resolve_pipeline(name_or_path: str) -> PipelineConfig:
     """A pipeline by name (``pipelines/NAME.yaml``) or by path to its YAML file."""
     candidate = Path(name_or_path)
-    if candidate.suffix in (".yaml", ".yml") or candidate.exists():
+    if candidate.suffix in (".yaml", ".yml") or candidate.is_file():
         return load_pipeline(candidate)
     path = pipelines_dir() / f"{name_or_path}.yaml"
     if not path.exists():
         known = sorted(p.stem for p in pipelines_dir().glob("*.yaml"))
-        raise ConfigError(f"no pipeline named {name_or_path!r} in {pipelines_dir()} (known: {', '.join(known) or 'none'})")
+        raise ConfigError(
+            f"no pipeline named {name_or_path!r} in {pipelines_dir()} (known: {', '.join(known) or 'none'})"
+        )
     return load_pipeline(path)

@@ -242,7 +242,7 @@ def read_range(
                         if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
                             earliest, _ = consumer.get_watermark_offsets(ktp, timeout=METADATA_TIMEOUT_S)
                             if pos >= earliest:
-                                raise KafkaSourceError(f"reading {rng}: broker says offset {pos} is out of range: {err}")
+                                raise KafkaSourceError(f"reading {rng}: offset {pos} is out of range: {err}")
                             break
                         if err.code() == KafkaError._PARTITION_EOF:
                             continue

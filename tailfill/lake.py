@@ -6,6 +6,7 @@ explicit endpoint and credentials, never a cloud default.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from urllib.parse import urlparse
@@ -100,10 +101,8 @@ def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema) -> Tabl
         return catalog.load_table(ident)
     except NoSuchTableError:
         pass
-    try:
+    with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(ident[0])
-    except NamespaceAlreadyExistsError:
-        pass
     try:
         return catalog.create_table(ident, schema=schema, properties={"format-version": "2"})
     except TableAlreadyExistsError:

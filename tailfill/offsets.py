@@ -170,7 +170,8 @@ def cap(ranges: Iterable[OffsetRange], max_offsets: int) -> list[OffsetRange]:
     """Trim ranges to at most ``max_offsets`` offsets in all, shared in proportion to their size.
 
     Like Spark's ``maxOffsetsPerTrigger``: a partition with more pending offsets gets a larger
-    share; each non-empty range advances by at least one offset so that no partition starves.
+    share; each non-empty range advances by at least one offset so that no partition starves
+    (so with fewer offsets than ranges the total is the number of ranges).
     """
     ranges = [r for r in ranges if not r.is_empty()]
     if max_offsets < 1:
@@ -178,11 +179,16 @@ def cap(ranges: Iterable[OffsetRange], max_offsets: int) -> list[OffsetRange]:
     pending = total(ranges)
     if pending <= max_offsets:
         return ranges
-    out = []
-    for r in ranges:
-        share = max(1, (r.size * max_offsets) // pending)
-        out.append(r.with_bounds(r.start, r.start + min(r.size, share)))
-    return out
+    shares = [max(1, (r.size * max_offsets) // pending) for r in ranges]
+    excess = sum(shares) - max_offsets
+    while excess > 0:  # the one-offset floor overshot: take it back from the largest shares
+        j = max(range(len(shares)), key=shares.__getitem__)
+        if shares[j] <= 1:
+            break  # fewer offsets than ranges: every range still advances by one
+        take = min(excess, shares[j] - 1)
+        shares[j] -= take
+        excess -= take
+    return [r.with_bounds(r.start, r.start + s) for r, s in zip(ranges, shares, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -217,13 +223,13 @@ class PartitionOffsets:
     @classmethod
     def from_dict(cls, data: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
         try:
-            return cls(
-                {
-                    TopicPartition(topic, int(p)): int(off)
-                    for topic, parts in data.items()
-                    for p, off in parts.items()
-                }
-            )
+            out = {}
+            for topic, parts in data.items():
+                for p, off in parts.items():
+                    if isinstance(off, bool) or not isinstance(off, int):
+                        raise ValueError(f"offset {off!r} of {topic}[{p}] is not a whole number")
+                    out[TopicPartition(topic, int(p))] = off
+            return cls(out)
         except (AttributeError, TypeError, ValueError) as exc:
             raise ValueError(
                 f"offsets must look like {{\"topic\": {{\"0\": 42}}}}, got {data!r}: {exc}"

@@ -56,21 +56,28 @@ def _coerce(spec: FieldSpec, value: Any) -> Any:
         return None
     t = spec.type
     if t == "string" and isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise RecordError(f"field '{spec.name}' is not valid UTF-8 (lone surrogate)") from None
         return value
     if t == "long" and isinstance(value, int) and not isinstance(value, bool):
         if not INT64_MIN <= value <= INT64_MAX:
             raise RecordError(f"field '{spec.name}' = {value} does not fit in a long")
         return value
     if t == "double" and isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            raise RecordError(f"field '{spec.name}' is too large for a double") from None
     if t == "boolean" and isinstance(value, bool):
         return value
     if t == "timestamp" and isinstance(value, str):
         try:
             ts = datetime.fromisoformat(value)
-        except ValueError:
-            raise RecordError(f"field '{spec.name}' = {value!r} is not an ISO-8601 timestamp") from None
-        return (ts if ts.tzinfo else ts.replace(tzinfo=UTC)).astimezone(UTC)
+            return (ts if ts.tzinfo else ts.replace(tzinfo=UTC)).astimezone(UTC)
+        except (ValueError, OverflowError):
+            raise RecordError(f"field '{spec.name}' = {value[:60]!r} is not an ISO-8601 timestamp in range") from None
     raise RecordError(f"field '{spec.name}' should be {t}, got {type(value).__name__} {json.dumps(value)[:60]}")
 
 
@@ -82,7 +89,9 @@ def parse_value(fmt: FormatConfig, value: bytes | None) -> list[Any]:
         raise RecordError(f"value of {len(value)} bytes exceeds max_value_bytes {fmt.max_value_bytes}")
     try:
         doc = json.loads(value)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except RecursionError:
+        raise RecordError("malformed JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, over-long integers
         raise RecordError(f"malformed JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise RecordError(f"JSON value is a {type(doc).__name__}, expected an object")
@@ -119,12 +128,14 @@ def split_records(batch: pa.RecordBatch | pa.Table, fmt: FormatConfig, run_id: s
                 errors.append(None)
             except RecordError as exc:
                 rows.append([None] * len(fmt.fields))
-                errors.append(str(exc))
+                # Error text may quote the record; keep it encodable whatever the record held.
+                errors.append(str(exc).encode("utf-8", "backslashreplace").decode("utf-8"))
         parsed_cols = [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in fmt.fields]
     ok_mask = pa.array([e is None for e in errors], pa.bool_())
     value_arr = pa.array(values, pa.binary())
+    parsed = [pa.array(c, f.type) for c, f in zip(parsed_cols, list(schema)[5:-1], strict=True)]
     full = pa.Table.from_arrays(
-        [*meta.columns, *(pa.array(c, f.type) for c, f in zip(parsed_cols, list(schema)[5:-1], strict=True)), value_arr],
+        [*meta.columns, *parsed, value_arr],
         schema=schema,
     )
     ok = full.filter(ok_mask)

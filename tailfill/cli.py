@@ -1,0 +1,174 @@
+"""``tailfill``: the command line for the embedded broker, sample data, ingest runs and status."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+
+from tailfill.broker import BrokerError, broker_down, broker_state, broker_up, resolve_bootstrap
+from tailfill.config import ConfigError, PipelineConfig, resolve_pipeline, tailfill_home
+from tailfill.kafka_client import KafkaSourceError
+from tailfill.lake import LakeError
+from tailfill.submit import run_job
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    if args.action == "up":
+        state = broker_up()
+        _say(f"broker up: {state['bootstrap_servers']} (pid {state['pid']}, state in {tailfill_home()})")
+    elif args.action == "down":
+        _say("broker stopped" if broker_down() else "no broker was running")
+    else:
+        state = broker_state()
+        _say(f"broker running: {state['bootstrap_servers']} (pid {state['pid']})" if state else "no broker running")
+    return 0
+
+
+def cmd_produce_sample(args: argparse.Namespace) -> int:
+    from tailfill.sample import produce_sample
+
+    cfg = resolve_pipeline(args.pipeline)
+    bootstrap = resolve_bootstrap(cfg.source.bootstrap_servers)
+    started = time.monotonic()
+
+    def progress(i: int) -> None:
+        if i and i % 50_000 == 0:
+            _say(f"  produced {i:,}/{args.count:,} ({i / (time.monotonic() - started):,.0f} msg/s)")
+
+    counts = produce_sample(bootstrap, cfg.source.topic, args.count, cfg.source.partitions or 4,
+                            args.bad_every, progress)
+    secs = time.monotonic() - started
+    _say(f"produced {args.count:,} records to {cfg.source.topic} on {bootstrap} in {secs:.1f}s "
+         f"({counts['good']:,} valid, {counts['bad']:,} deliberately bad)")
+    return 0
+
+
+def _summarise(cfg: PipelineConfig, what: str, code: int, results: list[dict]) -> int:
+    if code != 0:
+        _say(f"{what} of {cfg.name} failed (exit {code}); the cause is printed above")
+        return code
+    if not results:
+        _say(f"{what} of {cfg.name}: nothing to do (all offsets already committed)")
+        return 0
+    _say(f"{what} of {cfg.name}: summary")
+    _say(f"  {'run':<34} {'batches':>7} {'offsets':>10} {'rows':>10} {'quarantined':>11} {'rows/s':>9} {'restarts':>8}")
+    for r in results:
+        rate = (r["rows"] + r["quarantined"]) / r["seconds"] if r["seconds"] else 0
+        _say(f"  {r['label'][-34:]:<34} {r['batches']:>7} {r['offsets']:>10,} {r['rows']:>10,} "
+             f"{r['quarantined']:>11,} {rate:>9,.0f} {r['restarts']:>8}")
+    return 0
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    cfg = resolve_pipeline(args.pipeline)
+    job = ["--pipeline", cfg.path or args.pipeline, "--mode", "backfill"]
+    for flag, value in (("--from", args.start), ("--to", args.end), ("--slices", args.slices)):
+        if value is not None:
+            job += [flag, str(value)]
+    code, results = run_job(job)
+    return _summarise(cfg, "backfill", code, results)
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    cfg = resolve_pipeline(args.pipeline)
+    job = ["--pipeline", cfg.path or args.pipeline, "--mode", "tail"] + (["--once"] if args.once else [])
+    code, results = run_job(job)
+    return _summarise(cfg, "tail", code, results)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from tailfill.plan import source_state
+    from tailfill.status import format_status, pipeline_status
+
+    cfg = resolve_pipeline(args.pipeline)
+    state = source_state(cfg)
+    rows = pipeline_status(state)
+    quarantined = sum(int(s.summary.additional_properties.get("added-records", 0))
+                      for s in state.quarantine.snapshots() if s.summary)
+    _say(format_status(cfg.name, rows, quarantined))
+    return 1 if any(r.gaps for r in rows) else 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Broker up, sample history, backfill, more events, tail once, status."""
+    ns = argparse.Namespace
+    steps: list[tuple[str, Callable[[], int]]] = [
+        ("start the embedded broker", lambda: cmd_broker(ns(action="up"))),
+        (f"produce {args.count:,} historical events",
+         lambda: cmd_produce_sample(ns(pipeline=args.pipeline, count=args.count, bad_every=args.bad_every))),
+        ("backfill history [earliest, cutover)",
+         lambda: cmd_backfill(ns(pipeline=args.pipeline, start=None, end=None, slices=None))),
+        (f"produce {args.tail_count:,} live events",
+         lambda: cmd_produce_sample(ns(pipeline=args.pipeline, count=args.tail_count, bad_every=args.bad_every))),
+        ("tail from the cutover (once)", lambda: cmd_tail(ns(pipeline=args.pipeline, once=True))),
+        ("status", lambda: cmd_status(ns(pipeline=args.pipeline))),
+    ]
+    for i, (title, step) in enumerate(steps, 1):
+        _say(f"\n== demo step {i}/{len(steps)}: {title}")
+        code = step()
+        if code != 0:
+            _say(f"demo stopped at step {i} ({title}) with exit code {code}")
+            return code
+    _say(f"\ndemo done. State is in {tailfill_home()}; stop the broker with `tailfill broker down`.")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tailfill", description="Kafka history + live tail into Iceberg, exactly once.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("broker", help="the embedded Kafka-protocol broker (tansu) on loopback")
+    b.add_argument("action", choices=("up", "down", "status"))
+    b.set_defaults(func=cmd_broker)
+
+    s = sub.add_parser("produce-sample", help="write sample JSON events to a pipeline's topic")
+    s.add_argument("--pipeline", default="demo")
+    s.add_argument("--count", type=int, default=100_000)
+    s.add_argument("--bad-every", type=int, default=0, help="make every K-th record bad (quarantine demo)")
+    s.set_defaults(func=cmd_produce_sample)
+
+    bf = sub.add_parser("backfill", help="ingest history [from, to) in slices (default [earliest, cutover))")
+    bf.add_argument("pipeline")
+    bf.add_argument("--from", dest="start", help='offsets JSON, e.g. {"topic": {"0": 0}}')
+    bf.add_argument("--to", dest="end", help="offsets JSON (default: the recorded cutover)")
+    bf.add_argument("--slices", type=int)
+    bf.set_defaults(func=cmd_backfill)
+
+    t = sub.add_parser("tail", help="ingest from the committed position onwards")
+    t.add_argument("pipeline")
+    t.add_argument("--once", action="store_true", help="ingest what is there now, then stop")
+    t.set_defaults(func=cmd_tail)
+
+    st = sub.add_parser("status", help="committed ranges, gaps, cutover, high watermark and lag per partition")
+    st.add_argument("pipeline")
+    st.set_defaults(func=cmd_status)
+
+    d = sub.add_parser("demo", help="broker up, sample data, backfill, tail, status")
+    d.add_argument("--pipeline", default="demo")
+    d.add_argument("--count", type=int, default=100_000)
+    d.add_argument("--tail-count", type=int, default=20_000)
+    d.add_argument("--bad-every", type=int, default=5_000)
+    d.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, BrokerError, KafkaSourceError, LakeError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

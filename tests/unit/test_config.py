@@ -1,0 +1,173 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tailfill.config import ConfigError, PipelineConfig, load_pipeline, resolve_pipeline
+
+DEMO = Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml"
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("TAILFILL_HOME", str(home))
+    for var in ("TAILFILL_BOOTSTRAP_SERVERS", "TAILFILL_DEMO_TOPIC", "TAILFILL_PIPELINES"):
+        monkeypatch.delenv(var, raising=False)
+    return home
+
+
+def write_variant(tmp_path, edit, name="bad.yaml"):
+    """Write demo.yaml with ``edit(data)`` applied to its parsed mapping; return the path."""
+    data = yaml.safe_load(DEMO.read_text())
+    edit(data)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_demo_pipeline_loads_with_home_interpolated(home):
+    cfg = load_pipeline(DEMO)
+    assert cfg.name == "demo" and cfg.path == str(DEMO)
+    assert cfg.source.bootstrap_servers == "embedded" and cfg.source.topic == "demo-events"
+    assert cfg.target.warehouse == f"{home}/warehouse"
+    assert cfg.checkpoint_location == f"{home}/checkpoints"
+    assert cfg.target.catalog.uri == f"sqlite:///{home}/catalog.db"
+    assert [(f.name, f.type, f.required) for f in cfg.format.fields][:2] == [
+        ("event_id", "string", True),
+        ("user_id", "long", True),
+    ]
+    assert (cfg.backfill.slices, cfg.tail.trigger, cfg.target.quarantine_name) == (
+        4,
+        "available_now",
+        "demo_events_quarantine",
+    )
+    assert PipelineConfig.from_json(cfg.to_json()) == cfg.model_copy(update={"path": None})
+
+
+def test_env_var_overrides_default(monkeypatch):
+    monkeypatch.setenv("TAILFILL_DEMO_TOPIC", "orders")
+    assert load_pipeline(DEMO).source.topic == "orders"
+
+
+def _set(*keys_and_value):
+    *keys, last, value = keys_and_value
+
+    def edit(data):
+        for k in keys:
+            data = data[k]
+        data[last] = value
+
+    return edit
+
+
+def _delete(*keys):
+    def edit(data):
+        for k in keys[:-1]:
+            data = data[k]
+        del data[keys[-1]]
+
+    return edit
+
+
+def _rename(section, old, new):
+    def edit(data):
+        data[section][new] = data[section].pop(old)
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "hint"),
+    [
+        (_delete("backfill", "slices"), "backfill.slices", "Field required"),
+        (_rename("backfill", "slices", "slice"), "backfill.slice", "check its spelling"),
+        (_set("tail", "trigger", "sometimes"), "tail.trigger", "allowed values"),
+        (_set("backfill", "slices", 0), "backfill.slices", "greater than or equal to 1"),
+        (_set("format", "fields", []), "format", "json format needs a declared schema under 'fields'"),
+        (
+            _set("format", "fields", [{"name": "kafka_offset", "type": "long"}]),
+            "format.fields.0.name",
+            "reserved prefix 'kafka_'",
+        ),
+        (_set("source", "consumer", {"sasl.password": "hunter2"}), "source.consumer", "looks like a secret"),
+        (_set("target", "warehouse", "s3://bucket/wh"), "target", "needs target.s3"),
+        (_set("source", "topic", "${TAILFILL_NO_SUCH_VAR}"), "source.topic", "TAILFILL_NO_SUCH_VAR is not set"),
+    ],
+)
+def test_malformed_pipeline_names_file_and_field(tmp_path, edit, field, hint):
+    path = write_variant(tmp_path, edit)
+    with pytest.raises(ConfigError) as exc:
+        load_pipeline(path)
+    msg = str(exc.value)
+    assert f"{path}: {field}: " in msg
+    assert hint in msg
+
+
+def test_s3_warehouse_with_endpoint_is_accepted(tmp_path):
+    def edit(data):
+        data["target"].update(warehouse="s3://bucket/wh", s3={"endpoint": "http://127.0.0.1:9000"})
+
+    assert load_pipeline(write_variant(tmp_path, edit)).target.s3.endpoint == "http://127.0.0.1:9000"
+
+
+@pytest.mark.parametrize(
+    ("text", "hint"),
+    [("name: [unclosed", "not valid YAML"), ("- just\n- a list\n", "must be a YAML mapping")],
+)
+def test_unparseable_file(tmp_path, text, hint):
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=hint) as exc:
+        load_pipeline(path)
+    assert str(path) in str(exc.value)
+
+
+def test_missing_file():
+    with pytest.raises(ConfigError, match="no such pipeline file"):
+        load_pipeline("/nonexistent/tailfill.yaml")
+
+
+
+def test_inline_jaas_password_is_rejected(tmp_path):
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";'
+    with pytest.raises(ConfigError, match=r"source\.consumer"):
+        load_pipeline(write_variant(tmp_path, _set("source", "consumer", {"sasl.jaas.config": jaas})))
+
+
+
+def test_keystore_location_is_not_a_secret(tmp_path):
+    edit = _set("source", "consumer", {"ssl.keystore.location": "/etc/kafka/client.jks"})
+    assert load_pipeline(write_variant(tmp_path, edit)).source.consumer
+
+
+def test_resolve_pipeline_by_name_and_path(tmp_path, monkeypatch):
+    pdir = tmp_path / "pipelines"
+    pdir.mkdir()
+    write_variant(pdir, _set("name", "orders"), name="orders.yaml")
+    write_variant(pdir, lambda d: None, name="demo.yaml")
+    monkeypatch.setenv("TAILFILL_PIPELINES", str(pdir))
+    monkeypatch.chdir(tmp_path)
+    assert resolve_pipeline("orders").name == "orders"
+    assert resolve_pipeline(str(DEMO)).path == str(DEMO)
+    with pytest.raises(ConfigError) as exc:
+        resolve_pipeline("nope")
+    assert str(exc.value) == f"no pipeline named 'nope' in {pdir} (known: demo, orders)"
+
+
+def test_resolve_pipeline_unknown_in_empty_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAILFILL_PIPELINES", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"known: none"):
+        resolve_pipeline("nope")
+
+
+
+def test_resolve_pipeline_ignores_same_named_directory(tmp_path, monkeypatch):
+    pdir = tmp_path / "pipelines"
+    pdir.mkdir()
+    write_variant(pdir, _set("name", "orders"), name="orders.yaml")
+    (tmp_path / "orders").mkdir()
+    monkeypatch.setenv("TAILFILL_PIPELINES", str(pdir))
+    monkeypatch.chdir(tmp_path)
+    assert resolve_pipeline("orders").name == "orders"
