@@ -75,8 +75,9 @@ class IngestResult:
         return (self.rows + self.quarantined) / self.seconds if self.seconds else 0.0
 
 
-def report_path(cfg: PipelineConfig, run_id: str) -> Path:
-    return tailfill_home() / "runs" / cfg.name / f"{run_id}.batches.jsonl"
+def report_path(cfg: PipelineConfig, req: IngestRequest) -> Path:
+    """Per-batch metrics of one query run: ``runs/<pipeline>/<run id>/<checkpoint name>.jsonl``."""
+    return tailfill_home() / "runs" / cfg.name / req.run_id / f"{req.checkpoint.name}.jsonl"
 
 
 def read_batches(path: Path) -> list[dict]:
@@ -123,7 +124,10 @@ def _retire_stale_checkpoint(req: IngestRequest, committed: list[OffsetRange], l
     resume = checkpoint_resume(req.checkpoint)
     if resume is None:
         return
-    pending = subtract(ranges_between(req.start, resume), committed)
+    # Offsets the checkpoint would jump over: between the table's position and the checkpoint's.
+    skipped = [OffsetRange.of(tp, req.start[tp], resume[tp]) for tp in req.start
+               if resume.get(tp) is not None and resume[tp] > req.start[tp]]
+    pending = subtract(skipped, committed)
     if pending:
         aside = req.checkpoint.with_name(f"{req.checkpoint.name}.stale-{int(time.time())}")
         shutil.move(str(req.checkpoint), aside)
@@ -162,7 +166,7 @@ def _run_query(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, log
         .option("runId", req.run_id)
         .option("dataLocation", data_table.location())
         .option("quarantineLocation", quarantine_table.location())
-        .option("reportPath", str(report_path(cfg, req.run_id)))
+        .option("reportPath", str(report_path(cfg, req)))
         .option("checkpointLocation", str(req.checkpoint))
     )
     if req.trigger == "available_now":
@@ -174,7 +178,7 @@ def _run_query(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, log
     try:
         while not query.awaitTermination(1.0):
             if time.monotonic() - last_line >= 2.0:
-                log(_progress_line(req, read_batches(report_path(cfg, req.run_id)), started))
+                log(_progress_line(req, read_batches(report_path(cfg, req)), started))
                 last_line = time.monotonic()
     except KeyboardInterrupt:
         log(f"[{req.label}] stopping after the current batch")
@@ -217,7 +221,7 @@ def run_ingest(
             log(f"[{req.label}] batch failed ({consecutive}/{req.max_consecutive_failures} tolerated): {cause}; "
                 "restarting from the checkpoint")
     result.seconds = time.monotonic() - started
-    for b in read_batches(report_path(cfg, req.run_id)):
+    for b in read_batches(report_path(cfg, req)):
         result.batches += 1
         result.offsets += b["offsets"]
         result.rows += b["rows"]

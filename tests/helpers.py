@@ -1,0 +1,51 @@
+"""Assertions and runners shared by the integration tests."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from tailfill.config import PipelineConfig
+from tailfill.lake import ensure_tables
+
+
+def ingested(cfg: PipelineConfig) -> tuple[Counter, Counter]:
+    """(partition, offset) counts in the data table and in the quarantine table."""
+    data, quarantine = ensure_tables(cfg)
+    counts = []
+    for table in (data, quarantine):
+        table.refresh()
+        arrow = table.scan(selected_fields=("kafka_partition", "kafka_offset")).to_arrow()
+        counts.append(Counter(zip(arrow["kafka_partition"].to_pylist(), arrow["kafka_offset"].to_pylist(),
+                                  strict=True)))
+    return counts[0], counts[1]
+
+
+def assert_exactly_once(cfg: PipelineConfig, high: dict[int, int]) -> tuple[Counter, Counter]:
+    """Every offset ``[0, high[p])`` of every partition is in data or quarantine exactly once."""
+    rows, bad = ingested(cfg)
+    both = rows + bad
+    dupes = sorted(k for k, n in both.items() if n > 1)
+    overlap = sorted(set(rows) & set(bad))
+    expected = {(p, o) for p, h in high.items() for o in range(h)}
+    missing = sorted(expected - set(both))
+    extra = sorted(set(both) - expected)
+    assert not dupes, f"duplicated offsets: {dupes[:10]}"
+    assert not overlap, f"offsets both stored and quarantined: {overlap[:10]}"
+    assert not missing, f"{len(missing)} missing offsets, first {missing[:10]}"
+    assert not extra, f"unexpected offsets: {extra[:10]}"
+    return rows, bad
+
+
+def high_watermarks(cfg: PipelineConfig) -> dict[int, int]:
+    from tailfill.kafka_client import consumer_config, list_partitions, watermarks
+
+    conf = consumer_config(cfg.source)
+    marks = watermarks(conf, list_partitions(conf, cfg.source.topic))
+    return {tp.partition: marks.high[tp] for tp in marks.high}
+
+
+def run_job(spark, *argv: str) -> list:
+    """Run the Spark job in-process on the shared session (same code as spark_jobs/ingest.py)."""
+    from tailfill.spark.job import parse_args, run
+
+    return run(parse_args(list(argv)), spark=spark)

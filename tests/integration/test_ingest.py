@@ -1,0 +1,114 @@
+"""Backfill + tail against the real tansu broker, Spark local[2] and a SQLite Iceberg catalog."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import assert_exactly_once, high_watermarks, run_job
+
+from tailfill.lake import ensure_tables
+from tailfill.ledger import batch_summaries, read_cutover, read_ledger
+from tailfill.offsets import OffsetRange, ranges_from_json
+from tailfill.sample import BAD_VALUES, produce_sample
+
+pytestmark = pytest.mark.integration
+
+HISTORY, LIVE, PARTITIONS, BAD_EVERY = 100_000, 20_000, 4, 997
+
+
+def expected_bad(count: int, offset_base: dict[int, int]) -> set[tuple[int, int]]:
+    """(partition, offset) of the records one produce_sample call made bad."""
+    out = set()
+    for i in range(count):
+        if i % BAD_EVERY == BAD_EVERY - 1:
+            p = i % PARTITIONS
+            out.add((p, offset_base[p] + i // PARTITIONS))
+    return out
+
+
+def snapshot_count(cfg) -> int:
+    data, _ = ensure_tables(cfg)
+    data.refresh()
+    return len(data.snapshots())
+
+
+def test_backfill_then_tail_lands_every_offset_exactly_once(spark, make_pipeline):
+    cfg = make_pipeline(backfill__max_offsets_per_batch=15_000, tail__max_offsets_per_batch=12_000)
+    bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
+    produce_sample(bs, topic, HISTORY, PARTITIONS, bad_every=BAD_EVERY)
+
+    backfill = run_job(spark, "--pipeline", cfg.path, "--mode", "backfill")
+    assert len(backfill) == cfg.backfill.slices
+    cutover = {tp.partition: off for tp, off in read_cutover(ensure_tables(cfg)[0]).offsets.items()}
+    assert cutover == {p: HISTORY // PARTITIONS for p in range(PARTITIONS)}
+    # 25,000 offsets per slice under a 15,000 cap: every slice took more than one micro-batch.
+    assert all(r.batches >= 2 for r in backfill)
+
+    produce_sample(bs, topic, LIVE, PARTITIONS, bad_every=BAD_EVERY)
+    tail = run_job(spark, "--pipeline", cfg.path, "--mode", "tail", "--once")
+    assert tail[0].offsets == LIVE and tail[0].batches >= 2
+
+    high = high_watermarks(cfg)
+    assert high == {p: (HISTORY + LIVE) // PARTITIONS for p in range(PARTITIONS)}
+    rows, bad = assert_exactly_once(cfg, high)
+    assert len(rows) + len(bad) == HISTORY + LIVE
+
+    # The quarantine holds exactly the records the producer made bad, each with a reason.
+    want_bad = expected_bad(HISTORY, dict.fromkeys(range(PARTITIONS), 0))
+    want_bad |= expected_bad(LIVE, cutover)
+    assert set(bad) == want_bad
+    quarantine = ensure_tables(cfg)[1].scan().to_arrow()
+    errors = set(quarantine["error"].to_pylist())
+    assert {"empty value"} <= errors
+    assert any(e.startswith("malformed JSON") for e in errors)
+    assert any("should be long" in e for e in errors)
+    assert any("expected an object" in e for e in errors)
+    assert set(quarantine["kafka_value"].to_pylist()) == set(BAD_VALUES)  # every kind of bad record
+
+    # The ledger tiles each partition, and every commit's summary names its exact ranges.
+    ledger = read_ledger(ensure_tables(cfg)[0])
+    assert ledger.committed == [OffsetRange(topic, p, 0, high[p]) for p in range(PARTITIONS)]
+    summaries = batch_summaries(ensure_tables(cfg)[0])
+    assert sum(r.size for s in summaries for r in ranges_from_json(s["tailfill.ranges"])) == HISTORY + LIVE
+    assert {s["tailfill.pipeline"] for s in summaries} == {cfg.name}
+
+
+def test_rerun_without_new_data_commits_nothing(spark, make_pipeline):
+    cfg = make_pipeline()
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 8_000, PARTITIONS)
+    run_job(spark, "--pipeline", cfg.path, "--mode", "backfill")
+    run_job(spark, "--pipeline", cfg.path, "--mode", "tail", "--once")
+    before = snapshot_count(cfg)
+
+    assert run_job(spark, "--pipeline", cfg.path, "--mode", "backfill") == []  # nothing planned
+    again = run_job(spark, "--pipeline", cfg.path, "--mode", "tail", "--once")
+    assert again[0].batches == 0 and again[0].offsets == 0
+    assert snapshot_count(cfg) == before
+    assert_exactly_once(cfg, high_watermarks(cfg))
+
+
+def test_replaying_a_committed_batch_is_a_no_op(spark, make_pipeline, home):
+    cfg = make_pipeline(tail__max_offsets_per_batch=2_000)
+    bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
+    produce_sample(bs, topic, 4_000, PARTITIONS)
+    run_job(spark, "--pipeline", cfg.path, "--mode", "backfill")
+    produce_sample(bs, topic, 6_000, PARTITIONS)
+    first = run_job(spark, "--pipeline", cfg.path, "--mode", "tail", "--once")[0]
+    assert first.batches == 3
+    before = snapshot_count(cfg)
+
+    # Forget that Spark finished the last batch: on restart it replays it with the same offsets,
+    # as after a crash between the Iceberg commit and Spark's commit log write.
+    commits = Path(cfg.checkpoint_location) / cfg.name / "tail" / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    (commits / str(last)).unlink()
+
+    replay = run_job(spark, "--pipeline", cfg.path, "--mode", "tail", "--once")[0]
+    assert replay.batches == 1 and replay.skipped_offsets == 2_000
+    assert snapshot_count(cfg) == before
+    assert_exactly_once(cfg, high_watermarks(cfg))
+    report = home / "runs" / cfg.name / replay.run_id / "tail.jsonl"
+    line = json.loads(report.read_text().splitlines()[-1])
+    assert line["committed"] == [] and line["batch_id"] == last
