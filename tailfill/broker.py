@@ -45,7 +45,8 @@ def tansu_binary() -> str:
     return str(path)
 
 
-def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 15.0) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 15.0) -> None:
+    """Wait until ``proc`` listens on 127.0.0.1:``port``; fail if it exits or times out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -64,7 +65,7 @@ def _spawn(port: int, log_path: Path | None, detach: bool) -> subprocess.Popen:
            "--storage-engine", "memory://tansu/"]
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=detach)
-    _wait_for_port(port, proc)
+    wait_for_port(port, proc)
     return proc
 
 

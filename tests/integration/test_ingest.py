@@ -34,8 +34,11 @@ def snapshot_count(cfg) -> int:
     return len(data.snapshots())
 
 
-def test_backfill_then_tail_lands_every_offset_exactly_once(spark, make_pipeline):
-    cfg = make_pipeline(backfill__max_offsets_per_batch=15_000, tail__max_offsets_per_batch=12_000)
+@pytest.mark.parametrize("warehouse", ["local", "s3"])
+def test_backfill_then_tail_lands_every_offset_exactly_once(spark, make_pipeline, warehouse, request):
+    s3 = request.getfixturevalue("s3_endpoint") if warehouse == "s3" else None
+    cfg = make_pipeline(s3_endpoint=s3, backfill__max_offsets_per_batch=15_000, tail__max_offsets_per_batch=12_000)
+    assert cfg.target.warehouse.startswith("s3://") == (warehouse == "s3")
     bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
     produce_sample(bs, topic, HISTORY, PARTITIONS, bad_every=BAD_EVERY)
 
@@ -73,6 +76,8 @@ def test_backfill_then_tail_lands_every_offset_exactly_once(spark, make_pipeline
     summaries = batch_summaries(ensure_tables(cfg)[0])
     assert sum(r.size for s in summaries for r in ranges_from_json(s["tailfill.ranges"])) == HISTORY + LIVE
     assert {s["tailfill.pipeline"] for s in summaries} == {cfg.name}
+    data_files = [task.file.file_path for task in ensure_tables(cfg)[0].scan().plan_files()]
+    assert data_files and all(f.startswith(cfg.target.warehouse if s3 else "file://") for f in data_files)
 
 
 def test_rerun_without_new_data_commits_nothing(spark, make_pipeline):

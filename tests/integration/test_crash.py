@@ -1,0 +1,95 @@
+"""Crash safety: the spark-submit process tree is SIGKILLed mid-run, then the run is repeated.
+
+The kill lands either while executors are writing data files or between the write and the
+Iceberg commit, after earlier batches have committed. Whatever was prepared but not committed is
+replayed; each offset ends up in the table exactly once and orphaned files are never referenced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from helpers import assert_exactly_once, high_watermarks, run_job
+
+from tailfill.lake import ensure_tables
+from tailfill.ledger import read_ledger
+from tailfill.offsets import total
+from tailfill.sample import produce_sample
+from tailfill.submit import spark_submit_command, submit_env
+
+pytestmark = pytest.mark.integration
+
+BATCH = 4_000
+
+
+def processes_with(marker: str) -> list[int]:
+    """PIDs whose environment contains ``marker`` (our fault dir): the whole job tree."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if marker.encode() in (proc / "environ").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
+                continue
+    return pids
+
+
+def kill_job_tree(proc: subprocess.Popen, marker: str) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 20
+    while (left := processes_with(marker)) and time.monotonic() < deadline:
+        for pid in left:  # a worker that left the process group still dies with the job
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+    assert not processes_with(marker), "processes of the killed job are still running"
+
+
+@pytest.mark.parametrize(("point", "skip"), [("while-writing", 4), ("before-commit", 2)])
+def test_sigkill_mid_run_then_rerun_lands_each_offset_once(spark, make_pipeline, home, tmp_path, point, skip):
+    cfg = make_pipeline(backfill__slices=1, backfill__max_offsets_per_batch=BATCH)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 20_000, 4, bad_every=501)
+    fault_dir = tmp_path / "faults"
+    env = submit_env() | {"TAILFILL_HOME": str(home), "TAILFILL_FAULT_PAUSE": point,
+                          "TAILFILL_FAULT_DIR": str(fault_dir), "TAILFILL_FAULT_SKIP": str(skip)}
+    log = (tmp_path / "job.log").open("w")
+    proc = subprocess.Popen(spark_submit_command(["--pipeline", cfg.path, "--mode", "backfill"]),
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (fault_dir / point).exists():
+            tail = (tmp_path / "job.log").read_text()[-3000:]
+            assert proc.poll() is None, f"job ended before the fault point: {tail}"
+            assert time.monotonic() < deadline, "job never reached the fault point"
+            time.sleep(0.2)
+    finally:
+        kill_job_tree(proc, str(fault_dir))
+        log.close()
+
+    data, _ = ensure_tables(cfg)
+    committed = total(read_ledger(data).committed)
+    if point == "before-commit":
+        assert committed == skip * BATCH  # the batches before the kill, and nothing of the killed one
+    else:
+        assert committed < 20_000
+    on_disk = {str(p) for p in Path(cfg.target.warehouse).rglob("*.parquet")}
+    referenced = {t.file.file_path.removeprefix("file://") for t in data.scan().plan_files()}
+    assert referenced <= on_disk
+
+    results = run_job(spark, "--pipeline", cfg.path, "--mode", "backfill")
+    assert sum(r.offsets for r in results) >= 20_000 - committed
+    assert_exactly_once(cfg, high_watermarks(cfg))
+    data.refresh()
+    referenced_after = {t.file.file_path.removeprefix("file://") for t in data.scan().plan_files()}
+    orphans = on_disk - referenced_after
+    if point == "while-writing":
+        assert orphans, "the killed attempt should have left unreferenced, half-written files"
+    assert not orphans & referenced_after
