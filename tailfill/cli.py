@@ -57,11 +57,14 @@ def _summarise(cfg: PipelineConfig, what: str, code: int, results: list[dict]) -
         _say(f"{what} of {cfg.name}: nothing to do (all offsets already committed)")
         return 0
     _say(f"{what} of {cfg.name}: summary")
-    _say(f"  {'run':<34} {'batches':>7} {'offsets':>10} {'rows':>10} {'quarantined':>11} {'rows/s':>9} {'restarts':>8}")
+    _say(f"  {'part':<28} {'batches':>7} {'offsets':>10} {'rows':>10} {'quarantined':>11} {'rows/s':>9} "
+         f"{'restarts':>8}")
     for r in results:
         rate = (r["rows"] + r["quarantined"]) / r["seconds"] if r["seconds"] else 0
-        _say(f"  {r['label'][-34:]:<34} {r['batches']:>7} {r['offsets']:>10,} {r['rows']:>10,} "
+        part = r["label"].removeprefix(f"{cfg.name} ").removeprefix(f"{what} ")
+        _say(f"  {part[:28]:<28} {r['batches']:>7} {r['offsets']:>10,} {r['rows']:>10,} "
              f"{r['quarantined']:>11,} {rate:>9,.0f} {r['restarts']:>8}")
+    _say(f"  run id {results[0]['run_id']}; per-batch metrics in {tailfill_home() / 'runs' / cfg.name}")
     return 0
 
 
@@ -78,6 +81,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 def cmd_tail(args: argparse.Namespace) -> int:
     cfg = resolve_pipeline(args.pipeline)
     job = ["--pipeline", cfg.path or args.pipeline, "--mode", "tail"] + (["--once"] if args.once else [])
+    if getattr(args, "stop_after", None):
+        job += ["--stop-after", str(args.stop_after)]
     code, results = run_job(job)
     return _summarise(cfg, "tail", code, results)
 
@@ -143,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tail", help="ingest from the committed position onwards")
     t.add_argument("pipeline")
     t.add_argument("--once", action="store_true", help="ingest what is there now, then stop")
+    t.add_argument("--stop-after", type=float, help="with the processing-time trigger: stop after N seconds")
     t.set_defaults(func=cmd_tail)
 
     st = sub.add_parser("status", help="committed ranges, gaps, cutover, high watermark and lag per partition")

@@ -1,12 +1,15 @@
-"""Fault injection for the crash tests: pause a process at a named point so a test can kill it.
+"""Failpoints for the crash and failure-budget tests. Outside tests, both are no-ops.
 
-Set ``TAILFILL_FAULT_PAUSE=<point>`` and ``TAILFILL_FAULT_DIR=<dir>`` (and optionally
-``TAILFILL_FAULT_SKIP=N`` to let the first N arrivals pass). On reaching the point, a process
-creates ``<dir>/<point>`` and sleeps until killed. Unset (always, outside tests), a no-op.
+- ``pause(point)``: with ``TAILFILL_FAULT_PAUSE=<point>`` (and ``TAILFILL_FAULT_SKIP=N`` to let the
+  first N arrivals pass), create ``$TAILFILL_FAULT_DIR/<point>`` and sleep until killed.
+- ``maybe_fail(point)``: if ``$TAILFILL_FAULT_DIR/fail-<point>`` holds a count above zero,
+  decrement it and raise :class:`InjectedFault`. File-based, so a test can arm it after Spark's
+  workers have started.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 from pathlib import Path
@@ -14,17 +17,43 @@ from pathlib import Path
 POINTS = ("while-writing", "before-commit")
 
 
+class InjectedFault(RuntimeError):
+    """A failure a test asked for."""
+
+
+def _dir() -> Path | None:
+    value = os.environ.get("TAILFILL_FAULT_DIR")
+    return Path(value) if value else None
+
+
 def pause(point: str) -> None:
     """Block forever at ``point`` if a crash test asked for it."""
-    if os.environ.get("TAILFILL_FAULT_PAUSE") != point:
+    flag_dir = _dir()
+    if os.environ.get("TAILFILL_FAULT_PAUSE") != point or flag_dir is None:
         return
-    flag_dir = Path(os.environ.get("TAILFILL_FAULT_DIR", "."))
     flag_dir.mkdir(parents=True, exist_ok=True)
-    with (flag_dir / f"{point}.arrivals").open("a") as log:  # shared by all worker processes
+    arrivals_file = flag_dir / f"{point}.arrivals"
+    with arrivals_file.open("a") as log:  # shared by all worker processes
         log.write(f"{os.getpid()}\n")
-    arrivals = len((flag_dir / f"{point}.arrivals").read_text().splitlines())
-    if arrivals <= int(os.environ.get("TAILFILL_FAULT_SKIP", "0")):
+    if len(arrivals_file.read_text().splitlines()) <= int(os.environ.get("TAILFILL_FAULT_SKIP", "0")):
         return
     (flag_dir / point).touch()
     while True:
         time.sleep(1)
+
+
+def maybe_fail(point: str) -> None:
+    """Raise :class:`InjectedFault` while the armed count for ``point`` lasts."""
+    flag_dir = _dir()
+    armed = flag_dir / f"fail-{point}" if flag_dir else None
+    if armed is None or not armed.exists():
+        return
+    with armed.open("r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        left = int(f.read().strip() or 0)
+        if left <= 0:
+            return
+        f.seek(0)
+        f.truncate()
+        f.write(str(left - 1))
+    raise InjectedFault(f"injected failure at {point} ({left - 1} more armed)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -24,6 +25,8 @@ os.environ.update(
         "AWS_EC2_METADATA_DISABLED": "true",
         "AWS_ACCESS_KEY_ID": "tailfill-test",
         "AWS_SECRET_ACCESS_KEY": "tailfill-test",
+        # File-based failpoints (tailfill.faults.maybe_fail) are armed in here by tests.
+        "TAILFILL_FAULT_DIR": tempfile.mkdtemp(prefix="tailfill-faults-"),
     }
 )
 
@@ -107,3 +110,18 @@ def make_pipeline(tmp_path, broker, home):
         return load_pipeline(path)
 
     return make
+
+
+@pytest.fixture
+def arm_fault():
+    """Arm ``tailfill.faults.maybe_fail(point)`` to fail ``count`` times; disarmed after the test."""
+    armed = []
+
+    def arm(point: str, count: int) -> None:
+        path = Path(os.environ["TAILFILL_FAULT_DIR"]) / f"fail-{point}"
+        path.write_text(str(count))
+        armed.append(path)
+
+    yield arm
+    for path in armed:
+        path.unlink(missing_ok=True)

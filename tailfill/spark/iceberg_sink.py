@@ -143,6 +143,7 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):
         records = sum(mk["records"] for mk in markers)
         rows, quarantined = sum(m.rows for m in msgs), sum(m.quarantined for m in msgs)
         faults.pause("before-commit")
+        faults.maybe_fail("before-commit")
         started = time.perf_counter()
         data_table, quarantine_table = ensure_tables(self.cfg)
         fs = filesystem(self.cfg.target)

@@ -31,7 +31,9 @@ from tailfill.offsets import OffsetRange, PartitionOffsets, ranges_between, subt
 
 # Errors that a restart cannot fix: stop at once with the message.
 FATAL = ("ExpiredOffsetsError", "DroppedRecordsError", "ConfigError", "LakeError")
-_CAUSE = re.compile(r"(?:tailfill\.[\w.]+\.)?(\w+(?:Error|Exception)): (.+)")
+# The last line of a Python traceback: "package.module.ExceptionClass: message".
+_PY_EXCEPTION = re.compile(r"^(?:[a-z_]\w*\.)*([A-Z]\w*): (.+)$", re.MULTILINE)
+_TRACEBACK = "Traceback (most recent call last):"
 
 
 class IngestError(RuntimeError):
@@ -55,6 +57,7 @@ class IngestRequest:
     trigger: str = "available_now"  # or "processing_time"
     trigger_interval_seconds: float = 30.0
     target_end: PartitionOffsets | None = None  # for progress of an unbounded tail
+    stop_after_seconds: float | None = None  # processing time: stop between batches after this long
 
 
 @dataclass
@@ -89,8 +92,9 @@ def read_batches(path: Path) -> list[dict]:
 def explain(exc: BaseException) -> tuple[str, str]:
     """(error class, message) of the root cause inside a Spark exception's text."""
     text = str(exc)
-    found = [m for m in _CAUSE.finditer(text) if not m.group(1).startswith(("Streaming", "Py4J", "Spark"))]
-    # The first Python exception in the text is the root; later ones happened while handling it.
+    start = text.find(_TRACEBACK)
+    found = list(_PY_EXCEPTION.finditer(text, start)) if start >= 0 else []
+    # The first Python exception after the traceback is the root; later ones happened while handling it.
     named = [m for m in found if m.group(1) in FATAL] or found
     if named:
         return named[0].group(1), named[0].group(2).strip()
@@ -174,16 +178,29 @@ def _run_query(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, log
     else:
         writer = writer.trigger(processingTime=f"{req.trigger_interval_seconds} seconds")
     query = writer.start()
-    started, last_line = time.monotonic(), 0.0
+    started, printed, printed_at = time.monotonic(), -1, 0.0
     try:
         while not query.awaitTermination(1.0):
-            if time.monotonic() - last_line >= 2.0:
-                log(_progress_line(req, read_batches(report_path(cfg, req)), started))
-                last_line = time.monotonic()
+            if req.stop_after_seconds is not None and time.monotonic() - started >= req.stop_after_seconds:
+                _stop_between_batches(query)
+                log(f"[{req.label}] stopped after {req.stop_after_seconds:.0f}s as asked")
+                continue
+            done = read_batches(report_path(cfg, req))
+            if len(done) != printed or time.monotonic() - printed_at >= 15.0:  # per batch, or a heartbeat
+                log(_progress_line(req, done, started))
+                printed, printed_at = len(done), time.monotonic()
     except KeyboardInterrupt:
         log(f"[{req.label}] stopping after the current batch")
         query.stop()
         raise
+
+
+def _stop_between_batches(query, wait_s: float = 120.0) -> None:
+    """Stop ``query`` when no micro-batch is in flight (a stopped batch would only be replayed)."""
+    deadline = time.monotonic() + wait_s
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    query.stop()
 
 
 def run_ingest(

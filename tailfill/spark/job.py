@@ -33,6 +33,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slices", type=int, help="backfill slices (default: the pipeline's backfill.slices)")
     p.add_argument("--slice-index", type=int, help="run only this slice of the plan (0-based)")
     p.add_argument("--once", action="store_true", help="tail: ingest what is there now, then stop")
+    p.add_argument("--stop-after", type=float, help="tail with processing time: stop between batches after N s")
     p.add_argument("--run-id", help="run id recorded in every commit (default: generated)")
     p.add_argument("--max-offsets-per-batch", type=int, help="override the pipeline's cap for this run")
     return p.parse_args(argv)
@@ -72,6 +73,7 @@ def tail_request(cfg: PipelineConfig, state: SourceState, args: argparse.Namespa
         trigger="available_now" if args.once else cfg.tail.trigger,
         trigger_interval_seconds=cfg.tail.trigger_interval_seconds,
         target_end=state.marks.high,
+        stop_after_seconds=args.stop_after,
     )
 
 

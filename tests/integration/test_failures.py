@@ -1,0 +1,101 @@
+"""Failure handling: the consecutive-failure budget, unreachable brokers, the processing-time tail."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from helpers import assert_exactly_once, high_watermarks, run_job
+
+from tailfill import cli
+from tailfill.broker import free_port
+from tailfill.sample import produce_sample
+from tailfill.spark import job
+from tailfill.spark.ingest import IngestError
+
+pytestmark = pytest.mark.integration
+
+
+def test_transient_batch_failures_within_budget_are_retried_from_the_checkpoint(spark, make_pipeline, arm_fault):
+    cfg = make_pipeline(backfill__slices=1, backfill__max_consecutive_failures=2)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 4_000, 4)
+    arm_fault("before-commit", 2)
+
+    result = run_job(spark, "--pipeline", cfg.path, "--mode", "backfill")[0]
+
+    assert result.restarts == 2
+    assert all("InjectedFault" in cause for cause in result.causes)
+    assert_exactly_once(cfg, high_watermarks(cfg))
+
+
+def test_failures_beyond_the_budget_stop_the_job_with_the_cause(spark, make_pipeline, arm_fault, capsys):
+    cfg = make_pipeline(backfill__slices=1, backfill__max_consecutive_failures=1)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, 4)
+    arm_fault("before-commit", 5)
+
+    with pytest.raises(IngestError, match=r"2 consecutive failed attempts without committing any offset"):
+        run_job(spark, "--pipeline", cfg.path, "--mode", "backfill")
+
+    arm_fault("before-commit", 5)
+    assert job.main(["--pipeline", cfg.path, "--mode", "backfill"]) == 2  # the spark-submit exit code
+    err = capsys.readouterr().err
+    assert "error:" in err and "InjectedFault: injected failure at before-commit" in err
+
+
+def test_unreachable_broker_is_a_clear_error(make_pipeline, capsys):
+    dead = f"127.0.0.1:{free_port()}"
+    cfg = make_pipeline(source__bootstrap_servers=dead)
+
+    assert cli.main(["status", cfg.path]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot reach Kafka at {dead}" in err and cfg.source.topic in err
+
+
+def test_missing_topic_and_wrong_partition_count_are_named(make_pipeline, capsys):
+    cfg = make_pipeline()
+    assert cli.main(["status", cfg.path]) == 2
+    assert f"topic {cfg.source.topic!r} not found" in capsys.readouterr().err
+
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 10, partitions=2)
+    assert cli.main(["status", cfg.path]) == 2
+    err = capsys.readouterr().err
+    assert "source.partitions" in err and "has 2 partitions, the pipeline expects 4" in err
+
+
+def test_processing_time_tail_picks_up_records_as_they_arrive(spark, make_pipeline):
+    cfg = make_pipeline(tail__trigger="processing_time", tail__trigger_interval_seconds=1)
+    bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
+    produce_sample(bs, topic, 4_000, 4)
+    run_job(spark, "--pipeline", cfg.path, "--mode", "backfill")  # history up to the cutover
+    waves = [threading.Timer(delay, produce_sample, args=(bs, topic, 4_000, 4)) for delay in (1.0, 6.0)]
+    for wave in waves:
+        wave.start()
+    started = time.monotonic()
+    try:
+        result = run_job(spark, "--pipeline", cfg.path, "--mode", "tail", "--stop-after", "20")[0]
+    finally:
+        for wave in waves:
+            wave.join()
+    assert time.monotonic() - started >= 20
+    # Both waves arrived while the tail was running, in separate triggers.
+    assert result.offsets == 8_000 and result.batches >= 2
+    assert_exactly_once(cfg, high_watermarks(cfg))
+
+
+def test_batch_reader_reads_a_bounded_range_as_dataframe(spark, make_pipeline):
+    cfg = make_pipeline()
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 400, 4)
+    df = (
+        spark.read.format("tailfill_kafka")
+        .option("source", cfg.source.model_dump_json())
+        .option("startingOffsets", f'{{"{cfg.source.topic}": {{"0": 10, "1": 0, "2": 0, "3": 100}}}}')
+        .option("endingOffsets", f'{{"{cfg.source.topic}": {{"0": 60, "1": 5, "2": 0, "3": 100}}}}')
+        .load()
+    )
+    assert df.rdd.getNumPartitions() == 2  # one input partition per non-empty range
+    rows = df.select("kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_value").collect()
+    assert sorted((r.kafka_partition, r.kafka_offset) for r in rows) == (
+        [(0, o) for o in range(10, 60)] + [(1, o) for o in range(5)]
+    )
+    assert all(r.kafka_timestamp is not None and r.kafka_value.startswith(b"{") for r in rows)

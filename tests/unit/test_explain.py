@@ -1,0 +1,42 @@
+"""Finding the root cause inside the text of a Spark streaming failure."""
+
+from tailfill.spark.ingest import explain
+
+COMMIT_FAILURE = """[STREAM_FAILED] Query [id = 1] terminated with exception: \
+[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source perform commit: \
+Traceback (most recent call last):
+  File "/x/iceberg_sink.py", line 146, in commit
+    faults.maybe_fail("before-commit")
+tailfill.faults.InjectedFault: injected failure at before-commit (1 more armed)
+ SQLSTATE: 38000
+org.apache.spark.SparkException: Job aborted
+"""
+
+CHAINED = """Failed: Traceback (most recent call last):
+  File "a.py", line 1, in f
+ValueError: streaming from Kafka needs explicit startingOffsets
+During handling of the above exception, another exception occurred:
+Traceback (most recent call last):
+UnboundLocalError: cannot access local variable 'reader'
+"""
+
+FATAL_LATER = """Traceback (most recent call last):
+KafkaException: transport
+tailfill.kafka_client.ExpiredOffsetsError: offsets t[0] [0, 10) are no longer in the topic
+"""
+
+
+def test_the_python_exception_is_the_cause_not_the_spark_wrapper():
+    assert explain(Exception(COMMIT_FAILURE)) == ("InjectedFault", "injected failure at before-commit (1 more armed)")
+
+
+def test_the_first_exception_of_a_chain_is_the_root():
+    assert explain(Exception(CHAINED))[0] == "ValueError"
+
+
+def test_a_fatal_tailfill_error_wins_so_the_run_stops_at_once():
+    assert explain(Exception(FATAL_LATER)) == ("ExpiredOffsetsError", "offsets t[0] [0, 10) are no longer in the topic")
+
+
+def test_text_without_traceback_falls_back_to_first_line():
+    assert explain(RuntimeError("boom\nmore")) == ("RuntimeError", "boom")
