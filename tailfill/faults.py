@@ -14,8 +14,6 @@ import os
 import time
 from pathlib import Path
 
-POINTS = ("while-writing", "before-commit")
-
 
 class InjectedFault(RuntimeError):
     """A failure a test asked for."""

@@ -116,8 +116,6 @@ def ensure_tables(cfg: PipelineConfig, catalog: Catalog | None = None) -> tuple[
     try:
         data = _ensure(catalog, (ns, cfg.target.table), table_schema(cfg.format))
         quarantine = _ensure(catalog, (ns, cfg.target.quarantine_name), QUARANTINE_SCHEMA)
-    except LakeError:
-        raise
     except Exception as exc:
         raise LakeError(f"cannot create or load tables in {ns} at {warehouse_uri(cfg.target)}: {exc}") from exc
     return data, quarantine

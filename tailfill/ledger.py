@@ -38,7 +38,11 @@ COMMIT_ATTEMPTS = 20
 
 @dataclass(frozen=True)
 class Ledger:
-    """Offsets committed to one table, and offsets recorded as lost (expired before ingest)."""
+    """Offsets committed to one table, and offsets recorded as lost (expired before ingest).
+
+    ``committed`` covers every range a batch finished, lost offsets included (so resume moves past
+    them); ``lost`` says which of those offsets never reached the table.
+    """
 
     committed: list[OffsetRange] = field(default_factory=list)
     lost: list[OffsetRange] = field(default_factory=list)
@@ -46,10 +50,9 @@ class Ledger:
     def position(self, tp_start: PartitionOffsets) -> PartitionOffsets:
         """Where to resume per partition: the end of the contiguous committed run from ``tp_start``."""
         out = {}
-        covered = merge(self.committed + self.lost)
         for tp in tp_start:
             pos = tp_start[tp]
-            for r in covered:
+            for r in merge(self.committed):
                 if r.tp == tp and r.start <= pos < r.end:
                     pos = r.end
             out[tp] = pos

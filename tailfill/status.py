@@ -19,11 +19,6 @@ class PartitionStatus:
     lost: list[OffsetRange]
 
     @property
-    def position(self) -> int:
-        """End of the committed run that starts at the earliest committed offset."""
-        return self.committed[0].end if self.committed else self.earliest
-
-    @property
     def lag(self) -> int:
         return max(self.high - (self.committed[-1].end if self.committed else self.earliest), 0)
 

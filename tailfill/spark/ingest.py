@@ -73,10 +73,6 @@ class IngestResult:
     restarts: int = 0
     causes: list[str] = field(default_factory=list)
 
-    @property
-    def rows_per_second(self) -> float:
-        return (self.rows + self.quarantined) / self.seconds if self.seconds else 0.0
-
 
 def report_path(cfg: PipelineConfig, req: IngestRequest) -> Path:
     """Per-batch metrics of one query run: ``runs/<pipeline>/<run id>/<checkpoint name>.jsonl``."""
