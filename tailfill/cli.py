@@ -97,7 +97,41 @@ def cmd_status(args: argparse.Namespace) -> int:
     quarantined = sum(int(s.summary.additional_properties.get("added-records", 0))
                       for s in state.quarantine.snapshots() if s.summary)
     _say(format_status(cfg.name, rows, quarantined))
+    from tailfill.reports import read_latest
+
+    latest = read_latest(cfg)
+    if latest:
+        verdict = "complete" if latest["success"] else f"INCOMPLETE ({len(latest['problems'])} problems)"
+        _say(f"latest validation: {latest['scope']}, {verdict}, at {latest['validated_at']}\n"
+             f"  report: {latest['paths']['html']}")
+    else:
+        _say(f"latest validation: none yet (run `tailfill validate {cfg.name}`)")
     return 1 if any(r.gaps for r in rows) else 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from tailfill.spark.session import get_session
+    from tailfill.validation import validate
+
+    cfg = resolve_pipeline(args.pipeline)
+    spark = get_session(app_name=f"tailfill-{cfg.name}-validate")
+    report = validate(cfg, spark, run_id=args.run, all_runs=args.all)
+    verdict = "COMPLETE" if report["success"] else "INCOMPLETE"
+    _say(f"validation of {cfg.name}, {report['scope']}: {verdict} "
+         f"({report['offsets_checked']:,} offsets checked in {report['timings_s']['total']:.1f}s)")
+    _say(f"  {'partition':<24} {'expected':>10} {'found':>10} {'rows':>10} {'quarantined':>11} "
+         f"{'missing':>8} {'duplicated':>10}")
+    for p in report["partitions"]:
+        _say(f"  {p['topic'] + '[' + str(p['partition']) + ']':<24} {p['expected']:>10,} {p['found']:>10,} "
+             f"{p['rows']:>10,} {p['quarantined']:>11,} {p['missing']:>8,} {p['duplicated']:>10,}")
+    for s in report["suites"]:
+        _say(f"  suite {s['suite']}: {'passed' if s['success'] else 'FAILED'}")
+    for problem in report["problems"]:
+        _say(f"  problem: {problem}")
+    _say(f"  report: {report['paths']['html']}\n  json:   {report['paths']['json']}")
+    if report["paths"].get("data_docs"):
+        _say(f"  Great Expectations Data Docs: {report['paths']['data_docs']}")
+    return 0 if report["success"] else 1
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -112,6 +146,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         (f"produce {args.tail_count:,} live events",
          lambda: cmd_produce_sample(ns(pipeline=args.pipeline, count=args.tail_count, bad_every=args.bad_every))),
         ("tail from the cutover (once)", lambda: cmd_tail(ns(pipeline=args.pipeline, once=True))),
+        ("validate every offset landed exactly once (Great Expectations)",
+         lambda: cmd_validate(ns(pipeline=args.pipeline, run=None, all=True))),
         ("status", lambda: cmd_status(ns(pipeline=args.pipeline))),
     ]
     for i, (title, step) in enumerate(steps, 1):
@@ -155,7 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("pipeline")
     st.set_defaults(func=cmd_status)
 
-    d = sub.add_parser("demo", help="broker up, sample data, backfill, tail, status")
+    v = sub.add_parser("validate", help="check every committed offset is stored exactly once (exit 1 if not)")
+    v.add_argument("pipeline")
+    scope = v.add_mutually_exclusive_group()
+    scope.add_argument("--run", help="the run id to check (default: the latest run that committed)")
+    scope.add_argument("--all", action="store_true", help="every run and the whole table")
+    v.set_defaults(func=cmd_validate)
+
+    d = sub.add_parser("demo", help="broker up, sample data, backfill, tail, validate, status")
     d.add_argument("--pipeline", default="demo")
     d.add_argument("--count", type=int, default=100_000)
     d.add_argument("--tail-count", type=int, default=20_000)

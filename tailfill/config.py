@@ -167,6 +167,35 @@ class TailConfig(_Model):
     schedule: str | None = None
 
 
+class DataExpectation(_Model):
+    """One data expectation on a column of the run's new rows (checked with Great Expectations)."""
+
+    column: str
+    not_null: bool = False
+    accepted_values: list[str | int | float | bool] | None = None
+    min: float | None = None
+    max: float | None = None
+    type: FieldType | None = None
+    mostly: float = Field(default=1.0, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _says_something(self) -> DataExpectation:
+        if not (self.not_null or self.accepted_values is not None or self.min is not None
+                or self.max is not None or self.type is not None):
+            raise ValueError(f"expectation on '{self.column}' checks nothing: set not_null, accepted_values, "
+                             "min/max or type")
+        return self
+
+
+class CompletenessConfig(_Model):
+    """What the completeness check may accept as legitimately missing on the broker."""
+
+    # "none": every offset of a committed range must be a row or a quarantined row.
+    # "allowed": offsets the source never returned (compaction, transaction markers) are accepted
+    # when rows + quarantined equal what the source read for that batch.
+    absent_offsets: Literal["none", "allowed"] = "none"
+
+
 class PipelineConfig(_Model):
     """One pipeline: where records come from, how they are parsed, where they land."""
 
@@ -177,7 +206,20 @@ class PipelineConfig(_Model):
     checkpoint_location: str
     backfill: BackfillConfig
     tail: TailConfig
+    completeness: CompletenessConfig = CompletenessConfig()
+    expectations: list[DataExpectation] = Field(default_factory=list)
     path: str | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _expectations_name_columns(self) -> PipelineConfig:
+        from tailfill.records import table_schema  # local: records imports this module
+
+        columns = set(table_schema(self.format).names)
+        unknown = sorted({e.column for e in self.expectations} - columns)
+        if unknown:
+            raise ValueError(f"expectations name unknown columns: {', '.join(unknown)} "
+                             f"(columns: {', '.join(sorted(columns))})")
+        return self
 
     def to_json(self) -> str:
         """Serialise for shipping to Spark executors (no file access needed there)."""

@@ -1,0 +1,149 @@
+"""Completeness validation on a real committed table, untampered and tampered five ways.
+
+Each tamper must make ``tailfill validate`` fail naming the exact ``topic[partition] [start, end)``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from helpers import run_job
+from pyiceberg.expressions import And, EqualTo
+
+from tailfill import cli
+from tailfill.completeness import islands
+from tailfill.lake import ensure_tables, filesystem, fs_path
+from tailfill.ledger import BatchCommit, commit_batch, read_ledger
+from tailfill.offsets import OffsetRange, TopicPartition, ranges_to_json
+from tailfill.sample import produce_sample
+from tailfill.validation import validate
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def ingested(spark, make_pipeline):
+    """A pipeline whose backfill and tail have run: 2,800 offsets over 4 partitions, some quarantined."""
+    cfg = make_pipeline(backfill__slices=2, backfill__max_offsets_per_batch=600, tail__max_offsets_per_batch=500)
+    bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
+    produce_sample(bs, topic, 2_000, 4, bad_every=97)
+    run_job(spark, "--pipeline", cfg.path, "--mode", "backfill")
+    produce_sample(bs, topic, 800, 4, bad_every=97)
+    run_job(spark, "--pipeline", cfg.path, "--mode", "tail", "--once")
+    return cfg
+
+
+def data_file_offsets(cfg, table) -> tuple[object, TopicPartition, np.ndarray]:
+    """The first data file of the table, its partition and its sorted offsets."""
+    task = next(iter(table.scan().plan_files()))
+    rows = pq.read_table(fs_path(task.file.file_path), filesystem=filesystem(cfg.target))
+    parts = set(rows["kafka_partition"].to_pylist())
+    assert len(parts) == 1  # one file per task per batch: a single partition
+    return task.file, TopicPartition(cfg.source.topic, parts.pop()), np.sort(rows["kafka_offset"].to_numpy())
+
+
+def assert_fails_naming(cfg, spark, expected: list[str], capsys, all_runs: bool = True) -> dict:
+    report = validate(cfg, spark, all_runs=all_runs)
+    assert not report["success"]
+    for line in expected:
+        assert line in report["problems"], (line, report["problems"])
+    # The CLI says the same and exits 1.
+    assert cli.main(["validate", cfg.path, "--all"]) == 1
+    out = capsys.readouterr().out
+    assert all(line in out for line in expected)
+    return report
+
+
+def test_untampered_table_passes_and_reports_are_written(spark, ingested, capsys):
+    cfg = ingested
+    report = validate(cfg, spark)  # the latest run: the tail
+    assert report["success"], report["problems"]
+    assert report["scope"].startswith("run tail-") and report["offsets_checked"] == 800
+    everything = validate(cfg, spark, all_runs=True)
+    assert everything["success"] and everything["offsets_checked"] == 2_800
+    assert {s["suite"] for s in everything["suites"]} == {"tailfill_run_completeness", "tailfill_table_tiling",
+                                                         "itest_data"}
+    assert sum(p["rows"] + p["quarantined"] for p in everything["partitions"]) == 2_800
+
+    fs = filesystem(cfg.target)
+    saved = json.loads(fs.open_input_stream(fs_path(everything["paths"]["json"])).read())
+    assert saved["success"] and saved["partitions"] == everything["partitions"]
+    page = fs.open_input_stream(fs_path(everything["paths"]["html"])).read().decode()
+    assert "COMPLETE" in page and "<svg" in page
+    assert (everything["paths"]["data_docs"] or "").endswith("index.html")
+
+    assert cli.main(["validate", cfg.path, "--all"]) == 0
+    assert cli.main(["status", cfg.path]) == 0
+    assert "latest validation: all runs, complete" in capsys.readouterr().out
+
+
+def test_deleted_data_file_is_named_as_missing(spark, ingested, capsys):
+    cfg = ingested
+    data, _ = ensure_tables(cfg)
+    data_file, tp, offsets = data_file_offsets(cfg, data)
+    with data.transaction() as tx, tx.update_snapshot().overwrite() as overwrite:
+        overwrite.delete_data_file(data_file)
+    data.refresh()
+    assert data_file.file_path not in {t.file.file_path for t in data.scan().plan_files()}
+    expected = islands(tp, offsets)
+    report = assert_fails_naming(cfg, spark, [], capsys)
+    missing = [p for p in report["problems"] if p.startswith("missing")]
+    assert [m.split(" (run")[0] for m in missing] == [f"missing {r}" for r in expected]
+
+
+def test_duplicated_data_file_is_named_as_duplicated(spark, ingested, capsys):
+    cfg = ingested
+    data, _ = ensure_tables(cfg)
+    data_file, tp, offsets = data_file_offsets(cfg, data)
+    data.add_files([data_file.file_path], check_duplicate_files=False)
+    report = assert_fails_naming(cfg, spark, [], capsys)
+    duplicated = [p.split(" (run")[0] for p in report["problems"] if p.startswith("duplicated")]
+    assert duplicated == [f"duplicated {r}" for r in islands(tp, offsets)]
+
+
+def test_deleted_quarantine_rows_are_named_as_missing(spark, ingested, capsys):
+    cfg = ingested
+    _, quarantine = ensure_tables(cfg)
+    bad = quarantine.scan().to_arrow()
+    assert bad.num_rows >= 4
+    partition, offset = bad["kafka_partition"][0].as_py(), bad["kafka_offset"][0].as_py()
+    quarantine.delete(And(EqualTo("kafka_partition", partition), EqualTo("kafka_offset", offset)))
+    gone = OffsetRange(cfg.source.topic, partition, offset, offset + 1)
+    report = assert_fails_naming(cfg, spark, [], capsys)
+    assert [p.split(" (run")[0] for p in report["problems"]] == [f"missing {gone}"]
+
+
+def test_overlapping_commit_is_named(spark, ingested, capsys):
+    cfg = ingested
+    data, _ = ensure_tables(cfg)
+    overlap = OffsetRange(cfg.source.topic, 1, 100, 150)
+    # A writer that ignored the ledger: a snapshot claiming offsets another snapshot already holds.
+    summary = {"tailfill.pipeline": cfg.name, "tailfill.run-id": "rogue", "tailfill.batch-id": "0",
+               "tailfill.ranges": ranges_to_json([overlap]), "tailfill.records-read": "50"}
+    with data.transaction() as tx, tx.update_snapshot(snapshot_properties=summary).fast_append():
+        pass
+    assert_fails_naming(cfg, spark, [f"overlapping committed ranges {overlap}"], capsys)
+
+
+def test_skipped_range_is_named_as_gap(spark, ingested, capsys):
+    cfg = ingested
+    data, _ = ensure_tables(cfg)
+    end = read_ledger(data).committed[0].end
+    skipped = OffsetRange(cfg.source.topic, 0, end, end + 5)
+    claimed = OffsetRange(cfg.source.topic, 0, end + 5, end + 10)
+    # A commit that jumped ahead: the ledger now has a hole, and the claimed range holds no rows.
+    commit_batch(data, BatchCommit(cfg.name, "jumper", 0, [claimed], []), rewrite=lambda files, keep: [])
+    assert_fails_naming(cfg, spark, [f"gap between committed ranges {skipped}",
+                                     f"missing {claimed} (run jumper, batch 0)"], capsys)
+
+
+def test_failing_data_expectation_fails_validation(spark, ingested):
+    cfg = ingested.model_copy(update={"expectations": [
+        ingested.expectations[0].model_copy(update={"column": "kind", "not_null": False,
+                                                   "accepted_values": ["view"]})]})
+    report = validate(cfg, spark)
+    assert not report["success"]
+    assert any("expect_column_values_to_be_in_set" in p and "'kind'" in p for p in report["problems"])
