@@ -58,6 +58,11 @@ def _expectations_for(e: DataExpectation) -> list[dict[str, Any]]:
     return out
 
 
+def columns_of(spec: dict) -> list[str]:
+    """The columns a suite's expectations read."""
+    return sorted({e["kwargs"]["column"] for e in spec["expectations"] if "column" in e["kwargs"]})
+
+
 @dataclass
 class SuiteResult:
     suite: str
@@ -85,9 +90,10 @@ class GxRunner:
     def _batch_definition(self, kind: str, asset: str):
         ds = self._sources.get(kind)
         if ds is None:
-            add = self.context.data_sources.add_or_update_spark if kind == "spark" else \
-                self.context.data_sources.add_or_update_pandas
-            ds = self._sources[kind] = add(name=f"tailfill_{kind}")
+            sources = self.context.data_sources
+            # GE persists Spark batches by default: a whole-table cache for a one-pass check.
+            ds = self._sources[kind] = (sources.add_or_update_spark(name="tailfill_spark", persist=False)
+                                        if kind == "spark" else sources.add_or_update_pandas(name="tailfill_pandas"))
         try:
             data_asset = ds.get_asset(asset)
         except LookupError:

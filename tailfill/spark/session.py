@@ -7,7 +7,10 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from tailfill.submit import REPO
+
 LOOPBACK = "127.0.0.1"
+LOG4J = REPO / "spark_jobs" / "log4j2.properties"
 
 
 def loopback_env() -> dict[str, str]:
@@ -35,6 +38,7 @@ def get_session(master: str = "local[2]", app_name: str = "tailfill") -> SparkSe
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile={LOG4J}" if LOG4J.exists() else "")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel(os.environ.get("TAILFILL_SPARK_LOG_LEVEL", "ERROR"))
