@@ -8,7 +8,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export AWS_EC2_METADATA_DISABLED := true
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test lint airflow clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
@@ -25,13 +25,22 @@ demo: $(STAMP)
 	rm -rf .tailfill
 	$(VENV)/bin/tailfill demo; status=$$?; $(VENV)/bin/tailfill broker down; exit $$status
 
-## Run the whole test suite (unit + integration against real tansu, Spark, Iceberg, moto S3).
-test: $(STAMP)
-	$(VENV)/bin/ruff check tailfill spark_jobs tests
+## Run the whole test suite (unit + integration against real tansu, Spark, Iceberg, moto S3,
+## Airflow, and Debian's headless Chromium for the UI test).
+test: $(STAMP) /usr/bin/chromedriver
+	$(VENV)/bin/ruff check tailfill spark_jobs tests plugins dags benchmarks
 	$(VENV)/bin/pytest
 
+/usr/bin/chromedriver:
+	@[ "$$(id -u)" = 0 ] || { echo "the UI test needs Debian's chromium and chromium-driver: apt-get install chromium chromium-driver (as root)"; exit 1; }
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+
+## Start Airflow locally (api-server, scheduler, dag-processor, triggerer) on 127.0.0.1:8080, login admin/admin.
+airflow: $(STAMP)
+	PYTHONPATH=plugins $(PY) -m tailfill_airflow.local
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check tailfill spark_jobs tests
+	$(VENV)/bin/ruff check tailfill spark_jobs tests plugins dags benchmarks
 
 clean:
 	-$(VENV)/bin/tailfill broker down

@@ -109,6 +109,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 1 if any(r.gaps for r in rows) else 0
 
 
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from tailfill.preflight import PreflightError, preflight
+
+    cfg = resolve_pipeline(args.pipeline)
+    try:
+        for line in preflight(cfg, args.mode):
+            _say(f"  ok: {line}")
+    except PreflightError as exc:
+        _say(f"preflight of {cfg.name} ({args.mode}) FAILED: {exc}")
+        return 1
+    _say(f"preflight of {cfg.name} ({args.mode}): ready")
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from tailfill.spark.session import get_session
     from tailfill.validation import validate
@@ -190,6 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="committed ranges, gaps, cutover, high watermark and lag per partition")
     st.add_argument("pipeline")
     st.set_defaults(func=cmd_status)
+
+    pf = sub.add_parser("preflight", help="broker, topic, partitions, warehouse, catalog and retention checks")
+    pf.add_argument("pipeline")
+    pf.add_argument("--mode", choices=("backfill", "tail"), default="tail")
+    pf.set_defaults(func=cmd_preflight)
 
     v = sub.add_parser("validate", help="check every committed offset is stored exactly once (exit 1 if not)")
     v.add_argument("pipeline")

@@ -60,10 +60,13 @@ def catalog_properties(target: TargetConfig) -> dict[str, str]:
 def load_catalog(target: TargetConfig) -> Catalog:
     """The pipeline's Iceberg SQL catalog (SQLite by default, Postgres in compose)."""
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
-    if target.catalog.uri.startswith("sqlite:///"):
-        Path(target.catalog.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    if not target.warehouse.startswith("s3://"):
-        Path(target.warehouse).mkdir(parents=True, exist_ok=True)
+    try:
+        if target.catalog.uri.startswith("sqlite:///"):
+            Path(target.catalog.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        if not target.warehouse.startswith("s3://"):
+            Path(target.warehouse).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LakeError(f"cannot create the local warehouse or catalog directory: {exc}") from exc
     try:
         return SqlCatalog(target.catalog.name, **catalog_properties(target))
     except Exception as exc:

@@ -43,6 +43,7 @@ class WrittenFiles(WriterCommitMessage):
     rows: int = 0
     quarantined: int = 0
     markers: list[dict] = field(default_factory=list)
+    started_at: float = 0.0  # when this task began reading and writing (wall clock)
 
 
 class _FileSet:
@@ -98,7 +99,7 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):
         fs = filesystem(self.cfg.target)
         data = _FileSet(fs, self.data_location, table_schema(self.cfg.format), self.run_id)
         bad = _FileSet(fs, self.quarantine_location, QUARANTINE_SCHEMA, self.run_id)
-        msg = WrittenFiles()
+        msg = WrittenFiles(started_at=time.time())
         seen_ok, seen_bad = [], []
         for batch in iterator:
             is_marker = pc.is_valid(batch.column("range_marker"))
@@ -157,13 +158,15 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):
                          lambda fs_, keep: rewrite_files(fs, fs_, keep, self.quarantine_location))
         result = commit_batch(data_table, base([f for m in msgs for f in m.data_files], rows),
                               lambda fs_, keep: rewrite_files(fs, fs_, keep, self.data_location))
-        self._report(batchId, ranges, records, rows, quarantined, result, time.perf_counter() - started)
+        batch_s = time.time() - min(m.started_at for m in msgs)
+        self._report(batchId, ranges, records, rows, quarantined, result, time.perf_counter() - started, batch_s)
 
-    def _report(self, batch_id, ranges, records, rows, quarantined, result, commit_s) -> None:
+    def _report(self, batch_id, ranges, records, rows, quarantined, result, commit_s, batch_s) -> None:
         if not self.report_path:
             return
         line = {
-            "batch_id": batch_id, "at": time.time(), "offsets": sum(r.size for r in ranges),
+            "batch_id": batch_id, "at": time.time(), "seconds": round(batch_s, 3),
+            "offsets": sum(r.size for r in ranges),
             "records": records, "rows": rows, "quarantined": quarantined,
             "committed": [str(r) for r in result.committed], "skipped": [str(r) for r in result.skipped],
             "snapshot_id": result.snapshot_id, "commit_ms": round(commit_s * 1000, 1),

@@ -31,7 +31,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--from", dest="start", help='backfill start offsets JSON {"topic": {"0": 0}} (default earliest)')
     p.add_argument("--to", dest="end", help="backfill end offsets JSON (default: the recorded cutover)")
     p.add_argument("--slices", type=int, help="backfill slices (default: the pipeline's backfill.slices)")
-    p.add_argument("--slice-index", type=int, help="run only this slice of the plan (0-based)")
+    p.add_argument("--slice-index", help="run only these slices of the plan (0-based, comma-separated)")
     p.add_argument("--once", action="store_true", help="tail: ingest what is there now, then stop")
     p.add_argument("--stop-after", type=float, help="tail with processing time: stop between batches after N s")
     p.add_argument("--run-id", help="run id recorded in every commit (default: generated)")
@@ -44,7 +44,8 @@ def backfill_requests(cfg: PipelineConfig, state: SourceState, args: argparse.Na
 
     plan: list[Slice] = plan_backfill(state, _offsets(args.start), _offsets(args.end), args.slices)
     if args.slice_index is not None:
-        plan = [s for s in plan if s.index == args.slice_index]
+        wanted = {int(i) for i in str(args.slice_index).split(",") if i.strip()}
+        plan = [s for s in plan if s.index in wanted]
     for s in plan:
         yield IngestRequest(
             mode="backfill",

@@ -24,15 +24,22 @@ def loopback_env() -> dict[str, str]:
 
 
 def get_session(master: str = "local[2]", app_name: str = "tailfill") -> SparkSession:
-    """Get or create the session: loopback-bound, UTC, with tailfill's data sources registered."""
+    """Get or create the session: UTC, with tailfill's data sources registered.
+
+    Under ``spark-submit`` the master and driver address it was given win (a cluster master
+    from Airflow's ``spark_default`` connection, say); otherwise the session runs ``local[2]``
+    bound to loopback.
+    """
     for key, value in loopback_env().items():
         os.environ.setdefault(key, value)
+    builder = SparkSession.builder.appName(app_name)
+    # spark-submit starts the Python driver with a gateway already open, and was given the master
+    # and driver address itself (submit.py, or SparkSubmitOperator from spark_default).
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = (builder.master(os.environ.get("TAILFILL_SPARK_MASTER", master))
+                   .config("spark.driver.host", LOOPBACK).config("spark.driver.bindAddress", LOOPBACK))
     spark = (
-        SparkSession.builder.master(os.environ.get("TAILFILL_SPARK_MASTER", master))
-        .appName(app_name)
-        .config("spark.driver.host", LOOPBACK)
-        .config("spark.driver.bindAddress", LOOPBACK)
-        .config("spark.ui.enabled", "false")
+        builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")

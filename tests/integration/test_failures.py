@@ -99,3 +99,21 @@ def test_batch_reader_reads_a_bounded_range_as_dataframe(spark, make_pipeline):
         [(0, o) for o in range(10, 60)] + [(1, o) for o in range(5)]
     )
     assert all(r.kafka_timestamp is not None and r.kafka_value.startswith(b"{") for r in rows)
+
+
+def test_preflight_passes_when_ready_and_names_what_is_not(make_pipeline, tmp_path, capsys):
+    cfg = make_pipeline()
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 100, 4)
+    assert cli.main(["preflight", cfg.path, "--mode", "backfill"]) == 0
+    out = capsys.readouterr().out
+    assert "has 4 partitions" in out and "writable" in out and "ready" in out
+
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    broken = make_pipeline(name="broken", source__topic=cfg.source.topic, target__warehouse=str(blocker / "warehouse"))
+    assert cli.main(["preflight", broken.path]) == 1
+    assert f"{blocker}/warehouse" in capsys.readouterr().out
+
+    dead = make_pipeline(name="dead", source__bootstrap_servers=f"127.0.0.1:{free_port()}")
+    assert cli.main(["preflight", dead.path]) == 1
+    assert "cannot reach Kafka at 127.0.0.1:" in capsys.readouterr().out

@@ -1,0 +1,213 @@
+"""Build ``<pipeline>_backfill`` and ``<pipeline>_incremental`` DAGs from the pipeline YAMLs.
+
+Parsing reads YAML and builds task objects only: no broker, no Spark, no pyspark import. Tasks
+call the tailfill core at run time; Spark work goes through the apache-spark provider's
+``SparkSubmitOperator`` with the master of the ``spark_default`` connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, Param, get_current_context, task
+
+import tailfill
+from tailfill.config import ConfigError, PipelineConfig, load_pipeline, pipelines_dir, tailfill_home
+from tailfill_airflow.hooks import JOB, TailfillHook
+
+log = logging.getLogger(__name__)
+START = datetime(2026, 1, 1)
+RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=30), "retry_exponential_backoff": True}
+
+
+def _run_id(prefix: str) -> str:
+    """A file-name-safe run id derived from Airflow's run id (stable across task retries)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"af-{prefix}-{get_current_context()['run_id']}").strip("-")
+
+
+def _submit_args(cfg: PipelineConfig, task_id: str) -> dict:
+    """SparkSubmitOperator arguments shared by the backfill slices and the tail."""
+    hook = TailfillHook(cfg)
+    return {
+        "task_id": task_id,
+        "application": JOB,
+        "conn_id": "spark_default",
+        "conf": hook.spark_conf(),
+        "env_vars": hook.env_vars(),
+        "py_files": str(tailfill_home() / "dist" / f"tailfill-{tailfill.__version__}.zip"),
+        "name": f"tailfill-{cfg.name}",
+        **RETRIES,
+    }
+
+
+def _preflight(cfg: PipelineConfig, mode: str) -> list[str]:
+    from tailfill.preflight import preflight
+
+    passed = preflight(cfg, mode)
+    TailfillHook.code_archive()
+    for line in passed:
+        log.info("preflight ok: %s", line)
+    return passed
+
+
+def _validate(cfg: PipelineConfig, run_id: str) -> dict:
+    from tailfill.spark.session import get_session
+    from tailfill.validation import validate
+
+    report = validate(cfg, get_session(app_name=f"tailfill-{cfg.name}-validate"), run_id=run_id)
+    log.info("validation of %s: %s (%s offsets) report %s", run_id,
+             "complete" if report["success"] else "INCOMPLETE", report["offsets_checked"], report["paths"]["html"])
+    if not report["success"]:
+        raise RuntimeError("incomplete: " + "; ".join(report["problems"]))
+    return {"run_id": run_id, "offsets": report["offsets_checked"], "report": report["paths"]["html"],
+            "partitions": report["partitions"]}
+
+
+def backfill_dag(cfg: PipelineConfig) -> DAG:
+    """Manual, parameterised backfill of ``[from, to)``: preflight → plan → mapped spark-submit → validate."""
+    slices = cfg.backfill.slices
+    with DAG(
+        dag_id=f"{cfg.name}_backfill",
+        description=f"Backfill history of {cfg.source.topic} into {cfg.target.namespace}.{cfg.target.table}",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        tags=["tailfill", cfg.name, "backfill"],
+        params={
+            "from_offsets": Param("earliest", type="string", title="From",
+                                  description='"earliest" or offsets JSON, e.g. {"topic": {"0": 0}}'),
+            "to_offsets": Param("cutover", type="string", title="To",
+                                description='"cutover" (where the tail begins) or offsets JSON'),
+            "slices": Param(slices, type="integer", minimum=1, maximum=1024, title="Slices"),
+            "max_parallel_slices": Param(min(2, slices), type="integer", minimum=1, maximum=64,
+                                         title="Max parallel slices",
+                                         description="spark-submit jobs running at once; slices beyond run in turn"),
+            "committed_ranges": Param("skip", type="string", enum=["skip", "fail"], title="Already-committed ranges",
+                                      description="skip: committed offsets are left alone (re-ingest is a no-op); "
+                                                  "fail: stop if the requested range overlaps committed offsets"),
+        },
+        doc_md=__doc__,
+    ) as dag:
+
+        @task(**RETRIES)
+        def preflight() -> list[str]:
+            return _preflight(cfg, "backfill")
+
+        @task
+        def plan() -> list[dict]:
+            from tailfill.offsets import PartitionOffsets, ranges_between, subtract
+            from tailfill.plan import ensure_cutover, plan_backfill, source_state
+            from tailfill.tuning import tuned_max_offsets
+
+            params = get_current_context()["params"]
+            state = source_state(cfg)
+            start = (state.marks.low if params["from_offsets"] == "earliest"
+                     else PartitionOffsets.from_json(params["from_offsets"]))
+            end = (ensure_cutover(state) if params["to_offsets"] == "cutover"
+                   else PartitionOffsets.from_json(params["to_offsets"]))
+            overlap = [r for r in ranges_between(start, end) if subtract([r], state.ledger.committed) != [r]]
+            if overlap and params["committed_ranges"] == "fail":
+                raise ValueError(f"requested range overlaps committed offsets in {', '.join(map(str, overlap))}")
+            todo = [s.index for s in plan_backfill(state, start, end, params["slices"])]
+            if not todo:
+                log.info("nothing to backfill: every offset of the range is committed")
+                return []
+            lanes = min(params["max_parallel_slices"], len(todo))
+            tuning = tuned_max_offsets(cfg, "backfill")
+            log.info("max offsets per batch: %s (%s)", tuning.max_offsets_per_batch, tuning.reason)
+            out = []
+            for lane in range(lanes):
+                run_id = _run_id(f"{cfg.name}-backfill-lane{lane}")
+                out.append({"run_id": run_id, "slices": todo[lane::lanes], "args": [
+                    "--pipeline", str(cfg.path), "--mode", "backfill", "--from", start.to_json(),
+                    "--to", end.to_json(), "--slices", str(params["slices"]),
+                    "--slice-index", ",".join(map(str, todo[lane::lanes])), "--run-id", run_id,
+                    "--max-offsets-per-batch", str(tuning.max_offsets_per_batch)]})
+            return out
+
+        @task(**RETRIES)
+        def validate_slice(lane: dict) -> dict:
+            return _validate(cfg, lane["run_id"]) | {"slices": lane["slices"]}
+
+        @task
+        def summary(results: list[dict]) -> dict:
+            results = list(results)
+            total = sum(r["offsets"] for r in results)
+            for r in results:
+                log.info("slices %s: run %s, %s offsets complete, report %s", r["slices"], r["run_id"],
+                         r["offsets"], r["report"])
+            log.info("backfill of %s: %s offsets in %s lanes, all complete", cfg.name, total, len(results))
+            return {"offsets": total, "lanes": len(results)}
+
+        lanes = plan()
+        submit = SparkSubmitOperator.partial(**_submit_args(cfg, "ingest_slice")).expand(
+            application_args=lanes.map(lambda lane: lane["args"]))
+        checked = validate_slice.expand(lane=lanes)
+        preflight() >> lanes >> submit >> checked
+        summary(checked)
+    return dag
+
+
+def incremental_dag(cfg: PipelineConfig) -> DAG:
+    """Scheduled tail from the committed position: preflight → tune → spark-submit → validate → report."""
+    with DAG(
+        dag_id=f"{cfg.name}_incremental",
+        description=f"Tail {cfg.source.topic} from its committed position into {cfg.target.table}",
+        schedule=cfg.tail.schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=["tailfill", cfg.name, "incremental"],
+        doc_md=__doc__,
+    ) as dag:
+
+        @task(**RETRIES)
+        def preflight() -> list[str]:
+            return _preflight(cfg, "tail")
+
+        @task
+        def tune() -> dict:
+            from tailfill.tuning import tuned_max_offsets
+
+            tuning = tuned_max_offsets(cfg, "tail")
+            log.info("max offsets per batch: %s (%s)", tuning.max_offsets_per_batch, tuning.reason)
+            run_id = _run_id(f"{cfg.name}-tail")
+            return {"run_id": run_id, "tuning": tuning.to_dict(), "args": [
+                "--pipeline", str(cfg.path), "--mode", "tail", "--once", "--run-id", run_id,
+                "--max-offsets-per-batch", str(tuning.max_offsets_per_batch)]}
+
+        @task(**RETRIES)
+        def validate(tuned: dict) -> dict:
+            return _validate(cfg, tuned["run_id"])
+
+        @task
+        def report(tuned: dict, checked: dict) -> dict:
+            log.info("tail run %s: %s offsets validated; batch cap %s (%s); report %s", tuned["run_id"],
+                     checked["offsets"], tuned["tuning"]["max_offsets_per_batch"], tuned["tuning"]["reason"],
+                     checked["report"])
+            return {"tuning": tuned["tuning"], **checked}
+
+        tuned = tune()
+        tail = SparkSubmitOperator(**_submit_args(cfg, "tail"), application_args=tuned["args"])
+        checked = validate(tuned)
+        preflight() >> tuned >> tail >> checked
+        report(tuned, checked)
+    return dag
+
+
+def build_dags(folder: Path | None = None) -> dict[str, DAG]:
+    """Both DAGs for every ``*.yaml`` in the pipelines folder; a broken file is logged, not fatal."""
+    dags: dict[str, DAG] = {}
+    for path in sorted((folder or pipelines_dir()).glob("*.yaml")):
+        try:
+            cfg = load_pipeline(path)
+        except ConfigError as exc:
+            log.error("skipping pipeline %s: %s", path, exc)
+            continue
+        for dag in (backfill_dag(cfg), incremental_dag(cfg)):
+            dags[dag.dag_id] = dag
+    return dags

@@ -1,0 +1,67 @@
+"""Run Airflow locally for tailfill: api-server, scheduler, dag-processor and triggerer on loopback.
+
+    PYTHONPATH=plugins .venv/bin/python -m tailfill_airflow.local [--port 8080]
+
+Uses ``airflow standalone`` with this project's DAGs and plugins, SQLite metadata in
+``$AIRFLOW_HOME`` (default ``.tailfill/airflow``), DAGs unpaused, the ``spark_default``
+connection on ``local[2]``, and the simple auth manager with the login ``admin`` / ``admin``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+USER, PASSWORD = "admin", "admin"
+
+
+def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for every Airflow process of the local setup."""
+    airflow_home.mkdir(parents=True, exist_ok=True)
+    passwords = airflow_home / "passwords.json"
+    passwords.write_text(json.dumps({USER: PASSWORD}))
+    env = dict(os.environ if base is None else base)
+    venv_bin = str(Path(sys.executable).parent)
+    env.update({
+        "AIRFLOW_HOME": str(airflow_home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__AUTH_MANAGER":
+            "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "TAILFILL_PIPELINES": env.get("TAILFILL_PIPELINES", str(REPO / "pipelines")),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "PATH": f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
+    })
+    return env
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=int(os.environ.get("TAILFILL_AIRFLOW_PORT", 8080)))
+    args = parser.parse_args()
+    home = Path(os.environ.get("AIRFLOW_HOME", REPO / ".tailfill" / "airflow")).absolute()
+    env = local_env(home, args.port)
+    print(f"Airflow UI: http://127.0.0.1:{args.port}  login {USER} / {PASSWORD}  (AIRFLOW_HOME={home})", flush=True)
+    airflow = str(Path(sys.executable).parent / "airflow")
+    os.execve(airflow, [airflow, "standalone"], env)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""Start the local Airflow (``tailfill_airflow.local``) for a test, talk to its REST API, stop all of it.
+
+    with AirflowServer(tmp / "airflow", env={"TAILFILL_HOME": ..., "TAILFILL_PIPELINES": ...}) as af:
+        run_id = af.trigger_dag("e2e_backfill", {"slices": 3})
+        af.wait_for_run("e2e_backfill", run_id, timeout=600)
+
+``airflow standalone`` runs in its own session on a free loopback port with its own
+``AIRFLOW_HOME``; at exit the process group is terminated (then killed), and any process left
+whose environment holds that ``AIRFLOW_HOME`` (a spark-submit JVM, a task runner that left the
+group) is killed too. Only the standard library is used for HTTP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from tailfill.broker import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "plugins"))
+from tailfill_airflow.local import PASSWORD, USER, local_env  # noqa: E402
+
+COMPONENTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+FINISHED = {"success", "failed"}
+
+
+def processes_with(marker: bytes) -> list[int]:
+    """PIDs (not ours) whose initial environment holds the exact entry ``marker`` (``NAME=value``)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if marker in (proc / "environ").read_bytes().split(b"\0"):
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def kill_marked(marker: bytes, timeout: float = 20) -> list[int]:
+    """SIGKILL every process carrying ``marker`` until none is left; returns the PIDs that were found."""
+    found: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while left := processes_with(marker):
+        found.update(left)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"processes still running after SIGKILL: {left}")
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+    return sorted(found)
+
+
+class AirflowError(AssertionError):
+    """A run that failed or did not finish in time, with the failed tasks and their logs."""
+
+
+class AirflowServer:
+    """Local Airflow (api-server, scheduler, dag-processor, triggerer) on ``127.0.0.1:<free port>``."""
+
+    def __init__(self, home: Path, env: dict[str, str] | None = None, port: int | None = None,
+                 start_timeout: float = 120):
+        self.home = Path(home).absolute()
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = self.home.parent / f"{self.home.name}.log"
+        self.start_timeout = start_timeout
+        base = dict(os.environ if env is None else env)
+        base["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "plugins"), base.get("PYTHONPATH")) if p)
+        self.env = local_env(self.home, self.port, base=base)
+        self.marker = f"AIRFLOW_HOME={self.env['AIRFLOW_HOME']}".encode()
+        self.proc: subprocess.Popen | None = None
+        self.token: str | None = None
+        self.leftovers: list[int] = []
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def __enter__(self) -> AirflowServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tailfill_airflow.local", "--port", str(self.port)],
+                env=self.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        try:
+            self._wait_healthy()
+            self.token = self._login()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """SIGTERM the process group, SIGKILL it after 30 s, then kill anything else with our AIRFLOW_HOME."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=30)
+            with contextlib.suppress(ProcessLookupError):  # children that outlived the standalone parent
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            while processes_with(self.marker) and time.monotonic() < deadline:
+                time.sleep(0.3)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+            self.proc = None
+        self.leftovers = kill_marked(self.marker)
+        assert not processes_with(self.marker), "Airflow processes are still running"
+
+    def log_tail(self, chars: int = 6000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return "(no log)"
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        last = "no answer"
+        while True:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"airflow standalone exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                health = self.request("GET", "/api/v2/monitor/health", auth=False)
+                last = json.dumps(health)
+                if all(health.get(c, {}).get("status") == "healthy" for c in COMPONENTS):
+                    return
+            except (OSError, urllib.error.URLError, ValueError) as exc:
+                last = repr(exc)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Airflow not healthy within {self.start_timeout:.0f} s (last: {last}); "
+                                   f"log {self.log_path}:\n{self.log_tail()}")
+            time.sleep(1)
+
+    def _login(self) -> str:
+        answer = self.request("POST", "/auth/token", {"username": USER, "password": PASSWORD}, auth=False)
+        return answer["access_token"]
+
+    # --- REST -----------------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, body: dict | None = None, *, auth: bool = True,
+                params: dict | None = None, timeout: float = 30):
+        """JSON in, JSON out; an HTTP error raises ``AirflowError`` with the status and body."""
+        url = self.url + path + (f"?{urllib.parse.urlencode(params)}" if params else "")
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(url, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            raise AirflowError(f"{method} {path} -> {exc.code}: {exc.read()[:2000]!r}") from None
+
+    @staticmethod
+    def _q(value: str) -> str:
+        return urllib.parse.quote(value, safe="")
+
+    def dag(self, dag_id: str) -> dict:
+        return self.request("GET", f"/api/v2/dags/{self._q(dag_id)}")
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 90) -> dict:
+        """The DAG once the dag-processor has parsed it (and it is not paused)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                dag = self.dag(dag_id)
+                if not dag["is_paused"]:
+                    return dag
+            except AirflowError as exc:
+                if "-> 404" not in str(exc):
+                    raise
+            if time.monotonic() > deadline:
+                errors = self.request("GET", "/api/v2/importErrors")
+                raise AirflowError(f"DAG {dag_id} not available within {timeout:.0f} s; import errors: "
+                                   f"{json.dumps(errors)[:3000]}\n{self.log_tail(3000)}")
+            time.sleep(1)
+
+    def trigger_dag(self, dag_id: str, conf: dict | None = None) -> str:
+        run = self.request("POST", f"/api/v2/dags/{self._q(dag_id)}/dagRuns",
+                           {"logical_date": None, "conf": conf or {}})
+        return run["dag_run_id"]
+
+    def dag_run(self, dag_id: str, run_id: str) -> dict:
+        return self.request("GET", f"/api/v2/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}")
+
+    def dag_runs(self, dag_id: str) -> list[dict]:
+        return self.request("GET", f"/api/v2/dags/{self._q(dag_id)}/dagRuns",
+                            params={"limit": 100, "order_by": "-run_after"})["dag_runs"]
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
+        path = f"/api/v2/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}/taskInstances"
+        return self.request("GET", path, params={"limit": 1000})["task_instances"]
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1):
+        """A task's XCom value (what a ``@task`` returned, by default)."""
+        path = (f"/api/v2/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}/taskInstances/{self._q(task_id)}"
+                f"/xcomEntries/{self._q(key)}")
+        value = self.request("GET", path, params={"map_index": map_index})["value"]
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                return json.loads(value)
+        return value
+
+    def task_log(self, ti: dict, max_lines: int = 80) -> str:
+        """The last lines of a task instance's log (its latest try), or why they could not be read."""
+        path = (f"/api/v2/dags/{self._q(ti['dag_id'])}/dagRuns/{self._q(ti['dag_run_id'])}/taskInstances/"
+                f"{self._q(ti['task_id'])}/logs/{max(ti['try_number'], 1)}")
+        try:
+            content = self.request("GET", path, params={"map_index": ti["map_index"], "full_content": "true"})
+        except AirflowError as exc:
+            return f"(log not available: {exc})"
+        lines = []
+        for entry in content.get("content", []):
+            if isinstance(entry, dict):
+                text = " ".join(str(entry[k]) for k in ("timestamp", "level", "event") if entry.get(k))
+                if entry.get("error_detail"):
+                    text += " " + json.dumps(entry["error_detail"])[:4000]
+                lines.append(text)
+            else:
+                lines.append(str(entry))
+        return "\n".join(lines[-max_lines:])
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 600, poll: float = 3) -> dict:
+        """Poll the run until it is ``success`` (returned) or ``failed``/timed out (``AirflowError``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            run = self.dag_run(dag_id, run_id)
+            if run["state"] == "success":
+                return run
+            if run["state"] == "failed" or time.monotonic() > deadline:
+                what = "failed" if run["state"] == "failed" else f"not finished after {timeout:.0f} s"
+                raise AirflowError(f"{dag_id} run {run_id} {what}:\n{self.describe_run(dag_id, run_id)}")
+            time.sleep(poll)
+
+    def describe_run(self, dag_id: str, run_id: str) -> str:
+        tis = self.task_instances(dag_id, run_id)
+        lines = ["task states: " + ", ".join(f"{t['task_id']}[{t['map_index']}]={t['state']}" for t in tis)]
+        for ti in tis:
+            if ti["state"] in ("failed", "up_for_retry"):
+                lines.append(f"--- {ti['state']} task {ti['task_id']} map_index={ti['map_index']} "
+                             f"try={ti['try_number']} id={ti['id']}:\n{self.task_log(ti)}")
+        lines.append(f"--- airflow log tail ({self.log_path}):\n{self.log_tail(3000)}")
+        return "\n".join(lines)

@@ -1,0 +1,81 @@
+"""The Airflow DAGs: parsing cost, and ``airflow dags test`` of both DAGs against the embedded broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import assert_exactly_once, high_watermarks
+
+from tailfill.reports import read_latest
+from tailfill.sample import produce_sample
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "plugins"))
+from tailfill_airflow.local import local_env  # noqa: E402
+
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+
+PARSE = """
+import json, sys, time
+from airflow.dag_processing.dagbag import DagBag
+started = time.perf_counter()
+bag = DagBag(dag_folder=sys.argv[1])
+print(json.dumps({"seconds": time.perf_counter() - started, "dags": sorted(bag.dags),
+                  "errors": {k: str(v) for k, v in bag.import_errors.items()},
+                  "pyspark": any(m == "pyspark" or m.startswith("pyspark.") for m in sys.modules)}))
+"""
+
+
+@pytest.fixture
+def airflow_env(tmp_path, home, make_pipeline):
+    """Airflow settings for a pipelines folder holding just one test pipeline, and its config."""
+    cfg = make_pipeline(name="afdemo", backfill__slices=2)
+    pipelines = tmp_path / "pipelines"
+    pipelines.mkdir()
+    (pipelines / "afdemo.yaml").write_text(Path(cfg.path).read_text())
+    env = local_env(tmp_path / "airflow", 0, base={**os.environ, "TAILFILL_HOME": str(home),
+                                                   "TAILFILL_PIPELINES": str(pipelines)})
+    return cfg, env
+
+
+def airflow(env: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run([AIRFLOW, *args], env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"airflow {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def test_dag_folder_parses_in_under_two_seconds_without_pyspark(airflow_env):
+    _, env = airflow_env
+    out = subprocess.run([sys.executable, "-c", PARSE, str(REPO / "dags")], env=env, capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["errors"] == {}
+    assert result["dags"] == ["afdemo_backfill", "afdemo_incremental"]
+    assert result["pyspark"] is False
+    assert result["seconds"] < 2.0, result
+
+
+def test_dags_test_of_backfill_then_incremental_lands_each_offset_once(airflow_env):
+    cfg, env = airflow_env
+    bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
+    produce_sample(bs, topic, 3_000, 4, bad_every=499)
+    airflow(env, "db", "migrate")
+
+    conf = {"slices": 2, "max_parallel_slices": 1}
+    airflow(env, "dags", "test", "afdemo_backfill", "--conf", json.dumps(conf))
+    backfilled = high_watermarks(cfg)
+    assert_exactly_once(cfg, backfilled)
+
+    produce_sample(bs, topic, 1_000, 4, bad_every=499)
+    airflow(env, "dags", "test", "afdemo_incremental")
+    assert_exactly_once(cfg, high_watermarks(cfg))
+    latest = read_latest(cfg)
+    assert latest["success"] and latest["scope"].startswith("run af-afdemo-tail-")
+    assert latest["offsets_checked"] == 1_000

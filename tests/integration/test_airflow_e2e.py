@@ -1,0 +1,227 @@
+"""End to end through Airflow: the generated DAGs run on a real local Airflow (``airflow standalone``).
+
+One Airflow per module (api-server, scheduler, dag-processor, triggerer on a free loopback port,
+its own AIRFLOW_HOME), one pipeline ``e2e`` on a fresh topic of the session broker. The backfill
+is triggered through the REST API with non-default params, then the incremental DAG tails what
+came after the cutover; every offset must land exactly once. A second test drives the UI in
+headless Chromium: log in, open the backfill DAG's trigger form, change a param, trigger, and
+look at the grid. Screenshots are written under the test's tmp_path (paths printed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from airflow_server import AirflowServer, kill_marked, processes_with
+from helpers import assert_exactly_once, high_watermarks
+
+from tailfill.config import load_pipeline
+from tailfill.reports import read_latest
+from tailfill.sample import produce_sample
+
+pytestmark = pytest.mark.integration
+
+DEMO = Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml"
+
+NAME = "e2e"
+BACKFILL, INCREMENTAL = f"{NAME}_backfill", f"{NAME}_incremental"
+HISTORY, LIVE, PARTITIONS, BAD_EVERY = 4_000, 1_000, 4, 499
+PARAMS = {"slices": 3, "max_parallel_slices": 1, "committed_ranges": "skip"}
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--window-size=1400,1000")
+
+
+@pytest.fixture(scope="module")
+def e2e_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("airflow-e2e")
+
+
+@pytest.fixture(scope="module")
+def pipeline(broker, e2e_dir):
+    """The demo pipeline as ``e2e`` on a fresh topic holding HISTORY records, alone in its folder.
+
+    The tail has no schedule: a scheduled incremental run would start as soon as Airflow is up
+    and race the backfill for the cutover; here every run is triggered by the test.
+    """
+    home, folder = e2e_dir / "home", e2e_dir / "pipelines"
+    folder.mkdir()
+    data = yaml.safe_load(DEMO.read_text())
+    data["name"] = NAME
+    data["source"]["bootstrap_servers"] = broker.bootstrap_servers
+    data["source"]["topic"] = f"t-e2e-{uuid.uuid4().hex[:10]}"
+    data["tail"]["schedule"] = None
+    path = folder / f"{NAME}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TAILFILL_HOME", str(home))  # the YAML's ${TAILFILL_HOME} resolves as in Airflow
+        cfg = load_pipeline(path)
+        produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, HISTORY, PARTITIONS, bad_every=BAD_EVERY)
+        yield cfg
+
+
+@pytest.fixture(scope="module")
+def airflow(pipeline, e2e_dir):
+    env = dict(os.environ, TAILFILL_HOME=str(e2e_dir / "home"), TAILFILL_PIPELINES=str(Path(pipeline.path).parent))
+    started = time.monotonic()
+    with AirflowServer(e2e_dir / "airflow", env=env) as server:
+        print(f"\nAirflow up at {server.url} in {time.monotonic() - started:.0f} s (log {server.log_path})")
+        for dag_id in (BACKFILL, INCREMENTAL):
+            server.wait_for_dag(dag_id)
+        yield server
+    if server.leftovers:
+        print(f"killed leftover Airflow processes: {server.leftovers}")
+
+
+def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipeline):
+    cfg = pipeline
+    run_id = airflow.trigger_dag(BACKFILL, PARAMS)
+    started = time.monotonic()
+    run = airflow.wait_for_run(BACKFILL, run_id, timeout=600)
+    print(f"backfill {run_id}: {run['state']} in {time.monotonic() - started:.0f} s")
+    assert run["conf"] == PARAMS
+
+    # The params were used: one lane (max_parallel_slices=1) carrying all three slices.
+    tis = airflow.task_instances(BACKFILL, run_id)
+    by_task: dict[str, list[dict]] = {}
+    for ti in tis:
+        by_task.setdefault(ti["task_id"], []).append(ti)
+    assert sorted(t["map_index"] for t in by_task["ingest_slice"]) == [0], by_task["ingest_slice"]
+    assert sorted(t["map_index"] for t in by_task["validate_slice"]) == [0]
+    assert {t["state"] for t in tis} == {"success"}, [(t["task_id"], t["map_index"], t["state"]) for t in tis]
+    lanes = airflow.xcom(BACKFILL, run_id, "plan")
+    assert [lane["slices"] for lane in lanes] == [[0, 1, 2]]
+    args = lanes[0]["args"]
+    assert args[args.index("--slices") + 1] == "3"
+    assert airflow.xcom(BACKFILL, run_id, "summary") == {"offsets": HISTORY, "lanes": 1}
+    history = high_watermarks(cfg)
+    assert sum(history.values()) == HISTORY
+    assert_exactly_once(cfg, history)
+
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, LIVE, PARTITIONS, bad_every=BAD_EVERY)
+    tail_id = airflow.trigger_dag(INCREMENTAL, {})
+    started = time.monotonic()
+    airflow.wait_for_run(INCREMENTAL, tail_id, timeout=480)
+    print(f"incremental {tail_id}: success in {time.monotonic() - started:.0f} s")
+
+    high = high_watermarks(cfg)
+    assert sum(high.values()) == HISTORY + LIVE
+    _, bad = assert_exactly_once(cfg, high)
+    assert bad, "the sample's bad records should be quarantined"
+    latest = read_latest(cfg)
+    assert latest is not None, "no validation report written"
+    assert latest["success"], latest["problems"]
+    assert len(latest["runs"]) == 1 and latest["runs"][0].startswith(f"af-{NAME}-tail-"), latest["runs"]
+    assert latest["offsets_checked"] == LIVE
+
+
+# --- the UI in headless Chromium ---------------------------------------------------------------
+
+
+@pytest.fixture
+def browser(tmp_path):
+    """Headless Chromium via chromedriver; the driver, the browser and its helpers are gone afterwards."""
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    for binary in (CHROMIUM, CHROMEDRIVER):
+        assert Path(binary).exists(), f"{binary} missing: apt-get install -y chromium chromium-driver"
+    profile = tmp_path / "chromium-profile"
+    profile.mkdir()
+    marker = f"TAILFILL_E2E_BROWSER={profile}"
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    env = dict(os.environ, TAILFILL_E2E_BROWSER=str(profile), SE_OFFLINE="true", SE_AVOID_STATS="true")
+    service = Service(CHROMEDRIVER, env=env, log_output=str(tmp_path / "chromedriver.log"))
+    driver = webdriver.Chrome(service=service, options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        with contextlib.suppress(Exception):
+            driver.quit()
+        deadline = time.monotonic() + 10
+        while processes_with(marker.encode()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = kill_marked(marker.encode())
+        if left:
+            print(f"killed leftover browser processes: {left}")
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_trigger_form_and_grid_in_headless_chromium(airflow, pipeline, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 45)
+    shots: list[Path] = []
+
+    def shot(name: str) -> Path:
+        path = tmp_path / f"{name}.png"
+        assert browser.save_screenshot(str(path)), f"screenshot {path} failed"
+        shots.append(path)
+        print(f"screenshot: {path}")
+        return path
+
+    # Log in through the simple auth manager's page.
+    browser.get(airflow.url + "/")
+    wait.until(ec.visibility_of_element_located((By.NAME, "username"))).send_keys("admin")
+    browser.find_element(By.NAME, "password").send_keys("admin")
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: "/auth/login" not in d.current_url)
+
+    # The DAG page's Trigger button opens the params form.
+    before = {r["dag_run_id"] for r in airflow.dag_runs(BACKFILL)}
+    browser.get(f"{airflow.url}/dags/{BACKFILL}")
+    wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))).click()
+    slices = wait.until(ec.visibility_of_element_located((By.NAME, "element_slices")))
+    form_fields = {e.get_attribute("name"): e.get_attribute("value")
+                   for e in browser.find_elements(By.CSS_SELECTOR, "input[name^=element_]")}
+    assert form_fields == {"element_from_offsets": "earliest", "element_to_offsets": "cutover",
+                           "element_slices": "4", "element_max_parallel_slices": "2",
+                           "element_committed_ranges": "skip"}, form_fields
+    slices.click()
+    slices.send_keys(Keys.CONTROL, "a")
+    slices.send_keys("2", Keys.TAB)
+    wait.until(lambda d: slices.get_attribute("value") == "2")
+    assert "Run Parameters" in browser.find_element(By.TAG_NAME, "body").text
+    shot("trigger-form")
+
+    submit = browser.find_element(By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]")
+    wait.until(lambda d: submit.is_enabled())
+    submit.click()
+    wait.until(ec.invisibility_of_element_located((By.NAME, "element_slices")))
+
+    deadline = time.monotonic() + 30
+    while not (new := [r for r in airflow.dag_runs(BACKFILL) if r["dag_run_id"] not in before]):
+        assert time.monotonic() < deadline, "no new dag run after submitting the trigger form"
+        time.sleep(1)
+    assert len(new) == 1, new
+    run = new[0]
+    assert run["run_type"] == "manual" and run["conf"].get("slices") == 2, run
+
+    browser.get(f"{airflow.url}/dags/{BACKFILL}/runs/{run['dag_run_id']}")
+    wait.until(lambda d: "ingest_slice" in d.find_element(By.TAG_NAME, "body").text)
+    shot("grid-after-trigger")
+
+    done = airflow.wait_for_run(BACKFILL, run["dag_run_id"], timeout=480)
+    assert done["state"] == "success"
+    browser.get(f"{airflow.url}/dags/{BACKFILL}")
+    wait.until(lambda d: "ingest_slice" in d.find_element(By.TAG_NAME, "body").text)
+    time.sleep(2)  # the grid bars load after the task list
+    assert "/auth/login" not in browser.current_url
+    shot("grid-finished")
+    for path in shots:
+        assert path.stat().st_size > 10_000, f"{path} looks empty"
