@@ -239,8 +239,13 @@ class AirflowServer:
         for entry in content.get("content", []):
             if isinstance(entry, dict):
                 text = " ".join(str(entry[k]) for k in ("timestamp", "level", "event") if entry.get(k))
-                if entry.get("error_detail"):
-                    text += " " + json.dumps(entry["error_detail"])[:4000]
+                for exc in entry.get("error_detail") or ():
+                    if not isinstance(exc, dict):
+                        text += f"\n    {exc}"
+                        continue
+                    frame = (exc.get("frames") or [{}])[-1]
+                    text += (f"\n    {exc.get('exc_type')}: {exc.get('exc_value')}"
+                             f" (at {frame.get('filename')}:{frame.get('lineno')})")
                 lines.append(text)
             else:
                 lines.append(str(entry))

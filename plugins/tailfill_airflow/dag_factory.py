@@ -133,7 +133,7 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
         def validate_slice(lane: dict) -> dict:
             return _validate(cfg, lane["run_id"]) | {"slices": lane["slices"]}
 
-        @task
+        @task(trigger_rule="none_failed")  # also when there was nothing to backfill (lanes skipped)
         def summary(results: list[dict]) -> dict:
             results = list(results)
             total = sum(r["offsets"] for r in results)

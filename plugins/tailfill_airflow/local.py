@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -19,8 +20,18 @@ REPO = Path(__file__).resolve().parents[2]
 USER, PASSWORD = "admin", "admin"
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for every Airflow process of the local setup."""
+    """The environment for every Airflow process of the local setup.
+
+    The scheduler's and triggerer's log servers get free ports, so that several local Airflows
+    (a developer's and the tests') never collide on the fixed defaults 8793/8794.
+    """
     airflow_home.mkdir(parents=True, exist_ok=True)
     passwords = airflow_home / "passwords.json"
     passwords.write_text(json.dumps({USER: PASSWORD}))
@@ -42,6 +53,8 @@ def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None)
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "TAILFILL_PIPELINES": env.get("TAILFILL_PIPELINES", str(REPO / "pipelines")),
         "SPARK_LOCAL_IP": "127.0.0.1",

@@ -129,7 +129,7 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
 @pytest.fixture
 def browser(tmp_path):
     """Headless Chromium via chromedriver; the driver, the browser and its helpers are gone afterwards."""
-    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium import webdriver  # the dev extra's selenium; chromium + chromium-driver from Debian
     from selenium.webdriver.chrome.service import Service
 
     for binary in (CHROMIUM, CHROMEDRIVER):
