@@ -338,14 +338,18 @@ def test_ports_are_published_on_loopback_only(services):
 # ---------------------------------------------------------------------------------------- Airflow
 
 
+def image_differences(compose, services, names, anchor: str) -> list[str]:
+    """Services among ``names`` whose image or build differs from the ``anchor`` block's."""
+    common = compose[anchor]
+    return [f"{name}: {key} {services[name].get(key)!r} differs from {anchor}'s {common.get(key)!r}"
+            for name in names for key in ("image", "build") if services[name].get(key) != common.get(key)]
+
+
 def test_airflow_services_share_one_image_and_environment(compose, services, airflow_services):
     common = compose[AIRFLOW_ANCHOR]
-    problems = []
+    problems = image_differences(compose, services, airflow_services, AIRFLOW_ANCHOR)
     for name in airflow_services:
         svc = services[name]
-        for key in ("image", "build"):
-            if svc.get(key) != common.get(key):
-                problems.append(f"{name}: {key} {svc.get(key)!r} differs from {AIRFLOW_ANCHOR}'s {common.get(key)!r}")
         for var, value in env(common).items():
             if env(svc).get(var) != value:
                 problems.append(f"{name}: {var} = {env(svc).get(var)!r}, not the common {value!r}")
@@ -450,15 +454,10 @@ def test_airflow_login_users_have_passwords_on_a_writable_path(services, airflow
 
 
 def test_spark_services_share_one_image_and_environment(compose, services, spark_services):
-    common = compose[SPARK_ANCHOR]
-    problems = []
-    for name in spark_services:
-        svc = services[name]
-        for key in ("image", "build"):
-            if svc.get(key) != common.get(key):
-                problems.append(f"{name}: {key} {svc.get(key)!r} differs from {SPARK_ANCHOR}'s {common.get(key)!r}")
-        problems += [f"{name}: {var} = {env(svc).get(var)!r}, the contract says {value!r}"
-                     for var, value in SHARED_CONTRACT.items() if env(svc).get(var) != value]
+    problems = image_differences(compose, services, spark_services, SPARK_ANCHOR)
+    problems += [f"{name}: {var} = {env(services[name]).get(var)!r}, the contract says {value!r}"
+                 for name in spark_services for var, value in SHARED_CONTRACT.items()
+                 if env(services[name]).get(var) != value]
     fail_on(problems)
 
 
