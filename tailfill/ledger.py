@@ -19,7 +19,15 @@ from dataclasses import dataclass, field
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
-from tailfill.offsets import OffsetRange, PartitionOffsets, merge, ranges_from_json, ranges_to_json, subtract
+from tailfill.offsets import (
+    OffsetRange,
+    PartitionOffsets,
+    intersect_all,
+    merge,
+    ranges_from_json,
+    ranges_to_json,
+    subtract,
+)
 
 COMMITTED_PROP = "tailfill.committed-ranges"
 LOST_PROP = "tailfill.lost-ranges"
@@ -123,7 +131,7 @@ def commit_batch(table: Table, batch: BatchCommit, rewrite: Rewriter) -> CommitR
         if not new:
             return CommitResult([], asked, None)
         files = list(batch.files) if new == asked else rewrite(batch.files, new)
-        lost = [r for r in subtract(batch.lost, ledger.lost) if subtract([r], new) == []]
+        lost = intersect_all(subtract(batch.lost, ledger.lost), new)
         summary = {
             SUMMARY_PIPELINE: batch.pipeline,
             SUMMARY_RUN: batch.run_id,

@@ -44,14 +44,20 @@ def _submit_args(cfg: PipelineConfig, task_id: str) -> dict:
     }
 
 
-def _preflight(cfg: PipelineConfig, mode: str) -> list[str]:
-    from tailfill.preflight import preflight
+def _preflight_task(cfg: PipelineConfig, mode: str):
+    """The ``preflight`` task of a DAG: every check, then the code archive shipped to executors."""
 
-    passed = preflight(cfg, mode)
-    TailfillHook.code_archive()
-    for line in passed:
-        log.info("preflight ok: %s", line)
-    return passed
+    @task(task_id="preflight", **RETRIES)
+    def preflight() -> list[str]:
+        from tailfill.preflight import preflight as run_checks
+
+        passed = run_checks(cfg, mode)
+        TailfillHook.code_archive()
+        for line in passed:
+            log.info("preflight ok: %s", line)
+        return passed
+
+    return preflight()
 
 
 def _validate(cfg: PipelineConfig, run_id: str) -> dict:
@@ -92,10 +98,6 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
         },
         doc_md=__doc__,
     ) as dag:
-
-        @task(**RETRIES)
-        def preflight() -> list[str]:
-            return _preflight(cfg, "backfill")
 
         @task
         def plan() -> list[dict]:
@@ -147,7 +149,7 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
         submit = SparkSubmitOperator.partial(**_submit_args(cfg, "ingest_slice")).expand(
             application_args=lanes.map(lambda lane: lane["args"]))
         checked = validate_slice.expand(lane=lanes)
-        preflight() >> lanes >> submit >> checked
+        _preflight_task(cfg, "backfill") >> lanes >> submit >> checked
         summary(checked)
     return dag
 
@@ -164,10 +166,6 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
         tags=["tailfill", cfg.name, "incremental"],
         doc_md=__doc__,
     ) as dag:
-
-        @task(**RETRIES)
-        def preflight() -> list[str]:
-            return _preflight(cfg, "tail")
 
         @task
         def tune() -> dict:
@@ -194,7 +192,7 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
         tuned = tune()
         tail = SparkSubmitOperator(**_submit_args(cfg, "tail"), application_args=tuned["args"])
         checked = validate(tuned)
-        preflight() >> tuned >> tail >> checked
+        _preflight_task(cfg, "tail") >> tuned >> tail >> checked
         report(tuned, checked)
     return dag
 

@@ -24,9 +24,6 @@ class TailfillHook(BaseHook):
     login and password; they reach the job as the environment variables the pipeline names.
     """
 
-    conn_name_attr = "kafka_conn_id"
-    hook_name = "Tailfill"
-
     def __init__(self, cfg: PipelineConfig):
         super().__init__()
         self.cfg = cfg

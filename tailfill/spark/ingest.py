@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pyiceberg.table import Table
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
@@ -147,8 +148,9 @@ def _progress_line(req: IngestRequest, done: list[dict], started: float) -> str:
     return f"[{req.label}] {offsets:,}/{planned:,} offsets{pct} {rate:,.0f} rows/s {len(done)} batches{eta}"
 
 
-def _run_query(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, log: Callable[[str], None]) -> None:
-    data_table, quarantine_table = ensure_tables(cfg)
+def _run_query(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, tables: tuple[Table, Table],
+               log: Callable[[str], None]) -> None:
+    data_table, quarantine_table = tables
     reader = (
         spark.readStream.format("tailfill_kafka")
         .option("source", cfg.source.model_dump_json())
@@ -206,7 +208,8 @@ def run_ingest(
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     req.checkpoint.parent.mkdir(parents=True, exist_ok=True)
     result = IngestResult(req.run_id, req.label)
-    data_table, _ = ensure_tables(cfg)
+    tables = ensure_tables(cfg)
+    data_table = tables[0]
     _retire_stale_checkpoint(req, read_ledger(data_table).committed, log)
     started = time.monotonic()
     consecutive = 0
@@ -214,7 +217,7 @@ def run_ingest(
         data_table.refresh()
         before = read_ledger(data_table).committed
         try:
-            _run_query(spark, cfg, req, log)
+            _run_query(spark, cfg, req, tables, log)
             break
         except StreamingQueryException as exc:
             kind, message = explain(exc)
