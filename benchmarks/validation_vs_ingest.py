@@ -33,12 +33,13 @@ def main() -> int:
     home = Path(tempfile.mkdtemp(prefix="tailfill-bench-"))
     os.environ["TAILFILL_HOME"] = str(home)
 
-    from tailfill.broker import EmbeddedBroker
     from tailfill.config import load_pipeline
-    from tailfill.sample import produce_sample
-    from tailfill.spark.job import parse_args, run
-    from tailfill.spark.session import get_session
-    from tailfill.validation import validate
+    from tailfill.dev.broker import EmbeddedBroker
+    from tailfill.dev.sample import produce_sample
+    from tailfill.proof.validate import validate
+    from tailfill.run.spark_job import run
+    from tailfill.run.spark_session import get_session
+    from tailfill.run.submit import backfill_spec
 
     with EmbeddedBroker() as broker:
         spec = yaml.safe_load((REPO / "pipelines" / "demo.yaml").read_text())
@@ -56,7 +57,7 @@ def main() -> int:
         spark.range(10).count()  # JVM warm-up is not ingest work
 
         t0 = time.perf_counter()
-        results = run(parse_args(["--pipeline", str(path), "--mode", "backfill"]), spark=spark)
+        results = run(backfill_spec(cfg), spark=spark)
         ingest_s = time.perf_counter() - t0
         offsets = sum(r.offsets for r in results)
 

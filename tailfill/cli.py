@@ -7,11 +7,12 @@ import sys
 import time
 from collections.abc import Callable
 
-from tailfill.broker import BrokerError, broker_down, broker_state, broker_up, resolve_bootstrap
-from tailfill.config import ConfigError, PipelineConfig, resolve_pipeline, tailfill_home
-from tailfill.kafka_client import KafkaSourceError
-from tailfill.lake import LakeError
-from tailfill.submit import run_job
+from tailfill.config import PipelineConfig, resolve_pipeline, tailfill_home
+from tailfill.dev.broker import broker_down, broker_state, broker_up, resolve_bootstrap
+from tailfill.errors import TailfillError
+from tailfill.lake.batch_report import runs_dir
+from tailfill.offsets import PartitionOffsets
+from tailfill.run.submit import IngestResult, JobSpec, backfill_spec, new_run_id, run_job
 
 
 def _say(line: str) -> None:
@@ -31,7 +32,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_produce_sample(args: argparse.Namespace) -> int:
-    from tailfill.sample import produce_sample
+    from tailfill.dev.sample import produce_sample
 
     cfg = resolve_pipeline(args.pipeline)
     bootstrap = resolve_bootstrap(cfg.source.bootstrap_servers)
@@ -49,7 +50,7 @@ def cmd_produce_sample(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summarise(cfg: PipelineConfig, what: str, code: int, results: list[dict]) -> int:
+def _summarise(cfg: PipelineConfig, what: str, code: int, results: list[IngestResult]) -> int:
     if code != 0:
         _say(f"{what} of {cfg.name} failed (exit {code}); the cause is printed above")
         return code
@@ -60,36 +61,38 @@ def _summarise(cfg: PipelineConfig, what: str, code: int, results: list[dict]) -
     _say(f"  {'part':<28} {'batches':>7} {'offsets':>10} {'rows':>10} {'quarantined':>11} {'rows/s':>9} "
          f"{'restarts':>8}")
     for r in results:
-        rate = (r["rows"] + r["quarantined"]) / r["seconds"] if r["seconds"] else 0
-        part = r["label"].removeprefix(f"{cfg.name} ").removeprefix(f"{what} ")
-        _say(f"  {part[:28]:<28} {r['batches']:>7} {r['offsets']:>10,} {r['rows']:>10,} "
-             f"{r['quarantined']:>11,} {rate:>9,.0f} {r['restarts']:>8}")
-    _say(f"  run id {results[0]['run_id']}; per-batch metrics in {tailfill_home() / 'runs' / cfg.name}")
+        part = r.label.removeprefix(f"{cfg.name} ").removeprefix(f"{what} ")
+        _say(f"  {part[:28]:<28} {r.batches:>7} {r.offsets:>10,} {r.rows:>10,} "
+             f"{r.quarantined:>11,} {r.rows_per_second:>9,.0f} {r.restarts:>8}")
+    _say(f"  run id {results[0].run_id}; per-batch metrics in {runs_dir(cfg.name) / results[0].run_id}")
     return 0
+
+
+def _offsets(text: str | None) -> PartitionOffsets | None:
+    return PartitionOffsets.from_json(text) if text else None
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     cfg = resolve_pipeline(args.pipeline)
-    job = ["--pipeline", cfg.path or args.pipeline, "--mode", "backfill"]
-    for flag, value in (("--from", args.start), ("--to", args.end), ("--slices", args.slices)):
-        if value is not None:
-            job += [flag, str(value)]
-    code, results = run_job(job)
+    spec = backfill_spec(cfg, _offsets(args.start), _offsets(args.end), args.slices)
+    if spec is None:
+        return _summarise(cfg, "backfill", 0, [])
+    code, results = run_job(spec)
     return _summarise(cfg, "backfill", code, results)
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
     cfg = resolve_pipeline(args.pipeline)
-    job = ["--pipeline", cfg.path or args.pipeline, "--mode", "tail"] + (["--once"] if args.once else [])
-    if getattr(args, "stop_after", None):
-        job += ["--stop-after", str(args.stop_after)]
-    code, results = run_job(job)
+    spec = JobSpec(cfg.path or args.pipeline, "tail", new_run_id("tail"), once=args.once,
+                   stop_after_seconds=getattr(args, "stop_after", None))
+    code, results = run_job(spec)
     return _summarise(cfg, "tail", code, results)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from tailfill.plan import source_state
-    from tailfill.status import format_status, pipeline_status
+    from tailfill.proof.reports import read_latest
+    from tailfill.run.plan import source_state
+    from tailfill.run.status import format_status, pipeline_status
 
     cfg = resolve_pipeline(args.pipeline)
     state = source_state(cfg)
@@ -97,8 +100,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     quarantined = sum(int(s.summary.additional_properties.get("added-records", 0))
                       for s in state.quarantine.snapshots() if s.summary)
     _say(format_status(cfg.name, rows, quarantined))
-    from tailfill.reports import read_latest
-
     latest = read_latest(cfg)
     if latest:
         verdict = "complete" if latest["success"] else f"INCOMPLETE ({len(latest['problems'])} problems)"
@@ -110,7 +111,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from tailfill.preflight import PreflightError, preflight
+    from tailfill.errors import PreflightError
+    from tailfill.run.preflight import preflight
 
     cfg = resolve_pipeline(args.pipeline)
     try:
@@ -124,8 +126,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from tailfill.spark.session import get_session
-    from tailfill.validation import validate
+    from tailfill.proof.validate import validate
+    from tailfill.run.spark_session import get_session
 
     cfg = resolve_pipeline(args.pipeline)
     spark = get_session(app_name=f"tailfill-{cfg.name}-validate")
@@ -230,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, BrokerError, KafkaSourceError, LakeError, ValueError) as exc:
+    except (TailfillError, ValueError) as exc:  # ValueError: malformed offsets JSON
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

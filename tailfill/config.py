@@ -20,14 +20,14 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tailfill.errors import ConfigError
+from tailfill.schema import table_schema
+
 RESERVED_PREFIX = "kafka_"
+EMBEDDED = "embedded"  # bootstrap_servers of the local broker started by `tailfill broker up`
 # librdkafka settings that carry secrets: passwords, client secrets, JAAS configs, inline PEM keys.
 SECRET_HINTS = ("password", "secret", "jaas", "ssl.key.pem", "ssl.keystore.key")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-class ConfigError(ValueError):
-    """A pipeline definition is malformed; the message names file, field and fix."""
 
 
 def tailfill_home() -> Path:
@@ -37,6 +37,11 @@ def tailfill_home() -> Path:
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# Where the login of ``security.airflow_conn_id`` travels when the pipeline names no variables.
+AIRFLOW_USERNAME_ENV = "TAILFILL_KAFKA_USERNAME"
+AIRFLOW_PASSWORD_ENV = "TAILFILL_KAFKA_PASSWORD"
 
 
 class SecurityConfig(_Model):
@@ -50,13 +55,27 @@ class SecurityConfig(_Model):
 
     @model_validator(mode="after")
     def _sasl_needs_credentials(self) -> SecurityConfig:
-        creds = self.sasl_mechanism and self.username_env and self.password_env
-        if self.protocol.startswith("SASL") and self.airflow_conn_id is None and not creds:
-                raise ValueError(
-                    "SASL needs sasl_mechanism, username_env and password_env "
-                    "(or airflow_conn_id); secrets are read from those environment variables"
-                )
+        if not self.protocol.startswith("SASL"):
+            return self
+        if self.sasl_mechanism is None:
+            raise ValueError(f"{self.protocol} needs sasl_mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
+        if self.airflow_conn_id is None and not (self.username_env and self.password_env):
+            raise ValueError(
+                "SASL needs username_env and password_env (or airflow_conn_id); "
+                "secrets are read from those environment variables"
+            )
         return self
+
+    @property
+    def credential_env(self) -> tuple[str, str] | None:
+        """The environment variables holding login and password, or None without SASL.
+
+        With ``airflow_conn_id``, the Airflow side puts the connection's login there (the
+        pipeline's own ``*_env`` names if it gives them, else ``TAILFILL_KAFKA_USERNAME/PASSWORD``).
+        """
+        if not self.protocol.startswith("SASL"):
+            return None
+        return (self.username_env or AIRFLOW_USERNAME_ENV, self.password_env or AIRFLOW_PASSWORD_ENV)
 
 
 class SourceConfig(_Model):
@@ -212,9 +231,7 @@ class PipelineConfig(_Model):
 
     @model_validator(mode="after")
     def _expectations_name_columns(self) -> PipelineConfig:
-        from tailfill.records import table_schema  # local: records imports this module
-
-        columns = set(table_schema(self.format).names)
+        columns = set(table_schema(self.format.fields).names)
         unknown = sorted({e.column for e in self.expectations} - columns)
         if unknown:
             raise ValueError(f"expectations name unknown columns: {', '.join(unknown)} "

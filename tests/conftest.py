@@ -25,13 +25,13 @@ os.environ.update(
         "AWS_EC2_METADATA_DISABLED": "true",
         "AWS_ACCESS_KEY_ID": "tailfill-test",
         "AWS_SECRET_ACCESS_KEY": "tailfill-test",
-        # File-based failpoints (tailfill.faults.maybe_fail) are armed in here by tests.
+        # File-based failpoints (tailfill.dev.faults.maybe_fail) are armed in here by tests.
         "TAILFILL_FAULT_DIR": tempfile.mkdtemp(prefix="tailfill-faults-"),
     }
 )
 
-from tailfill.broker import EmbeddedBroker, free_port
 from tailfill.config import PipelineConfig, load_pipeline
+from tailfill.dev.broker import EmbeddedBroker, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "pipelines" / "demo.yaml"
@@ -45,7 +45,7 @@ def broker():
 
 @pytest.fixture(scope="session")
 def spark():
-    from tailfill.spark.session import get_session
+    from tailfill.run.spark_session import get_session
 
     session = get_session()
     yield session
@@ -114,7 +114,7 @@ def make_pipeline(tmp_path, broker, home):
 
 @pytest.fixture
 def arm_fault():
-    """Arm ``tailfill.faults.maybe_fail(point)`` to fail ``count`` times; disarmed after the test."""
+    """Arm ``tailfill.dev.faults.maybe_fail(point)`` to fail ``count`` times; disarmed after the test."""
     armed = []
 
     def arm(point: str, count: int) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections import Counter
 
 from tailfill.config import PipelineConfig
-from tailfill.lake import ensure_tables
+from tailfill.lake.tables import ensure_tables
+from tailfill.offsets import PartitionOffsets
+from tailfill.run.submit import IngestResult, JobSpec, backfill_spec, new_run_id
 
 
 def ingested(cfg: PipelineConfig) -> tuple[Counter, Counter]:
@@ -37,15 +39,25 @@ def assert_exactly_once(cfg: PipelineConfig, high: dict[int, int]) -> tuple[Coun
 
 
 def high_watermarks(cfg: PipelineConfig) -> dict[int, int]:
-    from tailfill.kafka_client import consumer_config, list_partitions, watermarks
+    from tailfill.source.kafka import consumer_config, list_partitions, watermarks
 
     conf = consumer_config(cfg.source)
     marks = watermarks(conf, list_partitions(conf, cfg.source.topic))
     return {tp.partition: marks.high[tp] for tp in marks.high}
 
 
-def run_job(spark, *argv: str) -> list:
-    """Run the Spark job in-process on the shared session (same code as spark_jobs/ingest.py)."""
-    from tailfill.spark.job import parse_args, run
+def backfill(spark, cfg: PipelineConfig, start: dict | None = None, end: dict | None = None,
+             slices: int | None = None) -> list[IngestResult]:
+    """Plan a backfill as ``tailfill backfill`` does and run the job in-process on the shared session."""
+    from tailfill.run.spark_job import run
 
-    return run(parse_args(list(argv)), spark=spark)
+    spec = backfill_spec(cfg, start and PartitionOffsets.from_dict(start), end and PartitionOffsets.from_dict(end),
+                         slices)
+    return [] if spec is None else run(spec, spark)
+
+
+def tail(spark, cfg: PipelineConfig, once: bool = True, stop_after: float | None = None) -> list[IngestResult]:
+    """Run the tail job in-process on the shared session (same code as spark_jobs/ingest.py)."""
+    from tailfill.run.spark_job import run
+
+    return run(JobSpec(cfg.path, "tail", new_run_id("tail"), once=once, stop_after_seconds=stop_after), spark)

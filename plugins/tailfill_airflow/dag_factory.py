@@ -1,8 +1,10 @@
 """Build ``<pipeline>_backfill`` and ``<pipeline>_incremental`` DAGs from the pipeline YAMLs.
 
 Parsing reads YAML and builds task objects only: no broker, no Spark, no pyspark import. Tasks
-call the tailfill core at run time; Spark work goes through the apache-spark provider's
-``SparkSubmitOperator`` with the master of the ``spark_default`` connection.
+call the tailfill core at run time, with the pipeline's Kafka login from its Airflow connection
+(:class:`~tailfill_airflow.hooks.TailfillHook`); Spark work goes through
+:class:`~tailfill_airflow.operators.TailfillSubmitOperator` (the apache-spark provider's operator)
+with the master of the ``spark_default`` connection.
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param, get_current_context, task
 
-import tailfill
-from tailfill.config import ConfigError, PipelineConfig, load_pipeline, pipelines_dir, tailfill_home
-from tailfill_airflow.hooks import JOB, TailfillHook
+from tailfill.config import PipelineConfig, load_pipeline, pipelines_dir
+from tailfill.errors import ConfigError
+from tailfill_airflow.hooks import TailfillHook
+from tailfill_airflow.operators import TailfillSubmitOperator, code_archive_path
 
 log = logging.getLogger(__name__)
 START = datetime(2026, 1, 1)
@@ -29,30 +31,17 @@ def _run_id(prefix: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"af-{prefix}-{get_current_context()['run_id']}").strip("-")
 
 
-def _submit_args(cfg: PipelineConfig, task_id: str) -> dict:
-    """SparkSubmitOperator arguments shared by the backfill slices and the tail."""
-    hook = TailfillHook(cfg)
-    return {
-        "task_id": task_id,
-        "application": JOB,
-        "conn_id": "spark_default",
-        "conf": hook.spark_conf(),
-        "env_vars": hook.env_vars(),
-        "py_files": str(tailfill_home() / "dist" / f"tailfill-{tailfill.__version__}.zip"),
-        "name": f"tailfill-{cfg.name}",
-        **RETRIES,
-    }
-
-
 def _preflight_task(cfg: PipelineConfig, mode: str):
     """The ``preflight`` task of a DAG: every check, then the code archive shipped to executors."""
 
     @task(task_id="preflight", **RETRIES)
     def preflight() -> list[str]:
-        from tailfill.preflight import preflight as run_checks
+        from tailfill.run.preflight import preflight as run_checks
+        from tailfill.run.runtime import code_archive
 
-        passed = run_checks(cfg, mode)
-        TailfillHook.code_archive()
+        with TailfillHook(cfg).credentials_exported():
+            passed = run_checks(cfg, mode)
+        code_archive(code_archive_path())
         for line in passed:
             log.info("preflight ok: %s", line)
         return passed
@@ -61,8 +50,8 @@ def _preflight_task(cfg: PipelineConfig, mode: str):
 
 
 def _validate(cfg: PipelineConfig, run_id: str) -> dict:
-    from tailfill.spark.session import get_session
-    from tailfill.validation import validate
+    from tailfill.proof.validate import validate
+    from tailfill.run.spark_session import get_session
 
     report = validate(cfg, get_session(app_name=f"tailfill-{cfg.name}-validate"), run_id=run_id)
     log.info("validation of %s: %s (%s offsets) report %s", run_id,
@@ -101,20 +90,23 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
 
         @task
         def plan() -> list[dict]:
+            """The slices to run, planned once: each lane gets its slices' exact bounds."""
             from tailfill.offsets import PartitionOffsets, ranges_between, subtract
-            from tailfill.plan import ensure_cutover, plan_backfill, source_state
-            from tailfill.tuning import tuned_max_offsets
+            from tailfill.run.plan import ensure_cutover, plan_backfill, source_state
+            from tailfill.run.submit import JobSpec
+            from tailfill.run.tuning import tuned_max_offsets
 
             params = get_current_context()["params"]
-            state = source_state(cfg)
-            start = (state.marks.low if params["from_offsets"] == "earliest"
-                     else PartitionOffsets.from_json(params["from_offsets"]))
-            end = (ensure_cutover(state) if params["to_offsets"] == "cutover"
-                   else PartitionOffsets.from_json(params["to_offsets"]))
+            with TailfillHook(cfg).credentials_exported():
+                state = source_state(cfg)
+                start = (state.marks.low if params["from_offsets"] == "earliest"
+                         else PartitionOffsets.from_json(params["from_offsets"]))
+                end = (ensure_cutover(state) if params["to_offsets"] == "cutover"
+                       else PartitionOffsets.from_json(params["to_offsets"]))
             overlap = [r for r in ranges_between(start, end) if subtract([r], state.ledger.committed) != [r]]
             if overlap and params["committed_ranges"] == "fail":
                 raise ValueError(f"requested range overlaps committed offsets in {', '.join(map(str, overlap))}")
-            todo = [s.index for s in plan_backfill(state, start, end, params["slices"])]
+            todo = plan_backfill(state, start, end, params["slices"])
             if not todo:
                 log.info("nothing to backfill: every offset of the range is committed")
                 return []
@@ -123,12 +115,9 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
             log.info("max offsets per batch: %s (%s)", tuning.max_offsets_per_batch, tuning.reason)
             out = []
             for lane in range(lanes):
-                run_id = _run_id(f"{cfg.name}-backfill-lane{lane}")
-                out.append({"run_id": run_id, "slices": todo[lane::lanes], "args": [
-                    "--pipeline", str(cfg.path), "--mode", "backfill", "--from", start.to_json(),
-                    "--to", end.to_json(), "--slices", str(params["slices"]),
-                    "--slice-index", ",".join(map(str, todo[lane::lanes])), "--run-id", run_id,
-                    "--max-offsets-per-batch", str(tuning.max_offsets_per_batch)]})
+                spec = JobSpec(str(cfg.path), "backfill", _run_id(f"{cfg.name}-backfill-lane{lane}"),
+                               tuple(todo[lane::lanes]), max_offsets_per_batch=tuning.max_offsets_per_batch)
+                out.append({"run_id": spec.run_id, "slices": [s.index for s in spec.slices], "args": spec.argv()})
             return out
 
         @task(**RETRIES)
@@ -146,7 +135,8 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
             return {"offsets": total, "lanes": len(results)}
 
         lanes = plan()
-        submit = SparkSubmitOperator.partial(**_submit_args(cfg, "ingest_slice")).expand(
+        submit = TailfillSubmitOperator.partial(task_id="ingest_slice", pipeline=str(cfg.path),
+                                                name=f"tailfill-{cfg.name}-backfill", **RETRIES).expand(
             application_args=lanes.map(lambda lane: lane["args"]))
         checked = validate_slice.expand(lane=lanes)
         _preflight_task(cfg, "backfill") >> lanes >> submit >> checked
@@ -169,14 +159,14 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
 
         @task
         def tune() -> dict:
-            from tailfill.tuning import tuned_max_offsets
+            from tailfill.run.submit import JobSpec
+            from tailfill.run.tuning import tuned_max_offsets
 
             tuning = tuned_max_offsets(cfg, "tail")
             log.info("max offsets per batch: %s (%s)", tuning.max_offsets_per_batch, tuning.reason)
-            run_id = _run_id(f"{cfg.name}-tail")
-            return {"run_id": run_id, "tuning": tuning.to_dict(), "args": [
-                "--pipeline", str(cfg.path), "--mode", "tail", "--once", "--run-id", run_id,
-                "--max-offsets-per-batch", str(tuning.max_offsets_per_batch)]}
+            spec = JobSpec(str(cfg.path), "tail", _run_id(f"{cfg.name}-tail"), once=True,
+                           max_offsets_per_batch=tuning.max_offsets_per_batch)
+            return {"run_id": spec.run_id, "tuning": tuning.to_dict(), "args": spec.argv()}
 
         @task(**RETRIES)
         def validate(tuned: dict) -> dict:
@@ -190,7 +180,8 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
             return {"tuning": tuned["tuning"], **checked}
 
         tuned = tune()
-        tail = SparkSubmitOperator(**_submit_args(cfg, "tail"), application_args=tuned["args"])
+        tail = TailfillSubmitOperator(task_id="tail", pipeline=str(cfg.path), name=f"tailfill-{cfg.name}-tail",
+                                      application_args=tuned["args"], **RETRIES)
         checked = validate(tuned)
         _preflight_task(cfg, "tail") >> tuned >> tail >> checked
         report(tuned, checked)

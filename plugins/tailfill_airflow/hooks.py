@@ -1,84 +1,81 @@
-"""``TailfillHook``: the connections and environment a pipeline's Spark job needs."""
+"""``TailfillHook``: a pipeline's Kafka login (an Airflow connection) and its Spark job's environment.
+
+Like the apache-spark provider's ``SparkSubmitHook``, the hook names its connection attribute
+(``conn_name_attr``) and reads the connection with ``get_connection`` when a task runs, never when
+the DAG is parsed. The login reaches the consumer two ways: as environment variables of the
+``spark-submit`` it feeds (:class:`~tailfill_airflow.operators.TailfillSubmitOperator`), and in the
+worker's own environment for tasks that talk to the broker themselves (plan, preflight).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
-import sys
-import zipfile
-from pathlib import Path
+from collections.abc import Iterator
 
 from airflow.sdk import BaseHook
+from airflow.sdk.log import mask_secret
 
-import tailfill
 from tailfill.config import PipelineConfig, tailfill_home
-from tailfill.submit import REPO
+from tailfill.errors import ConfigError
+from tailfill.run import runtime
 
-JOB = str(REPO / "spark_jobs" / "ingest.py")
-LOG4J = REPO / "spark_jobs" / "log4j2.properties"
+# Settings a job inherits from the Airflow worker when they are set there.
+PASSED_THROUGH = ("TAILFILL_PIPELINES", "TAILFILL_BOOTSTRAP_SERVERS", "TAILFILL_CATALOG_URI", "TAILFILL_S3_ENDPOINT",
+                  "TAILFILL_SPARK_DRIVER_HOST", "JAVA_HOME")
 
 
 class TailfillHook(BaseHook):
-    """Builds the Spark submission environment; secrets come only from Airflow connections or env.
+    """Reads a pipeline's Kafka login from its Airflow connection (``source.security.airflow_conn_id``)."""
 
-    A pipeline's ``source.security.airflow_conn_id`` names the connection holding the Kafka
-    login and password; they reach the job as the environment variables the pipeline names.
-    """
+    conn_name_attr = "kafka_conn_id"
+    default_conn_name = "kafka_default"
+    conn_type = "generic"
+    hook_name = "Tailfill Kafka login"
 
-    def __init__(self, cfg: PipelineConfig):
+    def __init__(self, cfg: PipelineConfig, kafka_conn_id: str | None = None):
         super().__init__()
         self.cfg = cfg
+        self.kafka_conn_id = kafka_conn_id or cfg.source.security.airflow_conn_id
 
-    def env_vars(self) -> dict[str, str]:
-        """Environment for spark-submit: state location, interpreter, loopback, credentials."""
-        env = {
-            "TAILFILL_HOME": str(tailfill_home()),
-            "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
-            "AWS_EC2_METADATA_DISABLED": "true",
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        }
-        for name in ("TAILFILL_PIPELINES", "TAILFILL_BOOTSTRAP_SERVERS", "TAILFILL_CATALOG_URI",
-                     "TAILFILL_S3_ENDPOINT", "SPARK_LOCAL_IP", "JAVA_HOME"):
-            if name in os.environ:
-                env[name] = os.environ[name]
+    def credentials_env(self) -> dict[str, str]:
+        """``{username variable: login, password variable: password}`` from the connection, read now.
+
+        Empty when the pipeline does not authenticate with SASL or names no connection (its
+        ``*_env`` variables are then read from the environment as they are).
+        """
+        names = self.cfg.source.security.credential_env
+        if names is None or not self.kafka_conn_id:
+            return {}
+        conn = self.get_connection(self.kafka_conn_id)
+        if not conn.login or not conn.password:
+            raise ConfigError(f"Airflow connection {self.kafka_conn_id!r} (source.security.airflow_conn_id of "
+                              f"pipeline {self.cfg.name}) needs a login and a password")
+        mask_secret(conn.password)
+        return {names[0]: conn.login, names[1]: conn.password}
+
+    def job_env(self) -> dict[str, str]:
+        """Environment for the pipeline's ``spark-submit``: state, Spark runtime, credentials."""
+        env = {"TAILFILL_HOME": str(tailfill_home()), **runtime.spark_env()}
+        names = [*PASSED_THROUGH]
         if self.cfg.target.s3 is not None:
-            for name in (self.cfg.target.s3.access_key_env, self.cfg.target.s3.secret_key_env):
-                if name in os.environ:
-                    env[name] = os.environ[name]
-        sec = self.cfg.source.security
-        if sec.airflow_conn_id:
-            # Resolved when the task runs (never at parse time), and masked in logs and the UI.
-            env[sec.username_env or "TAILFILL_KAFKA_USERNAME"] = f"{{{{ conn[{sec.airflow_conn_id!r}].login }}}}"
-            env[sec.password_env or "TAILFILL_KAFKA_PASSWORD"] = f"{{{{ conn[{sec.airflow_conn_id!r}].password }}}}"
-        else:
-            for name in (sec.username_env, sec.password_env):
-                if name and name in os.environ:
-                    env[name] = os.environ[name]
+            names += [self.cfg.target.s3.access_key_env, self.cfg.target.s3.secret_key_env]
+        names += self.cfg.source.security.credential_env or ()
+        env.update({n: os.environ[n] for n in names if n in os.environ})
+        env.update(self.credentials_env())
         return env
 
-    @staticmethod
-    def spark_conf() -> dict[str, str]:
-        """Driver on loopback unless TAILFILL_SPARK_DRIVER_HOST names a host executors can reach."""
-        host = os.environ.get("TAILFILL_SPARK_DRIVER_HOST", "127.0.0.1")
-        conf = {
-            "spark.driver.host": host,
-            "spark.driver.bindAddress": "127.0.0.1" if host == "127.0.0.1" else "0.0.0.0",
-            "spark.ui.enabled": "false",
-            "spark.ui.showConsoleProgress": "false",
-            "spark.sql.session.timeZone": "UTC",
-        }
-        if LOG4J.exists():
-            conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile={LOG4J}"
-        return conf
-
-    @staticmethod
-    def code_archive() -> str:
-        """A zip of the tailfill package, shipped to executors with ``--py-files``."""
-        dest = tailfill_home() / "dist" / f"tailfill-{tailfill.__version__}.zip"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        package = Path(tailfill.__file__).parent
-        tmp = dest.with_suffix(".tmp")
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-            for path in sorted(package.rglob("*.py")):
-                zf.write(path, path.relative_to(package.parent))
-        tmp.replace(dest)
-        return str(dest)
+    @contextlib.contextmanager
+    def credentials_exported(self) -> Iterator[None]:
+        """The Kafka login in this process's environment for the duration (worker-side tasks)."""
+        creds = self.credentials_env()
+        saved = {k: os.environ.get(k) for k in creds}
+        os.environ.update(creds)
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value

@@ -16,6 +16,8 @@ import socket
 import sys
 from pathlib import Path
 
+from tailfill.run import runtime
+
 REPO = Path(__file__).resolve().parents[2]
 USER, PASSWORD = "admin", "admin"
 
@@ -36,7 +38,6 @@ def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None)
     passwords = airflow_home / "passwords.json"
     passwords.write_text(json.dumps({USER: PASSWORD}))
     env = dict(os.environ if base is None else base)
-    venv_bin = str(Path(sys.executable).parent)
     env.update({
         "AIRFLOW_HOME": str(airflow_home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
@@ -57,10 +58,7 @@ def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None)
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "TAILFILL_PIPELINES": env.get("TAILFILL_PIPELINES", str(REPO / "pipelines")),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "PATH": f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
+        **runtime.spark_env(),
     })
     return env
 

@@ -22,11 +22,11 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from helpers import high_watermarks, ingested, run_job
+from helpers import backfill, high_watermarks, ingested
 
+from tailfill.dev.sample import sample_event
 from tailfill.offsets import OffsetRange
-from tailfill.sample import sample_event
-from tailfill.validation import validate
+from tailfill.proof.validate import validate
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +99,7 @@ def marker_topic(spark, make_pipeline):
         assert sorted(set(range(end)) - set(delivered)) == markers, delivered
         assert len(delivered) == TRANSACTIONS * PER_TRANSACTION
 
-        run_job(spark, "--pipeline", cfg.path, "--mode", "backfill")
+        backfill(spark, cfg)
         rows, bad = ingested(cfg)
         assert not bad
         assert sorted(p_o[1] for p_o in rows) == delivered  # every record once, the markers nowhere

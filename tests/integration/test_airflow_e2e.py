@@ -11,6 +11,7 @@ look at the grid. Screenshots are written under the test's tmp_path (paths print
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import time
@@ -23,8 +24,8 @@ from airflow_server import AirflowServer, kill_marked, processes_with
 from helpers import assert_exactly_once, high_watermarks
 
 from tailfill.config import load_pipeline
-from tailfill.reports import read_latest
-from tailfill.sample import produce_sample
+from tailfill.dev.sample import produce_sample
+from tailfill.proof.reports import read_latest
 
 pytestmark = pytest.mark.integration
 
@@ -99,8 +100,9 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
     assert {t["state"] for t in tis} == {"success"}, [(t["task_id"], t["map_index"], t["state"]) for t in tis]
     lanes = airflow.xcom(BACKFILL, run_id, "plan")
     assert [lane["slices"] for lane in lanes] == [[0, 1, 2]]
-    args = lanes[0]["args"]
-    assert args[args.index("--slices") + 1] == "3"
+    args = lanes[0]["args"]  # the lane runs exactly the planned bounds of its slices
+    planned = json.loads(args[args.index("--slices") + 1])
+    assert [(s["index"], s["count"]) for s in planned] == [(0, 3), (1, 3), (2, 3)]
     assert airflow.xcom(BACKFILL, run_id, "summary") == {"offsets": HISTORY, "lanes": 1}
     history = high_watermarks(cfg)
     assert sum(history.values()) == HISTORY

@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_exactly_once, high_watermarks, run_job
+from helpers import assert_exactly_once, backfill, high_watermarks
 
-from tailfill.lake import ensure_tables
-from tailfill.ledger import read_ledger
+from tailfill.dev.sample import produce_sample
+from tailfill.lake.ledger import read_ledger
+from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import total
-from tailfill.sample import produce_sample
-from tailfill.submit import spark_submit_command, submit_env
+from tailfill.run.submit import backfill_spec, spark_submit_command, submit_env
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +61,7 @@ def test_sigkill_mid_run_then_rerun_lands_each_offset_once(spark, make_pipeline,
     env = submit_env() | {"TAILFILL_HOME": str(home), "TAILFILL_FAULT_PAUSE": point,
                           "TAILFILL_FAULT_DIR": str(fault_dir), "TAILFILL_FAULT_SKIP": str(skip)}
     log = (tmp_path / "job.log").open("w")
-    proc = subprocess.Popen(spark_submit_command(["--pipeline", cfg.path, "--mode", "backfill"]),
+    proc = subprocess.Popen(spark_submit_command(backfill_spec(cfg)),
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 240
@@ -81,15 +81,17 @@ def test_sigkill_mid_run_then_rerun_lands_each_offset_once(spark, make_pipeline,
     else:
         assert committed < 20_000
     on_disk = {str(p) for p in Path(cfg.target.warehouse).rglob("*.parquet")}
+    data.refresh()
     referenced = {t.file.file_path.removeprefix("file://") for t in data.scan().plan_files()}
-    assert referenced <= on_disk
+    assert referenced <= on_disk, "a committed snapshot references a file that is not there"
+    killed = on_disk - referenced  # what the killed attempt prepared and never committed
+    if point == "while-writing":
+        assert killed, "the killed attempt should have left unreferenced, half-written files"
 
-    results = run_job(spark, "--pipeline", cfg.path, "--mode", "backfill")
+    results = backfill(spark, cfg)
     assert sum(r.offsets for r in results) >= 20_000 - committed
     assert_exactly_once(cfg, high_watermarks(cfg))
     data.refresh()
     referenced_after = {t.file.file_path.removeprefix("file://") for t in data.scan().plan_files()}
-    orphans = on_disk - referenced_after
-    if point == "while-writing":
-        assert orphans, "the killed attempt should have left unreferenced, half-written files"
-    assert not orphans & referenced_after
+    assert not killed & referenced_after, "a file of the killed attempt became part of the table"
+    assert referenced_after <= {str(p) for p in Path(cfg.target.warehouse).rglob("*.parquet")}

@@ -6,13 +6,14 @@ import threading
 import time
 
 import pytest
-from helpers import assert_exactly_once, high_watermarks, run_job
+from helpers import assert_exactly_once, backfill, high_watermarks, tail
 
 from tailfill import cli
-from tailfill.broker import free_port
-from tailfill.sample import produce_sample
-from tailfill.spark import job
-from tailfill.spark.ingest import IngestError
+from tailfill.dev.broker import free_port
+from tailfill.dev.sample import produce_sample
+from tailfill.errors import IngestError
+from tailfill.run import spark_job as job
+from tailfill.run.submit import backfill_spec
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +23,7 @@ def test_transient_batch_failures_within_budget_are_retried_from_the_checkpoint(
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 4_000, 4)
     arm_fault("before-commit", 2)
 
-    result = run_job(spark, "--pipeline", cfg.path, "--mode", "backfill")[0]
+    result = backfill(spark, cfg)[0]
 
     assert result.restarts == 2
     assert all("InjectedFault" in cause for cause in result.causes)
@@ -35,10 +36,10 @@ def test_failures_beyond_the_budget_stop_the_job_with_the_cause(spark, make_pipe
     arm_fault("before-commit", 5)
 
     with pytest.raises(IngestError, match=r"2 consecutive failed attempts without committing any offset"):
-        run_job(spark, "--pipeline", cfg.path, "--mode", "backfill")
+        backfill(spark, cfg)
 
     arm_fault("before-commit", 5)
-    assert job.main(["--pipeline", cfg.path, "--mode", "backfill"]) == 2  # the spark-submit exit code
+    assert job.main(backfill_spec(cfg).argv()) == 2  # the spark-submit exit code
     err = capsys.readouterr().err
     assert "error:" in err and "InjectedFault: injected failure at before-commit" in err
 
@@ -67,13 +68,13 @@ def test_processing_time_tail_picks_up_records_as_they_arrive(spark, make_pipeli
     cfg = make_pipeline(tail__trigger="processing_time", tail__trigger_interval_seconds=1)
     bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
     produce_sample(bs, topic, 4_000, 4)
-    run_job(spark, "--pipeline", cfg.path, "--mode", "backfill")  # history up to the cutover
+    backfill(spark, cfg)  # history up to the cutover
     waves = [threading.Timer(delay, produce_sample, args=(bs, topic, 4_000, 4)) for delay in (1.0, 6.0)]
     for wave in waves:
         wave.start()
     started = time.monotonic()
     try:
-        result = run_job(spark, "--pipeline", cfg.path, "--mode", "tail", "--stop-after", "20")[0]
+        result = tail(spark, cfg, once=False, stop_after=20)[0]
     finally:
         for wave in waves:
             wave.join()

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from helpers import assert_exactly_once, high_watermarks, run_job
+from helpers import assert_exactly_once, backfill, high_watermarks, tail
 
-from tailfill.lake import ensure_tables
-from tailfill.ledger import batch_summaries, read_cutover, read_ledger
-from tailfill.offsets import OffsetRange, ranges_from_json
-from tailfill.sample import BAD_VALUES, produce_sample
+from tailfill.dev.sample import BAD_VALUES, produce_sample
+from tailfill.lake.batch_report import read_reports
+from tailfill.lake.ledger import batch_summaries, read_cutover, read_ledger
+from tailfill.lake.tables import ensure_tables
+from tailfill.offsets import OffsetRange, ranges_from_json, total
 
 pytestmark = pytest.mark.integration
 
@@ -42,16 +40,16 @@ def test_backfill_then_tail_lands_every_offset_exactly_once(spark, make_pipeline
     bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
     produce_sample(bs, topic, HISTORY, PARTITIONS, bad_every=BAD_EVERY)
 
-    backfill = run_job(spark, "--pipeline", cfg.path, "--mode", "backfill")
-    assert len(backfill) == cfg.backfill.slices
+    slices = backfill(spark, cfg)
+    assert len(slices) == cfg.backfill.slices
     cutover = {tp.partition: off for tp, off in read_cutover(ensure_tables(cfg)[0]).offsets.items()}
     assert cutover == {p: HISTORY // PARTITIONS for p in range(PARTITIONS)}
     # 25,000 offsets per slice under a 15,000 cap: every slice took more than one micro-batch.
-    assert all(r.batches >= 2 for r in backfill)
+    assert all(r.batches >= 2 for r in slices)
 
     produce_sample(bs, topic, LIVE, PARTITIONS, bad_every=BAD_EVERY)
-    tail = run_job(spark, "--pipeline", cfg.path, "--mode", "tail", "--once")
-    assert tail[0].offsets == LIVE and tail[0].batches >= 2
+    [live] = tail(spark, cfg)
+    assert live.offsets == LIVE and live.batches >= 2
 
     high = high_watermarks(cfg)
     assert high == {p: (HISTORY + LIVE) // PARTITIONS for p in range(PARTITIONS)}
@@ -83,37 +81,38 @@ def test_backfill_then_tail_lands_every_offset_exactly_once(spark, make_pipeline
 def test_rerun_without_new_data_commits_nothing(spark, make_pipeline):
     cfg = make_pipeline()
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 8_000, PARTITIONS)
-    run_job(spark, "--pipeline", cfg.path, "--mode", "backfill")
-    run_job(spark, "--pipeline", cfg.path, "--mode", "tail", "--once")
+    backfill(spark, cfg)
+    tail(spark, cfg)
     before = snapshot_count(cfg)
 
-    assert run_job(spark, "--pipeline", cfg.path, "--mode", "backfill") == []  # nothing planned
-    again = run_job(spark, "--pipeline", cfg.path, "--mode", "tail", "--once")
+    assert backfill(spark, cfg) == []  # nothing planned
+    again = tail(spark, cfg)
     assert again[0].batches == 0 and again[0].offsets == 0
     assert snapshot_count(cfg) == before
     assert_exactly_once(cfg, high_watermarks(cfg))
 
 
-def test_replaying_a_committed_batch_is_a_no_op(spark, make_pipeline, home):
+def test_a_batch_replayed_after_its_commit_commits_nothing(spark, make_pipeline, home, arm_fault):
     cfg = make_pipeline(tail__max_offsets_per_batch=2_000)
     bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
     produce_sample(bs, topic, 4_000, PARTITIONS)
-    run_job(spark, "--pipeline", cfg.path, "--mode", "backfill")
-    produce_sample(bs, topic, 6_000, PARTITIONS)
-    first = run_job(spark, "--pipeline", cfg.path, "--mode", "tail", "--once")[0]
-    assert first.batches == 3
+    backfill(spark, cfg)
     before = snapshot_count(cfg)
+    produce_sample(bs, topic, 6_000, PARTITIONS)
 
-    # Forget that Spark finished the last batch: on restart it replays it with the same offsets,
-    # as after a crash between the Iceberg commit and Spark's commit log write.
-    commits = Path(cfg.checkpoint_location) / cfg.name / "tail" / "commits"
-    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
-    (commits / str(last)).unlink()
+    # The first tail batch commits to Iceberg, then fails before Spark records it as done (as after
+    # a crash between the two): Spark replays it from the checkpoint with the same offsets.
+    arm_fault("after-commit", 1)
+    [run] = tail(spark, cfg)
 
-    replay = run_job(spark, "--pipeline", cfg.path, "--mode", "tail", "--once")[0]
-    assert replay.batches == 1 and replay.skipped_offsets == 2_000
-    assert snapshot_count(cfg) == before
+    assert run.restarts == 1 and "InjectedFault" in run.causes[0]
+    # 3 batches reported: the replay of the first (its first attempt failed before reporting), then two more.
+    assert run.batches == 3 and run.offsets == 6_000 and run.skipped_offsets == 2_000
+    assert snapshot_count(cfg) == before + 3  # the replay added no snapshot
     assert_exactly_once(cfg, high_watermarks(cfg))
-    report = home / "runs" / cfg.name / replay.run_id / "tail.jsonl"
-    line = json.loads(report.read_text().splitlines()[-1])
-    assert line["committed"] == [] and line["batch_id"] == last
+    [query] = (home / "runs" / cfg.name / run.run_id).iterdir()
+    reports = read_reports(query)
+    replayed = reports[0]
+    assert replayed.batch_id == 0 and replayed.committed == [] and total(replayed.skipped) == 2_000
+    first_commit = next(s for s in batch_summaries(ensure_tables(cfg).data) if s["tailfill.run-id"] == run.run_id)
+    assert replayed.skipped == ranges_from_json(first_commit["tailfill.ranges"])  # the very same offsets

@@ -18,14 +18,14 @@ import boto3
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from helpers import high_watermarks, ingested, run_job
+from helpers import backfill, high_watermarks, ingested
 
-from tailfill.broker import free_port, tansu_binary, wait_for_port
-from tailfill.lake import ensure_tables
-from tailfill.ledger import read_ledger
+from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
+from tailfill.dev.sample import sample_event
+from tailfill.errors import IngestError
+from tailfill.lake.ledger import read_ledger
+from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, merge
-from tailfill.sample import sample_event
-from tailfill.spark.ingest import IngestError
 
 pytestmark = pytest.mark.integration
 
@@ -87,8 +87,7 @@ def trimmed_pipeline(s3_tansu, make_pipeline):
 
 def backfill_from_zero(spark, cfg):
     topic = cfg.source.topic
-    return run_job(spark, "--pipeline", cfg.path, "--mode", "backfill", "--slices", "1",
-                   "--from", json.dumps({topic: {"0": 0}}), "--to", json.dumps({topic: {"0": RECORDS}}))
+    return backfill(spark, cfg, start={topic: {"0": 0}}, end={topic: {"0": RECORDS}}, slices=1)
 
 
 def test_backfill_below_earliest_fails_naming_the_lost_range(spark, trimmed_pipeline):

@@ -10,16 +10,16 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from helpers import run_job
+from helpers import backfill, tail
 from pyiceberg.expressions import And, EqualTo
 
 from tailfill import cli
-from tailfill.completeness import islands
-from tailfill.lake import ensure_tables, filesystem, fs_path
-from tailfill.ledger import BatchCommit, commit_batch, read_ledger
+from tailfill.dev.sample import produce_sample
+from tailfill.lake.ledger import BatchCommit, commit_batch, read_ledger
+from tailfill.lake.tables import ensure_tables, filesystem, fs_path
 from tailfill.offsets import OffsetRange, TopicPartition, ranges_to_json
-from tailfill.sample import produce_sample
-from tailfill.validation import validate
+from tailfill.proof.completeness import islands
+from tailfill.proof.validate import validate
 
 pytestmark = pytest.mark.integration
 
@@ -30,9 +30,9 @@ def ingested(spark, make_pipeline):
     cfg = make_pipeline(backfill__slices=2, backfill__max_offsets_per_batch=600, tail__max_offsets_per_batch=500)
     bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
     produce_sample(bs, topic, 2_000, 4, bad_every=97)
-    run_job(spark, "--pipeline", cfg.path, "--mode", "backfill")
+    backfill(spark, cfg)
     produce_sample(bs, topic, 800, 4, bad_every=97)
-    run_job(spark, "--pipeline", cfg.path, "--mode", "tail", "--once")
+    tail(spark, cfg)
     return cfg
 
 
@@ -55,6 +55,17 @@ def assert_fails_naming(cfg, spark, expected: list[str], capsys, all_runs: bool 
     out = capsys.readouterr().out
     assert all(line in out for line in expected)
     return report
+
+
+def failed_expectations(report: dict, suite: str) -> set[tuple[str, str]]:
+    """(expectation, column) of each expectation that the Great Expectations suite itself failed."""
+    [result] = [r for r in report["suites"] if r["suite"] == suite]
+    assert not result["success"], f"suite {suite} passed on a tampered table"
+    return {(f["expectation"], f["kwargs"].get("column") or f["kwargs"]["column_A"]) for f in result["failed"]}
+
+
+RUN, TILING = "tailfill_run_completeness", "tailfill_table_tiling"
+BETWEEN = "expect_column_values_to_be_between"
 
 
 def test_untampered_table_passes_and_reports_are_written(spark, ingested, capsys):
@@ -92,6 +103,8 @@ def test_deleted_data_file_is_named_as_missing(spark, ingested, capsys):
     report = assert_fails_naming(cfg, spark, [], capsys)
     missing = [p for p in report["problems"] if p.startswith("missing")]
     assert [m.split(" (run")[0] for m in missing] == [f"missing {r}" for r in expected]
+    assert {(BETWEEN, "missing_offsets"), ("expect_column_pair_values_to_be_equal", "stored")} <= failed_expectations(
+        report, RUN)
 
 
 def test_duplicated_data_file_is_named_as_duplicated(spark, ingested, capsys):
@@ -102,6 +115,7 @@ def test_duplicated_data_file_is_named_as_duplicated(spark, ingested, capsys):
     report = assert_fails_naming(cfg, spark, [], capsys)
     duplicated = [p.split(" (run")[0] for p in report["problems"] if p.startswith("duplicated")]
     assert duplicated == [f"duplicated {r}" for r in islands(tp, offsets)]
+    assert (BETWEEN, "duplicated_offsets") in failed_expectations(report, RUN)
 
 
 def test_deleted_quarantine_rows_are_named_as_missing(spark, ingested, capsys):
@@ -114,6 +128,7 @@ def test_deleted_quarantine_rows_are_named_as_missing(spark, ingested, capsys):
     gone = OffsetRange(cfg.source.topic, partition, offset, offset + 1)
     report = assert_fails_naming(cfg, spark, [], capsys)
     assert [p.split(" (run")[0] for p in report["problems"]] == [f"missing {gone}"]
+    assert (BETWEEN, "missing_offsets") in failed_expectations(report, RUN)
 
 
 def test_overlapping_commit_is_named(spark, ingested, capsys):
@@ -125,7 +140,8 @@ def test_overlapping_commit_is_named(spark, ingested, capsys):
                "tailfill.ranges": ranges_to_json([overlap]), "tailfill.records-read": "50"}
     with data.transaction() as tx, tx.update_snapshot(snapshot_properties=summary).fast_append():
         pass
-    assert_fails_naming(cfg, spark, [f"overlapping committed ranges {overlap}"], capsys)
+    report = assert_fails_naming(cfg, spark, [f"overlapping committed ranges {overlap}"], capsys)
+    assert failed_expectations(report, TILING) == {(BETWEEN, "overlap_offsets")}
 
 
 def test_skipped_range_is_named_as_gap(spark, ingested, capsys):
@@ -136,8 +152,10 @@ def test_skipped_range_is_named_as_gap(spark, ingested, capsys):
     claimed = OffsetRange(cfg.source.topic, 0, end + 5, end + 10)
     # A commit that jumped ahead: the ledger now has a hole, and the claimed range holds no rows.
     commit_batch(data, BatchCommit(cfg.name, "jumper", 0, [claimed], []), rewrite=lambda files, keep: [])
-    assert_fails_naming(cfg, spark, [f"gap between committed ranges {skipped}",
-                                     f"missing {claimed} (run jumper, batch 0)"], capsys)
+    report = assert_fails_naming(cfg, spark, [f"gap between committed ranges {skipped}",
+                                              f"missing {claimed} (run jumper, batch 0)"], capsys)
+    assert (BETWEEN, "gap_offsets") in failed_expectations(report, TILING)
+    assert (BETWEEN, "missing_offsets") in failed_expectations(report, RUN)
 
 
 def test_failing_data_expectation_fails_validation(spark, ingested):

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from tailfill.completeness import (
+from tailfill.offsets import OffsetRange, TopicPartition
+from tailfill.proof.completeness import (
     RANGE_COLUMNS,
     TILING_COLUMNS,
     BatchRecord,
@@ -12,7 +13,6 @@ from tailfill.completeness import (
     islands,
     problems,
 )
-from tailfill.offsets import OffsetRange, TopicPartition
 
 TP = TopicPartition("t", 0)
 
@@ -46,7 +46,7 @@ def test_islands():
 
 def test_clean_batch_split_between_rows_and_quarantine():
     c = check_one(offs(rows=[*range(0, 60), *range(70, 100)], quarantined=range(60, 70)))
-    assert c.ok and c.missing == [] and c.duplicated == [] and c.absent == [] and c.lost == []
+    assert not problems([c], []) and c.missing == [] and c.duplicated == [] and c.absent == [] and c.lost == []
     assert (c.rows, c.quarantined, c.distinct, c.expected) == (90, 10, 100, 100)
     assert (c.min_offset, c.max_offset) == (0, 99) and c.expected_bounds == (0, 99)
     row = c.summary_row()
@@ -59,7 +59,7 @@ def test_clean_batch_split_between_rows_and_quarantine():
 def test_missing_offsets_named_exactly():
     kept = [o for o in range(100) if not (10 <= o < 20 or o == 50)]
     c = check_one(offs(rows=kept))
-    assert not c.ok
+    assert problems([c], [])
     assert c.missing == [R(10, 20), R(50, 51)]
     assert c.summary_row()["missing_offsets"] == 11
     lines = problems([c], [])
@@ -75,7 +75,7 @@ def test_nothing_stored_is_all_missing():
 def test_duplicates_named_exactly():
     rows = [*range(0, 100), 7, 8, 42]  # 7, 8, 42 twice in rows
     c = check_one(offs(rows=rows, quarantined=[8, 60]))  # 8 three times, 60 in both tables
-    assert not c.ok and c.missing == []
+    assert problems([c], []) and c.missing == []
     assert c.duplicated == [R(7, 9), R(42, 43), R(60, 61)]
     assert (c.rows, c.quarantined, c.distinct) == (103, 2, 100)
     assert c.summary_row()["stored"] == 105
@@ -85,7 +85,7 @@ def test_duplicates_named_exactly():
 def test_lost_ranges_are_not_missing_and_reduce_expected():
     kept = [o for o in range(100) if not (o < 5 or 30 <= o < 40 or o >= 95)]
     c = check_one(offs(rows=kept), lost=[R(0, 5), R(30, 40), R(95, 120), R(0, 50, partition=1)])
-    assert c.ok and c.missing == []
+    assert not problems([c], []) and c.missing == []
     assert c.lost == [R(0, 5), R(30, 40), R(95, 100)]  # clipped to the range, other partitions ignored
     assert c.expected == 100 - 20 == c.distinct
     assert c.expected_bounds == (5, 94) == (c.min_offset, c.max_offset)
@@ -94,20 +94,20 @@ def test_lost_ranges_are_not_missing_and_reduce_expected():
 def test_absent_offsets_allowed_only_when_records_read_matches_stored():
     kept = [o for o in range(100) if not 10 <= o < 20]
     allowed = check_one(offs(rows=kept), records_read=90, absent_offsets="allowed")
-    assert allowed.ok and allowed.missing == [] and allowed.absent == [R(10, 20)]
+    assert not problems([allowed], []) and allowed.missing == [] and allowed.absent == [R(10, 20)]
     assert allowed.expected == 90 and allowed.summary_row()["absent_offsets"] == 10
 
     strict = check_one(offs(rows=kept), records_read=90, absent_offsets="none")
-    assert not strict.ok and strict.missing == [R(10, 20)] and strict.absent == []
+    assert problems([strict], []) and strict.missing == [R(10, 20)] and strict.absent == []
 
     read_more = check_one(offs(rows=kept), records_read=100, absent_offsets="allowed")
-    assert not read_more.ok and read_more.missing == [R(10, 20)] and read_more.absent == []
+    assert problems([read_more], []) and read_more.missing == [R(10, 20)] and read_more.absent == []
     assert read_more.expected == 100
 
 
 def test_absent_at_the_edges_moves_expected_bounds():
     c = check_one(offs(rows=range(3, 97)), records_read=94, absent_offsets="allowed")
-    assert c.ok and c.absent == [R(0, 3), R(97, 100)]
+    assert not problems([c], []) and c.absent == [R(0, 3), R(97, 100)]
     assert c.expected_bounds == (3, 96) == (c.min_offset, c.max_offset)
 
 
@@ -116,7 +116,7 @@ def test_absent_check_counts_every_range_of_the_batch():
     b = batch([R(0, 10), R(0, 10, partition=1)], records_read=18)
     stored = {TP: offs(rows=range(0, 8)), tp1: offs(rows=range(0, 10))}
     checks = check_batches([b], stored, "allowed")
-    assert [c.absent for c in checks] == [[R(8, 10)], []] and all(c.ok for c in checks)
+    assert [c.absent for c in checks] == [[R(8, 10)], []] and problems(checks, []) == []
     checks = check_batches([batch(b.ranges, records_read=20)], stored, "allowed")
     assert [c.missing for c in checks] == [[R(8, 10)], []]
 
@@ -124,7 +124,7 @@ def test_absent_check_counts_every_range_of_the_batch():
 def test_clean_tiling():
     b1, b2 = batch([R(0, 50)], batch_id=0), batch([R(50, 100)], batch_id=1)
     (t,) = check_tiling([b1, b2], [R(0, 100)], {TP: offs(rows=range(0, 90), quarantined=range(90, 100))})
-    assert t.ok and (t.first, t.end) == (0, 100)
+    assert not problems([], [t]) and (t.first, t.end) == (0, 100)
     assert t.gaps == t.overlaps == t.stray == t.unrecorded == t.unsummarised == []
     assert list(t.summary_row()) == TILING_COLUMNS
 
@@ -133,7 +133,7 @@ def test_tiling_gap_overlap_and_stray_are_named():
     b1, b2, b3 = batch([R(0, 40)]), batch([R(50, 80)], batch_id=1), batch([R(70, 100)], batch_id=2)
     stored = {TP: offs(rows=[*range(0, 40), *range(50, 100), 120, 121], quarantined=[45])}
     (t,) = check_tiling([b1, b2, b3], [R(0, 40), R(50, 100)], stored)
-    assert not t.ok
+    assert problems([], [t])
     assert t.gaps == [R(40, 50)] and t.overlaps == [R(70, 80)]
     assert t.stray == [R(45, 46), R(120, 122)]
     row = t.summary_row()
@@ -146,17 +146,17 @@ def test_tiling_gap_overlap_and_stray_are_named():
 
 def test_tiling_unrecorded_fails_but_unsummarised_does_not():
     (t,) = check_tiling([batch([R(0, 50)]), batch([R(50, 60)], batch_id=1)], [R(0, 50)], {})
-    assert t.unrecorded == [R(50, 60)] and not t.ok
+    assert t.unrecorded == [R(50, 60)] and problems([], [t])
     assert problems([], [t]) == ["committed in a snapshot but not in the ledger t[0] [50, 60)"]
 
     (t,) = check_tiling([batch([R(50, 100)])], [R(0, 100)], {TP: offs(rows=range(50, 100))})
     assert t.unsummarised == [R(0, 50)] and t.unrecorded == [] and t.stray == []
-    assert t.ok and (t.first, t.end) == (0, 100) and problems([], [t]) == []
+    assert not problems([], [t]) and (t.first, t.end) == (0, 100) and problems([], [t]) == []
     assert t.summary_row()["unsummarised_offsets"] == 50
 
 
 def test_tiling_reports_each_partition():
     tp1 = TopicPartition("u", 2)
     checks = check_tiling([batch([R(0, 10), R(5, 20, 2, "u")])], [R(0, 10), R(5, 20, 2, "u")], {})
-    assert [c.tp for c in checks] == [TP, tp1] and all(c.ok for c in checks)
+    assert [c.tp for c in checks] == [TP, tp1] and problems([], checks) == []
     assert (checks[1].first, checks[1].end) == (5, 20)

@@ -3,7 +3,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tailfill.config import ConfigError, PipelineConfig, load_pipeline, resolve_pipeline
+from tailfill.config import PipelineConfig, load_pipeline, resolve_pipeline
+from tailfill.errors import ConfigError
 
 DEMO = Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml"
 

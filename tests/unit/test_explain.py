@@ -1,6 +1,9 @@
-"""Finding the root cause inside the text of a Spark streaming failure."""
+"""Finding the root cause inside the text of a Spark streaming failure, and whether a restart can help."""
 
-from tailfill.spark.ingest import explain
+import pytest
+
+from tailfill.errors import is_retryable
+from tailfill.run.spark_ingest import explain
 
 COMMIT_FAILURE = """[STREAM_FAILED] Query [id = 1] terminated with exception: \
 [PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source perform commit: \
@@ -40,3 +43,17 @@ def test_a_fatal_tailfill_error_wins_so_the_run_stops_at_once():
 
 def test_text_without_traceback_falls_back_to_first_line():
     assert explain(RuntimeError("boom\nmore")) == ("RuntimeError", "boom")
+
+
+@pytest.mark.parametrize(("cause", "retryable"), [
+    ("InjectedFault", True),  # a transient failure a test injects
+    ("SourceError", True),  # broker unreachable: it may come back
+    ("CommitConflictError", True),  # other writers were first: try again
+    ("ExpiredOffsetsError", False),  # retention removed them: no restart brings them back
+    ("DroppedRecordsError", False),  # a writer bug: replaying would drop them again
+    ("ConfigError", False),
+    ("LakeError", False),
+    ("Py4JNetworkError", True),  # not ours: within the failure budget
+])
+def test_the_cause_s_class_says_whether_a_restart_can_help(cause, retryable):
+    assert is_retryable(cause) is retryable

@@ -5,7 +5,8 @@ import pyarrow as pa
 import pytest
 
 from tailfill.config import FieldSpec, FormatConfig
-from tailfill.records import QUARANTINE_SCHEMA, split_records, table_schema
+from tailfill.lake.rows import split_records
+from tailfill.schema import QUARANTINE_SCHEMA, table_schema
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 FMT = FormatConfig(
@@ -65,7 +66,7 @@ BAD = {
 def test_good_records_become_typed_rows():
     rows, bad = split_records(batch(GOOD), FMT, run_id="r1")
     assert bad.num_rows == 0
-    assert rows.schema == table_schema(FMT)
+    assert rows.schema == table_schema(FMT.fields)
     assert rows.column("id").to_pylist() == [1, 2, -(2**63)]
     assert rows.column("amount").to_pylist() == [2.5, 3.0, None]
     assert rows.column("ok").to_pylist() == [True, None, False]
@@ -109,7 +110,7 @@ def test_unknown_fields_quarantined_when_asked():
 def test_empty_batch():
     rows, bad = split_records(batch([]), FMT, run_id="r")
     assert (rows.num_rows, bad.num_rows) == (0, 0)
-    assert rows.schema == table_schema(FMT)
+    assert rows.schema == table_schema(FMT.fields)
 
 
 def test_raw_format_keeps_values_and_quarantines_only_oversized():

@@ -1,11 +1,11 @@
 """Micro-batch caps derived from measured throughput, within the pipeline's bounds."""
 
-import json
-
 import pytest
 
 from tailfill.config import load_pipeline
-from tailfill.tuning import FLOOR, SAFETY_FACTOR, tuned_max_offsets
+from tailfill.lake.batch_report import BatchReport, append_report, report_file
+from tailfill.offsets import OffsetRange
+from tailfill.run.tuning import tuned_max_offsets
 
 
 @pytest.fixture
@@ -14,10 +14,13 @@ def cfg(tmp_path, monkeypatch):
     return load_pipeline("pipelines/demo.yaml")
 
 
-def write_batches(home, run: str, batches: list[dict]) -> None:
-    path = home / "runs" / "demo" / run / "tail.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(b) + "\n" for b in batches))
+def write_batches(run: str, batches: list[tuple[int, float, bool]]) -> None:
+    """Batch reports of ``(offsets, seconds, committed?)``; an uncommitted one is a skipped replay."""
+    for i, (offsets, seconds, committed) in enumerate(batches):
+        done = [OffsetRange("events", 0, 0, offsets)]
+        append_report(report_file("demo", run, "tail"), BatchReport(
+            batch_id=i, at=0.0, seconds=seconds, offsets=offsets, records=offsets, rows=offsets, quarantined=0,
+            committed=done if committed else [], skipped=[] if committed else done))
 
 
 def test_without_measurements_the_configured_maximum_is_used(cfg):
@@ -26,22 +29,22 @@ def test_without_measurements_the_configured_maximum_is_used(cfg):
     assert tuning.measured_rows_per_second is None
 
 
-def test_rate_times_interval_times_safety_factor(cfg, tmp_path):
+def test_rate_times_interval_times_safety_factor(cfg):
     # 300 offsets/s measured over two committed batches; a skipped (replayed) batch is ignored.
-    write_batches(tmp_path, "r1", [{"offsets": 1200, "seconds": 4.0, "committed": ["x"]},
-                                   {"offsets": 600, "seconds": 2.0, "committed": ["y"]},
-                                   {"offsets": 9999, "seconds": 0.1, "committed": []}])
+    write_batches("r1", [(1200, 4.0, True), (600, 2.0, True), (9999, 0.1, False)])
     tuning = tuned_max_offsets(cfg, "tail")
     assert tuning.measured_rows_per_second == 300
-    assert tuning.max_offsets_per_batch == max(int(300 * cfg.tail.trigger_interval_seconds * SAFETY_FACTOR), FLOOR)
+    # 300 offsets/s × the demo's 30 s trigger × 0.5 headroom: each batch takes half its interval.
+    assert cfg.tail.trigger_interval_seconds == 30
+    assert tuning.max_offsets_per_batch == 4_500
     assert "300 offsets/s" in tuning.reason
 
 
-def test_fast_measurements_are_capped_by_the_configured_maximum(cfg, tmp_path):
-    write_batches(tmp_path, "r1", [{"offsets": 10_000_000, "seconds": 1.0, "committed": ["x"]}])
+def test_fast_measurements_are_capped_by_the_configured_maximum(cfg):
+    write_batches("r1", [(10_000_000, 1.0, True)])
     assert tuned_max_offsets(cfg, "backfill").max_offsets_per_batch == cfg.backfill.max_offsets_per_batch
 
 
-def test_slow_measurements_keep_a_floor(cfg, tmp_path):
-    write_batches(tmp_path, "r1", [{"offsets": 10, "seconds": 100.0, "committed": ["x"]}])
-    assert tuned_max_offsets(cfg, "tail").max_offsets_per_batch == FLOOR
+def test_slow_measurements_keep_a_floor_of_a_thousand(cfg):
+    write_batches("r1", [(10, 100.0, True)])
+    assert tuned_max_offsets(cfg, "tail").max_offsets_per_batch == 1_000

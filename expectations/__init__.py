@@ -1,0 +1,1 @@
+"""Great Expectations suites, installed as package data of ``tailfill.proof.suites`` (see pyproject.toml)."""

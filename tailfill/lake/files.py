@@ -1,0 +1,75 @@
+"""Prepare: write a task's rows to new Parquet files under a table's location (local or S3).
+
+Files are written by executors before any commit; a file becomes part of the table only when the
+driver's commit references it. Files of a failed or killed attempt are never referenced.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from tailfill.lake.tables import fs_path
+from tailfill.offsets import OffsetRange
+
+COMPRESSION = "zstd"
+
+
+class FileSet:
+    """Parquet files under one table location, opened lazily: at most one open file per task."""
+
+    def __init__(self, fs: pafs.FileSystem, location: str, schema: pa.Schema, run_id: str):
+        self.fs, self.location, self.schema, self.run_id = fs, location.rstrip("/"), schema, run_id
+        self.writer: pq.ParquetWriter | None = None
+        self.uris: list[str] = []
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        if self.writer is None:
+            uri = new_file_uri(self.location, self.run_id)
+            self.fs.create_dir(fs_path(f"{self.location}/data"), recursive=True)
+            self.writer = pq.ParquetWriter(fs_path(uri), self.schema, filesystem=self.fs, compression=COMPRESSION)
+            self.uris.append(uri)
+        self.writer.write_table(table)
+
+    def close(self) -> list[str]:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        return self.uris
+
+
+def new_file_uri(location: str, prefix: str) -> str:
+    """A fresh data file name under ``location/data``."""
+    return f"{location.rstrip('/')}/data/{prefix}-{uuid.uuid4().hex}.parquet"
+
+
+def in_range(table: pa.Table, r: OffsetRange) -> pa.ChunkedArray:
+    """Boolean mask of the rows of ``table`` whose Kafka coordinates lie in ``r``."""
+    return pc.and_(
+        pc.and_(pc.equal(table["kafka_partition"], r.partition), pc.equal(table["kafka_topic"], r.topic)),
+        pc.and_(pc.greater_equal(table["kafka_offset"], r.start), pc.less(table["kafka_offset"], r.end)),
+    )
+
+
+def rewrite_files(fs: pafs.FileSystem, files: Sequence[str], keep: list[OffsetRange], location: str) -> list[str]:
+    """New files holding only the rows of ``files`` whose offsets lie in ``keep``."""
+    out = []
+    for uri in files:
+        table = pq.read_table(fs_path(uri), filesystem=fs)
+        mask = pa.array([False] * table.num_rows)
+        for r in keep:
+            mask = pc.or_(mask, in_range(table, r))
+        kept = table.filter(mask)
+        if kept.num_rows:
+            new_uri = new_file_uri(location, "rewrite")
+            fs.create_dir(fs_path(f"{location.rstrip('/')}/data"), recursive=True)
+            pq.write_table(kept, fs_path(new_uri), filesystem=fs, compression=COMPRESSION)
+            out.append(new_uri)
+    return out

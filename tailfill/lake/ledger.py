@@ -1,0 +1,170 @@
+"""The offset ledger: which Kafka offsets a table holds, committed atomically with the data.
+
+Each micro-batch commit is one Iceberg transaction that (1) adds the batch's data files with a
+snapshot summary naming pipeline, run id, batch id and the exact ``[start, end)`` ranges it
+covers, and (2) updates the table property holding the merged ranges of all commits. The
+property is the resume position (it survives snapshot expiry); the summaries are the audit trail.
+
+Commits are idempotent by offsets: a batch whose ranges are already in the ledger commits
+nothing; one that partly overlaps keeps only the rows of the uncommitted part.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
+
+from tailfill.errors import CommitConflictError
+from tailfill.offsets import (
+    OffsetRange,
+    PartitionOffsets,
+    intersect_all,
+    merge,
+    ranges_from_json,
+    ranges_to_json,
+    subtract,
+)
+
+COMMITTED_PROP = "tailfill.committed-ranges"
+LOST_PROP = "tailfill.lost-ranges"
+CUTOVER_PROP = "tailfill.cutover"
+
+SUMMARY_PIPELINE = "tailfill.pipeline"
+SUMMARY_RUN = "tailfill.run-id"
+SUMMARY_BATCH = "tailfill.batch-id"
+SUMMARY_RANGES = "tailfill.ranges"
+SUMMARY_LOST = "tailfill.lost"
+SUMMARY_RECORDS = "tailfill.records-read"
+
+COMMIT_ATTEMPTS = 20
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """Offsets committed to one table, and offsets recorded as lost (expired before ingest).
+
+    ``committed`` covers every range a batch finished, lost offsets included (so resume moves past
+    them); ``lost`` says which of those offsets never reached the table.
+    """
+
+    committed: list[OffsetRange] = field(default_factory=list)
+    lost: list[OffsetRange] = field(default_factory=list)
+
+    def position(self, tp_start: PartitionOffsets) -> PartitionOffsets:
+        """Where to resume per partition: the end of the contiguous committed run from ``tp_start``."""
+        out = {}
+        for tp in tp_start:
+            pos = tp_start[tp]
+            for r in merge(self.committed):
+                if r.tp == tp and r.start <= pos < r.end:
+                    pos = r.end
+            out[tp] = pos
+        return PartitionOffsets(out)
+
+
+def read_ledger(table: Table) -> Ledger:
+    props = table.properties
+    return Ledger(ranges_from_json(props.get(COMMITTED_PROP)), ranges_from_json(props.get(LOST_PROP)))
+
+
+def read_cutover(table: Table) -> PartitionOffsets | None:
+    text = table.properties.get(CUTOVER_PROP)
+    return PartitionOffsets.from_json(text) if text else None
+
+
+def record_cutover(table: Table, cutover: PartitionOffsets) -> PartitionOffsets:
+    """Record where history ends and the tail begins, once per pipeline; returns the recorded one."""
+    for _ in range(COMMIT_ATTEMPTS):
+        table.refresh()
+        existing = read_cutover(table)
+        if existing is not None:
+            return existing
+        try:
+            with table.transaction() as tx:
+                tx.set_properties({CUTOVER_PROP: cutover.to_json()})
+            return cutover
+        except CommitFailedException:
+            time.sleep(0.05)
+    raise CommitConflictError(f"could not record the cutover on {table.name()} after {COMMIT_ATTEMPTS} attempts")
+
+
+@dataclass(frozen=True)
+class BatchCommit:
+    """What a micro-batch asks to commit to one table."""
+
+    pipeline: str
+    run_id: str
+    batch_id: int
+    ranges: Sequence[OffsetRange]
+    files: Sequence[str]
+    lost: Sequence[OffsetRange] = ()
+    records_read: int = 0
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    committed: list[OffsetRange]
+    skipped: list[OffsetRange]
+    snapshot_id: int | None
+
+
+Rewriter = Callable[[Sequence[str], list[OffsetRange]], list[str]]
+
+
+def commit_batch(table: Table, batch: BatchCommit, rewrite: Rewriter) -> CommitResult:
+    """Commit ``batch`` to ``table`` exactly once per offset; retries optimistic-concurrency conflicts.
+
+    ``rewrite(files, keep)`` must return new files holding only the rows whose offsets lie in
+    ``keep``; it is called only when part of the batch is already committed.
+    """
+    asked = merge(batch.ranges)
+    for attempt in range(COMMIT_ATTEMPTS):
+        table.refresh()
+        ledger = read_ledger(table)
+        new = subtract(asked, ledger.committed)
+        if not new:
+            return CommitResult([], asked, None)
+        files = list(batch.files) if new == asked else rewrite(batch.files, new)
+        lost = intersect_all(subtract(batch.lost, ledger.lost), new)
+        summary = {
+            SUMMARY_PIPELINE: batch.pipeline,
+            SUMMARY_RUN: batch.run_id,
+            SUMMARY_BATCH: str(batch.batch_id),
+            SUMMARY_RANGES: ranges_to_json(new),
+            SUMMARY_LOST: ranges_to_json(lost),
+            SUMMARY_RECORDS: str(batch.records_read),
+        }
+        try:
+            with table.transaction() as tx:
+                if files:
+                    tx.add_files(files, snapshot_properties=summary, check_duplicate_files=False)
+                else:  # nothing to store (all quarantined / absent), but the ranges are done
+                    with tx.update_snapshot(snapshot_properties=summary).fast_append():
+                        pass
+                props = {COMMITTED_PROP: ranges_to_json(merge([*ledger.committed, *new]))}
+                if lost:
+                    props[LOST_PROP] = ranges_to_json(merge([*ledger.lost, *lost]))
+                tx.set_properties(props)
+        except CommitFailedException:
+            time.sleep(min(0.05 * 2**attempt, 2.0))
+            continue
+        table.refresh()
+        return CommitResult(new, subtract(asked, new), table.current_snapshot().snapshot_id)
+    raise CommitConflictError(
+        f"commit of batch {batch.batch_id} (run {batch.run_id}) to {table.name()} kept conflicting "
+        f"after {COMMIT_ATTEMPTS} attempts"
+    )
+
+
+def batch_summaries(table: Table) -> list[dict[str, str]]:
+    """The tailfill snapshot summaries of ``table``, oldest first (the audit trail)."""
+    out = []
+    for snap in table.snapshots():
+        props = snap.summary.additional_properties if snap.summary else {}
+        if SUMMARY_RANGES in props:
+            out.append({"snapshot-id": str(snap.snapshot_id), **props})
+    return out

@@ -1,0 +1,114 @@
+"""Validation results beside the table: a JSON per run, an HTML completeness report, ``latest.json``.
+
+Written through the warehouse filesystem (local or S3). Great Expectations' Data Docs need a
+local directory: beside the table for a local warehouse, under ``$TAILFILL_HOME`` for S3.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from tailfill.config import PipelineConfig, tailfill_home
+from tailfill.lake.tables import filesystem, fs_path, warehouse_uri
+
+
+def results_uri(cfg: PipelineConfig) -> str:
+    """Where a pipeline's validation results live: ``<warehouse>/_validation/<pipeline>``."""
+    return f"{warehouse_uri(cfg.target)}/_validation/{cfg.name}"
+
+
+def gx_root(cfg: PipelineConfig) -> Path:
+    """The Great Expectations project directory (local) for a pipeline."""
+    if cfg.target.s3 is None:
+        return Path(fs_path(results_uri(cfg)))
+    return tailfill_home() / "validation" / cfg.name
+
+
+def _write(cfg: PipelineConfig, name: str, text: str) -> str:
+    fs = filesystem(cfg.target)
+    base = results_uri(cfg)
+    fs.create_dir(fs_path(base), recursive=True)
+    uri = f"{base}/{name}"
+    with fs.open_output_stream(fs_path(uri)) as out:
+        out.write(text.encode())
+    return uri
+
+
+def read_latest(cfg: PipelineConfig) -> dict | None:
+    """The most recent validation report of a pipeline, or None."""
+    fs = filesystem(cfg.target)
+    try:
+        with fs.open_input_stream(fs_path(f"{results_uri(cfg)}/latest.json")) as f:
+            return json.loads(f.read())
+    except (FileNotFoundError, OSError):
+        return None
+
+
+def persist(cfg: PipelineConfig, report: dict) -> dict:
+    """Write ``<key>.json``, ``<key>.html`` and ``latest.json``; returns their URIs."""
+    key = report["key"]
+    paths = {"json": f"{results_uri(cfg)}/{key}.json", "html": f"{results_uri(cfg)}/{key}.html"}
+    report = {**report, "paths": {**report.get("paths", {}), **paths}}
+    _write(cfg, f"{key}.html", render_html(report))
+    text = json.dumps(report, indent=2, default=str)
+    _write(cfg, f"{key}.json", text)
+    _write(cfg, "latest.json", text)
+    return report["paths"]
+
+
+def _chart(partitions: list[dict]) -> str:
+    """Grouped bars per partition: expected offsets vs offsets found (rows + quarantined)."""
+    if not partitions:
+        return "<p>No committed ranges in scope.</p>"
+    width, bar, gap, height = 640, 18, 22, 200
+    top = max(max(p["expected"], p["found"]) for p in partitions) or 1
+    parts = []
+    for i, p in enumerate(partitions):
+        x = 50 + i * (2 * bar + gap)
+        for j, (key, colour) in enumerate((("expected", "#8da0cb"), ("found", "#66c2a5" if p["ok"] else "#fc8d62"))):
+            h = round(height * p[key] / top)
+            parts.append(f'<rect x="{x + j * bar}" y="{20 + height - h}" width="{bar - 2}" height="{h}" '
+                         f'fill="{colour}"><title>{key}: {p[key]:,}</title></rect>')
+        parts.append(f'<text x="{x + bar}" y="{height + 36}" text-anchor="middle" font-size="11">'
+                     f'p{p["partition"]}</text>')
+    w = max(width, 80 + len(partitions) * (2 * bar + gap))
+    return (f'<svg width="{w}" height="{height + 70}" role="img" aria-label="expected vs found offsets">'
+            f'<text x="0" y="14" font-size="12">offsets per partition: '
+            f'<tspan fill="#8da0cb">■ expected</tspan> <tspan fill="#66c2a5">■ found</tspan></text>'
+            + "".join(parts) + "</svg>")
+
+
+def render_html(report: dict) -> str:
+    """A one-page completeness report."""
+    esc = html.escape
+    verdict = "COMPLETE" if report["success"] else "INCOMPLETE"
+    colour = "#1a7f37" if report["success"] else "#cf222e"
+    rows = "".join(
+        f"<tr><td>{esc(p['topic'])}</td><td>{p['partition']}</td><td>{p['expected']:,}</td><td>{p['found']:,}</td>"
+        f"<td>{p['rows']:,}</td><td>{p['quarantined']:,}</td><td>{p['missing']:,}</td><td>{p['duplicated']:,}</td>"
+        f"<td>{'ok' if p['ok'] else 'FAIL'}</td></tr>"
+        for p in report["partitions"]
+    )
+    problems = "".join(f"<li>{esc(p)}</li>" for p in report["problems"]) or "<li>none</li>"
+    suites = "".join(
+        f"<li>{esc(s['suite'])}: {'passed' if s['success'] else 'FAILED'}"
+        + "".join(f"<br><code>{esc(json.dumps(f, default=str))}</code>" for f in s["failed"]) + "</li>"
+        for s in report["suites"]
+    )
+    docs = report.get("paths", {}).get("data_docs")
+    docs_link = f'<p>Great Expectations Data Docs: <a href="file://{esc(docs)}">{esc(docs)}</a></p>' if docs else ""
+    return f"""<!doctype html><html><head><meta charset="utf-8">
+<title>tailfill completeness: {esc(report['pipeline'])} {esc(report['key'])}</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:60em}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:right}}</style></head><body>
+<h1>{esc(report['pipeline'])}: <span style="color:{colour}">{verdict}</span></h1>
+<p>Scope: {esc(report['scope'])} &middot; runs: {esc(', '.join(report['runs']) or 'none')} &middot;
+validated {esc(report['validated_at'])} &middot; {report['offsets_checked']:,} offsets checked</p>
+{_chart(report['partitions'])}
+<h2>Per partition</h2><table><tr><th>topic</th><th>partition</th><th>expected</th><th>found</th><th>rows</th>
+<th>quarantined</th><th>missing</th><th>duplicated</th><th></th></tr>{rows}</table>
+<h2>Problems</h2><ul>{problems}</ul>
+<h2>Expectation suites</h2><ul>{suites}</ul>
+{docs_link}</body></html>"""

@@ -1,0 +1,191 @@
+"""Where a run starts and ends: the cutover, backfill slices, the tail's start, and the requests.
+
+History and tail are separate (seed 001): the cutover is recorded once per pipeline, in the data
+table's properties; the backfill covers ``[earliest, cutover)`` in slices, the tail ``[cutover, ∞)``.
+The one resume truth is the table's ledger: every request starts at the first uncommitted offset
+of its bounds, and a missing position is never replaced by "latest".
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pyiceberg.table import Table
+
+from tailfill.config import PipelineConfig
+from tailfill.dev.broker import resolved
+from tailfill.errors import ConfigError
+from tailfill.lake.ledger import Ledger, read_cutover, read_ledger, record_cutover
+from tailfill.lake.tables import ensure_tables
+from tailfill.offsets import OffsetRange, PartitionOffsets, ranges_between, split_slices, subtract, total
+from tailfill.source.kafka import Watermarks, consumer_config, list_partitions, watermarks
+
+Mode = Literal["backfill", "tail"]
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """What the broker and the table say right now; ``cfg`` has its broker address resolved."""
+
+    cfg: PipelineConfig
+    table: Table
+    quarantine: Table
+    marks: Watermarks
+    ledger: Ledger
+    cutover: PartitionOffsets | None
+
+
+def source_state(cfg: PipelineConfig) -> SourceState:
+    """Read the broker's watermarks and the table's ledger (the embedded broker resolved here, once)."""
+    cfg = resolved(cfg)
+    conf = consumer_config(cfg.source)
+    parts = list_partitions(conf, cfg.source.topic)
+    if cfg.source.partitions is not None and len(parts) != cfg.source.partitions:
+        raise ConfigError(
+            f"{cfg.path}: source.partitions: topic {cfg.source.topic!r} has {len(parts)} partitions, "
+            f"the pipeline expects {cfg.source.partitions} (fix: update the pipeline after a repartition)"
+        )
+    marks = watermarks(conf, parts)
+    table, quarantine = ensure_tables(cfg)
+    table.refresh()
+    return SourceState(cfg, table, quarantine, marks, read_ledger(table), read_cutover(table))
+
+
+def ensure_cutover(state: SourceState) -> PartitionOffsets:
+    """The recorded cutover, recording the broker's current ends if there is none yet."""
+    return state.cutover or record_cutover(state.table, state.marks.high)
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A bounded part of the backfill: ``[start, end)`` per partition, exactly as planned."""
+
+    index: int
+    count: int
+    start: PartitionOffsets
+    end: PartitionOffsets
+
+    @property
+    def ranges(self) -> list[OffsetRange]:
+        return ranges_between(self.start, self.end)
+
+    def remaining(self, ledger: Ledger) -> Slice | None:
+        """This slice from the first uncommitted offset of each partition on, or None when all is committed."""
+        todo = subtract(self.ranges, ledger.committed)
+        if not todo:
+            return None
+        first = dict(self.end.offsets)  # a partition already done reads nothing
+        for r in reversed(todo):
+            first[r.tp] = r.start
+        return Slice(self.index, self.count, PartitionOffsets(first), self.end)
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "count": self.count, "start": self.start.to_dict(), "end": self.end.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Slice:
+        return cls(data["index"], data["count"], PartitionOffsets.from_dict(data["start"]),
+                   PartitionOffsets.from_dict(data["end"]))
+
+    def __str__(self) -> str:
+        return f"slice {self.index + 1}/{self.count} ({total(self.ranges):,} offsets)"
+
+
+def plan_backfill(
+    state: SourceState,
+    start: PartitionOffsets | None = None,
+    end: PartitionOffsets | None = None,
+    slices: int | None = None,
+) -> list[Slice]:
+    """Slices of ``[start, end)`` (default ``[earliest, cutover)``) that still hold uncommitted offsets."""
+    start = start or state.marks.low
+    end = end or ensure_cutover(state)
+    pieces = split_slices(ranges_between(start, end), slices or state.cfg.backfill.slices)
+    planned = [Slice(i, len(pieces), PartitionOffsets({r.tp: r.start for r in piece}),
+                     PartitionOffsets({r.tp: r.end for r in piece})) for i, piece in enumerate(pieces)]
+    return [s for s in planned if s.remaining(state.ledger) is not None]
+
+
+def tail_start(state: SourceState) -> PartitionOffsets:
+    """Where the tail resumes: the end of the committed run from the cutover, per partition.
+
+    Partitions created after the cutover are tail-only and start at 0.
+    """
+    cutover = ensure_cutover(state)
+    base = PartitionOffsets({tp: cutover.get(tp, 0) or 0 for tp in state.marks.high})
+    return state.ledger.position(base)
+
+
+def checkpoint_key(mode: Mode, start: PartitionOffsets, end: PartitionOffsets | None) -> str:
+    """A checkpoint name from a request's bounds: the same bounds, and only they, share a checkpoint."""
+    bounds = start.to_json() + (end.to_json() if end is not None else "")
+    return f"{mode}-{hashlib.sha1(bounds.encode()).hexdigest()[:12]}"
+
+
+@dataclass(frozen=True)
+class IngestRequest:
+    """One streaming query: ingest ``[start, end)`` (``end`` None: unbounded) in capped micro-batches."""
+
+    label: str
+    start: PartitionOffsets
+    end: PartitionOffsets | None
+    max_offsets_per_batch: int
+    max_consecutive_failures: int
+    checkpoint: Path
+    run_id: str
+    trigger: Literal["available_now", "processing_time"] = "available_now"
+    trigger_interval_seconds: float = 30.0
+    target_end: PartitionOffsets | None = None  # for the progress of an unbounded tail
+    stop_after_seconds: float | None = None  # processing time: stop between batches after this long
+
+    @property
+    def name(self) -> str:
+        """The query's name: its checkpoint's, and its batch report file's."""
+        return self.checkpoint.name
+
+
+def checkpoint_root(cfg: PipelineConfig, mode: Mode) -> Path:
+    return Path(cfg.checkpoint_location) / cfg.name / mode
+
+
+def backfill_requests(state: SourceState, slices: list[Slice], run_id: str,
+                      max_offsets_per_batch: int | None = None) -> list[IngestRequest]:
+    """A request for each planned slice that still holds uncommitted offsets, from its first one."""
+    cfg, out = state.cfg, []
+    for planned in slices:
+        s = planned.remaining(state.ledger)
+        if s is None:
+            continue
+        out.append(IngestRequest(
+            label=f"{cfg.name} backfill {planned}",
+            start=s.start,
+            end=s.end,
+            max_offsets_per_batch=max_offsets_per_batch or cfg.backfill.max_offsets_per_batch,
+            max_consecutive_failures=cfg.backfill.max_consecutive_failures,
+            checkpoint=checkpoint_root(cfg, "backfill") / checkpoint_key("backfill", s.start, s.end),
+            run_id=run_id,
+        ))
+    return out
+
+
+def tail_request(state: SourceState, run_id: str, once: bool = False, stop_after_seconds: float | None = None,
+                 max_offsets_per_batch: int | None = None) -> IngestRequest:
+    """The tail from its committed position: once (what is there now) or on the pipeline's trigger."""
+    cfg = state.cfg
+    start = tail_start(state)
+    return IngestRequest(
+        label=f"{cfg.name} tail",
+        start=start,
+        end=None,
+        max_offsets_per_batch=max_offsets_per_batch or cfg.tail.max_offsets_per_batch,
+        max_consecutive_failures=cfg.tail.max_consecutive_failures,
+        checkpoint=checkpoint_root(cfg, "tail") / checkpoint_key("tail", start, None),
+        run_id=run_id,
+        trigger="available_now" if once else cfg.tail.trigger,
+        trigger_interval_seconds=cfg.tail.trigger_interval_seconds,
+        target_end=state.marks.high,
+        stop_after_seconds=stop_after_seconds,
+    )

@@ -1,0 +1,57 @@
+"""Checks before a run: broker, topic, partitions, warehouse, catalog, retention.
+
+Each failure is one clear message naming what and where, raised as :class:`PreflightError`.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from tailfill.config import PipelineConfig
+from tailfill.errors import BrokerError, ConfigError, LakeError, PreflightError, SourceError
+from tailfill.lake.tables import filesystem, fs_path, warehouse_uri
+from tailfill.run.plan import SourceState, ensure_cutover, source_state, tail_start
+
+
+def check_warehouse_writable(cfg: PipelineConfig) -> str:
+    fs = filesystem(cfg.target)
+    probe = f"{warehouse_uri(cfg.target)}/_preflight/{uuid.uuid4().hex}"
+    try:
+        fs.create_dir(fs_path(probe).rsplit("/", 1)[0], recursive=True)
+        with fs.open_output_stream(fs_path(probe)) as out:
+            out.write(b"ok")
+        fs.delete_file(fs_path(probe))
+    except OSError as exc:
+        raise PreflightError(f"warehouse {warehouse_uri(cfg.target)} is not writable: {exc}") from exc
+    return f"warehouse {warehouse_uri(cfg.target)} writable"
+
+
+def check_retention(state: SourceState, mode: str) -> str:
+    """The broker still holds every offset the next run needs (or the pipeline records gaps)."""
+    # A backfill plans from the earliest offset, so only the tail can find its start expired.
+    start = tail_start(state) if mode == "tail" else state.marks.low
+    expired = [f"{tp} [{start[tp]}, {state.marks.low[tp]})" for tp in start
+               if start[tp] < (state.marks.low.get(tp) or 0)]
+    if expired and state.cfg.source.on_expired_offsets == "fail":
+        raise PreflightError(
+            f"retention already removed offsets the {mode} needs: {', '.join(expired)} "
+            "(set source.on_expired_offsets: record_gap to skip and record them)"
+        )
+    return f"retention ok for the {mode}" + (f" (gaps to record: {', '.join(expired)})" if expired else "")
+
+
+def preflight(cfg: PipelineConfig, mode: str) -> list[str]:
+    """Run every check for a ``mode`` ("backfill" or "tail") run; returns what passed."""
+    passed = []
+    try:
+        state = source_state(cfg)  # broker, topic, partition count, catalog and tables
+    except (SourceError, ConfigError, BrokerError) as exc:  # unreachable, missing topic, partitions, credentials
+        raise PreflightError(str(exc)) from exc
+    except LakeError as exc:
+        raise PreflightError(f"catalog: {exc}") from exc
+    passed.append(f"broker reachable, topic {cfg.source.topic!r} has {len(state.marks.high.offsets)} partitions")
+    passed.append(f"catalog {cfg.target.catalog.uri} reachable, tables {cfg.target.namespace}.{cfg.target.table} ready")
+    passed.append(check_warehouse_writable(cfg))
+    ensure_cutover(state)
+    passed.append(check_retention(state, mode))
+    return passed

@@ -1,0 +1,37 @@
+"""A SparkSession with Tailfill's settings (:mod:`tailfill.run.runtime`) and data sources registered."""
+
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import SparkSession
+
+from tailfill.run import runtime
+
+
+def get_session(app_name: str = "tailfill") -> SparkSession:
+    """Get or create the session, with ``tailfill_kafka`` and ``tailfill_iceberg`` registered.
+
+    Under ``spark-submit`` the settings it was given win (the master of Airflow's ``spark_default``
+    connection, say: :func:`tailfill.run.submit.spark_submit_command` passes the same settings);
+    otherwise the session runs on :func:`runtime.master` with :func:`runtime.spark_conf`.
+    """
+    for key, value in runtime.spark_env().items():
+        os.environ.setdefault(key, value)
+    builder = SparkSession.builder.appName(app_name)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not started by spark-submit
+        builder = builder.master(runtime.master())
+        for key, value in runtime.spark_conf().items():
+            builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("TAILFILL_SPARK_LOG_LEVEL", "ERROR"))
+    register_sources(spark)
+    return spark
+
+
+def register_sources(spark: SparkSession) -> None:
+    from tailfill.lake.spark_writer import IcebergSinkDataSource
+    from tailfill.source.spark_reader import KafkaDataSource
+
+    spark.dataSource.register(KafkaDataSource)
+    spark.dataSource.register(IcebergSinkDataSource)

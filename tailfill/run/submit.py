@@ -1,0 +1,131 @@
+"""The ingest job's contract and its submission: what goes in (:class:`JobSpec`), what comes out
+(:class:`IngestResult`), and the ``spark-submit`` command that runs it. No pyspark here.
+
+The CLI and the Airflow DAGs both build a :class:`JobSpec` and pass ``spec.argv()``; the job parses
+it back with :meth:`JobSpec.parse`, so the two sides cannot disagree on an argument. A backfill
+spec carries its slices' exact bounds: the job runs what was planned, nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+
+from tailfill.config import PipelineConfig
+from tailfill.offsets import PartitionOffsets
+from tailfill.run import runtime
+from tailfill.run.plan import Mode, Slice, plan_backfill, source_state
+
+RESULT_PREFIX = "TAILFILL_RESULT "
+
+
+def new_run_id(mode: Mode) -> str:
+    return f"{mode}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One run of the ingest job: a pipeline, a mode, a run id, and for a backfill its slices."""
+
+    pipeline: str  # name or path of the pipeline YAML
+    mode: Mode
+    run_id: str
+    slices: tuple[Slice, ...] = ()  # backfill: exactly these slices (bounds as planned)
+    once: bool = False  # tail: ingest what is there now, then stop
+    stop_after_seconds: float | None = None  # processing-time tail: stop between batches after this long
+    max_offsets_per_batch: int | None = None  # override of the pipeline's cap (tuned from measurements)
+
+    def argv(self) -> list[str]:
+        """The job's command-line arguments."""
+        out = ["--pipeline", self.pipeline, "--mode", self.mode, "--run-id", self.run_id]
+        if self.slices:
+            out += ["--slices", json.dumps([s.to_dict() for s in self.slices], separators=(",", ":"))]
+        if self.once:
+            out.append("--once")
+        if self.stop_after_seconds is not None:
+            out += ["--stop-after", str(self.stop_after_seconds)]
+        if self.max_offsets_per_batch is not None:
+            out += ["--max-offsets-per-batch", str(self.max_offsets_per_batch)]
+        return out
+
+    @classmethod
+    def parse(cls, argv: list[str] | None = None) -> JobSpec:
+        p = argparse.ArgumentParser(prog="spark_jobs/ingest.py", description="Tailfill's ingest job")
+        p.add_argument("--pipeline", required=True, help="pipeline name or path to its YAML")
+        p.add_argument("--mode", choices=("backfill", "tail"), required=True)
+        p.add_argument("--run-id", required=True, help="run id recorded in every commit")
+        p.add_argument("--slices", help="backfill: JSON list of slices {index, count, start, end}")
+        p.add_argument("--once", action="store_true", help="tail: ingest what is there now, then stop")
+        p.add_argument("--stop-after", type=float, help="tail with processing time: stop between batches after N s")
+        p.add_argument("--max-offsets-per-batch", type=int, help="override the pipeline's cap for this run")
+        a = p.parse_args(argv)
+        if a.mode == "backfill" and not a.slices:
+            p.error("a backfill needs --slices (plan with `tailfill backfill` or the backfill DAG)")
+        slices = tuple(Slice.from_dict(d) for d in json.loads(a.slices)) if a.slices else ()
+        return cls(a.pipeline, a.mode, a.run_id, slices, a.once, a.stop_after, a.max_offsets_per_batch)
+
+
+def backfill_spec(cfg: PipelineConfig, start: PartitionOffsets | None = None, end: PartitionOffsets | None = None,
+                  slices: int | None = None, run_id: str | None = None) -> JobSpec | None:
+    """Plan a backfill of ``[start, end)`` (default ``[earliest, cutover)``) once; None if all is committed."""
+    planned = plan_backfill(source_state(cfg), start, end, slices)
+    if not planned:
+        return None
+    return JobSpec(cfg.path or cfg.name, "backfill", run_id or new_run_id("backfill"), tuple(planned))
+
+
+@dataclass
+class IngestResult:
+    """What one streaming query of a run did (a backfill run has one per slice)."""
+
+    run_id: str
+    label: str
+    batches: int = 0
+    offsets: int = 0
+    rows: int = 0
+    quarantined: int = 0
+    skipped_offsets: int = 0
+    seconds: float = 0.0
+    restarts: int = 0
+    causes: list[str] = field(default_factory=list)
+
+    @property
+    def rows_per_second(self) -> float:
+        return (self.rows + self.quarantined) / self.seconds if self.seconds else 0.0
+
+
+def results_line(results: list[IngestResult]) -> str:
+    """The job's last stdout line: its results for the process that submitted it."""
+    return RESULT_PREFIX + json.dumps([asdict(r) for r in results])
+
+
+def spark_submit_command(spec: JobSpec, master: str | None = None) -> list[str]:
+    """The full ``spark-submit`` command for ``spec`` with Tailfill's Spark settings."""
+    cmd = [runtime.spark_submit(), "--master", master or runtime.master()]
+    for key, value in runtime.spark_conf().items():
+        cmd += ["--conf", f"{key}={value}"]
+    return [*cmd, str(runtime.job_file()), *spec.argv()]
+
+
+def submit_env() -> dict[str, str]:
+    """This process's environment with Tailfill's Spark environment on top."""
+    return {**os.environ, **runtime.spark_env()}
+
+
+def run_job(spec: JobSpec) -> tuple[int, list[IngestResult]]:
+    """Run the job, streaming its progress through; returns (exit code, results)."""
+    proc = subprocess.Popen(spark_submit_command(spec), env=submit_env(), stdout=subprocess.PIPE, text=True)
+    results: list[IngestResult] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith(RESULT_PREFIX):
+            results = [IngestResult(**r) for r in json.loads(line[len(RESULT_PREFIX):])]
+        else:
+            sys.stdout.write(line)
+    return proc.wait(), results

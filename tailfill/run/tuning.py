@@ -1,0 +1,51 @@
+"""Micro-batch sizing from measured throughput (seed 001: every commit well inside its deadline).
+
+``max offsets per batch = measured rate × trigger interval × safety factor``, bounded by the
+pipeline's configured maximum and a floor. The rate comes from the batch reports of earlier runs
+(:mod:`tailfill.lake.batch_report`): offsets of each committed batch over the time from its first
+task starting to its commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from tailfill.config import PipelineConfig
+from tailfill.lake.batch_report import recent_reports
+
+SAFETY_FACTOR = 0.5
+FLOOR = 1_000
+RECENT_RUNS = 5
+
+
+@dataclass(frozen=True)
+class Tuning:
+    max_offsets_per_batch: int
+    measured_rows_per_second: float | None
+    interval_seconds: float
+    configured_max: int
+    reason: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def measured_rate(cfg: PipelineConfig) -> float | None:
+    """Offsets per second over the committed batches of the most recent runs, or None."""
+    done = [b for b in recent_reports(cfg.name, RECENT_RUNS) if b.committed and b.seconds > 0]
+    seconds = sum(b.seconds for b in done)
+    return sum(b.offsets for b in done) / seconds if seconds > 0 else None
+
+
+def tuned_max_offsets(cfg: PipelineConfig, mode: str) -> Tuning:
+    """The cap for the next ``mode`` run, with the reason, for the run's report."""
+    configured = cfg.tail.max_offsets_per_batch if mode == "tail" else cfg.backfill.max_offsets_per_batch
+    interval = cfg.tail.trigger_interval_seconds
+    rate = measured_rate(cfg)
+    if rate is None:
+        return Tuning(configured, None, interval, configured, "no measured batches yet: the configured maximum")
+    derived = int(rate * interval * SAFETY_FACTOR)
+    value = max(min(derived, configured), min(FLOOR, configured))
+    return Tuning(value, round(rate, 1), interval, configured,
+                  f"{rate:,.0f} offsets/s × {interval:g}s × {SAFETY_FACTOR} = {derived:,}, "
+                  f"bounded to [{min(FLOOR, configured):,}, {configured:,}]")

@@ -1,0 +1,88 @@
+"""The shapes records take between stages, defined once.
+
+- :data:`RAW_SCHEMA`: what the Kafka source emits — coordinates, key, value, and ``range_marker``,
+  non-null only on the one :class:`RangeMarker` row a reader appends per range it read;
+- :func:`table_schema`: a row of the target table — coordinates, the declared fields, the raw value;
+- :data:`QUARANTINE_SCHEMA`: a record that could not become a row — coordinates, raw value, error, run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import pyarrow as pa
+
+from tailfill.offsets import OffsetRange
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")  # TIMESTAMP_MICROS in UTC: what pyiceberg reads as timestamptz
+
+RAW_SCHEMA = pa.schema(
+    [
+        ("kafka_topic", pa.string()),
+        ("kafka_partition", pa.int32()),
+        ("kafka_offset", pa.int64()),
+        ("kafka_timestamp", TIMESTAMP),
+        ("kafka_key", pa.binary()),
+        ("kafka_value", pa.binary()),
+        ("range_marker", pa.string()),
+    ]
+)
+METADATA_FIELDS = [RAW_SCHEMA.field(n) for n in ("kafka_topic", "kafka_partition", "kafka_offset",
+                                                  "kafka_timestamp", "kafka_key")]
+COORDINATES = ("kafka_topic", "kafka_partition", "kafka_offset")
+VALUE_FIELD = RAW_SCHEMA.field("kafka_value")
+QUARANTINE_SCHEMA = pa.schema([*METADATA_FIELDS, VALUE_FIELD, pa.field("error", pa.string()),
+                               pa.field("run_id", pa.string())])
+FIELD_TYPES = {"string": pa.string(), "long": pa.int64(), "double": pa.float64(), "boolean": pa.bool_(),
+               "timestamp": TIMESTAMP}
+_SPARK_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "long", TIMESTAMP: "timestamp",
+                pa.binary(): "binary"}
+
+
+class DeclaredField(Protocol):
+    """A field of a pipeline's format (``config.FieldSpec``): a name and one of :data:`FIELD_TYPES`."""
+
+    name: str
+    type: str
+
+
+def table_schema(fields: Iterable[DeclaredField]) -> pa.Schema:
+    """Rows of the target table: Kafka coordinates, the declared fields, then the raw value."""
+    return pa.schema([*METADATA_FIELDS, *(pa.field(f.name, FIELD_TYPES[f.type]) for f in fields), VALUE_FIELD])
+
+
+def spark_ddl(schema: pa.Schema) -> str:
+    """``schema`` as a Spark DDL string (what a Python data source declares)."""
+    return ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in schema)
+
+
+@dataclass(frozen=True)
+class RangeMarker:
+    """What a reader actually read of one range: how many records, and which offsets had expired."""
+
+    range: OffsetRange
+    records: int
+    lost: tuple[OffsetRange, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> str:
+        return json.dumps({"start": self.range.start, "end": self.range.end, "records": self.records,
+                           "lost": [[r.start, r.end] for r in self.lost]})
+
+    @classmethod
+    def from_row(cls, topic: str, partition: int, text: str) -> RangeMarker:
+        """The marker carried by a raw row's ``range_marker`` column."""
+        data = json.loads(text)
+        rng = OffsetRange(topic, partition, data["start"], data["end"])
+        return cls(rng, data["records"], tuple(rng.with_bounds(s, e) for s, e in data["lost"]))
+
+    def to_batch(self) -> pa.RecordBatch:
+        """The marker as a one-row batch of :data:`RAW_SCHEMA`."""
+        r = self.range
+        return pa.RecordBatch.from_arrays(
+            [pa.array([r.topic]), pa.array([r.partition], pa.int32()), pa.array([r.start], pa.int64()),
+             pa.nulls(1, TIMESTAMP), pa.nulls(1, pa.binary()), pa.nulls(1, pa.binary()), pa.array([self.to_json()])],
+            schema=RAW_SCHEMA,
+        )

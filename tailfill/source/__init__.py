@@ -1,0 +1,1 @@
+"""Source: Kafka through confluent-kafka (``kafka``), and the ``tailfill_kafka`` data source (``spark_reader``)."""

@@ -1,0 +1,173 @@
+"""``tailfill_kafka``: a PySpark Python Data Source for Kafka, batch and streaming.
+
+Options (offsets in the JSON format of Spark's Kafka connector, ``{"topic": {"0": 42}}``):
+
+- ``source``: the pipeline's ``source`` block as JSON (broker address, topic, security, consumer settings)
+- ``startingOffsets``: JSON or ``earliest`` (required; ``latest`` is refused: it skips data)
+- ``endingOffsets``: JSON or ``latest`` (batch default ``latest``; streaming default unbounded)
+- ``maxOffsetsPerTrigger``: cap per micro-batch, shared across partitions by pending size
+- ``includeRangeMarkers``: ``true`` adds one marker row per input range recording what was read
+
+One input partition per topic-partition range ``[start, end)``; rows come as Arrow batches.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from tailfill.config import SourceConfig
+from tailfill.errors import ConfigError, ExpiredOffsetsError
+from tailfill.offsets import OffsetRange, PartitionOffsets, cap, ranges_between
+from tailfill.schema import RAW_SCHEMA, spark_ddl
+from tailfill.source.kafka import consumer_config, list_partitions, read_range, watermarks
+
+
+class RangePartition(InputPartition):
+    def __init__(self, rng: OffsetRange):
+        super().__init__(rng)
+        self.rng = rng
+
+
+class _KafkaOptions:
+    """Parsed options shared by the batch and the streaming reader."""
+
+    def __init__(self, options: dict[str, str]):
+        options = {k.lower(): v for k, v in options.items()}  # Spark lower-cases option keys
+        if "source" not in options:
+            raise ConfigError("tailfill_kafka needs the 'source' option (the pipeline's source block as JSON)")
+        self.source = SourceConfig.model_validate_json(options["source"])
+        self.conf = consumer_config(self.source)
+        self.starting = options.get("startingoffsets")
+        self.ending = options.get("endingoffsets")
+        max_offsets = options.get("maxoffsetspertrigger")
+        self.max_offsets = int(max_offsets) if max_offsets else None
+        self.markers = options.get("includerangemarkers", "false").lower() == "true"
+
+    def partitions(self) -> list:
+        return list_partitions(self.conf, self.source.topic)
+
+    def resolve(self, spec: str | None, role: str) -> PartitionOffsets:
+        """Offsets from JSON, or from the broker for ``earliest`` / ``latest`` (ending only)."""
+        if spec not in (None, "earliest", "latest"):
+            return PartitionOffsets.from_json(spec)
+        if spec == "latest" and role == "starting":
+            raise ConfigError(
+                "startingOffsets=latest would skip every record not yet ingested; tailfill starts from "
+                "explicit offsets (the table's committed position) or 'earliest'"
+            )
+        marks = watermarks(self.conf, self.partitions())
+        return marks.low if spec == "earliest" else marks.high
+
+    def check_expired(self, ranges: list[OffsetRange]) -> None:
+        """Fail at planning time if a range starts below what the broker still has."""
+        if self.source.on_expired_offsets == "record_gap":
+            return
+        low = watermarks(self.conf, sorted({r.tp for r in ranges}), probe_timeout_s=0).low
+        for r in ranges:
+            earliest = low.get(r.tp, 0) or 0
+            if r.start < earliest:
+                raise ExpiredOffsetsError(r.with_bounds(r.start, min(earliest, r.end)), earliest)
+
+    def input_partitions(self, start: PartitionOffsets, end: PartitionOffsets) -> list[RangePartition]:
+        ranges = [r for r in ranges_between(start, end) if not r.is_empty()]
+        self.check_expired(ranges)
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition: RangePartition):
+        yield from read_range(
+            self.conf, partition.rng, on_expired=self.source.on_expired_offsets, with_marker=self.markers
+        )
+
+
+class KafkaBatchReader(DataSourceReader):
+    def __init__(self, opts: _KafkaOptions):
+        self.opts = opts
+
+    def partitions(self) -> list[RangePartition]:
+        start = self.opts.resolve(self.opts.starting or "earliest", "starting")
+        end = self.opts.resolve(self.opts.ending, "ending")
+        return self.opts.input_partitions(start, end)
+
+    def read(self, partition: RangePartition):
+        return self.opts.read(partition)
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, opts: _KafkaOptions):
+        self.opts = opts
+        self.target: PartitionOffsets | None = None
+        if opts.starting is None:
+            raise ConfigError("streaming from Kafka needs explicit startingOffsets (JSON or 'earliest')")
+
+    def initialOffset(self) -> dict:
+        return self.opts.resolve(self.opts.starting, "starting").to_dict()
+
+    def _end(self) -> PartitionOffsets:
+        if self.target is not None:
+            return self.target
+        if self.opts.ending:
+            return self.opts.resolve(self.opts.ending, "ending")
+        return self.opts.resolve(None, "ending")
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = self._end()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.opts.max_offsets) if self.opts.max_offsets else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = PartitionOffsets.from_dict(start)
+        end = self._end()
+        ranges = [r for r in ranges_between(begin, _at_least(end, begin)) if not r.is_empty()]
+        if isinstance(limit, ReadMaxRows):
+            ranges = cap(ranges, limit.max_rows)
+        out = dict(begin.offsets)
+        out.update({r.tp: r.end for r in ranges})
+        return PartitionOffsets(out).to_dict()
+
+    def reportLatestOffset(self) -> dict | None:
+        return self._end().to_dict()
+
+    def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+        return self.opts.input_partitions(PartitionOffsets.from_dict(start), PartitionOffsets.from_dict(end))
+
+    def read(self, partition: RangePartition):
+        return self.opts.read(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: positions live in the table's ledger, not in consumer groups."""
+
+
+def _at_least(end: PartitionOffsets, start: PartitionOffsets) -> PartitionOffsets:
+    """``end`` never behind ``start`` (a bounded slice already past its end reads nothing)."""
+    merged = dict(start.offsets)
+    for tp in end:
+        merged[tp] = max(end[tp], start.get(tp, 0) or 0)
+    return PartitionOffsets(merged)
+
+
+class KafkaDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "tailfill_kafka"
+
+    def schema(self) -> str:
+        return spark_ddl(RAW_SCHEMA)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaBatchReader(_KafkaOptions(dict(self.options)))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(_KafkaOptions(dict(self.options)))

@@ -1,1 +1,0 @@
-"""Spark-side code: the Kafka data source, the Iceberg sink and the ingest runner (no Airflow here)."""

@@ -1,0 +1,81 @@
+"""The Kafka login of an Airflow connection reaches every consumer: the Spark job's and the worker's.
+
+The connection is a real Airflow connection (``AIRFLOW_CONN_*``, read by Airflow's own secrets
+backend); the job is a separate process that sees only the environment the operator gives
+``spark-submit``, and builds its consumer settings exactly as the Spark job does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "plugins"))
+from tailfill_airflow.hooks import TailfillHook  # noqa: E402
+
+from tailfill.config import load_pipeline  # noqa: E402
+from tailfill.errors import ConfigError  # noqa: E402
+from tailfill.source.kafka import consumer_config  # noqa: E402
+
+JOB_SIDE = """
+import json, sys
+from tailfill.config import load_pipeline
+from tailfill.source.kafka import consumer_config
+conf = consumer_config(load_pipeline(sys.argv[1]).source)
+print(json.dumps({k: conf.get(k) for k in ("security.protocol", "sasl.mechanism", "sasl.username", "sasl.password")}))
+"""
+
+
+@pytest.fixture
+def sasl_pipeline(tmp_path, monkeypatch):
+    """The demo pipeline on SASL/SCRAM whose login is the Airflow connection ``kafka_test`` (no *_env names)."""
+    monkeypatch.setenv("TAILFILL_HOME", str(tmp_path / "home"))
+    data = yaml.safe_load((REPO / "pipelines" / "demo.yaml").read_text())
+    data["source"]["bootstrap_servers"] = "127.0.0.1:9"
+    data["source"]["security"] = {"protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512",
+                                  "airflow_conn_id": "kafka_test"}
+    path = tmp_path / "sasl.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_pipeline(path)
+
+
+def test_the_connection_s_login_reaches_the_spark_job_s_consumer(sasl_pipeline, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_TEST", json.dumps({"conn_type": "generic", "login": "alice",
+                                                              "password": "s3cret"}))
+    env = TailfillHook(sasl_pipeline).job_env()  # what TailfillSubmitOperator hands spark-submit
+    assert "AIRFLOW_CONN_KAFKA_TEST" not in env
+    out = subprocess.run([sys.executable, "-c", JOB_SIDE, str(sasl_pipeline.path)], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+                                      "sasl.username": "alice", "sasl.password": "s3cret"}
+
+
+def test_worker_side_tasks_see_the_login_only_while_they_run(sasl_pipeline, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_TEST", json.dumps({"conn_type": "generic", "login": "alice",
+                                                              "password": "s3cret"}))
+    with pytest.raises(ConfigError, match=r"TAILFILL_KAFKA_USERNAME .*Airflow connection 'kafka_test'"):
+        consumer_config(sasl_pipeline.source)  # outside the hook: a clear error, not an anonymous login
+    with TailfillHook(sasl_pipeline).credentials_exported():
+        conf = consumer_config(sasl_pipeline.source)
+    assert (conf["sasl.username"], conf["sasl.password"]) == ("alice", "s3cret")
+    assert "TAILFILL_KAFKA_USERNAME" not in os.environ and "TAILFILL_KAFKA_PASSWORD" not in os.environ
+
+
+def test_a_connection_without_a_password_is_named(sasl_pipeline, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_TEST", json.dumps({"conn_type": "generic", "login": "alice"}))
+    with pytest.raises(ConfigError, match=r"connection 'kafka_test'.*needs a login and a password"):
+        TailfillHook(sasl_pipeline).job_env()
+
+
+def test_the_hook_names_its_connection_like_the_spark_provider(sasl_pipeline):
+    hook = TailfillHook(sasl_pipeline)
+    assert getattr(hook, TailfillHook.conn_name_attr) == "kafka_test"
+    assert TailfillHook(sasl_pipeline, kafka_conn_id="other").kafka_conn_id == "other"
