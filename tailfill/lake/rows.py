@@ -2,22 +2,43 @@
 
 Every input record ends up in exactly one of the two outputs: a record that cannot be parsed
 (malformed JSON, empty value, wrong type, missing required field, oversized) is never dropped.
+
+The rules are :func:`parse_value`, one record at a time. :class:`RowParser` applies the same rules
+faster: a typed msgspec decoder takes each record it can vouch for, and every record it refuses
+(or might judge differently: long values, see :data:`FAST_PATH_MAX_BYTES`) goes through
+:func:`parse_value`, so rows and quarantine are exactly what the per-record rules give
+(``tests/unit/test_records.py`` checks the two against each other on generated records).
 """
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
-from typing import Any
+import operator
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailfill.config import FieldSpec, FormatConfig
 from tailfill.errors import RecordError
-from tailfill.schema import METADATA_FIELDS, QUARANTINE_SCHEMA, table_schema
+from tailfill.schema import FIELD_TYPES, METADATA_FIELDS, QUARANTINE_SCHEMA, TIMESTAMP, table_schema
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Values up to this size take the fast path. Valid JSON this short nests too shallowly to reach
+# Python's recursion limit and holds no integer long enough to hit its digit limit, the two places
+# where ``json.loads`` refuses what a faster decoder might accept.
+FAST_PATH_MAX_BYTES = 1536
+CHUNK = 128  # values decoded in one call; a chunk holding a bad value is decoded value by value
+FAST_PATH_TYPES: dict[str, Any] = {
+    "string": str,
+    "long": Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)],
+    "double": float,
+    "boolean": bool,
+    "timestamp": str,  # then converted by the same function as the per-record rules
+}
 
 
 def _coerce(spec: FieldSpec, value: Any) -> Any:
@@ -44,12 +65,16 @@ def _coerce(spec: FieldSpec, value: Any) -> Any:
     if t == "boolean" and isinstance(value, bool):
         return value
     if t == "timestamp" and isinstance(value, str):
-        try:
-            ts = datetime.fromisoformat(value)
-            return (ts if ts.tzinfo else ts.replace(tzinfo=UTC)).astimezone(UTC)
-        except (ValueError, OverflowError):
-            raise RecordError(f"field '{spec.name}' = {value[:60]!r} is not an ISO-8601 timestamp in range") from None
+        return _timestamp(spec, value)
     raise RecordError(f"field '{spec.name}' should be {t}, got {type(value).__name__} {json.dumps(value)[:60]}")
+
+
+def _timestamp(spec: FieldSpec, value: str) -> datetime:
+    try:
+        ts = datetime.fromisoformat(value)
+        return (ts if ts.tzinfo else ts.replace(tzinfo=UTC)).astimezone(UTC)
+    except (ValueError, OverflowError):
+        raise RecordError(f"field '{spec.name}' = {value[:60]!r} is not an ISO-8601 timestamp in range") from None
 
 
 def parse_value(fmt: FormatConfig, value: bytes | None) -> list[Any]:
@@ -78,47 +103,161 @@ def parse_value(fmt: FormatConfig, value: bytes | None) -> list[Any]:
     return out
 
 
-def split_records(batch: pa.RecordBatch | pa.Table, fmt: FormatConfig, run_id: str) -> tuple[pa.Table, pa.Table]:
+# Timestamps the fast path converts with Arrow's vectorized cast: ISO-8601 with a 'T', seconds, at most
+# six fractional digits, an optional 'Z' or ±HH:MM offset, in the years 1900-2199 (so that no offset
+# moves them out of range). On these, Arrow and ``datetime.fromisoformat`` agree; every other string
+# (and a canonical one Arrow refuses, like February 30) is converted by :func:`_timestamp`.
+_ISO_CORE = r"(19|20|21)\d\d-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?"
+ISO_AWARE = rf"^{_ISO_CORE}(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$"
+ISO_NAIVE = rf"^{_ISO_CORE}$"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class RowParser:
+    """The declared fields of many JSON values at once, by the rules of :func:`parse_value`."""
+
+    def __init__(self, fmt: FormatConfig):
+        self.fmt = fmt
+        fields = []
+        for i, spec in enumerate(fmt.fields):
+            kind = FAST_PATH_TYPES[spec.type]
+            fields.append((f"f{i}", kind) if spec.required else (f"f{i}", kind | None, None))
+        struct = msgspec.defstruct("Record", fields, rename={f"f{i}": s.name for i, s in enumerate(fmt.fields)},
+                                   kw_only=True, gc=False, forbid_unknown_fields=fmt.unknown_fields == "quarantine")
+        self.decoder = msgspec.json.Decoder(struct)
+        self.fields = [operator.attrgetter(f"f{i}") for i in range(len(fmt.fields))]
+        self.limit = min(FAST_PATH_MAX_BYTES, fmt.max_value_bytes)
+
+    def parse(self, values: pa.Array) -> tuple[list[pa.Array], list[bool], list[str]]:
+        """(one column per declared field for the good values, a good-or-bad flag per value, the bad
+        values' errors), all in the order of ``values`` (a binary array).
+
+        Values are decoded in chunks, each as newline-delimited JSON in one call; a chunk the
+        decoder refuses as a whole is decoded value by value, and each value it refuses (or cannot
+        take: empty, too long) is judged by the per-record rules.
+        """
+        lengths = pc.fill_null(pc.binary_length(values), 0).to_numpy(zero_copy_only=False)
+        takeable = (lengths > 0) & (lengths <= self.limit)
+        values = values.to_pylist()
+        columns: list[list] = [[] for _ in self.fmt.fields]
+        sources: list[int] = []  # which value each row came from
+        errors: dict[int, str] = {}
+        by_the_rules = 0  # rows whose fields the per-record rules gave (their timestamps are datetimes)
+        for start in range(0, len(values), CHUNK):
+            chunk = range(start, min(start + CHUNK, len(values)))
+            by_the_rules += self._parse_chunk(values, chunk, bool(takeable[start:chunk.stop].all()), columns,
+                                              sources, errors)
+        arrays, failed = [], set()
+        for spec, column in zip(self.fmt.fields, columns, strict=True):
+            if spec.type == "timestamp":
+                array, not_timestamps = self._timestamps(spec, column, mixed=by_the_rules > 0)
+                failed |= not_timestamps
+                arrays.append(array)
+            else:
+                arrays.append(pa.array(column, FIELD_TYPES[spec.type]))
+        if failed:  # a timestamp only Python could judge, and it said no: the rules word the error
+            for k in failed:
+                self._by_the_rules(values[sources[k]], sources[k], errors)
+            keep = pa.array([k for k in range(len(sources)) if k not in failed], pa.int64())
+            arrays = [a.take(keep) for a in arrays]
+        good = [i not in errors for i in range(len(values))] if errors else [True] * len(values)
+        return arrays, good, [errors[i] for i in sorted(errors)]
+
+    def _parse_chunk(self, values: Sequence[bytes | None], chunk: range, takeable: bool, columns: list[list],
+                     sources: list[int], errors: dict[int, str]) -> int:
+        """Parse one chunk into ``columns``; returns how many of its rows the per-record rules gave."""
+        limit, fields = self.limit, self.fields
+        part = values[chunk.start:chunk.stop]
+        if takeable:  # every value non-empty and short enough
+            lines = b"\n".join(part)  # type: ignore[arg-type]
+            if lines.count(b"\n") == len(part) - 1:  # no value spans lines
+                try:
+                    decoded = self.decoder.decode_lines(lines)
+                except Exception:  # some value is refused: value by value below
+                    decoded = None
+                if decoded is not None and len(decoded) == len(part):  # (blank values are skipped)
+                    for column, field in zip(columns, fields, strict=True):
+                        column.extend(map(field, decoded))
+                    sources.extend(chunk)
+                    return 0
+        decode, ruled = self.decoder.decode, 0
+        for i, value in zip(chunk, part, strict=True):
+            row = None
+            if value and len(value) <= limit:
+                try:
+                    record = decode(value)
+                    row = [field(record) for field in fields]
+                except Exception:  # whatever the fast path refuses, the per-record rules decide
+                    row = None
+            if row is None:
+                row = self._by_the_rules(value, i, errors)
+                if row is None:
+                    continue
+                ruled += 1
+            for column, v in zip(columns, row, strict=True):
+                column.append(v)
+            sources.append(i)
+        return ruled
+
+    def _by_the_rules(self, value: bytes | None, i: int, errors: dict[int, str]) -> tuple | None:
+        try:
+            return tuple(parse_value(self.fmt, value))
+        except RecordError as exc:
+            # Error text may quote the record; keep it encodable whatever the record held.
+            errors[i] = str(exc).encode("utf-8", "backslashreplace").decode("utf-8")
+            return None
+
+    @staticmethod
+    def _timestamps(spec: FieldSpec, column: list, mixed: bool) -> tuple[pa.Array, set[int]]:
+        """The column as timestamps, and the rows whose value is no timestamp by :func:`_timestamp`.
+
+        Holds strings from the fast path and None, and (if ``mixed``) datetimes from the rules."""
+        texts = pa.array([v if isinstance(v, str) else None for v in column] if mixed else column, pa.string())
+        try:
+            aware = pc.cast(pc.if_else(pc.match_substring_regex(texts, ISO_AWARE), texts, None), TIMESTAMP)
+            naive = pc.cast(pc.cast(pc.if_else(pc.match_substring_regex(texts, ISO_NAIVE), texts, None),
+                                    pa.timestamp("us")), TIMESTAMP)  # no offset: UTC, as the rules say
+            converted = pc.coalesce(aware, naive)
+        except pa.ArrowInvalid:  # a canonical-looking string that is no date (February 30): all by the rules
+            converted = pa.nulls(len(column), TIMESTAMP)
+        present = pa.array([v is not None for v in column], pa.bool_())
+        rest = pc.indices_nonzero(pc.and_(pc.is_null(converted), present)).to_pylist()
+        if not rest:
+            return converted, set()
+        micros = pc.cast(converted, pa.int64()).to_pylist()
+        failed = set()
+        for k in rest:
+            value = column[k]
+            try:
+                ts = value if isinstance(value, datetime) else _timestamp(spec, value)
+            except RecordError:
+                failed.add(k)
+                continue
+            micros[k] = (ts - _EPOCH) // timedelta(microseconds=1)
+        return pa.array(micros, pa.int64()).cast(TIMESTAMP), failed
+
+
+def split_records(batch: pa.RecordBatch | pa.Table, fmt: FormatConfig, run_id: str,
+                  parser: RowParser | None = None) -> tuple[pa.Table, pa.Table]:
     """Split raw records (``kafka_*`` columns) into (rows, quarantined rows)."""
     table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
     meta = table.select([f.name for f in METADATA_FIELDS]).cast(pa.schema(METADATA_FIELDS))
-    values = table.column("kafka_value").to_pylist()
+    value_arr = table.column("kafka_value").combine_chunks().cast(pa.binary())
     schema = table_schema(fmt.fields)
     if fmt.type == "raw":
-        oversized = [v is not None and len(v) > fmt.max_value_bytes for v in values]
-        errors = [
-            f"value of {len(v)} bytes exceeds max_value_bytes {fmt.max_value_bytes}" if big else None
-            for v, big in zip(values, oversized, strict=True)
-        ]
-        parsed_cols: list[list[Any]] = []
+        lengths = pc.fill_null(pc.binary_length(value_arr), 0).to_pylist()
+        good = [n <= fmt.max_value_bytes for n in lengths]
+        errors = [f"value of {n} bytes exceeds max_value_bytes {fmt.max_value_bytes}" for n in lengths
+                  if n > fmt.max_value_bytes]
+        columns: list[pa.Array] = []
     else:
-        errors, rows = [], []
-        for v in values:
-            try:
-                rows.append(parse_value(fmt, v))
-                errors.append(None)
-            except RecordError as exc:
-                rows.append([None] * len(fmt.fields))
-                # Error text may quote the record; keep it encodable whatever the record held.
-                errors.append(str(exc).encode("utf-8", "backslashreplace").decode("utf-8"))
-        parsed_cols = [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in fmt.fields]
-    ok_mask = pa.array([e is None for e in errors], pa.bool_())
-    value_arr = pa.array(values, pa.binary())
-    parsed = [pa.array(c, f.type) for c, f in zip(parsed_cols, list(schema)[5:-1], strict=True)]
-    full = pa.Table.from_arrays(
-        [*meta.columns, *parsed, value_arr],
-        schema=schema,
-    )
-    ok = full.filter(ok_mask)
-    bad_meta = meta.filter(pc.invert(ok_mask))
-    bad_errors = [e for e in errors if e is not None]
+        columns, good, errors = (parser or RowParser(fmt)).parse(value_arr)
+    ok_mask = pa.array(good, pa.bool_())
+    bad_mask = pc.invert(ok_mask)
+    ok = pa.Table.from_arrays([*meta.filter(ok_mask).columns, *columns, value_arr.filter(ok_mask)], schema=schema)
     bad = pa.Table.from_arrays(
-        [
-            *bad_meta.columns,
-            value_arr.filter(pc.invert(ok_mask)),
-            pa.array(bad_errors, pa.string()),
-            pa.array([run_id] * len(bad_errors), pa.string()),
-        ],
+        [*meta.filter(bad_mask).columns, value_arr.filter(bad_mask), pa.array(errors, pa.string()),
+         pa.array([run_id] * len(errors), pa.string())],
         schema=QUARANTINE_SCHEMA,
     )
     return ok, bad

@@ -1,11 +1,15 @@
 import json
+import random
 from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tailfill.config import FieldSpec, FormatConfig
-from tailfill.lake.rows import split_records
+from tailfill.errors import RecordError
+from tailfill.lake.rows import RowParser, parse_value, split_records
 from tailfill.schema import QUARANTINE_SCHEMA, table_schema
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -137,3 +141,153 @@ def test_poison_record_is_quarantined_not_raised(value):
     fmt = FMT.model_copy(update={"max_value_bytes": 1_000_000})
     rows, bad = split_records(batch([js(id=1), value]), fmt, run_id="r")
     assert rows.num_rows == 1 and bad.column("kafka_offset").to_pylist() == [101]
+
+
+# --- the fast path gives exactly what the per-record rules give --------------------------------
+
+def reference(fmt: FormatConfig, values: list) -> list:
+    """What :func:`parse_value` says of each value: its fields, or its error."""
+    out = []
+    for v in values:
+        try:
+            out.append(("row", normal(parse_value(fmt, v))))
+        except RecordError as exc:
+            out.append(("bad", str(exc).encode("utf-8", "backslashreplace").decode("utf-8")))
+    return out
+
+
+def normal(row) -> tuple:
+    """Comparable fields: floats by their bits (NaN, -0.0), timestamps as text."""
+    return tuple(v.hex() if isinstance(v, float) else v.isoformat() if isinstance(v, datetime) else v for v in row)
+
+
+def fast(fmt: FormatConfig, values: list) -> list:
+    columns, good, errors = RowParser(fmt).parse(pa.array(values, pa.binary()))
+    rows = zip(*(c.to_pylist() for c in columns), strict=True) if columns else iter(())
+    rows_it, errors_it = iter(rows), iter(errors)
+    return [("row", normal(next(rows_it))) if ok else ("bad", next(errors_it)) for ok in good]
+
+
+@st.composite
+def timestamp_texts(draw) -> str:
+    """ISO-8601-ish text: real instants in many spellings, and near misses."""
+    when = draw(st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30),
+                             timezones=st.none() | st.timezones()))
+    text = when.isoformat(sep=draw(st.sampled_from("T T")),
+                          timespec=draw(st.sampled_from(["auto", "seconds", "milliseconds", "microseconds",
+                                                         "minutes", "hours"])))
+    if draw(st.booleans()):
+        text = text.replace("+00:00", "Z")
+    if draw(st.integers(0, 4)) == 0:  # a near miss: one character changed
+        i = draw(st.integers(0, len(text) - 1))
+        text = text[:i] + draw(st.sampled_from("0123456789:-+TZ. 9")) + text[i + 1:]
+    return text
+
+
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70), st.floats(allow_nan=True),
+    st.text(max_size=8), timestamp_texts(),
+    st.sampled_from(["2026-01-01T00:00:00+00:00", "2026-01-01T00:00:00Z", "2026-01-01", "2026-01-01 10:00",
+                     "2026-13-01T00:00:00", "2026-01-01T00:00:00.1234567", "\ud800", "0001-01-01T00:00:00+01:00",
+                     "2026-02-30T00:00:00+00:00", "2026-01-01T23:59:60Z", "2026-01-01T24:00:00",
+                     "1900-01-01T00:30:00+01:00", "2199-12-31T23:59:59.999999-23:59", "2026-01-01T00:00:00-00:00"]),
+)
+JSONISH = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4),
+                                                                                            inner, max_size=3),
+                       max_leaves=6)
+KEYS = st.sampled_from(["id", "n", "x", "ok", "at", "extra"])
+
+
+FITTING = {"id": st.text(max_size=6), "n": st.integers(min_value=-(2**64), max_value=2**64),
+           "x": st.floats(allow_nan=True) | st.integers(), "ok": st.booleans(),
+           "at": timestamp_texts()}
+
+
+@st.composite
+def near_valid(draw) -> dict:
+    """A document that mostly fits the formats below: each field usually there, usually the right type."""
+    doc = {}
+    for key, fitting in FITTING.items():
+        if draw(st.integers(0, 9)) < 8:
+            doc[key] = draw(fitting if draw(st.integers(0, 9)) < 8 else SCALARS)
+    if draw(st.booleans()):
+        doc[draw(KEYS)] = draw(JSONISH)
+    return doc
+
+
+@st.composite
+def raw_values(draw) -> bytes | None:
+    doc = draw(near_valid() | st.dictionaries(KEYS, JSONISH, max_size=6) | JSONISH)
+    text = json.dumps(doc, ensure_ascii=draw(st.booleans()), allow_nan=True)
+    if draw(st.booleans()) and isinstance(doc, dict) and doc:  # a duplicated key, as the wire may carry
+        key = draw(st.sampled_from(sorted(doc)))
+        text = text[:-1] + ("," if len(doc) else "") + f"{json.dumps(key)}: {json.dumps(draw(SCALARS))}" + "}"
+    data = text.encode("utf-8", "surrogatepass")
+    mangle = draw(st.sampled_from(["none", "none", "none", "truncate", "bom", "utf16", "byte", "empty", "null"]))
+    if mangle == "truncate":
+        data = data[: draw(st.integers(0, len(data)))]
+    elif mangle == "bom":
+        data = b"\xef\xbb\xbf" + data
+    elif mangle == "utf16":
+        data = text.encode("utf-16", "surrogatepass")
+    elif mangle == "byte":
+        i = draw(st.integers(0, len(data)))
+        data = data[:i] + bytes([draw(st.integers(0, 255))]) + data[i:]
+    elif mangle == "empty":
+        data = b""
+    elif mangle == "null":
+        data = None
+    return data
+
+
+DIFF_FORMATS = [
+    FormatConfig(type="json", max_value_bytes=64, fields=[
+        FieldSpec(name="id", type="string", required=True), FieldSpec(name="n", type="long", required=True),
+        FieldSpec(name="x", type="double"), FieldSpec(name="ok", type="boolean"),
+        FieldSpec(name="at", type="timestamp")]),
+    FormatConfig(type="json", unknown_fields="quarantine", fields=[
+        FieldSpec(name="id", type="string"), FieldSpec(name="n", type="long"), FieldSpec(name="x", type="double"),
+        FieldSpec(name="at", type="timestamp", required=True)]),
+]
+
+
+@settings(max_examples=500, deadline=None)
+@given(values=st.lists(raw_values(), min_size=1, max_size=20), which=st.sampled_from([0, 1]))
+def test_the_fast_path_agrees_with_the_per_record_rules(values, which):
+    fmt = DIFF_FORMATS[which]
+    assert fast(fmt, values) == reference(fmt, values)
+
+
+def test_mostly_valid_records_agree_and_most_become_rows():
+    """Seeded, so that the comparison is sure to cover many rows, not only errors."""
+    rnd = random.Random(7)
+    pools = {"id": ["a", "é", "😀", "", 5], "n": [0, -1, 2**63 - 1, -(2**63), 2**63, 1.5, True],
+             "x": [0.1, -0.0, 7, 1e308, 10**30, "1"], "ok": [True, False, None, 1],
+             "at": ["2026-01-01T00:00:00+00:00", "2026-05-05T12:34:56.789Z", "2026-01-01T00:00:00", "soon"]}
+    for fmt in DIFF_FORMATS:
+        names = [f.name for f in fmt.fields]
+        values = []
+        for _ in range(2_000):
+            doc = {k: (rnd.choice(pools[k][:3]) if rnd.random() < 0.95 else rnd.choice(pools[k])) for k in names
+                   if rnd.random() < 0.97}
+            values.append(json.dumps(doc, ensure_ascii=rnd.random() < 0.5).encode())
+        fmt = fmt.model_copy(update={"max_value_bytes": 4096})
+        got = fast(fmt, values)
+        assert got == reference(fmt, values)
+        assert sum(kind == "row" for kind, _ in got) > len(values) / 2
+
+
+@pytest.mark.parametrize("value", [
+    b'{"id": "a", "n": 1, "n": "x"}',  # duplicate key, the last one is wrong
+    b'{"id": "a", "n": "x", "n": 1}',  # duplicate key, the last one is right
+    b'{"id": "\\ud800", "n": 1}',  # a lone surrogate
+    b'{"id": "a", "n": 9223372036854775808}',  # one past a long
+    b'{"id": "a", "n": 1, "x": NaN}',  # Python reads NaN
+    b'{"id": "a", "n": 1, "x": 1e400}',  # Python reads inf
+    b'\xef\xbb\xbf{"id": "a", "n": 1}',  # a byte-order mark
+    b'{"id": "a", "n": 1, "deep": ' + b"[" * 2000 + b"]" * 2000 + b"}",  # nested past the recursion limit
+    b'{"id": "a", "n": 1, "at": "2026-02-30T00:00:00"}',  # not a day
+])
+def test_known_edges_agree(value):
+    fmt = DIFF_FORMATS[0].model_copy(update={"max_value_bytes": 65536})
+    assert fast(fmt, [value]) == reference(fmt, [value])
