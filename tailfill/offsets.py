@@ -191,6 +191,26 @@ def cap(ranges: Iterable[OffsetRange], max_offsets: int) -> list[OffsetRange]:
     return [r.with_bounds(r.start, r.start + s) for r, s in zip(ranges, shares, strict=True)]
 
 
+def deal(ranges: Iterable[OffsetRange], groups: int, min_split: int) -> list[list[OffsetRange]]:
+    """Deal ``ranges`` into at most ``groups`` groups of near-equal total size, for parallel tasks.
+
+    With fewer ranges than groups, ranges are split in proportion to their size (into pieces of at
+    least ``min_split`` offsets) so that every group gets work. No group holds two ranges of one
+    partition.
+    """
+    if groups < 1:
+        raise ValueError("groups must be >= 1")
+    pieces = [r for r in ranges if not r.is_empty()]
+    if 0 < len(pieces) < groups:
+        whole = total(pieces)
+        pieces = [p for r in pieces for p in r.split(max(1, min(round(groups * r.size / whole), r.size // min_split)))]
+    out: list[list[OffsetRange]] = [[] for _ in range(min(groups, len(pieces)))]
+    for r in sorted(pieces, key=lambda r: (-r.size, r)):
+        free = [g for g in out if all(x.tp != r.tp for x in g)]
+        min(free or out, key=total).append(r)
+    return [sorted(g) for g in out]
+
+
 @dataclass(frozen=True)
 class PartitionOffsets:
     """A position per topic-partition, serialised like Spark's Kafka ``startingOffsets`` JSON."""

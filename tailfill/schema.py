@@ -3,7 +3,8 @@
 - :data:`RAW_SCHEMA`: what the Kafka source emits — coordinates, key, value, and ``range_marker``,
   non-null only on the one :class:`RangeMarker` row a reader appends per range it read;
 - :func:`table_schema`: a row of the target table — coordinates, the declared fields, the raw value;
-- :data:`QUARANTINE_SCHEMA`: a record that could not become a row — coordinates, raw value, error, run.
+- :data:`QUARANTINE_SCHEMA`: a record that could not become a row — coordinates, raw value, error, run;
+- :data:`RANGE_SCHEMA`: an offset range to ingest, as the Kafka source hands it to the writer.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ COORDINATES = ("kafka_topic", "kafka_partition", "kafka_offset")
 VALUE_FIELD = RAW_SCHEMA.field("kafka_value")
 QUARANTINE_SCHEMA = pa.schema([*METADATA_FIELDS, VALUE_FIELD, pa.field("error", pa.string()),
                                pa.field("run_id", pa.string())])
+# What the Kafka source emits with ``output=ranges``: one row per offset range of a micro-batch.
+RANGE_SCHEMA = pa.schema([("kafka_topic", pa.string()), ("kafka_partition", pa.int32()),
+                          ("start_offset", pa.int64()), ("end_offset", pa.int64())])
 FIELD_TYPES = {"string": pa.string(), "long": pa.int64(), "double": pa.float64(), "boolean": pa.bool_(),
                "timestamp": TIMESTAMP}
 _SPARK_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "long", TIMESTAMP: "timestamp",

@@ -6,13 +6,25 @@ Options (offsets in the JSON format of Spark's Kafka connector, ``{"topic": {"0"
 - ``startingOffsets``: JSON or ``earliest`` (required; ``latest`` is refused: it skips data)
 - ``endingOffsets``: JSON or ``latest`` (batch default ``latest``; streaming default unbounded)
 - ``maxOffsetsPerTrigger``: cap per micro-batch, shared across partitions by pending size
-- ``includeRangeMarkers``: ``true`` adds one marker row per input range recording what was read
+- ``budgetFile``: a JSON file ``{"max_offsets": N}`` read before each micro-batch; when present it
+  sets the batch's cap (at most ``maxOffsetsPerTrigger``), so a driver can size batches as it goes
+- ``output``: ``records`` (default) — the records themselves (:data:`~tailfill.schema.RAW_SCHEMA`);
+  or ``ranges`` — one row per offset range (:data:`~tailfill.schema.RANGE_SCHEMA`), for a writer
+  that reads its ranges where it writes them (Tailfill's ingest, :mod:`tailfill.lake.spark_writer`)
+- ``tasks``: with ``ranges``, deal each batch's ranges into at most this many input partitions of
+  near-equal size — several partitions read by one consumer, or a large range halved so that every
+  task works (see :func:`tailfill.offsets.deal`); default one range each
+- ``includeRangeMarkers``: with ``records``, ``true`` adds one marker row per range recording what was read
 
 One input partition per topic-partition range ``[start, end)``; rows come as Arrow batches.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -29,15 +41,20 @@ from pyspark.sql.types import StructType
 
 from tailfill.config import SourceConfig
 from tailfill.errors import ConfigError, ExpiredOffsetsError
-from tailfill.offsets import OffsetRange, PartitionOffsets, cap, ranges_between
-from tailfill.schema import RAW_SCHEMA, spark_ddl
-from tailfill.source.kafka import consumer_config, list_partitions, read_range, watermarks
+from tailfill.offsets import OffsetRange, PartitionOffsets, cap, deal, ranges_between
+from tailfill.schema import RANGE_SCHEMA, RAW_SCHEMA, spark_ddl
+from tailfill.source.kafka import consumer_config, list_partitions, read_range, shared_consumer, watermarks
+
+OUTPUTS = ("records", "ranges")
+MIN_SPLIT_OFFSETS = 100_000  # a range is halved for parallel tasks only if each half has this many
 
 
 class RangePartition(InputPartition):
-    def __init__(self, rng: OffsetRange):
-        super().__init__(rng)
-        self.rng = rng
+    """The offset ranges one task reads (one, except with ``output=ranges`` and ``tasks``)."""
+
+    def __init__(self, ranges: list[OffsetRange]):
+        super().__init__(ranges)
+        self.ranges = ranges
 
 
 class _KafkaOptions:
@@ -53,10 +70,25 @@ class _KafkaOptions:
         self.ending = options.get("endingoffsets")
         max_offsets = options.get("maxoffsetspertrigger")
         self.max_offsets = int(max_offsets) if max_offsets else None
+        self.budget_file = Path(options["budgetfile"]) if options.get("budgetfile") else None
         self.markers = options.get("includerangemarkers", "false").lower() == "true"
+        self.output = options.get("output", "records")
+        self.tasks = int(options["tasks"]) if options.get("tasks") else None
+        if self.output not in OUTPUTS:
+            raise ConfigError(f"tailfill_kafka option output={self.output!r}: use one of {', '.join(OUTPUTS)}")
+
+    def schema(self) -> str:
+        return spark_ddl(RANGE_SCHEMA if self.output == "ranges" else RAW_SCHEMA)
+
+    def budget(self) -> int | None:
+        """This batch's cap: the budget file's, within ``maxOffsetsPerTrigger``, else that alone."""
+        if self.budget_file is not None and self.budget_file.exists():
+            value = int(json.loads(self.budget_file.read_text())["max_offsets"])
+            return min(value, self.max_offsets) if self.max_offsets else value
+        return self.max_offsets
 
     def partitions(self) -> list:
-        return list_partitions(self.conf, self.source.topic)
+        return list_partitions(self.conf, self.source.topic, consumer=shared_consumer(self.conf))
 
     def resolve(self, spec: str | None, role: str) -> PartitionOffsets:
         """Offsets from JSON, or from the broker for ``earliest`` / ``latest`` (ending only)."""
@@ -74,7 +106,8 @@ class _KafkaOptions:
         """Fail at planning time if a range starts below what the broker still has."""
         if self.source.on_expired_offsets == "record_gap":
             return
-        low = watermarks(self.conf, sorted({r.tp for r in ranges}), probe_timeout_s=0).low
+        low = watermarks(self.conf, sorted({r.tp for r in ranges}), probe_timeout_s=0,
+                         consumer=shared_consumer(self.conf)).low
         for r in ranges:
             earliest = low.get(r.tp, 0) or 0
             if r.start < earliest:
@@ -83,12 +116,18 @@ class _KafkaOptions:
     def input_partitions(self, start: PartitionOffsets, end: PartitionOffsets) -> list[RangePartition]:
         ranges = [r for r in ranges_between(start, end) if not r.is_empty()]
         self.check_expired(ranges)
-        return [RangePartition(r) for r in ranges]
+        if self.output == "ranges" and self.tasks:
+            return [RangePartition(group) for group in deal(ranges, self.tasks, MIN_SPLIT_OFFSETS)]
+        return [RangePartition([r]) for r in ranges]
 
     def read(self, partition: RangePartition):
-        yield from read_range(
-            self.conf, partition.rng, on_expired=self.source.on_expired_offsets, with_marker=self.markers
-        )
+        if self.output == "ranges":
+            yield pa.RecordBatch.from_pylist([{"kafka_topic": r.topic, "kafka_partition": r.partition,
+                                               "start_offset": r.start, "end_offset": r.end}
+                                              for r in partition.ranges], schema=RANGE_SCHEMA)
+            return
+        [r] = partition.ranges
+        yield from read_range(self.conf, r, on_expired=self.source.on_expired_offsets, with_marker=self.markers)
 
 
 class KafkaBatchReader(DataSourceReader):
@@ -131,8 +170,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = PartitionOffsets.from_dict(start)
         end = self._end()
         ranges = [r for r in ranges_between(begin, _at_least(end, begin)) if not r.is_empty()]
-        if isinstance(limit, ReadMaxRows):
-            ranges = cap(ranges, limit.max_rows)
+        budget = self.opts.budget()  # Spark's limit is maxOffsetsPerTrigger; the budget file may lower it
+        if budget is not None:
+            ranges = cap(ranges, budget)
         out = dict(begin.offsets)
         out.update({r.tp: r.end for r in ranges})
         return PartitionOffsets(out).to_dict()
@@ -164,7 +204,7 @@ class KafkaDataSource(DataSource):
         return "tailfill_kafka"
 
     def schema(self) -> str:
-        return spark_ddl(RAW_SCHEMA)
+        return _KafkaOptions(dict(self.options)).schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return KafkaBatchReader(_KafkaOptions(dict(self.options)))

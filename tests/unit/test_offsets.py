@@ -9,6 +9,7 @@ from tailfill.offsets import (
     PartitionOffsets,
     TopicPartition,
     cap,
+    deal,
     gaps,
     intersect_all,
     merge,
@@ -177,3 +178,21 @@ def check_set_algebra(rnd):
     slices = split_slices(a, rnd.randrange(1, 5))
     assert offsets_of(r for s in slices for r in s) == offsets_of(a)
     assert not overlaps(r for s in slices for r in s)
+
+
+def test_deal_spreads_ranges_into_groups_of_near_equal_size():
+    ranges = [R(0, 100, 0), R(0, 60, 1), R(0, 50, 2), R(0, 10, 3), R(5, 5, 4)]
+    groups = deal(ranges, 2, min_split=1_000)
+    assert sorted(total(g) for g in groups) == [110, 110]
+    assert sorted(r for g in groups for r in g) == sorted(ranges[:4])  # every non-empty range once
+    assert len(deal(ranges, 8, min_split=1_000)) == 4 and deal([], 3, min_split=1) == []
+
+
+def test_deal_splits_large_ranges_so_that_every_group_works_and_keeps_partitions_apart():
+    groups = deal([R(0, 1_000, 0), R(0, 10, 1)], 4, min_split=200)
+    assert sorted(total(g) for g in groups) == [250, 250, 250, 260]
+    assert sorted(r for g in groups for r in g) == [R(0, 250, 0), R(250, 500, 0), R(500, 750, 0), R(750, 1_000, 0),
+                                                    R(0, 10, 1)]
+    assert all(len({r.tp for r in g}) == len(g) for g in groups)  # one consumer reads each partition once
+    assert merge(r for g in groups for r in g) == [R(0, 1_000, 0), R(0, 10, 1)]
+    assert deal([R(0, 300, 0)], 4, min_split=200) == [[R(0, 300, 0)]]  # too small to be worth splitting
