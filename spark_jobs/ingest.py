@@ -7,8 +7,15 @@ Backfill slices are planned by ``tailfill backfill`` or the backfill DAG, which 
 """
 
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
-from tailfill.run.spark_job import main
+from tailfill.run.spark_session import get_session
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # The JVM takes seconds to build the session: import the job (about a second) meanwhile.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        session = pool.submit(get_session, app_name="tailfill-ingest")
+        from tailfill.run.spark_job import main
+
+        code = main(spark=session)
+    sys.exit(code)

@@ -64,6 +64,9 @@ def _summarise(cfg: PipelineConfig, what: str, code: int, results: list[IngestRe
         part = r.label.removeprefix(f"{cfg.name} ").removeprefix(f"{what} ")
         _say(f"  {part[:28]:<28} {r.batches:>7} {r.offsets:>10,} {r.rows:>10,} "
              f"{r.quarantined:>11,} {r.rows_per_second:>9,.0f} {r.restarts:>8}")
+        if r.stages:
+            _say("    time by stage: " + ", ".join(f"{k} {v:.1f}s" for k, v in r.stages.items())
+                 + " (read, parse, write: summed over parallel tasks)")
     _say(f"  run id {results[0].run_id}; per-batch metrics in {runs_dir(cfg.name) / results[0].run_id}")
     return 0
 
@@ -127,11 +130,9 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from tailfill.proof.validate import validate
-    from tailfill.run.spark_session import get_session
 
     cfg = resolve_pipeline(args.pipeline)
-    spark = get_session(app_name=f"tailfill-{cfg.name}-validate")
-    report = validate(cfg, spark, run_id=args.run, all_runs=args.all)
+    report = validate(cfg, run_id=args.run, all_runs=args.all)
     verdict = "COMPLETE" if report["success"] else "INCOMPLETE"
     _say(f"validation of {cfg.name}, {report['scope']}: {verdict} "
          f"({report['offsets_checked']:,} offsets checked in {report['timings_s']['total']:.1f}s)")

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import pyarrow as pa
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -175,6 +176,9 @@ class TargetConfig(_Model):
 class BackfillConfig(_Model):
     slices: int = Field(ge=1, le=1024)
     max_offsets_per_batch: int = Field(ge=1)
+    # Size each batch to take about this long, from the measured rate (a backfill has no freshness
+    # deadline; the budget keeps each commit well inside any). None: every batch is the maximum.
+    batch_seconds: float | None = Field(default=None, gt=0)
     max_consecutive_failures: int = Field(ge=0)
 
 
@@ -231,11 +235,17 @@ class PipelineConfig(_Model):
 
     @model_validator(mode="after")
     def _expectations_name_columns(self) -> PipelineConfig:
-        columns = set(table_schema(self.format.fields).names)
+        schema = table_schema(self.format.fields)
+        columns = set(schema.names)
         unknown = sorted({e.column for e in self.expectations} - columns)
         if unknown:
             raise ValueError(f"expectations name unknown columns: {', '.join(unknown)} "
                              f"(columns: {', '.join(sorted(columns))})")
+        for e in self.expectations:
+            kind = schema.field(e.column).type
+            numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind)
+            if (e.min is not None or e.max is not None) and not numeric:
+                raise ValueError(f"expectation on '{e.column}': min/max need a number column, it holds {kind}")
         return self
 
     def to_json(self) -> str:

@@ -44,7 +44,8 @@ def broker():
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(broker):
+    """The one SparkSession; it depends on the broker so that it stops first (its workers hold consumers)."""
     from tailfill.run.spark_session import get_session
 
     session = get_session()

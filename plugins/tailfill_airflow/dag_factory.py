@@ -51,9 +51,8 @@ def _preflight_task(cfg: PipelineConfig, mode: str):
 
 def _validate(cfg: PipelineConfig, run_id: str) -> dict:
     from tailfill.proof.validate import validate
-    from tailfill.run.spark_session import get_session
 
-    report = validate(cfg, get_session(app_name=f"tailfill-{cfg.name}-validate"), run_id=run_id)
+    report = validate(cfg, run_id=run_id)
     log.info("validation of %s: %s (%s offsets) report %s", run_id,
              "complete" if report["success"] else "INCOMPLETE", report["offsets_checked"], report["paths"]["html"])
     if not report["success"]:
@@ -114,9 +113,10 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
             tuning = tuned_max_offsets(cfg, "backfill")
             log.info("max offsets per batch: %s (%s)", tuning.max_offsets_per_batch, tuning.reason)
             out = []
-            for lane in range(lanes):
+            for lane in range(lanes):  # each lane a block of adjacent slices: the job runs it as one query
+                block = todo[lane * len(todo) // lanes:(lane + 1) * len(todo) // lanes]
                 spec = JobSpec(str(cfg.path), "backfill", _run_id(f"{cfg.name}-backfill-lane{lane}"),
-                               tuple(todo[lane::lanes]), max_offsets_per_batch=tuning.max_offsets_per_batch)
+                               tuple(block), max_offsets_per_batch=tuning.max_offsets_per_batch)
                 out.append({"run_id": spec.run_id, "slices": [s.index for s in spec.slices], "args": spec.argv()})
             return out
 

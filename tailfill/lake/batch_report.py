@@ -20,7 +20,7 @@ class BatchReport:
 
     batch_id: int
     at: float  # when the commit finished (unix seconds)
-    seconds: float  # from the batch's first task starting to the end of its commit
+    seconds: float  # from the end of the previous batch (or the query's start) to the end of this commit
     offsets: int
     records: int  # what the source read (offsets minus absent or expired ones)
     rows: int
@@ -29,6 +29,9 @@ class BatchReport:
     skipped: list[OffsetRange] = field(default_factory=list)  # already committed (a replay)
     snapshot_id: int | None = None
     commit_ms: float = 0.0
+    # Where the time went: plan (Spark, between batches), prepare (wall), read/parse/write (summed
+    # over the batch's tasks, which run in parallel), commit.
+    stages: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -59,10 +62,13 @@ def append_report(path: Path, report: BatchReport) -> None:
 
 
 def read_reports(path: Path) -> list[BatchReport]:
-    """The batch reports in ``path``, oldest first (none if it does not exist yet)."""
+    """The batch reports in ``path``, oldest first (none if it does not exist yet).
+
+    A line still being written (no newline yet) is not a report yet.
+    """
     if not path.exists():
         return []
-    return [BatchReport.from_json(line) for line in path.read_text().splitlines() if line.strip()]
+    return [BatchReport.from_json(line) for line in path.read_text().split("\n")[:-1] if line.strip()]
 
 
 def recent_reports(pipeline: str, files: int) -> list[BatchReport]:

@@ -132,7 +132,7 @@ class IngestRequest:
     label: str
     start: PartitionOffsets
     end: PartitionOffsets | None
-    max_offsets_per_batch: int
+    max_offsets_per_batch: int  # the first batch's cap, and every batch's limit
     max_consecutive_failures: int
     checkpoint: Path
     run_id: str
@@ -140,6 +140,7 @@ class IngestRequest:
     trigger_interval_seconds: float = 30.0
     target_end: PartitionOffsets | None = None  # for the progress of an unbounded tail
     stop_after_seconds: float | None = None  # processing time: stop between batches after this long
+    batch_seconds: float | None = None  # size batches by this time budget (None: always the cap)
 
     @property
     def name(self) -> str:
@@ -151,22 +152,45 @@ def checkpoint_root(cfg: PipelineConfig, mode: Mode) -> Path:
     return Path(cfg.checkpoint_location) / cfg.name / mode
 
 
+def contiguous(slices: list[Slice]) -> list[list[Slice]]:
+    """``slices`` in runs where each one starts, on every partition, where the one before ends."""
+    runs: list[list[Slice]] = []
+    for s in sorted(slices, key=lambda s: s.index):
+        if runs and runs[-1][-1].end.offsets == s.start.offsets:
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    return runs
+
+
+def joined(run: list[Slice]) -> Slice:
+    """Adjacent slices as one: from the first's start to the last's end."""
+    return Slice(run[0].index, run[0].count, run[0].start, run[-1].end)
+
+
 def backfill_requests(state: SourceState, slices: list[Slice], run_id: str,
                       max_offsets_per_batch: int | None = None) -> list[IngestRequest]:
-    """A request for each planned slice that still holds uncommitted offsets, from its first one."""
+    """One request per run of adjacent slices that still holds uncommitted offsets, from its first one.
+
+    Adjacent slices run as one streaming query: its batches read every partition in parallel tasks
+    (splitting a partition's range when there are fewer partitions than cores), so joining them
+    costs no parallelism and saves a query's start per slice (measured: ~1-3 s each).
+    """
     cfg, out = state.cfg, []
-    for planned in slices:
-        s = planned.remaining(state.ledger)
+    for run in contiguous(slices):
+        s = joined(run).remaining(state.ledger)
         if s is None:
             continue
+        which = f"slice {run[0].index + 1}" if len(run) == 1 else f"slices {run[0].index + 1}-{run[-1].index + 1}"
         out.append(IngestRequest(
-            label=f"{cfg.name} backfill {planned}",
+            label=f"{cfg.name} backfill {which}/{run[0].count} ({total(joined(run).ranges):,} offsets)",
             start=s.start,
             end=s.end,
             max_offsets_per_batch=max_offsets_per_batch or cfg.backfill.max_offsets_per_batch,
             max_consecutive_failures=cfg.backfill.max_consecutive_failures,
             checkpoint=checkpoint_root(cfg, "backfill") / checkpoint_key("backfill", s.start, s.end),
             run_id=run_id,
+            batch_seconds=cfg.backfill.batch_seconds,
         ))
     return out
 

@@ -9,7 +9,7 @@ import uuid
 
 from tailfill.config import PipelineConfig
 from tailfill.errors import BrokerError, ConfigError, LakeError, PreflightError, SourceError
-from tailfill.lake.tables import filesystem, fs_path, warehouse_uri
+from tailfill.lake.storage import filesystem, fs_path, warehouse_uri
 from tailfill.run.plan import SourceState, ensure_cutover, source_state, tail_start
 
 

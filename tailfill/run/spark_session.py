@@ -10,7 +10,7 @@ from tailfill.run import runtime
 
 
 def get_session(app_name: str = "tailfill") -> SparkSession:
-    """Get or create the session, with ``tailfill_kafka`` and ``tailfill_iceberg`` registered.
+    """Get or create the session, with the ``tailfill_kafka`` data source registered.
 
     Under ``spark-submit`` the settings it was given win (the master of Airflow's ``spark_default``
     connection, say: :func:`tailfill.run.submit.spark_submit_command` passes the same settings);
@@ -30,8 +30,6 @@ def get_session(app_name: str = "tailfill") -> SparkSession:
 
 
 def register_sources(spark: SparkSession) -> None:
-    from tailfill.lake.spark_writer import IcebergSinkDataSource
     from tailfill.source.spark_reader import KafkaDataSource
 
     spark.dataSource.register(KafkaDataSource)
-    spark.dataSource.register(IcebergSinkDataSource)

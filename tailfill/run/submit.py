@@ -94,6 +94,7 @@ class IngestResult:
     seconds: float = 0.0
     restarts: int = 0
     causes: list[str] = field(default_factory=list)
+    stages: dict[str, float] = field(default_factory=dict)  # seconds by stage, summed over the batches
 
     @property
     def rows_per_second(self) -> float:

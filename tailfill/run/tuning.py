@@ -49,3 +49,14 @@ def tuned_max_offsets(cfg: PipelineConfig, mode: str) -> Tuning:
     return Tuning(value, round(rate, 1), interval, configured,
                   f"{rate:,.0f} offsets/s × {interval:g}s × {SAFETY_FACTOR} = {derived:,}, "
                   f"bounded to [{min(FLOOR, configured):,}, {configured:,}]")
+
+
+def next_batch_offsets(offsets: int, seconds: float, budget_seconds: float, ceiling: int) -> int:
+    """The next batch's cap, so that it takes about ``budget_seconds`` at the rate the last one ran.
+
+    Within ``[min(FLOOR, ceiling), ceiling]``, and at most four times the last batch, so that one
+    fast small batch does not size a huge one.
+    """
+    rate = offsets / seconds if seconds > 0 else float("inf")
+    wanted = min(rate * budget_seconds, 4 * offsets)
+    return int(max(min(FLOOR, ceiling), min(wanted, ceiling)))

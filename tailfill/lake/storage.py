@@ -1,0 +1,59 @@
+"""The warehouse: where data files live, local or ``s3://``, and a pyarrow filesystem to reach it.
+
+Every S3 client gets the pipeline's explicit endpoint and credentials, never a cloud default. No
+catalog here: executors write files with this alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+
+from tailfill.config import TargetConfig
+from tailfill.errors import LakeError
+
+
+def s3_credentials(target: TargetConfig) -> tuple[str, str]:
+    assert target.s3 is not None
+    missing = [v for v in (target.s3.access_key_env, target.s3.secret_key_env) if not os.environ.get(v)]
+    if missing:
+        raise LakeError(f"target.s3 needs credentials in the environment: {', '.join(missing)} not set")
+    return os.environ[target.s3.access_key_env], os.environ[target.s3.secret_key_env]
+
+
+def warehouse_uri(target: TargetConfig) -> str:
+    """The warehouse as a URI pyiceberg understands (``file:///…`` or ``s3://…``)."""
+    if target.warehouse.startswith("s3://"):
+        return target.warehouse.rstrip("/")
+    return Path(target.warehouse).absolute().as_uri()
+
+
+@functools.lru_cache(maxsize=16)
+def filesystem(target: TargetConfig) -> pafs.FileSystem:
+    """A pyarrow filesystem for the warehouse (used by Spark executors to write data files)."""
+    if target.s3 is None:
+        return pafs.LocalFileSystem()
+    key, secret = s3_credentials(target)
+    endpoint = urlparse(target.s3.endpoint)
+    return pafs.S3FileSystem(
+        access_key=key,
+        secret_key=secret,
+        region=target.s3.region,
+        endpoint_override=endpoint.netloc,
+        scheme=endpoint.scheme or "http",
+        allow_bucket_creation=False,
+    )
+
+
+def fs_path(uri: str) -> str:
+    """A warehouse URI as a path for :func:`filesystem` (``file:///a/b`` → ``/a/b``, ``s3://b/k`` → ``b/k``)."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "s3":
+        return f"{parsed.netloc}{parsed.path}"
+    if parsed.scheme == "file":
+        return parsed.path
+    return uri
