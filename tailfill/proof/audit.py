@@ -9,6 +9,7 @@ from __future__ import annotations
 from functools import reduce
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, GreaterThanOrEqual, LessThan, Or
 from pyiceberg.table import Table
@@ -80,3 +81,9 @@ def stored_offsets(data: Table, quarantine: Table, windows: list[OffsetRange] | 
     rows, bad = _sorted_offsets(data, row_filter), _sorted_offsets(quarantine, row_filter)
     empty = np.empty(0, np.int64)
     return {tp: Offsets(rows.get(tp, empty), bad.get(tp, empty)) for tp in set(rows) | set(bad)}
+
+
+def run_rows(data: Table, windows: list[OffsetRange], columns: list[str]) -> pa.Table:
+    """The rows of ``data`` within ``windows`` (a run's committed ranges), only ``columns``."""
+    data.refresh()
+    return data.scan(row_filter=range_filter(windows), selected_fields=tuple(columns)).to_arrow()

@@ -1,7 +1,7 @@
-"""Great Expectations: the suites in ``expectations/`` plus each pipeline's data expectations.
+"""Great Expectations: the suites in ``expectations/``, run on the exact summaries Tailfill computes.
 
-Summaries (pandas) are checked with GE's pandas datasource; a run's new rows with GE's Spark
-datasource. Every result is stored in a file-backed GE context, from which Data Docs are built.
+Each suite checks one summary frame (pandas): per committed range, per partition's tiling, per
+data check. Every result is stored in a file-backed GE context, from which Data Docs are built.
 Great Expectations is imported lazily: it takes seconds to import and only validation needs it.
 """
 
@@ -13,16 +13,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from tailfill.config import DataExpectation, PipelineConfig
-
 # The repo's expectations/ folder, installed as this package data (see pyproject.toml).
 SUITES_PACKAGE = "tailfill.proof.suites"
 RUN_SUITE = "run_completeness"
 TILING_SUITE = "table_tiling"
-SPARK_TYPES = {"string": "StringType", "long": "LongType", "double": "DoubleType",
-               "boolean": "BooleanType", "timestamp": "TimestampType"}
-
-
+DATA_SUITE = "data_checks"
 def suite_spec(name: str) -> dict:
     """A suite from ``expectations/<name>.json``: name, description, expectations."""
     path = resources.files(SUITES_PACKAGE) / f"{name}.json"
@@ -30,38 +25,6 @@ def suite_spec(name: str) -> dict:
         return json.loads(path.read_text())
     except FileNotFoundError:
         raise FileNotFoundError(f"expectation suite {path} is missing (expectations/ ships with tailfill)") from None
-
-
-def data_suite_spec(cfg: PipelineConfig, expected_rows: int) -> dict:
-    """The pipeline's data expectations (from its YAML) plus the row count, as a suite spec."""
-    exps: list[dict[str, Any]] = [{"type": "expect_table_row_count_to_equal", "kwargs": {"value": expected_rows},
-                                   "meta": {"why": "the run's new rows as committed"}}]
-    for e in cfg.expectations:
-        exps += _expectations_for(e)
-    return {"name": f"{cfg.name}_data", "description": f"Data expectations of pipeline {cfg.name}",
-            "expectations": exps}
-
-
-def _expectations_for(e: DataExpectation) -> list[dict[str, Any]]:
-    base = {"column": e.column}
-    mostly = {"mostly": e.mostly} if e.mostly < 1 else {}
-    out = []
-    if e.not_null:
-        out.append({"type": "expect_column_values_to_not_be_null", "kwargs": {**base, **mostly}})
-    if e.accepted_values is not None:
-        out.append({"type": "expect_column_values_to_be_in_set",
-                    "kwargs": {**base, "value_set": e.accepted_values, **mostly}})
-    if e.min is not None or e.max is not None:
-        out.append({"type": "expect_column_values_to_be_between",
-                    "kwargs": {**base, "min_value": e.min, "max_value": e.max, **mostly}})
-    if e.type is not None:
-        out.append({"type": "expect_column_values_to_be_of_type", "kwargs": {**base, "type_": SPARK_TYPES[e.type]}})
-    return out
-
-
-def columns_of(spec: dict) -> list[str]:
-    """The columns a suite's expectations read."""
-    return sorted({e["kwargs"]["column"] for e in spec["expectations"] if "column" in e["kwargs"]})
 
 
 @dataclass
@@ -75,7 +38,7 @@ class SuiteResult:
 
 
 class GxRunner:
-    """A file-backed GE context under ``root`` with one pandas and one Spark datasource."""
+    """A file-backed GE context under ``root`` with one pandas datasource."""
 
     def __init__(self, root: Path):
         import great_expectations as gx
@@ -86,15 +49,12 @@ class GxRunner:
 
         self.context = gx.get_context(mode="file", project_root_dir=str(root))
         self.context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-        self._sources: dict[str, Any] = {}
+        self._source: Any = None
 
-    def _batch_definition(self, kind: str, asset: str):
-        ds = self._sources.get(kind)
-        if ds is None:
-            sources = self.context.data_sources
-            # GE persists Spark batches by default: a whole-table cache for a one-pass check.
-            ds = self._sources[kind] = (sources.add_or_update_spark(name="tailfill_spark", persist=False)
-                                        if kind == "spark" else sources.add_or_update_pandas(name="tailfill_pandas"))
+    def _batch_definition(self, asset: str):
+        if self._source is None:
+            self._source = self.context.data_sources.add_or_update_pandas(name="tailfill_pandas")
+        ds = self._source
         try:
             data_asset = ds.get_asset(asset)
         except LookupError:
@@ -114,22 +74,15 @@ class GxRunner:
             )
         return self.context.suites.add_or_update(suite)
 
-    def validate(self, spec: dict, kind: str, asset: str, dataframe, run_name: str) -> SuiteResult:
-        """Validate ``dataframe`` (pandas or Spark, per ``kind``) against ``spec``; results are stored.
-
-        On Spark, every extra metric is a job: a passing suite is checked with ``BOOLEAN_ONLY`` and
-        only a failing one is re-run for the details (counts and examples of unexpected values).
-        """
+    def validate(self, spec: dict, asset: str, dataframe, run_name: str) -> SuiteResult:
+        """Validate a pandas ``dataframe`` against ``spec``; the result is stored in the context."""
         suite = self._suite(spec)
         vd = self.context.validation_definitions.add_or_update(
-            self.gx.ValidationDefinition(name=f"{spec['name']}-{asset}", data=self._batch_definition(kind, asset),
+            self.gx.ValidationDefinition(name=f"{spec['name']}-{asset}", data=self._batch_definition(asset),
                                          suite=suite)
         )
         run_id = self.gx.RunIdentifier(run_name=run_name)
-        result = vd.run(batch_parameters={"dataframe": dataframe}, run_id=run_id,
-                        result_format="BOOLEAN_ONLY" if kind == "spark" else "SUMMARY")
-        if kind == "spark" and not result.success:
-            result = vd.run(batch_parameters={"dataframe": dataframe}, run_id=run_id, result_format="SUMMARY")
+        result = vd.run(batch_parameters={"dataframe": dataframe}, run_id=run_id, result_format="SUMMARY")
         failed = []
         for r in result.results:
             if not r.success:

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from tailfill.config import PipelineConfig, tailfill_home
-from tailfill.lake.tables import filesystem, fs_path, warehouse_uri
+from tailfill.lake.storage import filesystem, fs_path, warehouse_uri
 
 
 def results_uri(cfg: PipelineConfig) -> str:
@@ -92,6 +92,12 @@ def render_html(report: dict) -> str:
         for p in report["partitions"]
     )
     problems = "".join(f"<li>{esc(p)}</li>" for p in report["problems"]) or "<li>none</li>"
+    checks = "".join(
+        f"<tr><td>{esc(c['check'])}</td><td>{esc(c['column'])}</td><td>{c['evaluated']:,}</td>"
+        f"<td>{c['unexpected']:,}</td><td>{c['allowed_fraction']:.1%}</td>"
+        f"<td>{'FAIL' if c['unexpected_fraction'] > c['allowed_fraction'] else 'ok'}</td></tr>"
+        for c in report.get("data_checks", [])
+    )
     suites = "".join(
         f"<li>{esc(s['suite'])}: {'passed' if s['success'] else 'FAILED'}"
         + "".join(f"<br><code>{esc(json.dumps(f, default=str))}</code>" for f in s["failed"]) + "</li>"
@@ -109,6 +115,8 @@ validated {esc(report['validated_at'])} &middot; {report['offsets_checked']:,} o
 {_chart(report['partitions'])}
 <h2>Per partition</h2><table><tr><th>topic</th><th>partition</th><th>expected</th><th>found</th><th>rows</th>
 <th>quarantined</th><th>missing</th><th>duplicated</th><th></th></tr>{rows}</table>
+<h2>Data checks</h2><table><tr><th>check</th><th>column</th><th>values</th><th>unexpected</th>
+<th>allowed</th><th></th></tr>{checks}</table>
 <h2>Problems</h2><ul>{problems}</ul>
 <h2>Expectation suites</h2><ul>{suites}</ul>
 {docs_link}</body></html>"""

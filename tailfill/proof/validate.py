@@ -1,9 +1,9 @@
 """``tailfill validate``: prove a run (or the whole table) landed every offset exactly once.
 
 Exact offset accounting (:mod:`tailfill.proof.completeness`) produces compact summaries that the
-Great Expectations suites in ``expectations/`` check; the run's new rows are checked against the
-pipeline's data expectations with GE's Spark datasource. The verdict, every missing, duplicated,
-overlapping or stray range, and the GE results are persisted beside the table.
+Great Expectations suites in ``expectations/`` check; so do the pipeline's data expectations over
+the run's new rows, counted exactly (:mod:`tailfill.proof.data_checks`). The verdict, every missing,
+duplicated, overlapping or stray range, and the GE results are persisted beside the table.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tailfill.config import PipelineConfig
 from tailfill.lake.ledger import read_ledger
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, by_partition, merge, total
-from tailfill.proof.audit import committed_batches, stored_offsets
+from tailfill.proof.audit import committed_batches, run_rows, stored_offsets
 from tailfill.proof.completeness import (
     RANGE_COLUMNS,
     TILING_COLUMNS,
@@ -28,7 +28,8 @@ from tailfill.proof.completeness import (
     check_tiling,
     problems,
 )
-from tailfill.proof.expectations import RUN_SUITE, TILING_SUITE, GxRunner, columns_of, data_suite_spec, suite_spec
+from tailfill.proof.data_checks import DATA_COLUMNS, check_rows, expectation_columns
+from tailfill.proof.expectations import DATA_SUITE, RUN_SUITE, TILING_SUITE, GxRunner, suite_spec
 from tailfill.proof.reports import gx_root, persist
 
 
@@ -55,15 +56,13 @@ def _summary_frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)[columns] if rows else pd.DataFrame(columns=columns)
 
 
-def validate(cfg: PipelineConfig, spark, run_id: str | None = None, all_runs: bool = False) -> dict:
+def validate(cfg: PipelineConfig, run_id: str | None = None, all_runs: bool = False) -> dict:
     """Validate one run (default: the latest that committed) or, with ``all_runs``, the whole table.
 
     Returns the persisted report (``success``, ``problems``, per-partition and per-suite results,
     timings, paths). A run that committed nothing (an idle tail) has no ranges to check; the
     table-wide tiling is checked all the same.
     """
-    from tailfill.proof.spark_rows import rows_dataframe
-
     started = time.perf_counter()
     data, quarantine = ensure_tables(cfg)
     every = committed_batches(data)
@@ -85,19 +84,18 @@ def validate(cfg: PipelineConfig, spark, run_id: str | None = None, all_runs: bo
     gx = GxRunner(gx_root(cfg))
     range_rows = [c.summary_row() for c in range_checks]
     suites = [
-        gx.validate(suite_spec(RUN_SUITE), "pandas", "run_ranges", _summary_frame(range_rows, RANGE_COLUMNS), run_name),
-        gx.validate(suite_spec(TILING_SUITE), "pandas", "partition_tiling",
+        gx.validate(suite_spec(RUN_SUITE), "run_ranges", _summary_frame(range_rows, RANGE_COLUMNS), run_name),
+        gx.validate(suite_spec(TILING_SUITE), "partition_tiling",
                     _summary_frame([t.summary_row() for t in tiling], TILING_COLUMNS), run_name),
     ]
-    data_spec = data_suite_spec(cfg, sum(c.rows for c in range_checks))
-    # Only the columns the expectations read: the raw values would dominate every scan.
-    rows_df = rows_dataframe(spark, data, merge(claimed)).select(*(columns_of(data_spec) or ["kafka_offset"]))
-    data_result = gx.validate(data_spec, "spark", "run_rows", rows_df, run_name)
-    suites.append(data_result)
+    # The run's rows, only the columns the data expectations read: the raw values would dominate.
+    rows = run_rows(data, merge(claimed), expectation_columns(cfg.expectations) or ["kafka_offset"])
+    data_checks = check_rows(rows, cfg.expectations, sum(c.rows for c in range_checks))
+    suites.append(gx.validate(suite_spec(DATA_SUITE), "data_checks",
+                              _summary_frame([c.summary_row() for c in data_checks], DATA_COLUMNS), run_name))
     ge_s = time.perf_counter() - started - core_s
     docs = gx.build_docs()
-    found += [f"data expectation failed: {f['expectation']} {f['kwargs']} (observed {f['observed']}, "
-              f"unexpected {f['unexpected']})" for f in data_result.failed]
+    found += [c.problem() for c in data_checks if c.failed]
     success = not found and all(s.success for s in suites)
     if not success and not found:  # a suite failed on something the exact accounting did not name
         found = [f"expectation suite {s.suite} failed: {s.failed}" for s in suites if not s.success]
@@ -115,6 +113,7 @@ def validate(cfg: PipelineConfig, spark, run_id: str | None = None, all_runs: bo
         "absent": [str(r) for c in range_checks for r in c.absent],
         "ranges": range_rows,
         "tiling": [t.summary_row() for t in tiling],
+        "data_checks": [c.summary_row() for c in data_checks],
         "suites": [s.to_dict() for s in suites],
         "timings_s": {"offset_accounting": round(core_s, 3), "great_expectations": round(ge_s, 3),
                       "data_docs_and_reports": round(time.perf_counter() - started - core_s - ge_s, 3),

@@ -16,7 +16,8 @@ from pyiceberg.expressions import And, EqualTo
 from tailfill import cli
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.ledger import BatchCommit, commit_batch, read_ledger
-from tailfill.lake.tables import ensure_tables, filesystem, fs_path
+from tailfill.lake.storage import filesystem, fs_path
+from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, TopicPartition, ranges_to_json
 from tailfill.proof.completeness import islands
 from tailfill.proof.validate import validate
@@ -46,7 +47,7 @@ def data_file_offsets(cfg, table) -> tuple[object, TopicPartition, np.ndarray]:
 
 
 def assert_fails_naming(cfg, spark, expected: list[str], capsys, all_runs: bool = True) -> dict:
-    report = validate(cfg, spark, all_runs=all_runs)
+    report = validate(cfg, all_runs=all_runs)
     assert not report["success"]
     for line in expected:
         assert line in report["problems"], (line, report["problems"])
@@ -70,13 +71,13 @@ BETWEEN = "expect_column_values_to_be_between"
 
 def test_untampered_table_passes_and_reports_are_written(spark, ingested, capsys):
     cfg = ingested
-    report = validate(cfg, spark)  # the latest run: the tail
+    report = validate(cfg)  # the latest run: the tail
     assert report["success"], report["problems"]
     assert report["scope"].startswith("run tail-") and report["offsets_checked"] == 800
-    everything = validate(cfg, spark, all_runs=True)
+    everything = validate(cfg, all_runs=True)
     assert everything["success"] and everything["offsets_checked"] == 2_800
     assert {s["suite"] for s in everything["suites"]} == {"tailfill_run_completeness", "tailfill_table_tiling",
-                                                         "itest_data"}
+                                                         "tailfill_data_checks"}
     assert sum(p["rows"] + p["quarantined"] for p in everything["partitions"]) == 2_800
 
     fs = filesystem(cfg.target)
@@ -162,6 +163,10 @@ def test_failing_data_expectation_fails_validation(spark, ingested):
     cfg = ingested.model_copy(update={"expectations": [
         ingested.expectations[0].model_copy(update={"column": "kind", "not_null": False,
                                                    "accepted_values": ["view"]})]})
-    report = validate(cfg, spark)
+    report = validate(cfg)
     assert not report["success"]
-    assert any("expect_column_values_to_be_in_set" in p and "'kind'" in p for p in report["problems"])
+    [problem] = report["problems"]
+    assert problem.startswith("data expectation failed: kind in ['view']:")
+    assert problem.endswith("values unexpected, e.g. 'click', 'purchase', 'refund'")  # the sample's other kinds
+    assert failed_expectations(report, "tailfill_data_checks") == {
+        ("expect_column_pair_values_a_to_be_greater_than_b", "allowed_fraction")}
