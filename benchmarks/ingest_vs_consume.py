@@ -1,0 +1,236 @@
+"""Benchmark: Tailfill's backfill against raw consumption and a naive one-process script, one run.
+
+On the embedded broker, N sample events (~120 B of JSON, 4 partitions, 0.1% deliberately bad):
+
+  (a) consume only: one tuned confluent-kafka consumer reading all partitions, nothing else;
+  (b) a naive script: one process, the same consumer, each record parsed with Tailfill's own rules
+      (``tailfill.lake.rows.parse_value``: the same rows and the same quarantine), Arrow, Parquet out;
+  (c) ``tailfill backfill`` exactly as the CLI runs it: plan, ``spark-submit``, the demo pipeline's
+      shipped settings; spark-submit's startup is reported apart from the steady state;
+  (d) ``tailfill validate --run`` of that backfill in a fresh process (cold).
+
+Prints offsets/s for each, the ratios c/a, c/b and d/c, the per-stage time of the backfill's batches,
+and with ``--scale`` the same at 5N and the 5N/N cost. Nothing here is a test: it prints figures.
+
+    .venv/bin/python benchmarks/ingest_vs_consume.py [--events 1000000] [--scale]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+BAD_EVERY = 1_000  # 0.1% bad records, one of each kind in turn
+PARTITIONS = 4
+CONSUMER_TUNING = {"queued.min.messages": 1_000_000, "fetch.wait.max.ms": 10}
+
+
+@dataclass
+class Figures:
+    events: int
+    consume_s: float
+    naive_s: float
+    naive_rows: int
+    naive_bad: int
+    backfill_s: float
+    startup_s: float
+    steady_s: float
+    batches: int
+    stages: dict[str, float]
+    validate_s: float
+    complete: bool
+
+
+def consumer(bootstrap: str, topic: str, ends: dict[int, int]):
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                  "auto.offset.reset": "error", "enable.partition.eof": False, **CONSUMER_TUNING})
+    c.assign([TopicPartition(topic, p, 0) for p in ends])
+    return c
+
+
+def consume_all(bootstrap: str, topic: str, ends: dict[int, int], on_batch=None) -> int:
+    """Read every partition from 0 to its end with one consumer; returns the number of records."""
+    c = consumer(bootstrap, topic, ends)
+    left, n = dict(ends), 0
+    try:
+        while left:
+            msgs = c.consume(num_messages=100_000, timeout=1.0)
+            good = [m for m in msgs if m.error() is None]
+            n += len(good)
+            if on_batch is not None and good:
+                on_batch(good)
+            for m in good:
+                p = m.partition()
+                if p in left and m.offset() + 1 >= left[p]:
+                    del left[p]
+    finally:
+        c.close()
+    return n
+
+
+def naive_script(bootstrap: str, topic: str, ends: dict[int, int], cfg, out: Path) -> tuple[int, int]:
+    """What a user would write in 40 lines: consume, parse each record, Arrow, Parquet (rows, bad)."""
+    from tailfill.errors import RecordError
+    from tailfill.lake.rows import parse_value
+    from tailfill.schema import table_schema
+
+    fmt = cfg.format
+    names = [f.name for f in fmt.fields]
+    schema = table_schema(fmt.fields)
+    rows_out = pq.ParquetWriter(out / "rows.parquet", schema, compression="zstd")
+    bad_out = pq.ParquetWriter(out / "bad.parquet", pa.schema([("partition", pa.int32()), ("offset", pa.int64()),
+                                                               ("value", pa.binary()), ("error", pa.string())]),
+                               compression="zstd")
+    counts = [0, 0]
+
+    def on_batch(msgs) -> None:
+        cols: dict[str, list] = {n: [] for n in schema.names}
+        bad: dict[str, list] = {"partition": [], "offset": [], "value": [], "error": []}
+        for m in msgs:
+            try:
+                values = parse_value(fmt, m.value())
+            except RecordError as exc:
+                bad["partition"].append(m.partition())
+                bad["offset"].append(m.offset())
+                bad["value"].append(m.value())
+                bad["error"].append(str(exc))
+                continue
+            ts_type, ts = m.timestamp()
+            cols["kafka_topic"].append(m.topic())
+            cols["kafka_partition"].append(m.partition())
+            cols["kafka_offset"].append(m.offset())
+            cols["kafka_timestamp"].append(ts * 1000 if ts_type else None)
+            cols["kafka_key"].append(m.key())
+            cols["kafka_value"].append(m.value())
+            for name, value in zip(names, values, strict=True):
+                cols[name].append(value)
+        rows_out.write_table(pa.Table.from_pydict(cols, schema=schema))
+        bad_out.write_table(pa.Table.from_pydict(bad, schema=bad_out.schema))
+        counts[0] += len(cols["kafka_offset"])
+        counts[1] += len(bad["offset"])
+
+    consume_all(bootstrap, topic, ends, on_batch)
+    rows_out.close()
+    bad_out.close()
+    return counts[0], counts[1]
+
+
+def stage_times(home: Path, pipeline: str) -> tuple[int, dict[str, float], float, float]:
+    """(batches, seconds per stage summed over batches, steady state's start, last commit) from the reports.
+
+    The steady state starts when the first batch's executors start: before that are spark-submit,
+    the session and the streaming query's own start (the first batch's "plan").
+    """
+    from tailfill.lake.batch_report import read_reports, runs_dir
+
+    reports = [r for path in runs_dir(pipeline).glob("*/*.jsonl") for r in read_reports(path)]
+    stages: dict[str, float] = {}
+    for r in reports:
+        for stage, secs in r.stages.items():
+            stages[stage] = stages.get(stage, 0.0) + secs
+    first = min(reports, key=lambda r: r.at - r.seconds)
+    return len(reports), stages, first.at - first.seconds + first.stages.get("plan", 0.0), max(r.at for r in reports)
+
+
+def run_once(events: int) -> Figures:
+    from tailfill.config import load_pipeline
+    from tailfill.dev.broker import EmbeddedBroker
+    from tailfill.dev.sample import produce_sample
+
+    home = Path(tempfile.mkdtemp(prefix="tailfill-bench-"))
+    os.environ["TAILFILL_HOME"] = str(home)
+    with EmbeddedBroker() as broker:
+        spec = yaml.safe_load((REPO / "pipelines" / "demo.yaml").read_text())  # the shipped settings
+        spec["name"] = "bench"
+        spec["source"]["bootstrap_servers"] = broker.bootstrap_servers
+        path = home / "bench.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        cfg = load_pipeline(path)
+        topic = cfg.source.topic
+        print(f"  producing {events:,} events ...", flush=True)
+        produce_sample(broker.bootstrap_servers, topic, events, PARTITIONS, bad_every=BAD_EVERY)
+        ends = {p: events // PARTITIONS + (1 if p < events % PARTITIONS else 0) for p in range(PARTITIONS)}
+
+        t0 = time.perf_counter()
+        n = consume_all(broker.bootstrap_servers, topic, ends)
+        consume_s = time.perf_counter() - t0
+        assert n == events, (n, events)
+        print(f"  (a) consume only: {consume_s:.1f}s", flush=True)
+
+        naive_dir = home / "naive"
+        naive_dir.mkdir()
+        t0 = time.perf_counter()
+        naive_rows, naive_bad = naive_script(broker.bootstrap_servers, topic, ends, cfg, naive_dir)
+        naive_s = time.perf_counter() - t0
+        assert naive_rows + naive_bad == events
+        print(f"  (b) naive script: {naive_s:.1f}s", flush=True)
+
+        env = {**os.environ, "TAILFILL_HOME": str(home)}
+        tailfill = str(Path(sys.executable).parent / "tailfill")
+        launched, t0 = time.time(), time.perf_counter()
+        done = subprocess.run([tailfill, "backfill", str(path)], env=env, capture_output=True, text=True)
+        backfill_s = time.perf_counter() - t0
+        if done.returncode != 0:
+            raise SystemExit(f"backfill failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        batches, stages, first, last = stage_times(home, "bench")
+        print(f"  (c) tailfill backfill: {backfill_s:.1f}s", flush=True)
+
+        t0 = time.perf_counter()
+        check = subprocess.run([tailfill, "validate", str(path), "--all"], env=env, capture_output=True, text=True)
+        validate_s = time.perf_counter() - t0
+        print(f"  (d) tailfill validate: {validate_s:.1f}s", flush=True)
+    return Figures(events, consume_s, naive_s, naive_rows, naive_bad, backfill_s,
+                   startup_s=first - launched, steady_s=last - first, batches=batches, stages=stages,
+                   validate_s=validate_s, complete=check.returncode == 0)
+
+
+def report(f: Figures) -> None:
+    a, b = f.events / f.consume_s, f.events / f.naive_s
+    c, c_steady = f.events / f.backfill_s, f.events / f.steady_s
+    print(f"\n{f.events:,} events, {PARTITIONS} partitions, 0.1% bad; {os.cpu_count()} cores")
+    print(f"  (a) consume only          {f.consume_s:7.1f} s  {a:>10,.0f} offsets/s")
+    print(f"  (b) naive script          {f.naive_s:7.1f} s  {b:>10,.0f} offsets/s   ({f.naive_bad:,} quarantined)")
+    print(f"  (c) tailfill backfill     {f.backfill_s:7.1f} s  {c:>10,.0f} offsets/s end to end, {f.batches} batches")
+    print(f"      of which startup      {f.startup_s:7.1f} s  (plan, spark-submit, session, query start)")
+    print(f"      steady state          {f.steady_s:7.1f} s  {c_steady:>10,.0f} offsets/s")
+    if f.stages:
+        print("      batch time by stage   " + ", ".join(f"{k} {v:.1f}s" for k, v in f.stages.items()))
+    print(f"  (d) validate (cold)       {f.validate_s:7.1f} s  {'COMPLETE' if f.complete else 'INCOMPLETE'}")
+    print(f"  ratios: c/a {c / a:.2f} (steady {c_steady / a:.2f})   c/b {c / b:.2f} (steady {c_steady / b:.2f})   "
+          f"d/c {f.validate_s / f.backfill_s:.2f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--scale", action="store_true", help="also run 5 × events and print the 5N/N cost")
+    args = parser.parse_args()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    runs = [args.events, 5 * args.events] if args.scale else [args.events]
+    figures = []
+    for n in runs:
+        print(f"run with {n:,} events", flush=True)
+        figures.append(run_once(n))
+        report(figures[-1])
+    if args.scale:
+        small, big = figures
+        print(f"\n5N/N cost: backfill {big.backfill_s / small.backfill_s:.2f}× "
+              f"(steady {big.steady_s / small.steady_s:.2f}×), validate {big.validate_s / small.validate_s:.2f}×")
+    return 0 if all(f.complete for f in figures) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
