@@ -67,6 +67,12 @@ def _summarise(cfg: PipelineConfig, what: str, code: int, results: list[IngestRe
         if r.stages:
             _say("    time by stage: " + ", ".join(f"{k} {v:.1f}s" for k, v in r.stages.items())
                  + " (read, parse, write: summed over parallel tasks)")
+        if r.freshness and what == "tail":
+            f = r.freshness
+            _say(f"    freshness (produce to commit): p50 {f['p50']:.1f}s, p95 {f['p95']:.1f}s, max {f['max']:.1f}s "
+                 f"(objective p95 ≤ {cfg.tail.freshness_seconds:g}s)")
+        for warning in r.warnings:
+            _say(f"    WARNING: {warning}")
     _say(f"  run id {results[0].run_id}; per-batch metrics in {runs_dir(cfg.name) / results[0].run_id}")
     return 0
 
@@ -77,7 +83,8 @@ def _offsets(text: str | None) -> PartitionOffsets | None:
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     cfg = resolve_pipeline(args.pipeline)
-    spec = backfill_spec(cfg, _offsets(args.start), _offsets(args.end), args.slices)
+    spec = backfill_spec(cfg, _offsets(args.start), _offsets(args.end), args.slices,
+                         max_offsets_per_second=getattr(args, "max_rate", None))
     if spec is None:
         return _summarise(cfg, "backfill", 0, [])
     code, results = run_job(spec)
@@ -92,10 +99,24 @@ def cmd_tail(args: argparse.Namespace) -> int:
     return _summarise(cfg, "tail", code, results)
 
 
+def cmd_stop_tail(args: argparse.Namespace) -> int:
+    from tailfill.run.tail_health import read_health, request_stop
+
+    cfg = resolve_pipeline(args.pipeline)
+    health = read_health(cfg.name)
+    if health is None or not health.live():
+        _say(f"no tail of {cfg.name} is running")
+        return 1
+    request_stop(cfg.name)
+    _say(f"asked the tail of {cfg.name} to stop after its current batch")
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from tailfill.proof.reports import read_latest
     from tailfill.run.plan import source_state
     from tailfill.run.status import format_status, pipeline_status
+    from tailfill.run.tail_health import describe, read_health
 
     cfg = resolve_pipeline(args.pipeline)
     state = source_state(cfg)
@@ -103,6 +124,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     quarantined = sum(int(s.summary.additional_properties.get("added-records", 0))
                       for s in state.quarantine.snapshots() if s.summary)
     _say(format_status(cfg.name, rows, quarantined))
+    for line in describe(cfg, read_health(cfg.name)):
+        _say(line)
     latest = read_latest(cfg)
     if latest:
         verdict = "complete" if latest["success"] else f"INCOMPLETE ({len(latest['problems'])} problems)"
@@ -120,7 +143,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     cfg = resolve_pipeline(args.pipeline)
     try:
         for line in preflight(cfg, args.mode):
-            _say(f"  ok: {line}")
+            _say(f"  warning: {line.removeprefix('WARNING: ')}" if line.startswith("WARNING:") else f"  ok: {line}")
     except PreflightError as exc:
         _say(f"preflight of {cfg.name} ({args.mode}) FAILED: {exc}")
         return 1
@@ -196,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     bf.add_argument("--from", dest="start", help='offsets JSON, e.g. {"topic": {"0": 0}}')
     bf.add_argument("--to", dest="end", help="offsets JSON (default: the recorded cutover)")
     bf.add_argument("--slices", type=int)
+    bf.add_argument("--max-rate", type=int, metavar="OFFSETS_PER_S",
+                    help="rate limit for this backfill (default: the pipeline's backfill.max_offsets_per_second)")
     bf.set_defaults(func=cmd_backfill)
 
     t = sub.add_parser("tail", help="ingest from the committed position onwards")
@@ -203,6 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--once", action="store_true", help="ingest what is there now, then stop")
     t.add_argument("--stop-after", type=float, help="with the processing-time trigger: stop after N seconds")
     t.set_defaults(func=cmd_tail)
+
+    sp = sub.add_parser("stop-tail", help="stop a running tail between batches (as Ctrl-C does)")
+    sp.add_argument("pipeline")
+    sp.set_defaults(func=cmd_stop_tail)
 
     st = sub.add_parser("status", help="committed ranges, gaps, cutover, high watermark and lag per partition")
     st.add_argument("pipeline")

@@ -179,15 +179,29 @@ class BackfillConfig(_Model):
     # Size each batch to take about this long, from the measured rate (a backfill has no freshness
     # deadline; the budget keeps each commit well inside any). None: every batch is the maximum.
     batch_seconds: float | None = Field(default=None, gt=0)
+    # At most this many offsets per second over a backfill query (None: as fast as it goes). While
+    # a live tail misses its freshness objective, backfills also pause between batches.
+    max_offsets_per_second: int | None = Field(default=None, ge=1)
     max_consecutive_failures: int = Field(ge=0)
 
 
 class TailConfig(_Model):
     trigger: Literal["available_now", "processing_time"]
     trigger_interval_seconds: float = Field(gt=0)
+    # The adaptive tail sizes each batch within [min, max] from its measured rate and the backlog.
+    min_offsets_per_batch: int = Field(ge=1)
     max_offsets_per_batch: int = Field(ge=1)
+    # The objective: produce-to-commit latency (p95 of a batch's records) at most this many seconds.
+    freshness_seconds: float = Field(gt=0)
     max_consecutive_failures: int = Field(ge=0)
     schedule: str | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> TailConfig:
+        if self.min_offsets_per_batch > self.max_offsets_per_batch:
+            raise ValueError(f"min_offsets_per_batch ({self.min_offsets_per_batch}) is above "
+                             f"max_offsets_per_batch ({self.max_offsets_per_batch})")
+        return self
 
 
 class DataExpectation(_Model):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -100,3 +102,27 @@ def produce_sample(
             f"{len(failures)} failed ({failures[:1]})"
         )
     return {"good": good, "bad": bad}
+
+
+def produce_live(bootstrap: str, topic: str, per_second: float, stop: threading.Event,
+                 partitions: int = 4) -> dict[str, int]:
+    """Write sample events at ``per_second`` (in 10 ms steps, timestamped as they are sent) until
+    ``stop`` is set; returns ``{"good": n, "bad": 0}``. Raises if any record was not acknowledged."""
+    ensure_topic(bootstrap, topic, partitions)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": False, "acks": "all"})
+    failures: list[str] = []
+    run, sent, started = uuid.uuid4().hex[:8], 0, time.monotonic()
+    while not stop.is_set():
+        due = int((time.monotonic() - started) * per_second)
+        for i in range(sent, due):
+            producer.produce(topic, value=json.dumps(sample_event(run, i)).encode(), key=str(i).encode(),
+                             partition=i % partitions,
+                             on_delivery=lambda err, _m: failures.append(str(err)) if err else None)
+        sent = max(sent, due)
+        producer.poll(0)
+        time.sleep(0.01)
+    remaining = producer.flush(60)
+    if remaining or failures:
+        raise SourceError(f"producing live to {topic!r} on {bootstrap}: {remaining} records unacknowledged, "
+                          f"{len(failures)} failed ({failures[:1]})")
+    return {"good": sent, "bad": 0}

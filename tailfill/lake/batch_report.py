@@ -20,7 +20,7 @@ class BatchReport:
 
     batch_id: int
     at: float  # when the commit finished (unix seconds)
-    seconds: float  # from the end of the previous batch (or the query's start) to the end of this commit
+    seconds: float  # from the batch's trigger (or the previous batch's end) to the end of this commit
     offsets: int
     records: int  # what the source read (offsets minus absent or expired ones)
     rows: int
@@ -30,8 +30,12 @@ class BatchReport:
     snapshot_id: int | None = None
     commit_ms: float = 0.0
     # Where the time went: plan (Spark, between batches), prepare (wall), read/parse/write (summed
-    # over the batch's tasks, which run in parallel), commit.
+    # over the batch's tasks, which run in parallel), commit; yield: a backfill's wait for its rate
+    # limit or the tail, after the commit.
     stages: dict[str, float] = field(default_factory=dict)
+    # Produce-to-commit latency of the batch's records (p50, p95, max seconds; records): Kafka
+    # timestamp to this commit. The tail's freshness; for a backfill, how old the history is.
+    freshness: dict | None = None
 
     def to_json(self) -> str:
         data = asdict(self)

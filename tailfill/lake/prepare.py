@@ -18,6 +18,7 @@ from tailfill.config import PipelineConfig
 from tailfill.dev import faults
 from tailfill.errors import DroppedRecordsError
 from tailfill.lake.files import FileSet
+from tailfill.lake.freshness import TimestampSketch
 from tailfill.lake.rows import RowParser, split_records
 from tailfill.lake.storage import filesystem
 from tailfill.offsets import OffsetRange
@@ -38,13 +39,14 @@ class PreparedRange:
     quarantined: int
     started_at: float  # wall clock, when the task began
     stages: dict[str, float] = field(default_factory=dict)  # seconds in read, parse, write
+    timestamps: TimestampSketch | None = None  # the task's record timestamps (carried by its first range)
 
 
 PREPARED_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("start", pa.int64()), ("end", pa.int64()),
     ("records", pa.int64()), ("lost", pa.string()), ("data_files", pa.list_(pa.string())),
     ("quarantine_files", pa.list_(pa.string())), ("rows", pa.int64()), ("quarantined", pa.int64()),
-    ("started_at", pa.float64()), ("stages", pa.string()),
+    ("started_at", pa.float64()), ("stages", pa.string()), ("timestamps", pa.list_(pa.int64())),
 ])
 
 
@@ -54,7 +56,8 @@ def to_arrow(prepared: list[PreparedRange]) -> pa.RecordBatch:
              "end": p.marker.range.end, "records": p.marker.records,
              "lost": json.dumps([[r.start, r.end] for r in p.marker.lost]), "data_files": p.data_files,
              "quarantine_files": p.quarantine_files, "rows": p.rows, "quarantined": p.quarantined,
-             "started_at": p.started_at, "stages": json.dumps(p.stages)} for p in prepared]
+             "started_at": p.started_at, "stages": json.dumps(p.stages),
+             "timestamps": p.timestamps.to_json() if p.timestamps else None} for p in prepared]
     return pa.RecordBatch.from_pylist(rows, schema=PREPARED_SCHEMA)
 
 
@@ -64,7 +67,8 @@ def from_arrow(table: pa.Table) -> list[PreparedRange]:
         rng = OffsetRange(r["topic"], r["partition"], r["start"], r["end"])
         lost = tuple(rng.with_bounds(s, e) for s, e in json.loads(r["lost"]))
         out.append(PreparedRange(RangeMarker(rng, r["records"], lost), r["data_files"], r["quarantine_files"],
-                                 r["rows"], r["quarantined"], r["started_at"], json.loads(r["stages"])))
+                                 r["rows"], r["quarantined"], r["started_at"], json.loads(r["stages"]),
+                                 TimestampSketch.from_json(r["timestamps"])))
     return out
 
 
@@ -97,6 +101,7 @@ def prepare_ranges(cfg: PipelineConfig, run_id: str, ranges: list[OffsetRange], 
     out: dict[int, _Output] = {r.partition: _Output(fs, cfg, run_id, data_location, quarantine_location)
                                for r in ranges}
     markers: dict[int, RangeMarker] = {}
+    stamps: list[pa.Array] = []
     reading = read_ranges(conf, ranges, on_expired=cfg.source.on_expired_offsets, consumer=shared_consumer(conf))
     while True:
         t = time.perf_counter()
@@ -110,6 +115,7 @@ def prepare_ranges(cfg: PipelineConfig, run_id: str, ranges: list[OffsetRange], 
                                           batch.column("range_marker")[0].as_py())
             markers[partition] = marker
             continue
+        stamps.append(batch.column("kafka_timestamp"))
         t = time.perf_counter()
         ok, quarantine = split_records(batch, cfg.format, run_id, parser)
         stages["parse"] += time.perf_counter() - t
@@ -121,6 +127,7 @@ def prepare_ranges(cfg: PipelineConfig, run_id: str, ranges: list[OffsetRange], 
     files = {p: o.close() for p, o in out.items()}
     stages["write"] += time.perf_counter() - t
     stages["total"] = time.perf_counter() - clock
+    sketch = TimestampSketch.of(stamps)
     prepared = []
     for i, r in enumerate(ranges):
         marker, o = markers[r.partition], out[r.partition]
@@ -128,7 +135,8 @@ def prepare_ranges(cfg: PipelineConfig, run_id: str, ranges: list[OffsetRange], 
             raise DroppedRecordsError(f"{r}: the source read {marker.records} records but {o.rows + o.quarantined} "
                                       "rows were written (rows + quarantined); refusing to commit")
         prepared.append(PreparedRange(marker, *files[r.partition], o.rows, o.quarantined, started_at,
-                                      {k: round(v, 4) for k, v in stages.items()} if i == 0 else {}))
+                                      {k: round(v, 4) for k, v in stages.items()} if i == 0 else {},
+                                      sketch if i == 0 else None))
     return prepared
 
 

@@ -141,6 +141,7 @@ class IngestRequest:
     target_end: PartitionOffsets | None = None  # for the progress of an unbounded tail
     stop_after_seconds: float | None = None  # processing time: stop between batches after this long
     batch_seconds: float | None = None  # size batches by this time budget (None: always the cap)
+    max_offsets_per_second: int | None = None  # a backfill's rate limit (None: none)
 
     @property
     def name(self) -> str:
@@ -169,7 +170,8 @@ def joined(run: list[Slice]) -> Slice:
 
 
 def backfill_requests(state: SourceState, slices: list[Slice], run_id: str,
-                      max_offsets_per_batch: int | None = None) -> list[IngestRequest]:
+                      max_offsets_per_batch: int | None = None,
+                      max_offsets_per_second: int | None = None) -> list[IngestRequest]:
     """One request per run of adjacent slices that still holds uncommitted offsets, from its first one.
 
     Adjacent slices run as one streaming query: its batches read every partition in parallel tasks
@@ -191,6 +193,7 @@ def backfill_requests(state: SourceState, slices: list[Slice], run_id: str,
             checkpoint=checkpoint_root(cfg, "backfill") / checkpoint_key("backfill", s.start, s.end),
             run_id=run_id,
             batch_seconds=cfg.backfill.batch_seconds,
+            max_offsets_per_second=max_offsets_per_second or cfg.backfill.max_offsets_per_second,
         ))
     return out
 

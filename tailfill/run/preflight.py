@@ -11,6 +11,7 @@ from tailfill.config import PipelineConfig
 from tailfill.errors import BrokerError, ConfigError, LakeError, PreflightError, SourceError
 from tailfill.lake.storage import filesystem, fs_path, warehouse_uri
 from tailfill.run.plan import SourceState, ensure_cutover, source_state, tail_start
+from tailfill.run.tail_health import describe, read_health
 
 
 def check_warehouse_writable(cfg: PipelineConfig) -> str:
@@ -41,7 +42,10 @@ def check_retention(state: SourceState, mode: str) -> str:
 
 
 def preflight(cfg: PipelineConfig, mode: str) -> list[str]:
-    """Run every check for a ``mode`` ("backfill" or "tail") run; returns what passed."""
+    """Run every check for a ``mode`` ("backfill" or "tail") run; returns what passed.
+
+    Lines that start with ``WARNING:`` do not fail the run (the tail's last measured keep-up problem).
+    """
     passed = []
     try:
         state = source_state(cfg)  # broker, topic, partition count, catalog and tables
@@ -54,4 +58,6 @@ def preflight(cfg: PipelineConfig, mode: str) -> list[str]:
     passed.append(check_warehouse_writable(cfg))
     ensure_cutover(state)
     passed.append(check_retention(state, mode))
+    if mode == "tail":  # what the last tail measured: can it keep up with the incoming rate?
+        passed += describe(cfg, read_health(cfg.name))
     return passed

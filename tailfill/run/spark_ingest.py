@@ -15,9 +15,11 @@ the configured budget, then the run stops with the cause (seed 004: no endless r
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,13 +32,17 @@ from tailfill.dev import faults
 from tailfill.errors import IngestError, error_class, is_retryable
 from tailfill.lake.batch_report import BatchReport, append_report, read_reports, report_file
 from tailfill.lake.commit import commit_prepared
+from tailfill.lake.freshness import Freshness, LatencySample, freshness
 from tailfill.lake.ledger import Ledger, read_ledger
 from tailfill.lake.spark_writer import prepare_batch
 from tailfill.lake.tables import Tables, ensure_tables
 from tailfill.offsets import PartitionOffsets, intersect_all, ranges_between, subtract, total
+from tailfill.run.governor import Budget, Governor
 from tailfill.run.plan import IngestRequest
 from tailfill.run.submit import IngestResult
-from tailfill.run.tuning import next_batch_offsets
+from tailfill.run.tail_health import TailPace, mark_stopped, read_health, stop_file, write_health
+from tailfill.run.tuning import tail_batch_offsets
+from tailfill.source.kafka import consumer_config, shared_consumer, watermarks
 
 # The last line of a Python traceback: "package.module.ExceptionClass: message".
 _PY_EXCEPTION = re.compile(r"^(?:[a-z_]\w*\.)*([A-Z]\w*): (.+)$", re.MULTILINE)
@@ -84,7 +90,7 @@ def _open_checkpoint(req: IngestRequest, ledger: Ledger, log: Callable[[str], No
         {"start": req.start.to_dict(), "end": req.end.to_dict() if req.end else None}))
 
 
-def _progress_line(req: IngestRequest, done: list[BatchReport], started: float) -> str:
+def _progress_line(req: IngestRequest, done: list[BatchReport], started: float, note: str = "") -> str:
     end = req.end or req.target_end
     planned = total(ranges_between(req.start, end)) if end else 0
     offsets = sum(b.offsets for b in done)
@@ -95,26 +101,75 @@ def _progress_line(req: IngestRequest, done: list[BatchReport], started: float) 
     line = f"[{req.label}] {offsets:,}/{planned:,} offsets{pct} {rows / elapsed:,.0f} rows/s {len(done)} batches{eta}"
     if done and done[-1].stages:
         line += " | last batch: " + ", ".join(f"{k} {v:.1f}s" for k, v in done[-1].stages.items())
-    return line
+    return line + (f" | {note}" if note else "")
 
 
 class BatchWriter:
-    """``foreachBatch`` of one request: prepare on the executors, commit, report, size the next batch."""
+    """``foreachBatch`` of one request: prepare on the executors, commit, report, size the next batch.
 
-    def __init__(self, cfg: PipelineConfig, req: IngestRequest, tables: Tables, reports: Path):
-        self.cfg, self.req, self.reports = cfg, req, reports
+    A tail measures its pace and freshness after each batch and publishes them
+    (:mod:`tailfill.run.tail_health`); a processing-time tail sizes its next batch to fit its
+    trigger interval. A backfill asks its :class:`~tailfill.run.governor.Governor` how large the
+    next batch may be, and waits as the rate limit and the tail require.
+    """
+
+    def __init__(self, cfg: PipelineConfig, req: IngestRequest, tables: Tables, reports: Path, cores: int,
+                 log: Callable[[str], None]):
+        self.cfg, self.req, self.reports, self.log = cfg, req, reports, log
         self.data_location, self.quarantine_location = tables.data.location(), tables.quarantine.location()
         self.budget_file = req.checkpoint / BUDGET_FILE
         self.last_end = time.time()
-        self.set_budget(req.max_offsets_per_batch)
+        self.stopping = threading.Event()
+        self.samples: list[LatencySample] = []
+        self.pending_yield = 0.0
+        self.conf = consumer_config(cfg.source)
+        self.position = dict(req.start.offsets)
+        self.pace = TailPace(cfg, req.max_offsets_per_batch) if req.end is None else None
+        self.governor: Governor | None = None
+        self._warned_at = 0.0
+        if req.end is not None:
+            self.governor = Governor(
+                max_offsets_per_batch=req.max_offsets_per_batch, batch_seconds=req.batch_seconds,
+                max_offsets_per_second=req.max_offsets_per_second, cores=cores,
+                read_health=lambda: read_health(cfg.name), log=self._log, stopping=self.stopping)
+            self.set_budget(self.governor.first_budget())
+        else:
+            self.set_budget(Budget(req.max_offsets_per_batch))
+            write_health(cfg.name, self.pace.health)
 
-    def set_budget(self, offsets: int) -> None:
+    def _log(self, line: str) -> None:
+        self.log(f"[{self.req.label}] {line}")
+
+    @property
+    def note(self) -> str:
+        """What the progress line adds: the governor's state, or the tail's freshness."""
+        if self.governor is not None:
+            return self.governor.state if self.governor.state != "full speed" else ""
+        h = self.pace.health if self.pace else None
+        if h is None or h.freshness is None:
+            return ""
+        return f"freshness {h.freshness} (objective p95 ≤ {h.freshness_objective_seconds:g}s)"
+
+    def set_budget(self, budget: Budget) -> None:
         tmp = self.budget_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"max_offsets": offsets}))
+        tmp.write_text(json.dumps({"max_offsets": budget.max_offsets, "tasks": budget.tasks}))
         tmp.replace(self.budget_file)  # atomic: the source never reads half a file
+
+    def _triggered_at(self, started: float) -> float:
+        """When Spark began this batch: processing-time triggers fire on multiples of the interval."""
+        if self.req.trigger != "processing_time":
+            return self.last_end
+        interval = self.req.trigger_interval_seconds
+        return max(self.last_end, math.floor(started / interval) * interval)
+
+    def heartbeat(self, caught_up: bool) -> None:
+        """A tail between batches says it is alive (and whether it has read everything there is)."""
+        if self.pace is not None:
+            write_health(self.cfg.name, self.pace.heartbeat(caught_up))
 
     def __call__(self, ranges: DataFrame, batch_id: int) -> None:
         started = time.time()
+        triggered = self._triggered_at(started)
         prepared = prepare_batch(ranges, self.cfg, self.req.run_id, self.data_location, self.quarantine_location)
         if not prepared:
             self.last_end = time.time()
@@ -126,25 +181,53 @@ class BatchWriter:
         faults.maybe_fail("after-commit")
         ended = time.time()
         offsets = sum(p.marker.range.size for p in prepared)
-        stages = {"plan": started - self.last_end, "prepare": prepared_at - started}
+        sample = LatencySample.at(ended, [p.timestamps for p in prepared if p.timestamps])
+        self.samples.append(sample)
+        fresh = freshness([sample])
+        stages = {"plan": started - triggered, "prepare": prepared_at - started}
         for stage in ("read", "parse", "write"):
             stages[stage] = sum(p.stages.get(stage, 0.0) for p in prepared)
         stages["commit"] = commit_s
+        if self.pending_yield:
+            stages["yield"] = self.pending_yield
+        seconds = ended - triggered
         append_report(self.reports, BatchReport(
-            batch_id=batch_id, at=ended, seconds=round(ended - self.last_end, 3), offsets=offsets,
+            batch_id=batch_id, at=ended, seconds=round(seconds, 3), offsets=offsets,
             records=sum(p.marker.records for p in prepared), rows=sum(p.rows for p in prepared),
             quarantined=sum(p.quarantined for p in prepared), committed=result.committed, skipped=result.skipped,
             snapshot_id=result.snapshot_id, commit_ms=round(commit_s * 1000, 1),
-            stages={k: round(v, 3) for k, v in stages.items()}))
-        if self.req.batch_seconds is not None:
-            self.set_budget(next_batch_offsets(offsets, ended - self.last_end, self.req.batch_seconds,
-                                               self.req.max_offsets_per_batch))
-        self.last_end = ended
+            stages={k: round(v, 3) for k, v in stages.items()}, freshness=fresh.to_dict() if fresh else None))
+        for p in prepared:
+            self.position[p.marker.range.tp] = max(self.position.get(p.marker.range.tp, 0), p.marker.range.end)
+        if self.governor is not None:
+            budget, self.pending_yield = self.governor.after_batch(offsets, seconds)
+        else:
+            budget = self._after_tail_batch(offsets, seconds, fresh)
+        self.set_budget(budget)
+        self.last_end = time.time()
+
+    def _after_tail_batch(self, offsets: int, seconds: float, fresh: Freshness | None) -> Budget:
+        high = watermarks(self.conf, list(self.position), probe_timeout_s=0,
+                          consumer=shared_consumer(self.conf)).high
+        health = self.pace.observe(time.time(), sum(high.offsets.values()), sum(self.position.values()),
+                                   offsets, seconds, fresh)
+        write_health(self.cfg.name, health)
+        problem = health.keep_up_problem()
+        if problem and time.monotonic() - self._warned_at >= 60:
+            self._log(f"WARNING: {problem}")
+            self._warned_at = time.monotonic()
+        if self.req.trigger != "processing_time":
+            return Budget(self.req.max_offsets_per_batch)
+        return Budget(tail_batch_offsets(offsets, seconds, self.req.trigger_interval_seconds,
+                                         self.cfg.tail.min_offsets_per_batch, self.req.max_offsets_per_batch))
+
+    def warnings(self) -> list[str]:
+        problem = self.pace.health.keep_up_problem() if self.pace else None
+        return [problem] if problem else []
 
 
-def _run_query(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, tables: Tables, reports: Path,
+def _run_query(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, writer: BatchWriter,
                log: Callable[[str], None]) -> None:
-    writer = BatchWriter(cfg, req, tables, reports)
     reader = (
         spark.readStream.format("tailfill_kafka")
         .option("source", cfg.source.model_dump_json())
@@ -167,19 +250,30 @@ def _run_query(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, tab
     else:
         stream = stream.trigger(processingTime=f"{req.trigger_interval_seconds} seconds")
     query = stream.start()
-    started, printed, printed_at = time.monotonic(), -1, 0.0
+    started, printed, printed_at, beat_at = time.monotonic(), -1, 0.0, 0.0
     try:
         while not query.awaitTermination(1.0):
             if req.stop_after_seconds is not None and time.monotonic() - started >= req.stop_after_seconds:
+                writer.stopping.set()
                 _stop_between_batches(query)
                 log(f"[{req.label}] stopped after {req.stop_after_seconds:.0f}s as asked")
                 continue
-            done = read_reports(reports)
+            if req.end is None and stop_file(cfg.name).exists():
+                writer.stopping.set()
+                _stop_between_batches(query)
+                stop_file(cfg.name).unlink(missing_ok=True)
+                log(f"[{req.label}] stopped between batches as asked (tailfill stop-tail)")
+                continue
+            if time.monotonic() - beat_at >= HEARTBEAT_S / 3:
+                writer.heartbeat(caught_up=not query.status.get("isDataAvailable", True))
+                beat_at = time.monotonic()
+            done = read_reports(writer.reports)
             if len(done) != printed or time.monotonic() - printed_at >= HEARTBEAT_S:
-                log(_progress_line(req, done, started))
+                log(_progress_line(req, done, started, writer.note))
                 printed, printed_at = len(done), time.monotonic()
     except KeyboardInterrupt:
         log(f"[{req.label}] stopping after the current batch")
+        writer.stopping.set()
         query.stop()
         raise
 
@@ -202,14 +296,42 @@ def run_ingest(
     reports = report_file(cfg.name, req.run_id, req.name)
     tables.data.refresh()
     _open_checkpoint(req, read_ledger(tables.data), log)
+    writer = BatchWriter(cfg, req, tables, reports, spark.sparkContext.defaultParallelism, log)
+    if req.end is None:
+        stop_file(cfg.name).unlink(missing_ok=True)  # a stop asked of an earlier tail is not for this one
     started = time.monotonic()
+    try:
+        _attempts(spark, cfg, req, writer, result, log)
+    finally:
+        if req.end is None:
+            mark_stopped(cfg.name)  # no tail running any more: nothing for a backfill to yield to
+    shutil.rmtree(req.checkpoint, ignore_errors=True)  # finished: the ledger holds everything it did
+    result.seconds = time.monotonic() - started
+    for b in read_reports(reports):
+        result.batches += 1
+        result.offsets += b.offsets
+        result.rows += b.rows
+        result.quarantined += b.quarantined
+        result.skipped_offsets += b.offsets if not b.committed else 0
+        for stage, secs in b.stages.items():
+            result.stages[stage] = round(result.stages.get(stage, 0.0) + secs, 3)
+    fresh = freshness(writer.samples)
+    result.freshness = fresh.to_dict() if fresh else None
+    result.warnings = writer.warnings()
+    return result
+
+
+def _attempts(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, writer: BatchWriter,
+              result: IngestResult, log: Callable[[str], None]) -> None:
+    """Run the query until it completes, restarting it from its checkpoint within the failure budget."""
+    tables = ensure_tables(cfg)
     consecutive = 0
     while True:
         tables.data.refresh()
         before = read_ledger(tables.data).committed
         try:
-            _run_query(spark, cfg, req, tables, reports, log)
-            break
+            _run_query(spark, cfg, req, writer, log)
+            return
         except StreamingQueryException as exc:
             kind, message = explain(exc)
             cause = f"{kind}: {message}"
@@ -227,14 +349,3 @@ def run_ingest(
             result.restarts += 1
             log(f"[{req.label}] batch failed ({consecutive}/{req.max_consecutive_failures} tolerated): {cause}; "
                 "restarting from the checkpoint")
-    shutil.rmtree(req.checkpoint, ignore_errors=True)  # finished: the ledger holds everything it did
-    result.seconds = time.monotonic() - started
-    for b in read_reports(reports):
-        result.batches += 1
-        result.offsets += b.offsets
-        result.rows += b.rows
-        result.quarantined += b.quarantined
-        result.skipped_offsets += b.offsets if not b.committed else 0
-        for stage, secs in b.stages.items():
-            result.stages[stage] = round(result.stages.get(stage, 0.0) + secs, 3)
-    return result

@@ -31,7 +31,8 @@ def run(spec: JobSpec, spark: SparkSession | Future[SparkSession] | None = None)
         building = pool.submit(get_session) if spark is None else spark if isinstance(spark, Future) else None
         state = source_state(cfg)
         if spec.mode == "backfill":
-            requests = backfill_requests(state, list(spec.slices), spec.run_id, spec.max_offsets_per_batch)
+            requests = backfill_requests(state, list(spec.slices), spec.run_id, spec.max_offsets_per_batch,
+                                          spec.max_offsets_per_second)
         else:
             requests = [tail_request(state, spec.run_id, spec.once, spec.stop_after_seconds,
                                      spec.max_offsets_per_batch)]

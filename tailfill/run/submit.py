@@ -40,6 +40,7 @@ class JobSpec:
     once: bool = False  # tail: ingest what is there now, then stop
     stop_after_seconds: float | None = None  # processing-time tail: stop between batches after this long
     max_offsets_per_batch: int | None = None  # override of the pipeline's cap (tuned from measurements)
+    max_offsets_per_second: int | None = None  # backfill: override of the pipeline's rate limit
 
     def argv(self) -> list[str]:
         """The job's command-line arguments."""
@@ -52,6 +53,8 @@ class JobSpec:
             out += ["--stop-after", str(self.stop_after_seconds)]
         if self.max_offsets_per_batch is not None:
             out += ["--max-offsets-per-batch", str(self.max_offsets_per_batch)]
+        if self.max_offsets_per_second is not None:
+            out += ["--max-offsets-per-second", str(self.max_offsets_per_second)]
         return out
 
     @classmethod
@@ -64,20 +67,24 @@ class JobSpec:
         p.add_argument("--once", action="store_true", help="tail: ingest what is there now, then stop")
         p.add_argument("--stop-after", type=float, help="tail with processing time: stop between batches after N s")
         p.add_argument("--max-offsets-per-batch", type=int, help="override the pipeline's cap for this run")
+        p.add_argument("--max-offsets-per-second", type=int, help="backfill: override the pipeline's rate limit")
         a = p.parse_args(argv)
         if a.mode == "backfill" and not a.slices:
             p.error("a backfill needs --slices (plan with `tailfill backfill` or the backfill DAG)")
         slices = tuple(Slice.from_dict(d) for d in json.loads(a.slices)) if a.slices else ()
-        return cls(a.pipeline, a.mode, a.run_id, slices, a.once, a.stop_after, a.max_offsets_per_batch)
+        return cls(a.pipeline, a.mode, a.run_id, slices, a.once, a.stop_after, a.max_offsets_per_batch,
+                   a.max_offsets_per_second)
 
 
 def backfill_spec(cfg: PipelineConfig, start: PartitionOffsets | None = None, end: PartitionOffsets | None = None,
-                  slices: int | None = None, run_id: str | None = None) -> JobSpec | None:
+                  slices: int | None = None, run_id: str | None = None,
+                  max_offsets_per_second: int | None = None) -> JobSpec | None:
     """Plan a backfill of ``[start, end)`` (default ``[earliest, cutover)``) once; None if all is committed."""
     planned = plan_backfill(source_state(cfg), start, end, slices)
     if not planned:
         return None
-    return JobSpec(cfg.path or cfg.name, "backfill", run_id or new_run_id("backfill"), tuple(planned))
+    return JobSpec(cfg.path or cfg.name, "backfill", run_id or new_run_id("backfill"), tuple(planned),
+                   max_offsets_per_second=max_offsets_per_second)
 
 
 @dataclass
@@ -95,6 +102,8 @@ class IngestResult:
     restarts: int = 0
     causes: list[str] = field(default_factory=list)
     stages: dict[str, float] = field(default_factory=dict)  # seconds by stage, summed over the batches
+    freshness: dict | None = None  # produce-to-commit latency over the run's records (p50, p95, max, records)
+    warnings: list[str] = field(default_factory=list)  # e.g. the tail cannot keep up with the incoming rate
 
     @property
     def rows_per_second(self) -> float:

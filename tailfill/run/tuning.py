@@ -15,6 +15,7 @@ from tailfill.lake.batch_report import recent_reports
 
 SAFETY_FACTOR = 0.5
 FLOOR = 1_000
+TAIL_HEADROOM = 0.6  # a processing-time tail's batch may use this much of its trigger interval
 RECENT_RUNS = 5
 
 
@@ -40,23 +41,32 @@ def measured_rate(cfg: PipelineConfig) -> float | None:
 def tuned_max_offsets(cfg: PipelineConfig, mode: str) -> Tuning:
     """The cap for the next ``mode`` run, with the reason, for the run's report."""
     configured = cfg.tail.max_offsets_per_batch if mode == "tail" else cfg.backfill.max_offsets_per_batch
+    floor = cfg.tail.min_offsets_per_batch if mode == "tail" else min(FLOOR, configured)
     interval = cfg.tail.trigger_interval_seconds
     rate = measured_rate(cfg)
     if rate is None:
         return Tuning(configured, None, interval, configured, "no measured batches yet: the configured maximum")
     derived = int(rate * interval * SAFETY_FACTOR)
-    value = max(min(derived, configured), min(FLOOR, configured))
+    value = max(min(derived, configured), floor)
     return Tuning(value, round(rate, 1), interval, configured,
                   f"{rate:,.0f} offsets/s × {interval:g}s × {SAFETY_FACTOR} = {derived:,}, "
-                  f"bounded to [{min(FLOOR, configured):,}, {configured:,}]")
+                  f"bounded to [{floor:,}, {configured:,}]")
 
 
-def next_batch_offsets(offsets: int, seconds: float, budget_seconds: float, ceiling: int) -> int:
+def next_batch_offsets(offsets: int, seconds: float, budget_seconds: float, ceiling: int,
+                       floor: int = FLOOR) -> int:
     """The next batch's cap, so that it takes about ``budget_seconds`` at the rate the last one ran.
 
-    Within ``[min(FLOOR, ceiling), ceiling]``, and at most four times the last batch, so that one
-    fast small batch does not size a huge one.
+    Within ``[min(floor, ceiling), ceiling]``, and at most four times the last batch (or the floor),
+    so that one fast small batch does not size a huge one.
     """
     rate = offsets / seconds if seconds > 0 else float("inf")
-    wanted = min(rate * budget_seconds, 4 * offsets)
-    return int(max(min(FLOOR, ceiling), min(wanted, ceiling)))
+    wanted = min(rate * budget_seconds, 4 * max(offsets, floor))
+    return int(max(min(floor, ceiling), min(wanted, ceiling)))
+
+
+def tail_batch_offsets(offsets: int, seconds: float, interval_seconds: float, floor: int, ceiling: int) -> int:
+    """A processing-time tail's next cap: what fits in ``TAIL_HEADROOM`` of its trigger interval at the
+    rate its last batch ran, within the pipeline's ``[min, max]_offsets_per_batch``. A backlog then
+    drains in full-size batches that still end inside their interval."""
+    return next_batch_offsets(offsets, seconds, interval_seconds * TAIL_HEADROOM, ceiling, floor)

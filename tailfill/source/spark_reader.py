@@ -6,8 +6,9 @@ Options (offsets in the JSON format of Spark's Kafka connector, ``{"topic": {"0"
 - ``startingOffsets``: JSON or ``earliest`` (required; ``latest`` is refused: it skips data)
 - ``endingOffsets``: JSON or ``latest`` (batch default ``latest``; streaming default unbounded)
 - ``maxOffsetsPerTrigger``: cap per micro-batch, shared across partitions by pending size
-- ``budgetFile``: a JSON file ``{"max_offsets": N}`` read before each micro-batch; when present it
-  sets the batch's cap (at most ``maxOffsetsPerTrigger``), so a driver can size batches as it goes
+- ``budgetFile``: a JSON file ``{"max_offsets": N, "tasks": K}`` read before each micro-batch; when
+  present it sets the batch's cap (at most ``maxOffsetsPerTrigger``) and, optionally, its number of
+  tasks (at most ``tasks``), so a driver can size batches and yield cores as it goes
 - ``output``: ``records`` (default) — the records themselves (:data:`~tailfill.schema.RAW_SCHEMA`);
   or ``ranges`` — one row per offset range (:data:`~tailfill.schema.RANGE_SCHEMA`), for a writer
   that reads its ranges where it writes them (Tailfill's ingest, :mod:`tailfill.lake.spark_writer`)
@@ -80,12 +81,22 @@ class _KafkaOptions:
     def schema(self) -> str:
         return spark_ddl(RANGE_SCHEMA if self.output == "ranges" else RAW_SCHEMA)
 
+    def _budget_file(self) -> dict:
+        if self.budget_file is not None and self.budget_file.exists():
+            return json.loads(self.budget_file.read_text())
+        return {}
+
     def budget(self) -> int | None:
         """This batch's cap: the budget file's, within ``maxOffsetsPerTrigger``, else that alone."""
-        if self.budget_file is not None and self.budget_file.exists():
-            value = int(json.loads(self.budget_file.read_text())["max_offsets"])
-            return min(value, self.max_offsets) if self.max_offsets else value
+        value = self._budget_file().get("max_offsets")
+        if value is not None:
+            return min(int(value), self.max_offsets) if self.max_offsets else int(value)
         return self.max_offsets
+
+    def task_count(self) -> int | None:
+        """This batch's number of tasks: the budget file's, within ``tasks``, else that alone."""
+        value = self._budget_file().get("tasks")
+        return min(int(value), self.tasks) if value and self.tasks else self.tasks
 
     def partitions(self) -> list:
         return list_partitions(self.conf, self.source.topic, consumer=shared_consumer(self.conf))
@@ -116,8 +127,9 @@ class _KafkaOptions:
     def input_partitions(self, start: PartitionOffsets, end: PartitionOffsets) -> list[RangePartition]:
         ranges = [r for r in ranges_between(start, end) if not r.is_empty()]
         self.check_expired(ranges)
-        if self.output == "ranges" and self.tasks:
-            return [RangePartition(group) for group in deal(ranges, self.tasks, MIN_SPLIT_OFFSETS)]
+        tasks = self.task_count()
+        if self.output == "ranges" and tasks:
+            return [RangePartition(group) for group in deal(ranges, tasks, MIN_SPLIT_OFFSETS)]
         return [RangePartition([r]) for r in ranges]
 
     def read(self, partition: RangePartition):

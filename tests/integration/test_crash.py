@@ -7,15 +7,12 @@ replayed; each offset ends up in the table exactly once and orphaned files are n
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_exactly_once, backfill, high_watermarks
+from helpers import assert_exactly_once, backfill, high_watermarks, kill_job_tree
 
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.ledger import read_ledger
@@ -26,31 +23,6 @@ from tailfill.run.submit import backfill_spec, spark_submit_command, submit_env
 pytestmark = pytest.mark.integration
 
 BATCH = 4_000
-
-
-def processes_with(marker: str) -> list[int]:
-    """PIDs whose environment contains ``marker`` (our fault dir): the whole job tree."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if marker.encode() in (proc / "environ").read_bytes():
-                    pids.append(int(proc.name))
-            except OSError:
-                continue
-    return pids
-
-
-def kill_job_tree(proc: subprocess.Popen, marker: str) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-    deadline = time.monotonic() + 20
-    while (left := processes_with(marker)) and time.monotonic() < deadline:
-        for pid in left:  # a worker that left the process group still dies with the job
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.2)
-    assert not processes_with(marker), "processes of the killed job are still running"
 
 
 @pytest.mark.parametrize(("point", "skip"), [("while-writing", 4), ("before-commit", 2)])

@@ -1,0 +1,111 @@
+"""The backfill yields to the tail (seed 001): a rate limit, lighter batches beside a live tail,
+and a pause while the tail misses its freshness objective.
+
+Called between a backfill query's batches (after a commit, before the next batch is planned), so
+a pause never leaves anything half done. It decides the next batch's budget: how many offsets and
+how many tasks (cores). The tail's side is :mod:`tailfill.run.tail_health`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tailfill.run.tail_health import TailHealth
+from tailfill.run.tuning import next_batch_offsets
+
+PAUSE_LOG_EVERY_S = 30.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The next batch: at most ``max_offsets`` offsets in at most ``tasks`` tasks (None: all cores)."""
+
+    max_offsets: int
+    tasks: int | None = None
+
+
+class Governor:
+    """Between-batch decisions of one backfill query."""
+
+    def __init__(self, *, max_offsets_per_batch: int, batch_seconds: float | None, max_offsets_per_second: int | None,
+                 cores: int, read_health: Callable[[], TailHealth | None], log: Callable[[str], None],
+                 stopping: threading.Event | None = None, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.ceiling, self.batch_seconds, self.rate_limit = max_offsets_per_batch, batch_seconds, max_offsets_per_second
+        self.cores, self.read_health, self.log = cores, read_health, log
+        self.stopping = stopping or threading.Event()
+        self.clock, self.sleep = clock, sleep
+        self.started = clock()
+        self.offsets = 0
+        self.state = "full speed"
+
+    def first_budget(self) -> Budget:
+        """The first batch's budget: yield from the start if a tail is already running."""
+        return self._budget(None, None)
+
+    def after_batch(self, offsets: int, seconds: float) -> tuple[Budget, float]:
+        """The next batch's budget, after waiting as the rate limit and the tail require.
+
+        ``offsets`` and ``seconds``: the batch just committed and how long it took. Returns the
+        budget and the seconds spent waiting.
+        """
+        self.offsets += offsets
+        waited = self._rate_limit_wait() + self._pause_while_tail_suffers()
+        return self._budget(offsets, seconds), waited
+
+    def _rate_limit_wait(self) -> float:
+        if self.rate_limit is None:
+            return 0.0
+        due = self.started + self.offsets / self.rate_limit  # when this many offsets are allowed
+        wait = due - self.clock()
+        if wait > 0:
+            self.state = f"rate-limited to {self.rate_limit:,}/s"
+            self.sleep(wait)
+            return wait
+        return 0.0
+
+    def _pause_while_tail_suffers(self) -> float:
+        began = last_log = self.clock()
+        paused = False
+        while not self.stopping.is_set():
+            health = self.read_health()
+            if health is None or not health.live(self.clock()) or health.healthy:
+                break
+            why = (f"tail freshness p95 {health.freshness.p95:.0f}s > objective "
+                   f"{health.freshness_objective_seconds:g}s" if health.freshness else "tail behind")
+            self.state = f"paused for the tail ({why})"
+            if not paused or self.clock() - last_log >= PAUSE_LOG_EVERY_S:
+                self.log(f"yielding to the tail: {why}; backfill paused between batches")
+                paused, last_log = True, self.clock()
+            self.sleep(1.0)
+        waited = self.clock() - began
+        if paused:
+            self.log(f"tail healthy again: backfill resumes after {waited:.0f}s paused")
+        return waited
+
+    def _budget(self, offsets: int | None, seconds: float | None) -> Budget:
+        health = self.read_health()
+        beside_tail = health is not None and health.live(self.clock())
+        budget_s = self.batch_seconds
+        tasks = None
+        if beside_tail:
+            # Short batches on half the cores: the tail always finds a core and never waits long.
+            budget_s = min(budget_s or health.trigger_interval_seconds, health.trigger_interval_seconds / 2)
+            tasks = max(1, self.cores // 2)
+        cap = self.ceiling
+        if offsets is not None and seconds and budget_s is not None:
+            cap = next_batch_offsets(offsets, seconds, budget_s, self.ceiling)
+        elif beside_tail:
+            cap = min(self.ceiling, 100_000)  # no rate measured yet: start small beside a tail
+        if self.rate_limit is not None:
+            cap = min(cap, max(1, int(self.rate_limit * (budget_s or 10.0))))
+        if beside_tail:
+            self.state = f"beside the live tail: {tasks} of {self.cores} cores, ~{budget_s:g}s batches"
+        elif self.rate_limit is not None:
+            self.state = f"rate-limited to {self.rate_limit:,}/s"
+        else:
+            self.state = "full speed"
+        return Budget(cap, tasks)

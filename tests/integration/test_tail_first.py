@@ -1,0 +1,100 @@
+"""The tail comes first (seed 001): a backfill beside a live, processing-time tail never starves it.
+
+History on the broker, a producer writing live events, a processing-time tail and then a backfill
+started beside it, each its own ``spark-submit`` as a user runs them. While the backfill runs, every
+tail batch ends inside its trigger interval and its records' produce-to-commit latency (p95) stays
+within 2 × the interval; the backfill completes; every offset lands exactly once.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+import uuid
+
+import pytest
+from helpers import assert_exactly_once, high_watermarks, kill_job_tree, processes_with, tail
+
+from tailfill.cli import main as cli_main
+from tailfill.dev.sample import produce_live, produce_sample
+from tailfill.lake.batch_report import read_reports, runs_dir
+from tailfill.proof.validate import validate
+from tailfill.run.submit import JobSpec, backfill_spec, new_run_id, spark_submit_command, submit_env
+from tailfill.run.tail_health import read_health
+
+pytestmark = pytest.mark.integration
+
+INTERVAL = 10
+HISTORY = 200_000
+LIVE_PER_SECOND = 500
+
+
+def _start(cmd: list[str], env: dict, log_path) -> subprocess.Popen:
+    return subprocess.Popen(cmd, env=env, stdout=log_path.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait(condition, timeout: float, what: str, proc: subprocess.Popen, log_path) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc.poll() is None, f"{what}: the job ended early:\n{log_path.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"{what}: timed out:\n{log_path.read_text()[-3000:]}"
+        time.sleep(0.5)
+
+
+def test_backfill_beside_a_live_tail_keeps_the_tail_fresh(spark, make_pipeline, home, tmp_path):
+    cfg = make_pipeline(
+        tail__trigger="processing_time", tail__trigger_interval_seconds=INTERVAL,
+        tail__min_offsets_per_batch=500, tail__max_offsets_per_batch=50_000, tail__freshness_seconds=2 * INTERVAL,
+        backfill__slices=2,
+    )
+    bootstrap, topic = cfg.source.bootstrap_servers, cfg.source.topic
+    produce_sample(bootstrap, topic, HISTORY, 4, bad_every=1_001)
+    marker = f"tailfill-test-{uuid.uuid4().hex}"
+    env = submit_env() | {"TAILFILL_HOME": str(home), "TAILFILL_TEST_MARKER": marker}
+    stop_producing = threading.Event()
+    producer = threading.Thread(target=produce_live, args=(bootstrap, topic, LIVE_PER_SECOND, stop_producing))
+    tail_log, backfill_log = tmp_path / "tail.log", tmp_path / "backfill.log"
+    tail_proc = _start(spark_submit_command(JobSpec(cfg.path, "tail", new_run_id("tail"))), env, tail_log)
+    backfill_proc = None
+    try:
+        # The tail records the cutover at its start: the history is the backfill's, the live events the tail's.
+        _wait(lambda: read_health(cfg.name) is not None, 240, "the tail's start", tail_proc, tail_log)
+        producer.start()
+        _wait(lambda: (h := read_health(cfg.name)) is not None and h.batch_at is not None, 120,
+              "the tail's first batch", tail_proc, tail_log)
+        time.sleep(INTERVAL)  # the tail settles into the live rate
+        spec = backfill_spec(cfg)
+        assert spec is not None
+        backfill_started = time.time()
+        backfill_proc = _start(spark_submit_command(spec), env, backfill_log)
+        assert backfill_proc.wait(timeout=600) == 0, backfill_log.read_text()[-3000:]
+        backfill_ended = time.time()
+        time.sleep(INTERVAL)
+        stop_producing.set()
+        producer.join(timeout=60)
+        assert cli_main(["stop-tail", str(cfg.path)]) == 0  # as a user stops it: between batches
+        assert tail_proc.wait(timeout=120) == 0, tail_log.read_text()[-3000:]
+    finally:
+        stop_producing.set()
+        for proc in (tail_proc, backfill_proc):
+            if proc is not None and proc.poll() is None:
+                kill_job_tree(proc, marker)
+        if processes_with(marker):
+            kill_job_tree(tail_proc, marker)
+
+    [tail_run] = [d for d in runs_dir(cfg.name).iterdir() if d.is_dir() and d.name.startswith("tail-")]
+    batches = [b for f in tail_run.glob("*.jsonl") for b in read_reports(f)]
+    beside = [b for b in batches if backfill_started <= b.at <= backfill_ended + INTERVAL]
+    log = tail_log.read_text()[-4000:]
+    assert len(beside) >= 2, f"only {len(beside)} tail batches while the backfill ran:\n{log}"
+    too_long = [(b.batch_id, b.seconds) for b in beside if b.seconds > INTERVAL]
+    assert not too_long, f"tail batches longer than the {INTERVAL}s trigger beside the backfill: {too_long}"
+    stale = [(b.batch_id, b.freshness) for b in beside if b.freshness["p95"] > 2 * INTERVAL]
+    assert not stale, f"tail freshness p95 above {2 * INTERVAL}s beside the backfill: {stale}"
+    backfill_text = backfill_log.read_text()
+    assert "backfill slices 1-2/2" in backfill_text and "beside the live tail" in backfill_text, backfill_text[-3000:]
+
+    tail(spark, cfg, once=True)  # what the stopped tail had not reached yet
+    assert_exactly_once(cfg, high_watermarks(cfg))
+    assert validate(cfg, all_runs=True)["success"]
