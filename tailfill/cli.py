@@ -100,8 +100,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     cfg = resolve_pipeline(args.pipeline)
     state = source_state(cfg)
     rows = pipeline_status(state)
-    quarantined = sum(int(s.summary.additional_properties.get("added-records", 0))
-                      for s in state.quarantine.snapshots() if s.summary)
+    current = state.quarantine.current_snapshot()  # its totals survive snapshot expiry
+    summary = current.summary.additional_properties if current and current.summary else {}
+    quarantined = int(summary.get("total-records", 0))
     _say(format_status(cfg.name, rows, quarantined))
     latest = read_latest(cfg)
     if latest:

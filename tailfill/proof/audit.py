@@ -11,6 +11,7 @@ column bounds in the manifest.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import reduce
 
@@ -22,7 +23,6 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, GreaterThanOrEqual, LessThan, Or
 from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 from pyiceberg.table import DataScan, FileScanTask, Table
-from pyiceberg.utils.concurrent import ExecutorFactory
 
 from tailfill.lake.audit_log import all_batch_summaries
 from tailfill.lake.ledger import (
@@ -67,6 +67,9 @@ def range_filter(windows: list[OffsetRange] | None) -> BooleanExpression:
         for r in merge(windows)
     ]
     return reduce(Or, terms) if terms else EqualTo("kafka_partition", -1)
+
+
+READERS = 4  # files read at once when looking for the damaged ones
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,9 @@ def read_scan(table: Table, scan: DataScan, label: str,
         except Exception as exc:  # a damaged file is a finding, reported with its error
             return DamagedFile(label, task.file.file_path, _held_ranges(table, task, committed), _one_line(exc))
 
-    results = list(ExecutorFactory.get_or_create().map(read, scan.plan_files()))
+    # Not pyiceberg's shared executor: reading a task uses it too, and waiting on it from it deadlocks.
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        results = list(pool.map(read, scan.plan_files()))
     tables = [r for r in results if isinstance(r, pa.Table)]
     empty = schema_to_pyarrow(scan.projection(), include_field_ids=False).empty_table()
     return (pa.concat_tables(tables, promote_options="permissive") if tables else empty,
