@@ -136,7 +136,6 @@ def test_orphan_cleanup_beside_commits_never_deletes_a_referenced_file(make_pipe
     """Upkeep loops (compaction, expiry, orphan cleanup with a 2 s safety age) while batches commit."""
     cfg = make_pipeline(maintenance__target_file_bytes=TARGET)
     fs = filesystem(cfg.target)
-    data, _ = ensure_tables(cfg)
     # A killed attempt: files prepared for offsets that a later batch commits, never referenced, a day old.
     killed = prepare_sample(cfg, "killed", batch_ranges(cfg, 0))
     orphans = [f for p in killed for f in [*p.data_files, *p.quarantine_files]]
