@@ -7,6 +7,7 @@ pyiceberg tables; the last one runs maintenance beside a real Spark backfill and
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import subprocess
@@ -49,6 +50,30 @@ def committed(make_pipeline):
     for b in range(BATCHES):
         commit_sample_batch(cfg, "run-a" if b < BATCHES // 2 else "run-b", b, batch_ranges(cfg, b), bad_every=97)
     return cfg
+
+
+@contextlib.contextmanager
+def upkeep_looping(cfg, settings):
+    """Run ``maintain`` over and over in a thread while the body runs; yields the list of its reports.
+
+    A failure of upkeep fails the test (after the body), it is not swallowed."""
+    stop, failures, runs = threading.Event(), [], []
+
+    def loop() -> None:
+        try:
+            while not stop.is_set():
+                runs.append(maintain(cfg, settings))
+        except Exception as exc:
+            failures.append(exc)
+
+    worker = threading.Thread(target=loop)
+    worker.start()
+    try:
+        yield runs
+    finally:
+        stop.set()
+        worker.join(timeout=300)
+    assert not failures, failures
 
 
 def live_files(table) -> list:
@@ -143,28 +168,13 @@ def test_orphan_cleanup_beside_commits_never_deletes_a_referenced_file(make_pipe
     for uri in orphans:
         os.utime(fs_path(uri), (day_ago, day_ago))
 
-    stop, failures, upkeep_runs = threading.Event(), [], []
-
-    def upkeep() -> None:
-        settings = maintenance_settings(cfg, "0s", 3).model_copy(update={"orphan_min_age": "2s"})
-        try:
-            while not stop.is_set():
-                upkeep_runs.append(maintain(cfg, settings))
-        except Exception as exc:  # reported by the test, not swallowed
-            failures.append(exc)
-
-    worker = threading.Thread(target=upkeep)
-    worker.start()
-    try:
+    settings = maintenance_settings(cfg, "0s", 3).model_copy(update={"orphan_min_age": "2s"})
+    with upkeep_looping(cfg, settings) as upkeep_runs:
         started = time.monotonic()
         b = 0
         while b < 30 or time.monotonic() - started < 8:  # long enough for committed files to pass 2 s
             commit_sample_batch(cfg, "live", b, batch_ranges(cfg, b), bad_every=97)
             b += 1
-    finally:
-        stop.set()
-        worker.join(timeout=300)
-    assert not failures, failures
     assert len(upkeep_runs) >= 2
 
     for table in ensure_tables(cfg):
@@ -185,26 +195,11 @@ def test_maintenance_beside_a_backfill_and_a_tail(spark, make_pipeline):
                         maintenance__target_file_bytes=TARGET)
     bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
     produce_sample(bs, topic, 4_000, PARTITIONS, bad_every=97)
-    stop, failures, runs = threading.Event(), [], []
-
-    def upkeep() -> None:
-        settings = maintenance_settings(cfg, "0s", 2).model_copy(update={"orphan_min_age": "1h"})
-        try:
-            while not stop.is_set():
-                runs.append(maintain(cfg, settings))
-        except Exception as exc:
-            failures.append(exc)
-
-    worker = threading.Thread(target=upkeep)
-    worker.start()
-    try:
+    settings = maintenance_settings(cfg, "0s", 2).model_copy(update={"orphan_min_age": "1h"})
+    with upkeep_looping(cfg, settings) as runs:
         backfilled = backfill(spark, cfg)
         produce_sample(bs, topic, 1_500, PARTITIONS, bad_every=97)
         tailed = tail(spark, cfg)
-    finally:
-        stop.set()
-        worker.join(timeout=300)
-    assert not failures, failures
     assert sum(r.offsets for r in backfilled) == 4_000 and sum(r.offsets for r in tailed) == 1_500
     assert any(t["compaction"]["files_removed"] for r in runs for t in r["tables"])
     assert any(t["expiry"]["expired"] for r in runs for t in r["tables"])
