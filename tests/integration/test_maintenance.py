@@ -207,3 +207,20 @@ def test_maintenance_beside_a_backfill_and_a_tail(spark, make_pipeline):
     report = validate(cfg, all_runs=True)
     assert report["success"], report["problems"]
     assert report["offsets_checked"] == 5_500
+
+
+def test_maintain_on_an_s3_warehouse(make_pipeline, s3_endpoint):
+    """The same upkeep on moto S3: compaction, the archive object, orphan listing, then every offset checked."""
+    cfg = make_pipeline(s3_endpoint=s3_endpoint, maintenance__target_file_bytes=TARGET)
+    for b in range(12):
+        commit_sample_batch(cfg, "s3-run", b, batch_ranges(cfg, b), bad_every=97)
+    report = maintain(cfg, maintenance_settings(cfg, "0s", 2))
+    data_report = report["tables"][0]
+    assert data_report["compaction"]["files_removed"] == 12 * PARTITIONS
+    assert data_report["expiry"]["archived"] == 11 and data_report["expiry"]["archive"].startswith("s3://")
+    assert data_report["orphans"]["files_seen"] > 0
+    data, _ = ensure_tables(cfg)
+    assert len(archived_summaries(filesystem(cfg.target), data)) == 11
+    everything = validate(cfg, all_runs=True)
+    assert everything["success"], everything["problems"]
+    assert everything["offsets_checked"] == 12 * PARTITIONS * PER_BATCH
