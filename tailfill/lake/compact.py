@@ -29,7 +29,7 @@ from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from tailfill.errors import CommitConflictError
+from tailfill.errors import CommitConflictError, LakeError
 from tailfill.lake.files import PARQUET_OPTIONS, new_file_uri
 from tailfill.lake.storage import fs_path
 
@@ -84,6 +84,15 @@ def _write_rolling(fs: pafs.FileSystem, location: str, rows: pa.Table, target_by
     return uris
 
 
+def _read(fs: pafs.FileSystem, uri: str) -> pa.Table:
+    try:
+        return pq.read_table(fs_path(uri), filesystem=fs)
+    except (OSError, pa.ArrowException) as exc:
+        raise LakeError(f"cannot compact: data file {uri} is unreadable ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else ''}); `tailfill validate --all` names the "
+                        "offsets it held") from exc
+
+
 def _commit_rewrite(table: Table, old: Sequence[DataFile], new_uris: list[str]) -> bool:
     """Swap ``old`` for ``new_uris`` in one overwrite; False if ``old`` is no longer all live."""
     wanted = {f.file_path for f in old}
@@ -118,7 +127,7 @@ def compact(table: Table, fs: pafs.FileSystem, target_bytes: int) -> CompactionR
     for files in groups.values():
         if len(files) < 2:
             continue
-        parts = [pq.read_table(fs_path(f.file_path), filesystem=fs) for f in files]
+        parts = [_read(fs, f.file_path) for f in files]
         rows = pa.concat_tables(parts, promote_options="permissive").sort_by(
             [("kafka_topic", "ascending"), ("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
         old += files

@@ -224,3 +224,14 @@ def test_maintain_on_an_s3_warehouse(make_pipeline, s3_endpoint):
     everything = validate(cfg, all_runs=True)
     assert everything["success"], everything["problems"]
     assert everything["offsets_checked"] == 12 * PARTITIONS * PER_BATCH
+
+
+def test_maintain_stops_with_one_line_on_a_missing_file(committed, capsys):
+    cfg = committed
+    data, _ = ensure_tables(cfg)
+    gone = live_files(data)[0]
+    filesystem(cfg.target).delete_file(fs_path(gone.file_path))
+    assert cli.main(["maintain", cfg.path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot compact: data file {gone.file_path} is unreadable (FileNotFoundError")
+    assert len(live_files(data)) == BATCHES * PARTITIONS  # nothing was committed
