@@ -22,6 +22,7 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
 )
 from pyiceberg.table import Table
+from sqlalchemy.exc import IntegrityError
 
 from tailfill.config import PipelineConfig, TargetConfig
 from tailfill.errors import LakeError
@@ -76,7 +77,8 @@ def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema) -> Tabl
     try:
         table = catalog.load_table(ident)
     except NoSuchTableError:
-        with contextlib.suppress(NamespaceAlreadyExistsError):
+        # Two writers creating the namespace at once: the loser sees the SQL catalog's IntegrityError.
+        with contextlib.suppress(NamespaceAlreadyExistsError, IntegrityError):
             catalog.create_namespace(ident[0])
         try:
             return catalog.create_table(ident, schema=schema, properties=TABLE_PROPERTIES)
