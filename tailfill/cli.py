@@ -121,8 +121,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     cfg = resolve_pipeline(args.pipeline)
     state = source_state(cfg)
     rows = pipeline_status(state)
-    quarantined = sum(int(s.summary.additional_properties.get("added-records", 0))
-                      for s in state.quarantine.snapshots() if s.summary)
+    current = state.quarantine.current_snapshot()  # its totals survive snapshot expiry
+    summary = current.summary.additional_properties if current and current.summary else {}
+    quarantined = int(summary.get("total-records", 0))
     _say(format_status(cfg.name, rows, quarantined))
     for line in describe(cfg, read_health(cfg.name)):
         _say(line)
@@ -172,6 +173,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if report["paths"].get("data_docs"):
         _say(f"  Great Expectations Data Docs: {report['paths']['data_docs']}")
     return 0 if report["success"] else 1
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    from tailfill.run.maintain import maintain, maintenance_settings
+
+    cfg = resolve_pipeline(args.pipeline)
+    settings = maintenance_settings(cfg, args.expire_older_than, args.keep_last)
+    report = maintain(cfg, settings)
+    _say(f"maintenance of {cfg.name} (target file {settings.target_file_bytes:,} B, expire older than "
+         f"{settings.expire_older_than} keeping the last {settings.keep_last}, orphans older than "
+         f"{settings.orphan_min_age}) in {report['seconds']:.1f}s")
+    for t in report["tables"]:
+        c, e, o = t["compaction"], t["expiry"], t["orphans"]
+        _say(f"  {t['table']}: compacted {c['files_removed']} files into {c['files_added']} "
+             f"({c['data_files']} data files, {c['data_bytes']:,} B live); expired {e['expired']} snapshots "
+             f"({e['archived']} batch audits archived, {e['snapshots_left']} left); removed {o['deleted']} "
+             f"orphaned files ({o['deleted_bytes']:,} B, {o['kept_too_young']} too young to remove)")
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -248,6 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
     scope.add_argument("--run", help="the run id to check (default: the latest run that committed)")
     scope.add_argument("--all", action="store_true", help="every run and the whole table")
     v.set_defaults(func=cmd_validate)
+
+    m = sub.add_parser("maintain", help="compact small files, expire old snapshots (audit kept), remove orphans")
+    m.add_argument("pipeline")
+    m.add_argument("--expire-older-than", metavar="DURATION", help="e.g. 7d, 12h (default: the YAML's)")
+    m.add_argument("--keep-last", type=int, metavar="N", help="snapshots always kept (default: the YAML's)")
+    m.set_defaults(func=cmd_maintain)
 
     d = sub.add_parser("demo", help="broker up, sample data, backfill, tail, validate, status")
     d.add_argument("--pipeline", default="demo")

@@ -233,6 +233,34 @@ class CompletenessConfig(_Model):
     absent_offsets: Literal["none", "allowed"] = "none"
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_seconds(text: str) -> float:
+    """``"90s"``, ``"30m"``, ``"24h"``, ``"7d"`` as seconds; a ValueError names the accepted form."""
+    m = _DURATION.match(str(text))
+    if not m:
+        raise ValueError(f"{text!r} is not a duration: write a number and a unit s, m, h or d (e.g. 7d, 12h)")
+    return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+
+
+class MaintenanceConfig(_Model):
+    """Table upkeep (``tailfill maintain``, the ``<pipeline>_maintenance`` DAG): every knob explicit."""
+
+    target_file_bytes: int = Field(ge=1024, description="compact data files smaller than this into files of it")
+    expire_older_than: str = Field(description="expire snapshots older than this duration (e.g. 7d)")
+    keep_last: int = Field(ge=1, description="always keep at least this many most recent snapshots")
+    orphan_min_age: str = Field(description="delete unreferenced files only when older than this (e.g. 1d)")
+    schedule: str | None = Field(description="cron schedule of the maintenance DAG (null: manual only)")
+
+    @field_validator("expire_older_than", "orphan_min_age")
+    @classmethod
+    def _is_duration(cls, text: str) -> str:
+        duration_seconds(text)
+        return text
+
+
 class PipelineConfig(_Model):
     """One pipeline: where records come from, how they are parsed, where they land."""
 
@@ -245,6 +273,7 @@ class PipelineConfig(_Model):
     tail: TailConfig
     completeness: CompletenessConfig = CompletenessConfig()
     expectations: list[DataExpectation] = Field(default_factory=list)
+    maintenance: MaintenanceConfig | None = None
     path: str | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")

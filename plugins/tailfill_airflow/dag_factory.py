@@ -188,6 +188,36 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
     return dag
 
 
+def maintenance_dag(cfg: PipelineConfig) -> DAG:
+    """Scheduled table upkeep (``tailfill maintain``): compact, expire (batch audit archived), clean orphans."""
+    assert cfg.maintenance is not None
+    with DAG(
+        dag_id=f"{cfg.name}_maintenance",
+        description=f"Compact, expire snapshots and remove orphaned files of {cfg.target.namespace}.{cfg.target.table}",
+        schedule=cfg.maintenance.schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=["tailfill", cfg.name, "maintenance"],
+        doc_md=__doc__,
+    ) as dag:
+
+        @task(**RETRIES)
+        def maintain() -> dict:
+            """Runs beside the tail and backfills: conflicting commits are retried, never theirs failed."""
+            from tailfill.run.maintain import maintain as run_upkeep
+            from tailfill.run.maintain import maintenance_settings
+
+            report = run_upkeep(cfg, maintenance_settings(cfg))
+            for t in report["tables"]:
+                log.info("%s: compaction %s, expiry %s, orphans %s", t["table"], t["compaction"], t["expiry"],
+                         t["orphans"])
+            return report
+
+        maintain()
+    return dag
+
+
 def build_dags(folder: Path | None = None) -> dict[str, DAG]:
     """Both DAGs for every ``*.yaml`` in the pipelines folder; a broken file is logged, not fatal."""
     dags: dict[str, DAG] = {}
@@ -197,6 +227,6 @@ def build_dags(folder: Path | None = None) -> dict[str, DAG]:
         except ConfigError as exc:
             log.error("skipping pipeline %s: %s", path, exc)
             continue
-        for dag in (backfill_dag(cfg), incremental_dag(cfg)):
+        for dag in (backfill_dag(cfg), incremental_dag(cfg), *([maintenance_dag(cfg)] if cfg.maintenance else [])):
             dags[dag.dag_id] = dag
     return dags

@@ -15,8 +15,14 @@ from typing import NamedTuple
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NamespaceAlreadyExistsError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
 from pyiceberg.table import Table
+from sqlalchemy.exc import IntegrityError
 
 from tailfill.config import PipelineConfig, TargetConfig
 from tailfill.errors import LakeError
@@ -57,17 +63,33 @@ def load_catalog(target: TargetConfig) -> Catalog:
         raise LakeError(f"cannot open the Iceberg catalog at {target.catalog.uri}: {exc}") from exc
 
 
+# pyiceberg retries a conflicting commit by re-basing its snapshot but re-applies the transaction's
+# other updates as they were: a stale ``tailfill.committed-ranges`` would overwrite a concurrent
+# writer's. Tailfill's commits retry themselves from a fresh read (ledger, compaction), so pyiceberg's
+# own retry is off on every Tailfill table. Every commit also deep-copies the table metadata several
+# times, metadata log included: keeping 10 previous metadata files (not pyiceberg's 100, deleted as
+# they drop out) keeps that cost flat once snapshots are expired (see ``tailfill maintain``).
+TABLE_PROPERTIES = {"format-version": "2", "commit.retry.num-retries": "0",
+                    "write.metadata.previous-versions-max": "10", "write.metadata.delete-after-commit.enabled": "true"}
+
+
 def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema) -> Table:
     try:
-        return catalog.load_table(ident)
+        table = catalog.load_table(ident)
     except NoSuchTableError:
-        pass
-    with contextlib.suppress(NamespaceAlreadyExistsError):
-        catalog.create_namespace(ident[0])
-    try:
-        return catalog.create_table(ident, schema=schema, properties={"format-version": "2"})
-    except TableAlreadyExistsError:
-        return catalog.load_table(ident)
+        # Two writers creating the namespace at once: the loser sees the SQL catalog's IntegrityError.
+        with contextlib.suppress(NamespaceAlreadyExistsError, IntegrityError):
+            catalog.create_namespace(ident[0])
+        try:
+            return catalog.create_table(ident, schema=schema, properties=TABLE_PROPERTIES)
+        except TableAlreadyExistsError:
+            table = catalog.load_table(ident)
+    missing = {k: v for k, v in TABLE_PROPERTIES.items() if table.properties.get(k) != v and k != "format-version"}
+    if missing:  # a table created before the property existed
+        with contextlib.suppress(CommitFailedException), table.transaction() as tx:
+            tx.set_properties(missing)
+        table.refresh()
+    return table
 
 
 class Tables(NamedTuple):

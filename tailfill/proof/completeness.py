@@ -163,7 +163,8 @@ class TilingCheck:
     overlaps: list[OffsetRange]
     stray: list[OffsetRange] = field(default_factory=list)  # stored offsets outside every committed range
     unrecorded: list[OffsetRange] = field(default_factory=list)  # in snapshot summaries, not in the ledger
-    unsummarised: list[OffsetRange] = field(default_factory=list)  # in the ledger, no summary (expired?)
+    # In the ledger, but no batch summary, live or archived: its offsets cannot be checked per batch.
+    unsummarised: list[OffsetRange] = field(default_factory=list)
 
     def summary_row(self) -> dict:
         return {
@@ -214,4 +215,6 @@ def problems(ranges: Iterable[RangeCheck], tiling: Iterable[TilingCheck]) -> lis
         lines += [f"overlapping committed ranges {o}" for o in t.overlaps]
         lines += [f"stored offsets outside every committed range {s}" for s in t.stray]
         lines += [f"committed in a snapshot but not in the ledger {u}" for u in t.unrecorded]
+        lines += [f"committed in the ledger but no batch audit left (snapshot expired without archiving?) {u}"
+                  for u in t.unsummarised]
     return lines

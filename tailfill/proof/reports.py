@@ -92,6 +92,15 @@ def render_html(report: dict) -> str:
         for p in report["partitions"]
     )
     problems = "".join(f"<li>{esc(p)}</li>" for p in report["problems"]) or "<li>none</li>"
+    damaged = "".join(
+        f"<tr><td>{esc(d['table'])}</td><td style='text-align:left'><code>{esc(d['path'])}</code></td>"
+        f"<td>{esc(', '.join(d['ranges']) or 'unknown')}</td><td style='text-align:left'>{esc(d['error'])}</td></tr>"
+        for d in report.get("damaged_files", [])
+    )
+    damaged_section = (
+        "<h2>Damaged files</h2><p>Referenced by the table but missing or unreadable; their offsets are missing."
+        f"</p><table><tr><th>table</th><th>file</th><th>offsets it held</th><th>error</th></tr>{damaged}</table>"
+        if damaged else "")
     checks = "".join(
         f"<tr><td>{esc(c['check'])}</td><td>{esc(c['column'])}</td><td>{c['evaluated']:,}</td>"
         f"<td>{c['unexpected']:,}</td><td>{c['allowed_fraction']:.1%}</td>"
@@ -118,5 +127,6 @@ validated {esc(report['validated_at'])} &middot; {report['offsets_checked']:,} o
 <h2>Data checks</h2><table><tr><th>check</th><th>column</th><th>values</th><th>unexpected</th>
 <th>allowed</th><th></th></tr>{checks}</table>
 <h2>Problems</h2><ul>{problems}</ul>
+{damaged_section}
 <h2>Expectation suites</h2><ul>{suites}</ul>
 {docs_link}</body></html>"""

@@ -16,6 +16,7 @@ import pandas as pd
 
 from tailfill.config import PipelineConfig
 from tailfill.lake.ledger import read_ledger
+from tailfill.lake.storage import filesystem
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, by_partition, merge, total
 from tailfill.proof.audit import committed_batches, run_rows, stored_offsets
@@ -65,7 +66,8 @@ def validate(cfg: PipelineConfig, run_id: str | None = None, all_runs: bool = Fa
     """
     started = time.perf_counter()
     data, quarantine = ensure_tables(cfg)
-    every = committed_batches(data)
+    every = committed_batches(filesystem(cfg.target), data)
+    ledger = read_ledger(data)
     if all_runs:
         batches, runs, scope = every, list(dict.fromkeys(b.run_id for b in every)), "all runs"
     else:
@@ -74,10 +76,10 @@ def validate(cfg: PipelineConfig, run_id: str | None = None, all_runs: bool = Fa
         runs = [run_id] if run_id else []
         scope = f"run {run_id}" + ("" if batches else " (committed nothing)") if run_id else "no runs yet"
     claimed = [r for b in batches for r in b.ranges]
-    stored = stored_offsets(data, quarantine, None if all_runs else _spans(claimed))
+    stored, damaged = stored_offsets(data, quarantine, None if all_runs else _spans(claimed), ledger.committed)
     range_checks = check_batches(batches, stored, cfg.completeness.absent_offsets)
-    tiling: list[TilingCheck] = check_tiling(every, read_ledger(data).committed, stored)
-    found = problems(range_checks, tiling)
+    tiling: list[TilingCheck] = check_tiling(every, ledger.committed, stored)
+    found = [d.problem() for d in damaged] + problems(range_checks, tiling)
     core_s = time.perf_counter() - started
 
     run_name = "all" if all_runs else (run_id or "none")
@@ -109,6 +111,7 @@ def validate(cfg: PipelineConfig, run_id: str | None = None, all_runs: bool = Fa
         "problems": found,
         "offsets_checked": sum(r.size for r in claimed),
         "partitions": _partition_rows(range_checks),
+        "damaged_files": [d.to_dict() for d in damaged],
         "lost": [str(r) for c in range_checks for r in c.lost],
         "absent": [str(r) for c in range_checks for r in c.absent],
         "ranges": range_rows,

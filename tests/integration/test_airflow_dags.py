@@ -12,7 +12,9 @@ import pytest
 from helpers import assert_exactly_once, high_watermarks
 
 from tailfill.dev.sample import produce_sample
+from tailfill.lake.tables import ensure_tables
 from tailfill.proof.reports import read_latest
+from tailfill.proof.validate import validate
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +40,8 @@ print(json.dumps({"dags": sorted(bag.dags), "errors": {k: str(v) for k, v in bag
 @pytest.fixture
 def airflow_env(tmp_path, home, make_pipeline):
     """Airflow settings for a pipelines folder holding just one test pipeline, and its config."""
-    cfg = make_pipeline(name="afdemo", backfill__slices=2)
+    cfg = make_pipeline(name="afdemo", backfill__slices=2, maintenance__expire_older_than="0s",
+                        maintenance__keep_last=1)
     pipelines = tmp_path / "pipelines"
     pipelines.mkdir()
     (pipelines / "afdemo.yaml").write_text(Path(cfg.path).read_text())
@@ -59,7 +62,7 @@ def test_parsing_the_dag_folder_reads_yaml_only(airflow_env):
                          capture_output=True, text=True, timeout=120, check=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
     assert result["errors"] == {}
-    assert result["dags"] == ["afdemo_backfill", "afdemo_incremental"]
+    assert result["dags"] == ["afdemo_backfill", "afdemo_incremental", "afdemo_maintenance"]
     assert result["imported"] == []
 
 
@@ -80,3 +83,15 @@ def test_dags_test_of_backfill_then_incremental_lands_each_offset_once(airflow_e
     latest = read_latest(cfg)
     assert latest["success"] and latest["scope"].startswith("run af-afdemo-tail-")
     assert latest["offsets_checked"] == 1_000
+
+    # Upkeep through its DAG: small files compacted, every snapshot but the current expired, and the
+    # proof still checks every offset from the archived batch audit.
+    files_before = len(list(ensure_tables(cfg).data.scan().plan_files()))
+    airflow(env, "dags", "test", "afdemo_maintenance")
+    data = ensure_tables(cfg).data
+    assert len(data.snapshots()) == 1
+    assert len(list(data.scan().plan_files())) < files_before
+    assert_exactly_once(cfg, high_watermarks(cfg))
+    everything = validate(cfg, all_runs=True)
+    assert everything["success"], everything["problems"]
+    assert everything["offsets_checked"] == 4_000

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tailfill.config import PipelineConfig, load_pipeline, resolve_pipeline
+from tailfill.config import PipelineConfig, duration_seconds, load_pipeline, resolve_pipeline
 from tailfill.errors import ConfigError
 
 DEMO = Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml"
@@ -94,6 +94,10 @@ def _rename(section, old, new):
         (_set("source", "consumer", {"sasl.password": "hunter2"}), "source.consumer", "looks like a secret"),
         (_set("target", "warehouse", "s3://bucket/wh"), "target", "needs target.s3"),
         (_set("source", "topic", "${TAILFILL_NO_SUCH_VAR}"), "source.topic", "TAILFILL_NO_SUCH_VAR is not set"),
+        (_set("maintenance", "expire_older_than", "a week"), "maintenance.expire_older_than",
+         "'a week' is not a duration"),
+        (_set("maintenance", "keep_last", 0), "maintenance.keep_last", "greater than or equal to 1"),
+        (_delete("maintenance", "orphan_min_age"), "maintenance.orphan_min_age", "Field required"),
     ],
 )
 def test_malformed_pipeline_names_file_and_field(tmp_path, edit, field, hint):
@@ -172,3 +176,29 @@ def test_resolve_pipeline_ignores_same_named_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("TAILFILL_PIPELINES", str(pdir))
     monkeypatch.chdir(tmp_path)
     assert resolve_pipeline("orders").name == "orders"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("30m", 1800), ("12h", 43_200), ("7d", 604_800),
+                                               ("0s", 0), ("1.5h", 5400)])
+def test_durations(text, seconds):
+    assert duration_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["7", "7w", "d", "-1d", ""])
+def test_bad_durations_name_the_form(text):
+    with pytest.raises(ValueError, match="write a number and a unit s, m, h or d"):
+        duration_seconds(text)
+
+
+def test_maintain_without_a_maintenance_block_says_what_to_add(tmp_path):
+    from tailfill.run.maintain import maintenance_settings
+
+    cfg = load_pipeline(write_variant(tmp_path, _delete("maintenance")))
+    with pytest.raises(ConfigError, match="maintenance: not set \\(fix: add a maintenance block"):
+        maintenance_settings(cfg)
+    demo = load_pipeline(DEMO)
+    assert maintenance_settings(demo, "2h", 3).expire_older_than == "2h"
+    with pytest.raises(ConfigError, match="--expire-older-than: 'soon' is not a duration"):
+        maintenance_settings(demo, "soon")
+    with pytest.raises(ConfigError, match="--keep-last: must be at least 1"):
+        maintenance_settings(demo, keep_last=0)

@@ -1,0 +1,59 @@
+"""Synthetic micro-batches through the real prepare output and commit path, without Spark or a broker.
+
+For benchmarks and tests of what happens after many commits (commit cost, table upkeep): each
+range becomes sample events, parsed with the pipeline's rules, written as Parquet exactly as an
+executor writes them (:class:`tailfill.lake.files.FileSet`), and committed with
+:func:`tailfill.lake.commit.commit_prepared`, the driver's own commit.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import pyarrow as pa
+
+from tailfill.config import PipelineConfig
+from tailfill.dev.sample import sample_event
+from tailfill.lake.commit import commit_prepared
+from tailfill.lake.files import FileSet
+from tailfill.lake.ledger import CommitResult
+from tailfill.lake.prepare import PreparedRange
+from tailfill.lake.rows import RowParser, split_records
+from tailfill.lake.storage import filesystem
+from tailfill.lake.tables import ensure_tables
+from tailfill.offsets import OffsetRange
+from tailfill.schema import QUARANTINE_SCHEMA, RAW_SCHEMA, TIMESTAMP, RangeMarker, table_schema
+
+
+def prepare_sample(cfg: PipelineConfig, run_id: str, ranges: Sequence[OffsetRange],
+                   bad_every: int = 0) -> list[PreparedRange]:
+    """Write sample events for ``ranges`` (every ``bad_every``-th malformed) as a task would prepare them."""
+    fs = filesystem(cfg.target)
+    tables = ensure_tables(cfg)
+    parser = RowParser(cfg.format)
+    out = []
+    for r in ranges:
+        offsets = range(r.start, r.end)
+        values = [b"{not json" if bad_every and o % bad_every == 0 else json.dumps(sample_event(run_id, o)).encode()
+                  for o in offsets]
+        raw = pa.table([pa.array([r.topic] * r.size), pa.array([r.partition] * r.size, pa.int32()),
+                        pa.array(offsets, pa.int64()),
+                        pa.array([datetime.now(UTC)] * r.size, TIMESTAMP), pa.nulls(r.size, pa.binary()),
+                        pa.array(values, pa.binary()), pa.nulls(r.size, pa.string())], schema=RAW_SCHEMA)
+        ok, bad = split_records(raw, cfg.format, run_id, parser)
+        data = FileSet(fs, tables.data.location(), table_schema(cfg.format.fields), run_id)
+        quarantine = FileSet(fs, tables.quarantine.location(), QUARANTINE_SCHEMA, run_id)
+        data.write(ok)
+        quarantine.write(bad)
+        out.append(PreparedRange(RangeMarker(r, r.size), data.close(), quarantine.close(), ok.num_rows,
+                                 bad.num_rows, time.time()))
+    return out
+
+
+def commit_sample_batch(cfg: PipelineConfig, run_id: str, batch_id: int, ranges: Sequence[OffsetRange],
+                        bad_every: int = 0) -> tuple[CommitResult, float]:
+    """Prepare and commit one synthetic micro-batch; returns the commit's result and its seconds."""
+    return commit_prepared(cfg, run_id, batch_id, prepare_sample(cfg, run_id, ranges, bad_every))

@@ -1,0 +1,143 @@
+"""Compaction: rewrite a table's small data files into files of a target size, offsets kept.
+
+Every micro-batch adds at least one small file per task. Files smaller than the target are grouped
+by the Kafka partitions they hold (from their column bounds in the manifest: one partition per
+file in the normal case), read, sorted by ``(topic, partition, offset)`` and written again into
+files that roll over once they reach the target; one Iceberg overwrite removes the old files and
+adds the new ones atomically, so a reader sees either set, never both. Rows keep their coordinate
+columns, so the offset proof reads the same offsets afterwards. A group's files end up at most
+``bytes / target + 1``.
+
+A concurrent commit (a tail or backfill batch) makes the overwrite conflict: it is retried on the
+refreshed table as long as the rewritten files are all still live; if another compaction took
+them first, the new files are deleted (they were never referenced) and nothing is committed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyiceberg.conversions import from_bytes
+from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+
+from tailfill.errors import CommitConflictError, LakeError
+from tailfill.lake.files import PARQUET_OPTIONS, new_file_uri
+from tailfill.lake.storage import fs_path
+
+MAINTENANCE_SUMMARY = "tailfill.maintenance"
+COMMIT_ATTEMPTS = 20
+CHUNKS_PER_FILE = 8  # rows are written in about this many chunks per target-sized file
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """What one compaction of one table did."""
+
+    table: str
+    files_removed: int
+    files_added: int
+    bytes_rewritten: int
+    data_files: int  # live data files afterwards
+    data_bytes: int
+
+    def to_dict(self) -> dict:
+        return self.__dict__.copy()
+
+
+def _partition_bounds(table: Table, file: DataFile) -> tuple[int, int] | None:
+    field = table.schema().find_field("kafka_partition")
+    lo, hi = (file.lower_bounds or {}).get(field.field_id), (file.upper_bounds or {}).get(field.field_id)
+    return None if lo is None or hi is None else (from_bytes(field.field_type, lo), from_bytes(field.field_type, hi))
+
+
+def _write_rolling(fs: pafs.FileSystem, location: str, rows: pa.Table, target_bytes: int) -> list[str]:
+    """Write ``rows`` in order into files that close once they reach ``target_bytes``."""
+    if rows.num_rows == 0:
+        return []
+    per_row = max(rows.nbytes / rows.num_rows, 1.0)
+    chunk = max(int(target_bytes / per_row / CHUNKS_PER_FILE), 1)
+    fs.create_dir(fs_path(f"{location.rstrip('/')}/data"), recursive=True)
+    uris: list[str] = []
+    sink = writer = None
+    for start in range(0, rows.num_rows, chunk):
+        if writer is None:
+            uris.append(new_file_uri(location, "compact"))
+            sink = fs.open_output_stream(fs_path(uris[-1]))
+            writer = pq.ParquetWriter(sink, rows.schema, **PARQUET_OPTIONS)
+        writer.write_table(rows.slice(start, chunk))
+        if sink.tell() >= target_bytes:
+            writer.close()
+            sink.close()
+            sink = writer = None
+    if writer is not None:
+        writer.close()
+        sink.close()
+    return uris
+
+
+def _read(fs: pafs.FileSystem, uri: str) -> pa.Table:
+    try:
+        return pq.read_table(fs_path(uri), filesystem=fs)
+    except (OSError, pa.ArrowException) as exc:
+        raise LakeError(f"cannot compact: data file {uri} is unreadable ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else ''}); `tailfill validate --all` names the "
+                        "offsets it held") from exc
+
+
+def _commit_rewrite(table: Table, old: Sequence[DataFile], new_uris: list[str]) -> bool:
+    """Swap ``old`` for ``new_uris`` in one overwrite; False if ``old`` is no longer all live."""
+    wanted = {f.file_path for f in old}
+    for attempt in range(COMMIT_ATTEMPTS):
+        table.refresh()
+        live = {t.file.file_path: t.file for t in table.scan().plan_files()}
+        if not wanted <= set(live):
+            return False
+        new_files = [parquet_file_to_data_file(table.io, table.metadata, uri) for uri in new_uris]
+        try:
+            with table.transaction() as tx, tx.update_snapshot(
+                    snapshot_properties={MAINTENANCE_SUMMARY: "compaction"}).overwrite() as overwrite:
+                for path in sorted(wanted):
+                    overwrite.delete_data_file(live[path])
+                for f in new_files:
+                    overwrite.append_data_file(f)
+            return True
+        except (CommitFailedException, ValidationException):
+            time.sleep(min(0.05 * 2**attempt, 2.0))
+    raise CommitConflictError(f"compaction of {table.name()} kept conflicting after {COMMIT_ATTEMPTS} attempts")
+
+
+def compact(table: Table, fs: pafs.FileSystem, target_bytes: int) -> CompactionResult:
+    """Rewrite the small data files of ``table`` into files of about ``target_bytes``, per partition."""
+    table.refresh()
+    groups: dict[tuple[int, int] | None, list[DataFile]] = defaultdict(list)
+    for task in table.scan().plan_files():
+        if task.file.file_size_in_bytes < target_bytes and not task.delete_files:
+            groups[_partition_bounds(table, task.file)].append(task.file)
+    old: list[DataFile] = []
+    new: list[str] = []
+    for files in groups.values():
+        if len(files) < 2:
+            continue
+        parts = [_read(fs, f.file_path) for f in files]
+        rows = pa.concat_tables(parts, promote_options="permissive").sort_by(
+            [("kafka_topic", "ascending"), ("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
+        old += files
+        new += _write_rolling(fs, table.location(), rows, target_bytes)
+    committed = bool(old) and _commit_rewrite(table, old, new)
+    if old and not committed:  # another compaction took these files first: ours were never referenced
+        for uri in new:
+            fs.delete_file(fs_path(uri))
+    table.refresh()
+    live = [t.file for t in table.scan().plan_files()]
+    return CompactionResult(".".join(table.name()), len(old) if committed else 0, len(new) if committed else 0,
+                            sum(f.file_size_in_bytes for f in old) if committed else 0, len(live),
+                            sum(f.file_size_in_bytes for f in live))

@@ -1,0 +1,70 @@
+"""Orphan cleanup: delete files under a table that nothing references, once they are old enough.
+
+Files of failed or killed attempts (prepared, never committed), manifests and metadata files of
+failed commits, and files that only expired snapshots referenced are orphans. A file is deleted
+only if no live snapshot, manifest, manifest list or kept metadata file references it AND it is
+older than the safety age. The listing is taken *before* the references are read, so a file
+committed while cleanup runs is either in the references or too young to be listed as a
+candidate; the safety age must exceed the longest time between writing a file and committing it
+(one micro-batch, with its retries). The durable audit record is never a candidate.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pyarrow.fs as pafs
+from pyiceberg.table import Table
+
+from tailfill.lake.storage import fs_path
+
+SCANNED_DIRS = ("data", "metadata")
+
+
+@dataclass(frozen=True)
+class OrphanResult:
+    """What one cleanup of one table did."""
+
+    table: str
+    files_seen: int
+    deleted: list[str]
+    deleted_bytes: int
+    kept_too_young: int
+
+    def to_dict(self) -> dict:
+        return {**self.__dict__, "deleted": len(self.deleted)}
+
+
+def referenced_files(table: Table) -> set[str]:
+    """Paths (as :func:`fs_path` gives them) of every file the table's live state references."""
+    meta = table.metadata
+    refs = {table.metadata_location, *(e.metadata_file for e in meta.metadata_log)}
+    refs |= {s.statistics_path for s in meta.statistics} | {s.statistics_path for s in meta.partition_statistics}
+    manifests = {}
+    for snap in meta.snapshots:
+        refs.add(snap.manifest_list)
+        for m in snap.manifests(table.io):
+            manifests[m.manifest_path] = m
+    for path, m in manifests.items():
+        refs.add(path)
+        refs |= {e.data_file.file_path for e in m.fetch_manifest_entry(table.io, discard_deleted=False)}
+    return {fs_path(r) for r in refs}
+
+
+def remove_orphans(table: Table, fs: pafs.FileSystem, min_age_seconds: float) -> OrphanResult:
+    """Delete the files under ``table`` that nothing references and that are older than the safety age."""
+    base = table.location().rstrip("/")
+    listed = [i for d in SCANNED_DIRS
+              for i in fs.get_file_info(pafs.FileSelector(fs_path(f"{base}/{d}"), recursive=True,
+                                                          allow_not_found=True))
+              if i.type == pafs.FileType.File]
+    table.refresh()  # after listing: anything committed since is referenced, or was too young to list
+    refs = referenced_files(table)
+    oldest_ns = time.time_ns() - int(min_age_seconds * 1e9)
+    orphans = [i for i in listed if i.path not in refs]
+    old = [i for i in orphans if i.mtime_ns is not None and i.mtime_ns < oldest_ns]
+    for info in old:
+        fs.delete_file(info.path)
+    return OrphanResult(".".join(table.name()), len(listed), [i.path for i in old], sum(i.size or 0 for i in old),
+                        len(orphans) - len(old))

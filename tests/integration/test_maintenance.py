@@ -1,0 +1,237 @@
+"""Table upkeep (``tailfill maintain``): compaction, snapshot expiry, orphan cleanup, and the proof after them.
+
+Most tests commit synthetic micro-batches through the driver's real commit path
+(:mod:`tailfill.dev.batches`: the executor's Parquet writer, then ``commit_prepared``) into real
+pyiceberg tables; the last one runs maintenance beside a real Spark backfill and tail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from helpers import assert_exactly_once, backfill, high_watermarks, tail
+
+from tailfill import cli
+from tailfill.dev.batches import commit_sample_batch, prepare_sample
+from tailfill.dev.sample import produce_sample
+from tailfill.lake.audit_log import archived_summaries
+from tailfill.lake.orphans import referenced_files, remove_orphans
+from tailfill.lake.storage import filesystem, fs_path
+from tailfill.lake.tables import ensure_tables
+from tailfill.offsets import OffsetRange
+from tailfill.proof.validate import validate
+from tailfill.run.maintain import maintain, maintenance_settings
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS, PER_BATCH, BATCHES = 4, 50, 40
+TARGET = 64 * 1024
+TAILFILL = str(Path(sys.executable).parent / "tailfill")
+
+
+def batch_ranges(cfg, b: int) -> list[OffsetRange]:
+    return [OffsetRange(cfg.source.topic, p, b * PER_BATCH, (b + 1) * PER_BATCH) for p in range(PARTITIONS)]
+
+
+@pytest.fixture
+def committed(make_pipeline):
+    """40 micro-batches of 4 x 50 offsets (every 97th record malformed) in two runs: 160 small data files."""
+    cfg = make_pipeline(maintenance__target_file_bytes=TARGET)
+    for b in range(BATCHES):
+        commit_sample_batch(cfg, "run-a" if b < BATCHES // 2 else "run-b", b, batch_ranges(cfg, b), bad_every=97)
+    return cfg
+
+
+@contextlib.contextmanager
+def upkeep_looping(cfg, settings):
+    """Run ``maintain`` over and over in a thread while the body runs; yields the list of its reports.
+
+    A failure of upkeep fails the test (after the body), it is not swallowed."""
+    stop, failures, runs = threading.Event(), [], []
+
+    def loop() -> None:
+        try:
+            while not stop.is_set():
+                runs.append(maintain(cfg, settings))
+        except Exception as exc:
+            failures.append(exc)
+
+    worker = threading.Thread(target=loop)
+    worker.start()
+    try:
+        yield runs
+    finally:
+        stop.set()
+        worker.join(timeout=300)
+    assert not failures, failures
+
+
+def live_files(table) -> list:
+    table.refresh()
+    return [t.file for t in table.scan().plan_files()]
+
+
+def test_maintain_compacts_expires_and_the_proof_survives(committed, capsys):
+    cfg = committed
+    data, _ = ensure_tables(cfg)
+    assert len(live_files(data)) == BATCHES * PARTITIONS
+
+    assert cli.main(["maintain", cfg.path, "--expire-older-than", "0s", "--keep-last", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"compacted {BATCHES * PARTITIONS} files into" in out
+
+    files = live_files(data)
+    size = sum(f.file_size_in_bytes for f in files)
+    assert len(files) <= math.ceil(size / TARGET) + PARTITIONS < BATCHES * PARTITIONS
+    fs = filesystem(cfg.target)
+    for f in files:  # one partition per file, offsets in order
+        rows = pq.read_table(fs_path(f.file_path), filesystem=fs)
+        assert len(set(rows["kafka_partition"].to_pylist())) == 1
+        assert np.all(np.diff(rows["kafka_offset"].to_numpy()) > 0)
+
+    # Every snapshot but the last two expired; the batch audit of the 39 expired batches was archived.
+    assert len(data.snapshots()) == 2
+    archived = archived_summaries(fs, data)
+    assert sorted(int(s["tailfill.batch-id"]) for s in archived) == list(range(BATCHES - 1))
+
+    everything = validate(cfg, all_runs=True)
+    assert everything["success"], everything["problems"]
+    assert everything["offsets_checked"] == BATCHES * PARTITIONS * PER_BATCH
+    assert everything["runs"] == ["run-a", "run-b"]
+    # A run whose snapshots are all gone is still checked, offset by offset.
+    first_run = validate(cfg, run_id="run-a")
+    assert first_run["success"] and first_run["offsets_checked"] == BATCHES // 2 * PARTITIONS * PER_BATCH
+    assert_exactly_once(cfg, {p: BATCHES * PER_BATCH for p in range(PARTITIONS)})
+
+    # Maintenance again: nothing left to compact or expire, nothing lost.
+    assert cli.main(["maintain", cfg.path, "--expire-older-than", "0s", "--keep-last", "2"]) == 0
+    assert "compacted 0 files" in capsys.readouterr().out
+    assert validate(cfg, all_runs=True)["success"]
+
+
+def test_damaged_files_are_named_by_the_ranges_they_held(committed, capsys):
+    cfg = committed
+    maintain(cfg, maintenance_settings(cfg, "0s", 2))
+    data, quarantine = ensure_tables(cfg)
+    fs = filesystem(cfg.target)
+
+    gone = live_files(data)[0]  # a compacted data file, deleted behind the table's back
+    offsets = pq.read_table(fs_path(gone.file_path), filesystem=fs)
+    partition = offsets["kafka_partition"][0].as_py()
+    lo, hi = offsets["kafka_offset"][0].as_py(), offsets["kafka_offset"][-1].as_py()
+    fs.delete_file(fs_path(gone.file_path))
+    bad = live_files(quarantine)[0]  # a quarantine file overwritten with garbage
+    bad_rows = pq.read_table(fs_path(bad.file_path), filesystem=fs)
+    with fs.open_output_stream(fs_path(bad.file_path)) as f:
+        f.write(b"not a parquet file")
+
+    report = validate(cfg, all_runs=True)
+    assert not report["success"]
+    held = OffsetRange(cfg.source.topic, partition, lo, hi + 1)
+    [data_line] = [p for p in report["problems"] if p.startswith("unreadable data file")]
+    assert data_line.startswith(f"unreadable data file {gone.file_path} held {held}: ")
+    [q_line] = [p for p in report["problems"] if p.startswith("unreadable quarantine file")]
+    assert q_line.startswith(f"unreadable quarantine file {bad.file_path} held ")
+    # The offsets they held are missing, each named with its run and batch.
+    missing = sum(p["missing"] for p in report["partitions"])
+    assert missing == offsets.num_rows + bad_rows.num_rows
+    assert any(p.startswith(f"missing {cfg.source.topic}[{partition}]") for p in report["problems"])
+    page = fs.open_input_stream(fs_path(report["paths"]["html"])).read().decode()
+    assert "Damaged files" in page and gone.file_path in page and str(held) in page
+
+    # The command line: exit 1, the same lines, no traceback.
+    proc = subprocess.run([TAILFILL, "validate", cfg.path, "--all"], capture_output=True, text=True, timeout=300,
+                          env=os.environ)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert data_line.split(": ")[0] in proc.stdout and "unreadable quarantine file" in proc.stdout
+
+
+def test_orphan_cleanup_beside_commits_never_deletes_a_referenced_file(make_pipeline):
+    """Upkeep loops (compaction, expiry, orphan cleanup with a 2 s safety age) while batches commit."""
+    cfg = make_pipeline(maintenance__target_file_bytes=TARGET)
+    fs = filesystem(cfg.target)
+    # A killed attempt: files prepared for offsets that a later batch commits, never referenced, a day old.
+    killed = prepare_sample(cfg, "killed", batch_ranges(cfg, 0))
+    orphans = [f for p in killed for f in [*p.data_files, *p.quarantine_files]]
+    day_ago = time.time() - 86_400
+    for uri in orphans:
+        os.utime(fs_path(uri), (day_ago, day_ago))
+
+    settings = maintenance_settings(cfg, "0s", 3).model_copy(update={"orphan_min_age": "2s"})
+    with upkeep_looping(cfg, settings) as upkeep_runs:
+        started = time.monotonic()
+        b = 0
+        while b < 30 or time.monotonic() - started < 8:  # long enough for committed files to pass 2 s
+            commit_sample_batch(cfg, "live", b, batch_ranges(cfg, b), bad_every=97)
+            b += 1
+    assert len(upkeep_runs) >= 2
+
+    for table in ensure_tables(cfg):
+        table.refresh()
+        for path in referenced_files(table):  # every file any live snapshot references is there
+            assert fs.get_file_info(path).type.name == "File", path
+        remove_orphans(table, fs, 0)  # nothing else writes now: clean the rest
+    assert all(fs.get_file_info(fs_path(u)).type.name == "NotFound" for u in orphans)
+    assert_exactly_once(cfg, {p: b * PER_BATCH for p in range(PARTITIONS)})
+    report = validate(cfg, all_runs=True)
+    assert report["success"], report["problems"]
+    assert report["offsets_checked"] == b * PARTITIONS * PER_BATCH
+
+
+def test_maintenance_beside_a_backfill_and_a_tail(spark, make_pipeline):
+    """Neither run fails because of upkeep committing to the same tables; nothing lost or duplicated."""
+    cfg = make_pipeline(backfill__slices=2, backfill__max_offsets_per_batch=400, tail__max_offsets_per_batch=300,
+                        maintenance__target_file_bytes=TARGET)
+    bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
+    produce_sample(bs, topic, 4_000, PARTITIONS, bad_every=97)
+    settings = maintenance_settings(cfg, "0s", 2).model_copy(update={"orphan_min_age": "1h"})
+    with upkeep_looping(cfg, settings) as runs:
+        backfilled = backfill(spark, cfg)
+        produce_sample(bs, topic, 1_500, PARTITIONS, bad_every=97)
+        tailed = tail(spark, cfg)
+    assert sum(r.offsets for r in backfilled) == 4_000 and sum(r.offsets for r in tailed) == 1_500
+    assert any(t["compaction"]["files_removed"] for r in runs for t in r["tables"])
+    assert any(t["expiry"]["expired"] for r in runs for t in r["tables"])
+    assert_exactly_once(cfg, high_watermarks(cfg))
+    report = validate(cfg, all_runs=True)
+    assert report["success"], report["problems"]
+    assert report["offsets_checked"] == 5_500
+
+
+def test_maintain_on_an_s3_warehouse(make_pipeline, s3_endpoint):
+    """The same upkeep on moto S3: compaction, the archive object, orphan listing, then every offset checked."""
+    cfg = make_pipeline(s3_endpoint=s3_endpoint, maintenance__target_file_bytes=TARGET)
+    for b in range(12):
+        commit_sample_batch(cfg, "s3-run", b, batch_ranges(cfg, b), bad_every=97)
+    report = maintain(cfg, maintenance_settings(cfg, "0s", 2))
+    data_report = report["tables"][0]
+    assert data_report["compaction"]["files_removed"] == 12 * PARTITIONS
+    assert data_report["expiry"]["archived"] == 11 and data_report["expiry"]["archive"].startswith("s3://")
+    assert data_report["orphans"]["files_seen"] > 0
+    data, _ = ensure_tables(cfg)
+    assert len(archived_summaries(filesystem(cfg.target), data)) == 11
+    everything = validate(cfg, all_runs=True)
+    assert everything["success"], everything["problems"]
+    assert everything["offsets_checked"] == 12 * PARTITIONS * PER_BATCH
+
+
+def test_maintain_stops_with_one_line_on_a_missing_file(committed, capsys):
+    cfg = committed
+    data, _ = ensure_tables(cfg)
+    gone = live_files(data)[0]
+    filesystem(cfg.target).delete_file(fs_path(gone.file_path))
+    assert cli.main(["maintain", cfg.path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot compact: data file {gone.file_path} is unreadable (FileNotFoundError")
+    assert len(live_files(data)) == BATCHES * PARTITIONS  # nothing was committed
