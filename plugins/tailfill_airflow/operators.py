@@ -35,6 +35,7 @@ class TailfillSubmitOperator(SparkSubmitOperator):
         self.pipeline = pipeline
 
     def execute(self, context: Any) -> None:
-        self.env_vars = {**(self.env_vars or {}), **TailfillHook(load_pipeline(self.pipeline)).job_env()}
         self.py_files = str(runtime.code_archive())  # this worker's code, fresh (the path is the same)
+        self.env_vars = {**(self.env_vars or {}), **runtime.shipped_code_env(),
+                         **TailfillHook(load_pipeline(self.pipeline)).job_env()}
         return super().execute(context)

@@ -113,3 +113,15 @@ def code_archive(dest: Path | None = None) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return dest
+
+
+def shipped_code_env() -> dict[str, str]:
+    """``PYTHONPATH`` for the ``spark-submit`` process: the code archive first.
+
+    Spark plans a Python data source (offsets, partitions) in Python processes that the driver JVM
+    starts with the executors' interpreter (``spark.pyspark.python``), and those see the JVM's
+    ``PYTHONPATH``, not ``--py-files``: without this they could not import tailfill on a cluster
+    whose executor Python has only the dependencies.
+    """
+    existing = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(code_archive_path()), existing) if p)}

@@ -133,8 +133,8 @@ def spark_submit_command(spec: JobSpec, master: str | None = None, conf: dict[st
 
 
 def submit_env() -> dict[str, str]:
-    """This process's environment with Tailfill's Spark environment on top."""
-    return {**os.environ, **runtime.spark_env()}
+    """This process's environment with Tailfill's Spark environment and shipped code on top."""
+    return {**os.environ, **runtime.spark_env(), **runtime.shipped_code_env()}
 
 
 def run_job(spec: JobSpec, master: str | None = None,
