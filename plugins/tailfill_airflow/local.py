@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tailfill.run import runtime
@@ -72,8 +73,22 @@ def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None,
     })
     if database_url:
         env.update({"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_url,
-                    "AIRFLOW__CORE__EXECUTOR": "LocalExecutor"})
+                    "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                    # One idle worker process per slot: enough for a few lanes side by side on a laptop.
+                    "AIRFLOW__CORE__PARALLELISM": "8"})
     return env
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float = 15) -> None:
+    """SIGTERM the process group of ``proc``, SIGKILL whatever is left of it after ``grace_s``."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    time.sleep(1)  # components that outlive the standalone parent by a moment
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _stop_on_sigterm(*_: object) -> None:
@@ -99,12 +114,12 @@ def main() -> None:
         print(f"Airflow UI: http://127.0.0.1:{args.port}  login {USER} / {PASSWORD}  (AIRFLOW_HOME={home})",
               flush=True)
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
-        proc = subprocess.Popen([airflow, "standalone"], env=env)
+        # Its own process group: on stop, every Airflow component goes, before Postgres does.
+        proc = subprocess.Popen([airflow, "standalone"], env=env, start_new_session=True)
         try:
             sys.exit(proc.wait())
         except KeyboardInterrupt:
-            proc.terminate()
-            proc.wait()
+            _stop_group(proc)
 
 
 if __name__ == "__main__":
