@@ -31,6 +31,9 @@ class PostgresError(TailfillError):
 def postgres_bin() -> Path:
     """The folder of ``initdb``/``pg_ctl``: ``$TAILFILL_POSTGRES_BIN``, PATH, else Debian's newest."""
     if configured := os.environ.get("TAILFILL_POSTGRES_BIN"):
+        if not (Path(configured) / "pg_ctl").is_file():
+            raise PostgresError(f"TAILFILL_POSTGRES_BIN={configured}: no pg_ctl there (fix: the folder of "
+                                "PostgreSQL's server binaries, e.g. /usr/lib/postgresql/15/bin)")
         return Path(configured)
     if found := shutil.which("pg_ctl"):
         return Path(found).resolve().parent

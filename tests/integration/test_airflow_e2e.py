@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+import sqlalchemy
 import yaml
 from airflow_server import AirflowServer, kill_marked, processes_with
 from helpers import assert_exactly_once, high_watermarks
@@ -79,6 +80,7 @@ def airflow(pipeline, e2e_dir, postgres):
                TAILFILL_AIRFLOW_DB=postgres.url(database))
     started = time.monotonic()
     with AirflowServer(e2e_dir / "airflow", env=env) as server:
+        server.metadata_url = postgres.url(database)
         print(f"\nAirflow up at {server.url} in {time.monotonic() - started:.0f} s (log {server.log_path})")
         for dag_id in (BACKFILL, INCREMENTAL):
             server.wait_for_dag(dag_id)
@@ -114,6 +116,14 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
     starts = [datetime.fromisoformat(t["start_date"]) for t in (first, second)]
     ends = [datetime.fromisoformat(t["end_date"]) for t in (first, second)]
     assert max(starts) < min(ends), f"lanes ran one after the other: {list(zip(starts, ends, strict=True))}"
+    engine = sqlalchemy.create_engine(airflow.metadata_url)  # and the runs are recorded on Postgres
+    try:
+        with engine.connect() as conn:
+            recorded = conn.execute(sqlalchemy.text("SELECT count(*) FROM dag_run WHERE dag_id = :d AND run_id = :r"),
+                                    {"d": BACKFILL, "r": run_id}).scalar()
+    finally:
+        engine.dispose()
+    assert recorded == 1
     history = high_watermarks(cfg)
     assert sum(history.values()) == HISTORY
     assert_exactly_once(cfg, history)
