@@ -15,7 +15,12 @@ from typing import NamedTuple
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NamespaceAlreadyExistsError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
 from pyiceberg.table import Table
 
 from tailfill.config import PipelineConfig, TargetConfig
@@ -57,17 +62,35 @@ def load_catalog(target: TargetConfig) -> Catalog:
         raise LakeError(f"cannot open the Iceberg catalog at {target.catalog.uri}: {exc}") from exc
 
 
+# pyiceberg (0.12) retries a conflicting commit by itself, re-applying the *same* updates on the
+# newer metadata: the ledger property computed from the old state would then overwrite the ranges
+# a concurrent writer just committed (seen with two backfill lanes and a tail on Postgres). With
+# no retries there, the conflict reaches lake.ledger.commit_batch, which re-reads and recomputes.
+TABLE_PROPERTIES = {"format-version": "2", "commit.retry.num-retries": "0"}
+
+
 def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema) -> Table:
     try:
-        return catalog.load_table(ident)
+        return _with_table_properties(catalog.load_table(ident))
     except NoSuchTableError:
         pass
     with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(ident[0])
     try:
-        return catalog.create_table(ident, schema=schema, properties={"format-version": "2"})
+        return catalog.create_table(ident, schema=schema, properties=TABLE_PROPERTIES)
     except TableAlreadyExistsError:
-        return catalog.load_table(ident)
+        return _with_table_properties(catalog.load_table(ident))
+
+
+def _with_table_properties(table: Table) -> Table:
+    """``table`` with :data:`TABLE_PROPERTIES` (tables made before one was added get it once)."""
+    missing = {k: v for k, v in TABLE_PROPERTIES.items() if k != "format-version" and table.properties.get(k) != v}
+    if missing:
+        # A concurrent writer that committed first fails this one: then reload, and it is set next time.
+        with contextlib.suppress(CommitFailedException), table.transaction() as tx:
+            tx.set_properties(missing)
+        table.refresh()
+    return table
 
 
 class Tables(NamedTuple):

@@ -16,8 +16,10 @@ import pytest
 from helpers import assert_exactly_once, high_watermarks
 
 from tailfill.dev.sample import produce_sample
-from tailfill.lake.ledger import SUMMARY_RUN
+from tailfill.lake import ledger
+from tailfill.lake.ledger import SUMMARY_RUN, BatchCommit, commit_batch, read_ledger
 from tailfill.lake.tables import ensure_tables
+from tailfill.offsets import OffsetRange
 from tailfill.proof.validate import validate
 from tailfill.run.submit import JobSpec, backfill_spec, new_run_id, spark_submit_command, submit_env
 
@@ -70,3 +72,35 @@ def test_lanes_and_tail_commit_concurrently_to_a_postgres_catalog(postgres, make
     assert set(order) == {spec.run_id for spec in specs}, order
     switches = sum(a != b for a, b in itertools.pairwise(order))
     assert switches > len(specs) - 1, f"the runs committed one after another, not concurrently: {order}"
+
+
+def test_a_commit_that_loses_a_race_keeps_the_winners_ranges_in_the_ledger(postgres, make_pipeline, monkeypatch):
+    """Deterministic form of the race above: another writer commits between our read and our commit.
+
+    pyiceberg's own commit retry would re-apply our ledger property as computed before the race
+    and so drop the winner's range from it; the conflict must instead come back to
+    ``commit_batch``, which re-reads the ledger.
+    """
+    database = f"iceberg_{uuid.uuid4().hex[:8]}"
+    postgres.create_databases(database)
+    cfg = make_pipeline(name="pgrace", catalog_uri=postgres.url(database))
+    ours, theirs = ensure_tables(cfg).data, ensure_tables(cfg).data  # two writers' views of one table
+    mine, winner = OffsetRange(cfg.source.topic, 0, 0, 100), OffsetRange(cfg.source.topic, 0, 100, 250)
+    real_read, raced = ledger.read_ledger, []
+
+    def read_then_lose_the_race(table):
+        seen = real_read(table)
+        if table is ours and not raced:
+            raced.append(commit_batch(theirs, BatchCommit("pgrace", "run-b", 0, [winner], []), rewrite=None))
+        return seen
+
+    monkeypatch.setattr(ledger, "read_ledger", read_then_lose_the_race)
+    result = commit_batch(ours, BatchCommit("pgrace", "run-a", 0, [mine], []), rewrite=None)
+    monkeypatch.undo()
+
+    assert raced and raced[0].committed == [winner]
+    assert result.committed == [mine]
+    ours.refresh()
+    assert read_ledger(ours).committed == [OffsetRange(cfg.source.topic, 0, 0, 250)]
+    runs = [s.summary.additional_properties[SUMMARY_RUN] for s in ours.snapshots()]
+    assert sorted(runs) == ["run-a", "run-b"]
