@@ -8,7 +8,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export AWS_EC2_METADATA_DISABLED := true
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: install demo test lint airflow clean
+.PHONY: install demo test lint airflow clean postgres-server
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
@@ -27,7 +27,7 @@ demo: $(STAMP)
 
 ## Run the whole test suite (unit + integration against real tansu, Spark, Iceberg, moto S3,
 ## Airflow, and Debian's headless Chromium for the UI test).
-test: $(STAMP) /usr/bin/chromedriver
+test: $(STAMP) /usr/bin/chromedriver postgres-server
 	$(VENV)/bin/ruff check tailfill spark_jobs tests plugins dags benchmarks
 	$(VENV)/bin/pytest
 
@@ -35,8 +35,16 @@ test: $(STAMP) /usr/bin/chromedriver
 	@[ "$$(id -u)" = 0 ] || { echo "the UI test needs Debian's chromium and chromium-driver: apt-get install chromium chromium-driver (as root)"; exit 1; }
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
 
-## Start Airflow locally (api-server, scheduler, dag-processor, triggerer) on 127.0.0.1:8080, login admin/admin.
-airflow: $(STAMP)
+## PostgreSQL server binaries (Debian's postgresql) for the Postgres catalog and Airflow metadata;
+## tailfill.dev.postgres starts its own server from them, on loopback, and stops it.
+postgres-server:
+	@command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { \
+	  [ "$$(id -u)" = 0 ] || { echo "Postgres is needed: apt-get install postgresql (as root)"; exit 1; }; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+
+## Start Airflow locally (api-server, scheduler, dag-processor, triggerer) on 127.0.0.1:8080, login admin/admin,
+## metadata on a local Postgres (LocalExecutor: backfill lanes run side by side).
+airflow: $(STAMP) postgres-server
 	PYTHONPATH=plugins $(PY) -m tailfill_airflow.local
 
 lint: $(STAMP)

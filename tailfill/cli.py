@@ -12,7 +12,7 @@ from tailfill.dev.broker import broker_down, broker_state, broker_up, resolve_bo
 from tailfill.errors import TailfillError
 from tailfill.lake.batch_report import runs_dir
 from tailfill.offsets import PartitionOffsets
-from tailfill.run.submit import IngestResult, JobSpec, backfill_spec, new_run_id, run_job
+from tailfill.run.submit import IngestResult, JobSpec, backfill_spec, new_run_id, parse_conf, run_job
 
 
 def _say(line: str) -> None:
@@ -83,19 +83,21 @@ def _offsets(text: str | None) -> PartitionOffsets | None:
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     cfg = resolve_pipeline(args.pipeline)
+    conf = parse_conf(args.conf)  # before planning: a typo fails at once
     spec = backfill_spec(cfg, _offsets(args.start), _offsets(args.end), args.slices,
                          max_offsets_per_second=getattr(args, "max_rate", None))
     if spec is None:
         return _summarise(cfg, "backfill", 0, [])
-    code, results = run_job(spec)
+    code, results = run_job(spec, args.master, conf)
     return _summarise(cfg, "backfill", code, results)
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
+    conf = parse_conf(args.conf)
     cfg = resolve_pipeline(args.pipeline)
     spec = JobSpec(cfg.path or args.pipeline, "tail", new_run_id("tail"), once=args.once,
                    stop_after_seconds=getattr(args, "stop_after", None))
-    code, results = run_job(spec)
+    code, results = run_job(spec, args.master, conf)
     return _summarise(cfg, "tail", code, results)
 
 
@@ -201,10 +203,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
         (f"produce {args.count:,} historical events",
          lambda: cmd_produce_sample(ns(pipeline=args.pipeline, count=args.count, bad_every=args.bad_every))),
         ("backfill history [earliest, cutover)",
-         lambda: cmd_backfill(ns(pipeline=args.pipeline, start=None, end=None, slices=None))),
+         lambda: cmd_backfill(ns(pipeline=args.pipeline, start=None, end=None, slices=None, master=None,
+                                  conf=None))),
         (f"produce {args.tail_count:,} live events",
          lambda: cmd_produce_sample(ns(pipeline=args.pipeline, count=args.tail_count, bad_every=args.bad_every))),
-        ("tail from the cutover (once)", lambda: cmd_tail(ns(pipeline=args.pipeline, once=True))),
+        ("tail from the cutover (once)",
+         lambda: cmd_tail(ns(pipeline=args.pipeline, once=True, master=None, conf=None))),
         ("validate every offset landed exactly once (Great Expectations)",
          lambda: cmd_validate(ns(pipeline=args.pipeline, run=None, all=True))),
         ("status", lambda: cmd_status(ns(pipeline=args.pipeline))),
@@ -217,6 +221,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
             return code
     _say(f"\ndemo done. State is in {tailfill_home()}; stop the broker with `tailfill broker down`.")
     return 0
+
+
+def _spark_options(parser: argparse.ArgumentParser) -> None:
+    """``--master`` and ``--conf``, passed to ``spark-submit`` as it takes them."""
+    parser.add_argument("--master", help="Spark master URL, e.g. spark://host:7077 or k8s://https://host:443 "
+                                         "(default: $TAILFILL_SPARK_MASTER, else local[2])")
+    parser.add_argument("--conf", action="append", metavar="KEY=VALUE",
+                        help="a Spark setting for spark-submit (repeatable), e.g. spark.executor.memory=2g")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -240,12 +252,14 @@ def build_parser() -> argparse.ArgumentParser:
     bf.add_argument("--slices", type=int)
     bf.add_argument("--max-rate", type=int, metavar="OFFSETS_PER_S",
                     help="rate limit for this backfill (default: the pipeline's backfill.max_offsets_per_second)")
+    _spark_options(bf)
     bf.set_defaults(func=cmd_backfill)
 
     t = sub.add_parser("tail", help="ingest from the committed position onwards")
     t.add_argument("pipeline")
     t.add_argument("--once", action="store_true", help="ingest what is there now, then stop")
     t.add_argument("--stop-after", type=float, help="with the processing-time trigger: stop after N seconds")
+    _spark_options(t)
     t.set_defaults(func=cmd_tail)
 
     sp = sub.add_parser("stop-tail", help="stop a running tail between batches (as Ctrl-C does)")

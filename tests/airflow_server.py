@@ -24,43 +24,18 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from processes import kill_marked, processes_with
+
 from tailfill.dev.broker import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "plugins"))
 from tailfill_airflow.local import PASSWORD, USER, local_env  # noqa: E402
 
+__all__ = ["AirflowServer", "kill_marked", "processes_with"]
+
 COMPONENTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
 FINISHED = {"success", "failed"}
-
-
-def processes_with(marker: bytes) -> list[int]:
-    """PIDs (not ours) whose initial environment holds the exact entry ``marker`` (``NAME=value``)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            if marker in (proc / "environ").read_bytes().split(b"\0"):
-                pids.append(int(proc.name))
-        except OSError:
-            continue
-    return pids
-
-
-def kill_marked(marker: bytes, timeout: float = 20) -> list[int]:
-    """SIGKILL every process carrying ``marker`` until none is left; returns the PIDs that were found."""
-    found: set[int] = set()
-    deadline = time.monotonic() + timeout
-    while left := processes_with(marker):
-        found.update(left)
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"processes still running after SIGKILL: {left}")
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.2)
-    return sorted(found)
 
 
 class AirflowError(AssertionError):

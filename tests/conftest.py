@@ -1,4 +1,5 @@
-"""Shared fixtures: one tansu broker, one SparkSession and (on demand) one moto S3 server per session.
+"""Shared fixtures: one tansu broker, one SparkSession and (on demand) one moto S3 server, one
+Postgres server and one Spark standalone cluster per session.
 
 Every server binds a free loopback port and is stopped when the session ends. Each test gets its
 own TAILFILL_HOME and its own topic, so tests never see each other's data.
@@ -81,6 +82,36 @@ def s3_endpoint():
     proc.wait(timeout=10)
 
 
+@pytest.fixture(scope="session")
+def postgres():
+    """A Postgres server on a free loopback port (databases ``iceberg`` and ``airflow``), stopped at the end.
+
+    Its data directory is outside pytest's private tmp folder: the server runs as the ``postgres``
+    user when the tests run as root, and that user must be able to reach it.
+    """
+    import shutil
+
+    from tailfill.dev.postgres import LocalPostgres
+
+    base = Path(tempfile.mkdtemp(prefix="tailfill-pg-"))
+    base.chmod(0o755)
+    server = LocalPostgres(base / "data", free_port(), databases=("iceberg", "airflow"))
+    try:
+        with server:
+            yield server
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory, broker):
+    """A Spark standalone master and two workers on loopback, whose executors run a Python without tailfill."""
+    from spark_cluster import SparkCluster
+
+    with SparkCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2) as cluster:
+        yield cluster
+
+
 @pytest.fixture
 def home(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "home"
@@ -92,11 +123,14 @@ def home(tmp_path, monkeypatch) -> Path:
 def make_pipeline(tmp_path, broker, home):
     """Write a pipeline YAML (the demo one, on a fresh topic, with ``changes`` applied) and load it."""
 
-    def make(name: str = "itest", s3_endpoint: str | None = None, **changes) -> PipelineConfig:
+    def make(name: str = "itest", s3_endpoint: str | None = None, catalog_uri: str | None = None,
+             **changes) -> PipelineConfig:
         data = yaml.safe_load(DEMO.read_text())
         data["name"] = name
         data["source"]["bootstrap_servers"] = broker.bootstrap_servers
         data["source"]["topic"] = f"t-{uuid.uuid4().hex[:10]}"
+        if catalog_uri:
+            data["target"]["catalog"]["uri"] = catalog_uri
         if s3_endpoint:
             data["target"]["warehouse"] = f"s3://tailfill/{uuid.uuid4().hex[:8]}/warehouse"
             data["target"]["s3"] = {"endpoint": s3_endpoint}

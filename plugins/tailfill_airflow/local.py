@@ -2,18 +2,26 @@
 
     PYTHONPATH=plugins .venv/bin/python -m tailfill_airflow.local [--port 8080]
 
-Uses ``airflow standalone`` with this project's DAGs and plugins, SQLite metadata in
-``$AIRFLOW_HOME`` (default ``.tailfill/airflow``), DAGs unpaused, the ``spark_default``
-connection on ``local[2]``, and the simple auth manager with the login ``admin`` / ``admin``.
+Uses ``airflow standalone`` with this project's DAGs and plugins, DAGs unpaused, the
+``spark_default`` connection on ``local[2]``, and the simple auth manager with the login
+``admin`` / ``admin``. Metadata is on Postgres with the LocalExecutor, so that mapped backfill
+lanes really run side by side: the database named by ``TAILFILL_AIRFLOW_DB`` (a SQLAlchemy URL),
+else a local Postgres (:class:`tailfill.dev.postgres.LocalPostgres`) kept in
+``$AIRFLOW_HOME/postgres`` (``$AIRFLOW_HOME`` defaults to ``.tailfill/airflow``), started on a free
+loopback port and stopped when Airflow stops.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tailfill.run import runtime
@@ -28,9 +36,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None) -> dict[str, str]:
+def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None,
+              database_url: str | None = None) -> dict[str, str]:
     """The environment for every Airflow process of the local setup.
 
+    With ``database_url`` (Postgres) the metadata lives there and tasks run in parallel on the
+    LocalExecutor; without it, Airflow's SQLite default (enough for ``airflow dags test``).
     The scheduler's and triggerer's log servers get free ports, so that several local Airflows
     (a developer's and the tests') never collide on the fixed defaults 8793/8794.
     """
@@ -60,7 +71,28 @@ def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None)
         "TAILFILL_PIPELINES": env.get("TAILFILL_PIPELINES", str(REPO / "pipelines")),
         **runtime.spark_env(),
     })
+    if database_url:
+        env.update({"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_url,
+                    "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                    # One idle worker process per slot: enough for a few lanes side by side on a laptop.
+                    "AIRFLOW__CORE__PARALLELISM": "8"})
     return env
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float = 15) -> None:
+    """SIGTERM the process group of ``proc``, SIGKILL whatever is left of it after ``grace_s``."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    time.sleep(1)  # components that outlive the standalone parent by a moment
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _stop_on_sigterm(*_: object) -> None:
+    raise KeyboardInterrupt  # unwinds through the ``finally`` that stops Airflow and Postgres
 
 
 def main() -> None:
@@ -68,10 +100,26 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=int(os.environ.get("TAILFILL_AIRFLOW_PORT", 8080)))
     args = parser.parse_args()
     home = Path(os.environ.get("AIRFLOW_HOME", REPO / ".tailfill" / "airflow")).absolute()
-    env = local_env(home, args.port)
-    print(f"Airflow UI: http://127.0.0.1:{args.port}  login {USER} / {PASSWORD}  (AIRFLOW_HOME={home})", flush=True)
     airflow = str(Path(sys.executable).parent / "airflow")
-    os.execve(airflow, [airflow, "standalone"], env)
+    with contextlib.ExitStack() as stack:
+        url = os.environ.get("TAILFILL_AIRFLOW_DB")
+        if not url:
+            from tailfill.dev.postgres import LocalPostgres
+
+            home.mkdir(parents=True, exist_ok=True)
+            postgres = stack.enter_context(LocalPostgres(home / "postgres", _free_port(), databases=("airflow",)))
+            url = postgres.url("airflow")
+            print(f"Postgres for Airflow's metadata: {url} (data {postgres.data_dir})", flush=True)
+        env = local_env(home, args.port, database_url=url)
+        print(f"Airflow UI: http://127.0.0.1:{args.port}  login {USER} / {PASSWORD}  (AIRFLOW_HOME={home})",
+              flush=True)
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        # Its own process group: on stop, every Airflow component goes, before Postgres does.
+        proc = subprocess.Popen([airflow, "standalone"], env=env, start_new_session=True)
+        try:
+            sys.exit(proc.wait())
+        except KeyboardInterrupt:
+            _stop_group(proc)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import zipfile
 from importlib import resources
 from pathlib import Path
 
 import tailfill
+from tailfill.config import tailfill_home
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_MASTER = "local[2]"
@@ -50,9 +52,14 @@ def master() -> str:
 
 
 def spark_conf() -> dict[str, str]:
-    """Spark settings for every Tailfill driver: loopback-bound, UTC, quiet, Python workers reused."""
+    """Spark settings for every Tailfill driver: loopback-bound, UTC, quiet, Python workers reused.
+
+    The driver's Python is pinned to this interpreter (which has tailfill installed), so that a
+    ``spark.pyspark.python`` given for a cluster's executors never moves the driver onto theirs.
+    """
     host = os.environ.get("TAILFILL_SPARK_DRIVER_HOST", LOOPBACK)
     return {
+        "spark.pyspark.driver.python": driver_python(),
         "spark.driver.host": host,
         "spark.driver.bindAddress": LOOPBACK if host == LOOPBACK else "0.0.0.0",
         "spark.ui.enabled": "false",
@@ -65,9 +72,14 @@ def spark_conf() -> dict[str, str]:
     }
 
 
+def driver_python() -> str:
+    """The Python of Tailfill's Spark drivers: ``PYSPARK_PYTHON``, else this interpreter."""
+    return os.environ.get("PYSPARK_PYTHON", sys.executable)
+
+
 def spark_env() -> dict[str, str]:
     """Environment for Spark processes: loopback only, workers on this interpreter, no cloud metadata."""
-    python = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    python = driver_python()
     return {
         "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", LOOPBACK),
         "PYSPARK_PYTHON": python,
@@ -77,13 +89,39 @@ def spark_env() -> dict[str, str]:
     }
 
 
-def code_archive(dest: Path) -> Path:
-    """A zip of the installed ``tailfill`` package, shipped to executors with ``--py-files``."""
+def code_archive_path() -> Path:
+    """Where :func:`code_archive` puts the archive: ``$TAILFILL_HOME/dist/tailfill-<version>.zip``."""
+    return tailfill_home() / "dist" / f"tailfill-{tailfill.__version__}.zip"
+
+
+def code_archive(dest: Path | None = None) -> Path:
+    """A zip of the installed ``tailfill`` package, shipped to executors with ``--py-files``.
+
+    The only builder of that archive (CLI and Airflow alike). Rebuilt on every call, from the code
+    this process runs, and swapped in atomically, so parallel submits never see a half-written zip.
+    """
+    dest = dest or code_archive_path()
     package = Path(tailfill.__file__).parent
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted(package.rglob("*.py")):
-            zf.write(path, path.relative_to(package.parent))
-    tmp.replace(dest)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as zf:
+            for path in sorted(package.rglob("*.py")):
+                zf.write(path, path.relative_to(package.parent))
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return dest
+
+
+def shipped_code_env() -> dict[str, str]:
+    """``PYTHONPATH`` for the ``spark-submit`` process: the code archive first.
+
+    Spark plans a Python data source (offsets, partitions) in Python processes that the driver JVM
+    starts with the executors' interpreter (``spark.pyspark.python``), and those see the JVM's
+    ``PYTHONPATH``, not ``--py-files``: without this they could not import tailfill on a cluster
+    whose executor Python has only the dependencies.
+    """
+    existing = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(code_archive_path()), existing) if p)}

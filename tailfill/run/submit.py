@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 from tailfill.config import PipelineConfig
+from tailfill.errors import ConfigError
 from tailfill.offsets import PartitionOffsets
 from tailfill.run import runtime
 from tailfill.run.plan import Mode, Slice, plan_backfill, source_state
@@ -115,22 +116,41 @@ def results_line(results: list[IngestResult]) -> str:
     return RESULT_PREFIX + json.dumps([asdict(r) for r in results])
 
 
-def spark_submit_command(spec: JobSpec, master: str | None = None) -> list[str]:
-    """The full ``spark-submit`` command for ``spec`` with Tailfill's Spark settings."""
+def parse_conf(pairs: list[str] | None) -> dict[str, str]:
+    """``KEY=VALUE`` Spark settings, as ``spark-submit --conf`` takes them; a malformed one is an error."""
+    conf: dict[str, str] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or key != key.strip():
+            raise ConfigError(f"--conf {pair!r}: expected KEY=VALUE (fix: e.g. --conf spark.executor.memory=2g)")
+        conf[key] = value
+    return conf
+
+
+def spark_submit_command(spec: JobSpec, master: str | None = None, conf: dict[str, str] | None = None) -> list[str]:
+    """The full ``spark-submit`` command for ``spec``, shipping the tailfill code to the executors.
+
+    ``master`` defaults to :func:`runtime.master`; ``conf`` is laid over Tailfill's Spark settings
+    (:func:`runtime.spark_conf`). Builds the ``--py-files`` archive (:func:`runtime.code_archive`),
+    so executors need only tailfill's dependencies, never tailfill itself.
+    """
     cmd = [runtime.spark_submit(), "--master", master or runtime.master()]
-    for key, value in runtime.spark_conf().items():
+    for key, value in (runtime.spark_conf() | (conf or {})).items():
         cmd += ["--conf", f"{key}={value}"]
+    cmd += ["--py-files", str(runtime.code_archive())]
     return [*cmd, str(runtime.job_file()), *spec.argv()]
 
 
 def submit_env() -> dict[str, str]:
-    """This process's environment with Tailfill's Spark environment on top."""
-    return {**os.environ, **runtime.spark_env()}
+    """This process's environment with Tailfill's Spark environment and shipped code on top."""
+    return {**os.environ, **runtime.spark_env(), **runtime.shipped_code_env()}
 
 
-def run_job(spec: JobSpec) -> tuple[int, list[IngestResult]]:
-    """Run the job, streaming its progress through; returns (exit code, results)."""
-    proc = subprocess.Popen(spark_submit_command(spec), env=submit_env(), stdout=subprocess.PIPE, text=True)
+def run_job(spec: JobSpec, master: str | None = None,
+            conf: dict[str, str] | None = None) -> tuple[int, list[IngestResult]]:
+    """Run the job (see :func:`spark_submit_command`), streaming its progress through; returns (exit code, results)."""
+    proc = subprocess.Popen(spark_submit_command(spec, master, conf), env=submit_env(), stdout=subprocess.PIPE,
+                            text=True)
     results: list[IngestResult] = []
     assert proc.stdout is not None
     for line in proc.stdout:

@@ -1,9 +1,10 @@
 """End to end through Airflow: the generated DAGs run on a real local Airflow (``airflow standalone``).
 
 One Airflow per module (api-server, scheduler, dag-processor, triggerer on a free loopback port,
-its own AIRFLOW_HOME), one pipeline ``e2e`` on a fresh topic of the session broker. The backfill
-is triggered through the REST API with non-default params, then the incremental DAG tails what
-came after the cutover; every offset must land exactly once. A second test drives the UI in
+its own AIRFLOW_HOME, metadata in its own database on the session's Postgres, LocalExecutor), one
+pipeline ``e2e`` on a fresh topic of the session broker. The backfill is triggered through the
+REST API with non-default params (two lanes, which must run side by side), then the incremental
+DAG tails what came after the cutover; every offset must land exactly once. A second test drives the UI in
 headless Chromium: log in, open the backfill DAG's trigger form, change a param, trigger, and
 look at the grid. Screenshots are written under the test's tmp_path (paths printed).
 """
@@ -16,9 +17,11 @@ import os
 import shutil
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import pytest
+import sqlalchemy
 import yaml
 from airflow_server import AirflowServer, kill_marked, processes_with
 from helpers import assert_exactly_once, high_watermarks
@@ -34,7 +37,7 @@ DEMO = Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml"
 NAME = "e2e"
 BACKFILL, INCREMENTAL = f"{NAME}_backfill", f"{NAME}_incremental"
 HISTORY, LIVE, PARTITIONS, BAD_EVERY = 4_000, 1_000, 4, 499
-PARAMS = {"slices": 3, "max_parallel_slices": 1, "committed_ranges": "skip"}
+PARAMS = {"slices": 3, "max_parallel_slices": 2, "committed_ranges": "skip"}
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -70,10 +73,14 @@ def pipeline(broker, e2e_dir):
 
 
 @pytest.fixture(scope="module")
-def airflow(pipeline, e2e_dir):
-    env = dict(os.environ, TAILFILL_HOME=str(e2e_dir / "home"), TAILFILL_PIPELINES=str(Path(pipeline.path).parent))
+def airflow(pipeline, e2e_dir, postgres):
+    database = f"airflow_{uuid.uuid4().hex[:8]}"
+    postgres.create_databases(database)
+    env = dict(os.environ, TAILFILL_HOME=str(e2e_dir / "home"), TAILFILL_PIPELINES=str(Path(pipeline.path).parent),
+               TAILFILL_AIRFLOW_DB=postgres.url(database))
     started = time.monotonic()
     with AirflowServer(e2e_dir / "airflow", env=env) as server:
+        server.metadata_url = postgres.url(database)
         print(f"\nAirflow up at {server.url} in {time.monotonic() - started:.0f} s (log {server.log_path})")
         for dag_id in (BACKFILL, INCREMENTAL):
             server.wait_for_dag(dag_id)
@@ -90,20 +97,33 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
     print(f"backfill {run_id}: {run['state']} in {time.monotonic() - started:.0f} s")
     assert run["conf"] == PARAMS
 
-    # The params were used: one lane (max_parallel_slices=1) carrying all three slices.
+    # The params were used: two lanes (max_parallel_slices=2) carrying the three slices.
     tis = airflow.task_instances(BACKFILL, run_id)
     by_task: dict[str, list[dict]] = {}
     for ti in tis:
         by_task.setdefault(ti["task_id"], []).append(ti)
-    assert sorted(t["map_index"] for t in by_task["ingest_slice"]) == [0], by_task["ingest_slice"]
-    assert sorted(t["map_index"] for t in by_task["validate_slice"]) == [0]
+    assert sorted(t["map_index"] for t in by_task["ingest_slice"]) == [0, 1], by_task["ingest_slice"]
+    assert sorted(t["map_index"] for t in by_task["validate_slice"]) == [0, 1]
     assert {t["state"] for t in tis} == {"success"}, [(t["task_id"], t["map_index"], t["state"]) for t in tis]
     lanes = airflow.xcom(BACKFILL, run_id, "plan")
-    assert [lane["slices"] for lane in lanes] == [[0, 1, 2]]
-    args = lanes[0]["args"]  # the lane runs exactly the planned bounds of its slices
+    assert [lane["slices"] for lane in lanes] == [[0], [1, 2]]
+    args = lanes[1]["args"]  # a lane runs exactly the planned bounds of its slices
     planned = json.loads(args[args.index("--slices") + 1])
-    assert [(s["index"], s["count"]) for s in planned] == [(0, 3), (1, 3), (2, 3)]
-    assert airflow.xcom(BACKFILL, run_id, "summary") == {"offsets": HISTORY, "lanes": 1}
+    assert [(s["index"], s["count"]) for s in planned] == [(1, 3), (2, 3)]
+    assert airflow.xcom(BACKFILL, run_id, "summary") == {"offsets": HISTORY, "lanes": 2}
+    # On Postgres with the LocalExecutor the two lanes' spark-submits really ran side by side.
+    first, second = sorted(by_task["ingest_slice"], key=lambda t: t["map_index"])
+    starts = [datetime.fromisoformat(t["start_date"]) for t in (first, second)]
+    ends = [datetime.fromisoformat(t["end_date"]) for t in (first, second)]
+    assert max(starts) < min(ends), f"lanes ran one after the other: {list(zip(starts, ends, strict=True))}"
+    engine = sqlalchemy.create_engine(airflow.metadata_url)  # and the runs are recorded on Postgres
+    try:
+        with engine.connect() as conn:
+            recorded = conn.execute(sqlalchemy.text("SELECT count(*) FROM dag_run WHERE dag_id = :d AND run_id = :r"),
+                                    {"d": BACKFILL, "r": run_id}).scalar()
+    finally:
+        engine.dispose()
+    assert recorded == 1
     history = high_watermarks(cfg)
     assert sum(history.values()) == HISTORY
     assert_exactly_once(cfg, history)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -485,12 +486,65 @@ def test_driver_and_executors_run_the_same_python(services, airflow_services, sp
         build = services[name]["build"]
         dockerfile = (REPO / build.get("context", ".") / build.get("dockerfile", "Dockerfile")).read_text()
         bases[name] = re.findall(r"^FROM\s+(\S+)", dockerfile, flags=re.MULTILINE)[-1]
-        if "psycopg2" not in dockerfile:
-            problems.append(f"{name}: its Dockerfile does not install psycopg2 (the catalog URIs use psycopg2)")
         if not re.search(r"^ENV\s.*SPARK_HOME=", dockerfile, flags=re.MULTILINE):
             problems.append(f"{name}: its Dockerfile does not set SPARK_HOME")
     if len(set(bases.values())) != 1:
         problems.append(f"driver and executor images differ in base (Python must match): {bases}")
+    fail_on(problems)
+
+
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+DEPENDENCIES_FROM_PYPROJECT = "['project']['dependencies']"  # how an image turns pyproject.toml into a list
+
+
+def pip_installs(dockerfile: str) -> list[list[str]]:
+    """The arguments of every ``pip install`` in the Dockerfile's RUN instructions."""
+    runs = re.findall(r"^RUN\s+((?:.*\\\n)*.*)$", dockerfile, flags=re.MULTILINE)
+    return [shlex.split(args) for run in runs
+            for args in re.findall(r"\bpip install\s+([^&;|]*)", run.replace("\\\n", " "))]
+
+
+def test_images_install_what_pyproject_pins(services, airflow_services, spark_services):
+    """Driver image: the project with its ``airflow`` extra; executor image: exactly its dependencies, not it."""
+    problems = []
+    psycopg = [d for d in PYPROJECT["dependencies"] if d.startswith("psycopg2")]
+    if not psycopg:
+        problems.append("pyproject.toml: no psycopg2 dependency (the compose catalog and Airflow URIs use psycopg2)")
+    for name, role in ((airflow_services[0], "driver"), (spark_services[0], "executor")):
+        build = services[name]["build"]
+        path = REPO / build.get("context", ".") / build.get("dockerfile", "Dockerfile")
+        dockerfile = path.read_text()
+        where = f"{name}: {path.relative_to(REPO)}"
+        installs = pip_installs(dockerfile)
+        if not installs:
+            problems.append(f"{where}: no pip install")
+        project, requirement_files = [], []
+        for args in installs:
+            it = iter(args)
+            for arg in it:
+                if arg in ("-r", "--requirement"):
+                    requirement_files.append(next(it, ""))
+                elif arg.startswith("-"):
+                    continue
+                elif arg.startswith(str(REPO_MOUNT)):
+                    project.append(arg)
+                else:
+                    problems.append(f"{where}: installs {arg!r}, which is not from pyproject.toml (declare it there)")
+        extras = {e for arg in project for e in re.findall(r"\[([^]]*)\]", arg) for e in e.split(",")}
+        if unknown := extras - set(PYPROJECT.get("optional-dependencies", {})):
+            problems.append(f"{where}: extras {sorted(unknown)} are not in pyproject.toml")
+        for req in requirement_files:
+            made = re.search(rf"{DEPENDENCIES_FROM_PYPROJECT}.*>\s*{re.escape(req)}", dockerfile.replace("\\\n", " "))
+            if made is None:
+                problems.append(f"{where}: {req} is not written from pyproject.toml's [project] dependencies")
+        if role == "driver" and (not project or "airflow" not in extras):
+            problems.append(f"{where}: the driver image must install the project with its airflow extra")
+        if role == "executor":
+            if project:
+                problems.append(f"{where}: the executor image installs tailfill itself ({project}); jobs ship "
+                                "their code with --py-files, the image must hold only the dependencies")
+            if not requirement_files:
+                problems.append(f"{where}: the executor image does not install pyproject.toml's dependencies")
     fail_on(problems)
 
 
