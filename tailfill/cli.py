@@ -95,14 +95,12 @@ def cmd_tail(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from tailfill.proof.reports import read_latest
     from tailfill.run.plan import source_state
-    from tailfill.run.status import format_status, pipeline_status
+    from tailfill.run.status import format_status, pipeline_status, quarantined_rows
 
     cfg = resolve_pipeline(args.pipeline)
     state = source_state(cfg)
     rows = pipeline_status(state)
-    quarantined = sum(int(s.summary.additional_properties.get("added-records", 0))
-                      for s in state.quarantine.snapshots() if s.summary)
-    _say(format_status(cfg.name, rows, quarantined))
+    _say(format_status(cfg.name, rows, quarantined_rows(state)))
     latest = read_latest(cfg)
     if latest:
         verdict = "complete" if latest["success"] else f"INCOMPLETE ({len(latest['problems'])} problems)"

@@ -4,7 +4,9 @@
 
 Uses ``airflow standalone`` with this project's DAGs and plugins, SQLite metadata in
 ``$AIRFLOW_HOME`` (default ``.tailfill/airflow``), DAGs unpaused, the ``spark_default``
-connection on ``local[2]``, and the simple auth manager with the login ``admin`` / ``admin``.
+connection on ``local[2]``, the simple auth manager with the login ``admin`` / ``admin``, and the
+``tailfill_spark`` pool with ``$TAILFILL_SPARK_SLOTS`` slots (2 unless set: one backfill lane
+beside one incremental run on a 2-core machine).
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import argparse
 import json
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
 from tailfill.run import runtime
+from tailfill_airflow.naming import SLOTS_ENV, SPARK_POOL, spark_slots
 
 REPO = Path(__file__).resolve().parents[2]
 USER, PASSWORD = "admin", "admin"
@@ -58,6 +62,7 @@ def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None)
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "TAILFILL_PIPELINES": env.get("TAILFILL_PIPELINES", str(REPO / "pipelines")),
+        SLOTS_ENV: str(spark_slots(env)),
         **runtime.spark_env(),
     })
     return env
@@ -71,7 +76,17 @@ def main() -> None:
     env = local_env(home, args.port)
     print(f"Airflow UI: http://127.0.0.1:{args.port}  login {USER} / {PASSWORD}  (AIRFLOW_HOME={home})", flush=True)
     airflow = str(Path(sys.executable).parent / "airflow")
+    create_pool(airflow, env)
     os.execve(airflow, [airflow, "standalone"], env)
+
+
+def create_pool(airflow: str, env: dict[str, str]) -> None:
+    """Migrate the metadata database and create (or resize) the Spark pool every Tailfill DAG uses."""
+    for args in (["db", "migrate"],
+                 ["pools", "set", SPARK_POOL, env[SLOTS_ENV], "spark-submit jobs of Tailfill (one slot each)"]):
+        proc = subprocess.run([airflow, *args], env=env, capture_output=True, text=True)
+        if proc.returncode:
+            raise SystemExit(f"airflow {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
 if __name__ == "__main__":

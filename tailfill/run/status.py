@@ -44,6 +44,12 @@ def pipeline_status(state: SourceState) -> list[PartitionStatus]:
     return out
 
 
+def quarantined_rows(state: SourceState) -> int:
+    """Rows in the quarantine table, from its snapshot summaries (no data read)."""
+    return sum(int(s.summary.additional_properties.get("added-records", 0))
+               for s in state.quarantine.snapshots() if s.summary)
+
+
 def _fmt_ranges(ranges: list[OffsetRange]) -> str:
     return " ".join(f"[{r.start},{r.end})" for r in ranges) or "-"
 
