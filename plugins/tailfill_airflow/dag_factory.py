@@ -272,7 +272,7 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
         allowed_run_types=["scheduled", "manual"],  # not Airflow's date-range backfill: offsets define a run
     ) as dag:
 
-        @task.short_circuit(doc_md=TUNE_DOC)
+        @task.short_circuit(doc_md=TUNE_DOC, multiple_outputs=True)  # downstream reads tuned["args"]
         def tune() -> dict | None:
             from tailfill.offsets import ranges_between, total
             from tailfill.run.plan import source_state, tail_start

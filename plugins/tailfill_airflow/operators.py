@@ -35,7 +35,6 @@ from tailfill.errors import TailfillError
 from tailfill.lake.batch_report import runs_dir
 from tailfill.offsets import total
 from tailfill.run import runtime
-from tailfill.run.submit import RESULT_PREFIX, JobSpec
 from tailfill_airflow.causes import JobOutput, committed_summary, headline
 from tailfill_airflow.hooks import TailfillHook
 from tailfill_airflow.naming import lane_label
@@ -144,6 +143,8 @@ class TailfillSubmitOperator(SparkSubmitOperator):
     # --- execute ----------------------------------------------------------------------------------
 
     def execute(self, context: Any) -> None:
+        from tailfill.run.submit import JobSpec  # not at parse time: it imports the planner (broker, catalog)
+
         cfg = load_pipeline(self.pipeline)
         spec = JobSpec.parse(list(self.application_args))
         planned = (sum(total(s.ranges) for s in spec.slices) if spec.slices
@@ -180,13 +181,15 @@ class TailfillSubmitOperator(SparkSubmitOperator):
 
     def _result(self) -> list[dict] | None:
         """The job's ``TAILFILL_RESULT`` line: one IngestResult per query."""
+        from tailfill.run.submit import RESULT_PREFIX
+
         assert self._output is not None
         for line in reversed(self._output.own):
             if line.startswith(RESULT_PREFIX):
                 return json.loads(line.removeprefix(RESULT_PREFIX))
         return None
 
-    def _failure(self, pipeline: str, spec: JobSpec, label: str, exc: AirflowException) -> JobFailed:
+    def _failure(self, pipeline: str, spec: Any, label: str, exc: AirflowException) -> JobFailed:
         assert self._output is not None
         code = getattr(self._hook, "_submit_sp", None)
         returncode = code.returncode if code is not None else "?"
