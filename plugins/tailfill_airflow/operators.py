@@ -94,9 +94,9 @@ class DataDocsLink(BaseOperatorLink):
     name = "Data Docs"
 
     def get_link(self, operator, *, ti_key) -> str:
-        from tailfill_airflow.naming import split_dag_id
+        from urllib.parse import quote
 
-        return plugin_url(f"docs/{split_dag_id(ti_key.dag_id)[0]}/index.html")
+        return plugin_url(f"docs/{quote(ti_key.dag_id)}/index.html")
 
 
 # --- the operator -----------------------------------------------------------------------------------

@@ -235,6 +235,24 @@ def page_text(browser) -> str:
     return browser.find_element(By.TAG_NAME, "body").text
 
 
+def wait_for_text(browser, shot, name: str, *texts: str, timeout: float = 60) -> str:
+    """Wait until the page shows every one of ``texts``, then screenshot it as ``name``.
+
+    On timeout the screenshot is taken all the same and the error quotes what the page showed.
+    """
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        WebDriverWait(browser, timeout).until(lambda d: all(t in page_text(d) for t in texts))
+    except TimeoutException:
+        path = shot(f"{name}-timeout")
+        raise AssertionError(f"{browser.current_url} did not show {texts} within {timeout:.0f} s (see {path}):\n"
+                             f"{page_text(browser)[:3000]}") from None
+    shot(name)
+    return page_text(browser)
+
+
 def test_trigger_form_and_grid_in_headless_chromium(airflow, pipeline, browser, shot):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -289,8 +307,6 @@ def test_trigger_form_and_grid_in_headless_chromium(airflow, pipeline, browser, 
 
 def test_lane_links_progress_and_proof_in_headless_chromium(airflow, pipeline, browser, shot):
     """From the lane in the grid to its proof: extra links served by Airflow, the run's progress tab."""
-    from selenium.webdriver.support.ui import WebDriverWait
-
     assert "backfill" in RUNS, "needs the backfill run of test_backfill_through_rest_api_then_incremental_is_complete"
     run_id, label = RUNS["backfill"], "slices 1-3 of 3 (4,000 offsets)"
     links = airflow.extra_links(BACKFILL, run_id, "ingest_slice", map_index=0)
@@ -305,28 +321,19 @@ def test_lane_links_progress_and_proof_in_headless_chromium(airflow, pipeline, b
         urllib.request.urlopen(links["Completeness report"], timeout=30)
     assert refused.value.code in (401, 403)
 
-    wait = WebDriverWait(browser, 45)
     login(browser, airflow)
     browser.get(f"{airflow.url}/dags/{BACKFILL}/runs/{run_id}/tasks/ingest_slice/mapped/0")
-    wait.until(lambda d: "Completeness report" in page_text(d) and label in page_text(d))
-    shot("lane-with-extra-links")
+    wait_for_text(browser, shot, "lane-with-extra-links", "Completeness report")
     browser.get(links["Completeness report"])  # the UI's session cookie is the login
-    wait.until(lambda d: "COMPLETE" in page_text(d).upper())
-    shot("completeness-report")
+    wait_for_text(browser, shot, "completeness-report", "COMPLETE")
     browser.get(f"{airflow.url}/tailfill/run/{BACKFILL}/{run_id}")
-    wait.until(lambda d: label in page_text(d))
-    text = page_text(browser)
-    assert "finished" in text and "4,000" in text and "100" in text, text
-    shot("run-progress")
+    wait_for_text(browser, shot, "run-progress", label, "finished", "4,000", "100%")
     browser.get(f"{airflow.url}/dags/{BACKFILL}/runs/{run_id}/tasks/ingest_slice")
-    wait.until(lambda d: label in page_text(d))
-    shot("lanes-labelled")
+    wait_for_text(browser, shot, "lanes-labelled", label)
 
 
 def test_failed_tail_starts_with_its_cause_and_fix(airflow, pipeline, browser, shot):
     """A job failure: the task's error and log lead with cause and fix, the Java stack is elsewhere."""
-    from selenium.webdriver.support.ui import WebDriverWait
-
     cfg = pipeline
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 400, PARTITIONS)
     fault = Path(os.environ["TAILFILL_FAULT_DIR"]) / "fail-before-commit"
@@ -353,8 +360,7 @@ def test_failed_tail_starts_with_its_cause_and_fix(airflow, pipeline, browser, s
 
         login(browser, airflow)
         browser.get(f"{airflow.url}/dags/{INCREMENTAL}/runs/{run_id}/tasks/tail")
-        WebDriverWait(browser, 60).until(lambda d: "failed (exit 2)" in page_text(d))
-        shot("failure-headline")
+        wait_for_text(browser, shot, "failure-headline", "failed (exit 2)")
     finally:
         fault.write_text("0")
         airflow.request("PATCH", f"/api/v2/dags/{INCREMENTAL}/dagRuns/{airflow._q(run_id)}", {"state": "failed"})
