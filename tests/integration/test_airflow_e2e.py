@@ -101,6 +101,7 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
     assert sorted(t["map_index"] for t in by_task["ingest_slice"]) == [0], by_task["ingest_slice"]
     assert sorted(t["map_index"] for t in by_task["validate_slice"]) == [0]
     assert {t["state"] for t in tis} == {"success"}, [(t["task_id"], t["map_index"], t["state"]) for t in tis]
+    print("task durations (s): " + ", ".join(f"{t['task_id']} {t['duration']:.1f}" for t in tis))
     lanes = airflow.xcom(BACKFILL, run_id, "plan")
     assert [lane["slices"] for lane in lanes] == [[0, 1, 2]]
     args = lanes[0]["args"]  # the lane runs exactly the planned bounds of its slices
@@ -322,12 +323,15 @@ def test_lane_links_progress_and_proof_in_headless_chromium(airflow, pipeline, b
     assert refused.value.code in (401, 403)
 
     login(browser, airflow)
-    browser.get(f"{airflow.url}/dags/{BACKFILL}/runs/{run_id}/tasks/ingest_slice/mapped/0")
-    wait_for_text(browser, shot, "lane-with-extra-links", "Completeness report")
+    lane_page = f"{airflow.url}/dags/{BACKFILL}/runs/{run_id}/tasks/ingest_slice/mapped/0"
+    browser.get(lane_page)  # the log: progress lines, no Spark chatter; the label in the header
+    wait_for_text(browser, shot, "lane-log-with-progress", label, "[finished] 4,000/4,000 offsets (100%)")
+    browser.get(lane_page + "/details")  # Airflow shows extra links in the task instance's details
+    wait_for_text(browser, shot, "lane-extra-links", "Extra Links", "Completeness report", "Data Docs")
     browser.get(links["Completeness report"])  # the UI's session cookie is the login
     wait_for_text(browser, shot, "completeness-report", "COMPLETE")
     browser.get(f"{airflow.url}/tailfill/run/{BACKFILL}/{run_id}")
-    wait_for_text(browser, shot, "run-progress", label, "finished", "4,000", "100%")
+    wait_for_text(browser, shot, "run-progress", label, "finished", "4,000/4,000", "100.0%")
     browser.get(f"{airflow.url}/dags/{BACKFILL}/runs/{run_id}/tasks/ingest_slice")
     wait_for_text(browser, shot, "lanes-labelled", label)
 
