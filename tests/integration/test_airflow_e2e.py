@@ -332,7 +332,7 @@ def test_lane_links_progress_and_proof_in_headless_chromium(airflow, pipeline, b
     wait_for_text(browser, shot, "completeness-report", "COMPLETE")
     browser.get(f"{airflow.url}/tailfill/run/{BACKFILL}/{run_id}")
     wait_for_text(browser, shot, "run-progress", label, "finished", "4,000/4,000", "100.0%")
-    browser.get(f"{airflow.url}/dags/{BACKFILL}/runs/{run_id}/tasks/ingest_slice")
+    browser.get(f"{airflow.url}/dags/{BACKFILL}/runs/{run_id}/tasks/ingest_slice/mapped")  # the lanes list
     wait_for_text(browser, shot, "lanes-labelled", label)
 
 
@@ -353,7 +353,8 @@ def test_failed_tail_starts_with_its_cause_and_fix(airflow, pipeline, browser, s
         errors = [line for line in log.splitlines() if " error " in line]
         assert errors, log
         head = f"ingest of {NAME} (tail, tail, run af-{NAME}-tail-"
-        assert head in errors[0] and "failed (exit 2): [tail]" in errors[0] and "InjectedFault" in errors[0], errors
+        assert head in errors[0] and f"failed (exit 2): [{NAME} tail] 4 consecutive failed attempts" in errors[0] \
+            and "last cause: InjectedFault" in errors[0], errors
         assert "(fix: read the cause in the job output" in errors[0], errors[0]
         assert "committed before the failure: nothing" in log, log
         assert f"JobFailed: {head}" in log and "Cannot execute" not in log, log  # the task's error
