@@ -117,16 +117,13 @@ def cmd_stop_tail(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from tailfill.proof.reports import read_latest
     from tailfill.run.plan import source_state
-    from tailfill.run.status import format_status, pipeline_status
+    from tailfill.run.status import format_status, pipeline_status, quarantined_rows
     from tailfill.run.tail_health import describe, read_health
 
     cfg = resolve_pipeline(args.pipeline)
     state = source_state(cfg)
     rows = pipeline_status(state)
-    current = state.quarantine.current_snapshot()  # its totals survive snapshot expiry
-    summary = current.summary.additional_properties if current and current.summary else {}
-    quarantined = int(summary.get("total-records", 0))
-    _say(format_status(cfg.name, rows, quarantined))
+    _say(format_status(cfg.name, rows, quarantined_rows(state)))
     for line in describe(cfg, read_health(cfg.name)):
         _say(line)
     latest = read_latest(cfg)

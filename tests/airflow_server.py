@@ -152,6 +152,21 @@ class AirflowServer:
         except urllib.error.HTTPError as exc:
             raise AirflowError(f"{method} {path} -> {exc.code}: {exc.read()[:2000]!r}") from None
 
+    def get_text(self, url: str, timeout: float = 30) -> tuple[int, str]:
+        """``(status, body)`` of a GET of an absolute URL of this Airflow (a plugin page), with the token."""
+        assert url.startswith(self.url), f"{url} is not served by {self.url}"
+        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, resp.read().decode(errors="replace")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(errors="replace")
+
+    def extra_links(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[str, str | None]:
+        path = (f"/api/v2/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}/taskInstances/{self._q(task_id)}"
+                f"/links")
+        return self.request("GET", path, params={"map_index": map_index})["extra_links"]
+
     @staticmethod
     def _q(value: str) -> str:
         return urllib.parse.quote(value, safe="")

@@ -4,37 +4,58 @@ Parsing reads YAML and builds task objects only: no broker, no Spark, no pyspark
 call the tailfill core at run time, with the pipeline's Kafka login from its Airflow connection
 (:class:`~tailfill_airflow.hooks.TailfillHook`); Spark work goes through
 :class:`~tailfill_airflow.operators.TailfillSubmitOperator` (the apache-spark provider's operator)
-with the master of the ``spark_default`` connection.
+with the master of the ``spark_default`` connection, in the shared ``tailfill_spark`` pool.
+
+Each validation task updates the pipeline's Iceberg table as an Airflow asset (offsets and rows of
+the run in the event's extra); the DAG and task docs, the lanes' labels and the params' help are
+written for the person running the pipeline, not for its developers.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk import DAG, Asset, Param, get_current_context, task
 
 from tailfill.config import PipelineConfig, load_pipeline, pipelines_dir
 from tailfill.errors import ConfigError
+from tailfill_airflow.callbacks import on_failure
 from tailfill_airflow.hooks import TailfillHook
+from tailfill_airflow.naming import (
+    BACKFILL,
+    INCREMENTAL,
+    SPARK_POOL,
+    backfill_lane_slots,
+    dag_id,
+    label_of_args,
+    lane_label,
+    tailfill_run_id,
+)
 from tailfill_airflow.operators import TailfillSubmitOperator, code_archive_path
 
 log = logging.getLogger(__name__)
 START = datetime(2026, 1, 1)
 RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=30), "retry_exponential_backoff": True}
+DEFAULTS = {"on_failure_callback": on_failure}
 
 
-def _run_id(prefix: str) -> str:
-    """A file-name-safe run id derived from Airflow's run id (stable across task retries)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"af-{prefix}-{get_current_context()['run_id']}").strip("-")
+def table_asset(cfg: PipelineConfig) -> Asset:
+    """The pipeline's Iceberg table as an Airflow asset (one per catalog table, whichever DAG writes it)."""
+    t = cfg.target
+    return Asset(name=f"{t.namespace}.{t.table}", uri=f"iceberg://{t.catalog.name}/{t.namespace}/{t.table}",
+                 group="iceberg")
+
+
+def _airflow_run_id() -> str:
+    return get_current_context()["run_id"]
 
 
 def _preflight_task(cfg: PipelineConfig, mode: str):
     """The ``preflight`` task of a DAG: every check, then the code archive shipped to executors."""
 
-    @task(task_id="preflight", **RETRIES)
+    @task(task_id="preflight", doc_md=PREFLIGHT_DOC, **RETRIES)
     def preflight() -> list[str]:
         from tailfill.run.preflight import preflight as run_checks
         from tailfill.run.runtime import code_archive
@@ -50,44 +71,130 @@ def _preflight_task(cfg: PipelineConfig, mode: str):
 
 
 def _validate(cfg: PipelineConfig, run_id: str) -> dict:
+    """Validate one run; on success record an asset event with its offsets and rows."""
     from tailfill.proof.validate import validate
 
     report = validate(cfg, run_id=run_id)
-    log.info("validation of %s: %s (%s offsets) report %s", run_id,
-             "complete" if report["success"] else "INCOMPLETE", report["offsets_checked"], report["paths"]["html"])
+    verdict = "complete" if report["success"] else "INCOMPLETE"
+    log.info("validation of %s: %s (%s offsets) report %s", run_id, verdict, report["offsets_checked"],
+             report["paths"]["html"])
     if not report["success"]:
-        raise RuntimeError("incomplete: " + "; ".join(report["problems"]))
-    return {"run_id": run_id, "offsets": report["offsets_checked"], "report": report["paths"]["html"],
-            "partitions": report["partitions"]}
+        raise RuntimeError(f"run {run_id} of {cfg.name} is incomplete: " + "; ".join(report["problems"])
+                           + f" (fix: see the completeness report {report['paths']['html']})")
+    rows = sum(p["rows"] for p in report["partitions"])
+    quarantined = sum(p["quarantined"] for p in report["partitions"])
+    get_current_context()["outlet_events"][table_asset(cfg)].extra = {
+        "pipeline": cfg.name, "run_id": run_id, "offsets": report["offsets_checked"], "rows": rows,
+        "quarantined": quarantined, "report": report["paths"]["html"]}
+    return {"run_id": run_id, "offsets": report["offsets_checked"], "rows": rows, "quarantined": quarantined,
+            "report": report["paths"]["html"], "partitions": report["partitions"]}
+
+
+# --- user-facing docs ---------------------------------------------------------------------------
+
+PREFLIGHT_DOC = """Checks the broker, topic, catalog, warehouse, Spark and disk before any Spark work,
+and builds the code archive the executors import. A failure names the check and its fix."""
+PLAN_DOC = """Reads the broker's offsets and the table's ledger, records the cutover when there is none
+yet, and deals the uncommitted offsets of the requested range into slices and lanes. Its XCom lists
+each lane's slices and exact bounds; the log shows earliest, cutover, committed and what the run covers."""
+INGEST_DOC = """One `spark-submit` per lane, running the lane's slices in capped micro-batches, each
+committed atomically with its offset ranges. **Progress**: the lane's label in the grid, the
+`progress` XCom and the *Tailfill* tab of this task (offsets done/planned, rows/s, ETA). **Links**:
+completeness report, progress and batch reports, Data Docs, Spark job output. A failure's error starts
+with the cause and the fix, then what was committed; clearing the task resumes where it stopped."""
+VALIDATE_DOC = """Proves the lane landed every offset exactly once (Great Expectations on exact offset
+counts) and updates the table's asset with the run's offsets and rows. Fails naming missing or
+duplicated ranges."""
+SUMMARY_DOC = """Totals of the run over all lanes: offsets, rows, quarantined, and each lane's report."""
+TUNE_DOC = """Finds how many offsets are waiting after the committed position and sizes the batch
+cap from measured throughput. With nothing waiting, the run stops here (no Spark) and the
+downstream tasks are skipped."""
+TAIL_DOC = """`spark-submit` of the tail from the committed position to the broker's current end, in
+capped micro-batches. Progress, links and failure causes as for a backfill lane."""
+REPORT_DOC = """The run's summary: offsets, rows, batch cap and why, and the completeness report."""
+
+
+def _backfill_doc(cfg: PipelineConfig) -> str:
+    return f"""### Backfill of `{cfg.source.topic}` into `{cfg.target.namespace}.{cfg.target.table}`
+
+Loads the topic's history — by default from the earliest offset to the **cutover**, where the
+incremental DAG (`{dag_id(cfg.name, INCREMENTAL)}`) begins — exactly once, in slices run by parallel
+lanes. Offsets already committed are skipped, so re-running is safe.
+
+**Run it**: *Trigger* → adjust the parameters → *Trigger*. The *Tailfill* tab of a run shows every
+lane's progress; each lane's extra links lead to its completeness report and Data Docs.
+
+**Capacity**: lanes run in the `{SPARK_POOL}` pool and at most {backfill_lane_slots()} at a time, so the
+incremental DAG always finds a slot. **Proof**: each lane is validated; the table's asset is updated
+with the offsets and rows of each validated lane.
+"""
+
+
+def _incremental_doc(cfg: PipelineConfig) -> str:
+    return f"""### Incremental tail of `{cfg.source.topic}` into `{cfg.target.namespace}.{cfg.target.table}`
+
+Each run ingests what arrived after the committed position (from the cutover on), validates it,
+and updates the table's asset. Schedule: `{cfg.tail.schedule}`. A run with nothing new stops after
+`tune` without starting Spark. History before the cutover is `{dag_id(cfg.name, BACKFILL)}`'s job;
+Airflow's date-range backfill is disabled here (offsets, not dates, define what a run covers).
+"""
+
+
+def _params(cfg: PipelineConfig) -> dict[str, Param]:
+    slices, lanes = cfg.backfill.slices, backfill_lane_slots()
+    status = f"[the pipeline's live offsets](/tailfill/pipeline/{dag_id(cfg.name, BACKFILL)})"
+    return {
+        "from_offsets": Param(
+            "earliest", type="string", title="From",
+            description_md=f'Where the backfill starts: `earliest` (the oldest offset the broker still holds) or '
+                           f'offsets as JSON, e.g. `{{"{cfg.source.topic}": {{"0": 1000, "1": 1000}}}}`. '
+                           f'Earliest offsets per partition: {status}.'),
+        "to_offsets": Param(
+            "cutover", type="string", title="To (exclusive)",
+            description_md=f'Where it ends: `cutover` (where the tail begins; recorded at the broker\'s current end '
+                           f'by the first run) or offsets JSON like `{{"{cfg.source.topic}": {{"0": 5000}}}}`. '
+                           f'Cutover, committed offsets and what a run would cover: {status}.'),
+        "slices": Param(
+            slices, type="integer", minimum=1, maximum=1024, title="Slices",
+            description_md=f"How many pieces the range is cut into (per partition, equal offset counts). More slices "
+                           f"give finer restarts and progress; lanes run adjacent slices as one Spark job. "
+                           f"Pipeline default: {slices}."),
+        "max_parallel_slices": Param(
+            min(lanes, slices), type="integer", minimum=1, maximum=64, title="Lanes (parallel Spark jobs)",
+            description_md=f"How many `spark-submit` jobs share the slices. Each is one mapped `ingest_slice` task; "
+                           f"at most {lanes} run at once (pool `{SPARK_POOL}`), the rest wait."),
+        "max_offsets_per_second": Param(
+            cfg.backfill.max_offsets_per_second, type=["null", "integer"], minimum=1, title="Rate limit (offsets/s)",
+            description_md="At most this many offsets per second per lane (empty: no limit). Whatever the limit, "
+                           "a lane runs on half the cores beside a live tail and pauses while the tail misses "
+                           f"its freshness objective (p95 ≤ {cfg.tail.freshness_seconds:g}s). Pipeline default: "
+                           f"{cfg.backfill.max_offsets_per_second or 'no limit'}."),
+        "committed_ranges": Param(
+            "skip", type="string", enum=["skip", "fail"], title="Already-committed ranges",
+            description_md="`skip`: committed offsets are left alone (re-running is a no-op for them); "
+                           "`fail`: stop if the requested range overlaps committed offsets."),
+    }
+
+
+# --- the DAGs --------------------------------------------------------------------------------------
 
 
 def backfill_dag(cfg: PipelineConfig) -> DAG:
     """Manual, parameterised backfill of ``[from, to)``: preflight → plan → mapped spark-submit → validate."""
-    slices = cfg.backfill.slices
     with DAG(
-        dag_id=f"{cfg.name}_backfill",
+        dag_id=dag_id(cfg.name, BACKFILL),
         description=f"Backfill history of {cfg.source.topic} into {cfg.target.namespace}.{cfg.target.table}",
         schedule=None,
         start_date=START,
         catchup=False,
         tags=["tailfill", cfg.name, "backfill"],
-        params={
-            "from_offsets": Param("earliest", type="string", title="From",
-                                  description='"earliest" or offsets JSON, e.g. {"topic": {"0": 0}}'),
-            "to_offsets": Param("cutover", type="string", title="To",
-                                description='"cutover" (where the tail begins) or offsets JSON'),
-            "slices": Param(slices, type="integer", minimum=1, maximum=1024, title="Slices"),
-            "max_parallel_slices": Param(min(2, slices), type="integer", minimum=1, maximum=64,
-                                         title="Max parallel slices",
-                                         description="spark-submit jobs running at once; slices beyond run in turn"),
-            "committed_ranges": Param("skip", type="string", enum=["skip", "fail"], title="Already-committed ranges",
-                                      description="skip: committed offsets are left alone (re-ingest is a no-op); "
-                                                  "fail: stop if the requested range overlaps committed offsets"),
-        },
-        doc_md=__doc__,
+        params=_params(cfg),
+        doc_md=_backfill_doc(cfg),
+        default_args=DEFAULTS,
+        user_defined_macros={"lane_label_of": label_of_args},
     ) as dag:
 
-        @task
+        @task(doc_md=PLAN_DOC)
         def plan() -> list[dict]:
             """The slices to run, planned once: each lane gets its slices' exact bounds."""
             from tailfill.offsets import PartitionOffsets, ranges_between, subtract
@@ -102,9 +209,13 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
                          else PartitionOffsets.from_json(params["from_offsets"]))
                 end = (ensure_cutover(state) if params["to_offsets"] == "cutover"
                        else PartitionOffsets.from_json(params["to_offsets"]))
+            log.info("earliest %s, cutover %s, committed %s offsets; this run covers [%s, %s)",
+                     state.marks.low.to_dict(), (state.cutover or end).to_dict(),
+                     f"{sum(r.size for r in state.ledger.committed):,}", start.to_dict(), end.to_dict())
             overlap = [r for r in ranges_between(start, end) if subtract([r], state.ledger.committed) != [r]]
             if overlap and params["committed_ranges"] == "fail":
-                raise ValueError(f"requested range overlaps committed offsets in {', '.join(map(str, overlap))}")
+                raise ValueError(f"requested range overlaps committed offsets in {', '.join(map(str, overlap))} "
+                                 "(fix: trigger with committed_ranges=skip, or a range after them)")
             todo = plan_backfill(state, start, end, params["slices"])
             if not todo:
                 log.info("nothing to backfill: every offset of the range is committed")
@@ -115,29 +226,38 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
             out = []
             for lane in range(lanes):  # each lane a block of adjacent slices: the job runs it as one query
                 block = todo[lane * len(todo) // lanes:(lane + 1) * len(todo) // lanes]
-                spec = JobSpec(str(cfg.path), "backfill", _run_id(f"{cfg.name}-backfill-lane{lane}"),
-                               tuple(block), max_offsets_per_batch=tuning.max_offsets_per_batch)
-                out.append({"run_id": spec.run_id, "slices": [s.index for s in spec.slices], "args": spec.argv()})
+                spec = JobSpec(str(cfg.path), "backfill", tailfill_run_id(cfg.name, BACKFILL, _airflow_run_id(), lane),
+                               tuple(block), max_offsets_per_batch=tuning.max_offsets_per_batch,
+                               max_offsets_per_second=params.get("max_offsets_per_second"))
+                slices = [s.to_dict() for s in spec.slices]
+                out.append({"run_id": spec.run_id, "label": lane_label(slices),
+                            "slices": [s.index for s in spec.slices], "args": spec.argv()})
+                log.info("lane %s: %s", lane, out[-1]["label"])
             return out
 
-        @task(**RETRIES)
+        @task(doc_md=VALIDATE_DOC, outlets=[table_asset(cfg)], map_index_template="{{ lane_label }}", **RETRIES)
         def validate_slice(lane: dict) -> dict:
-            return _validate(cfg, lane["run_id"]) | {"slices": lane["slices"]}
+            get_current_context()["lane_label"] = lane["label"]  # type: ignore[typeddict-unknown-key]
+            return _validate(cfg, lane["run_id"]) | {"slices": lane["slices"], "label": lane["label"]}
 
-        @task(trigger_rule="none_failed")  # also when there was nothing to backfill (lanes skipped)
+        @task(trigger_rule="none_failed", doc_md=SUMMARY_DOC)  # also when nothing was to backfill
         def summary(results: list[dict]) -> dict:
             results = list(results)
-            total = sum(r["offsets"] for r in results)
             for r in results:
-                log.info("slices %s: run %s, %s offsets complete, report %s", r["slices"], r["run_id"],
-                         r["offsets"], r["report"])
-            log.info("backfill of %s: %s offsets in %s lanes, all complete", cfg.name, total, len(results))
-            return {"offsets": total, "lanes": len(results)}
+                log.info("%s: run %s, %s offsets (%s rows, %s quarantined) complete, report %s", r["label"],
+                         r["run_id"], f"{r['offsets']:,}", f"{r['rows']:,}", f"{r['quarantined']:,}", r["report"])
+            out = {"offsets": sum(r["offsets"] for r in results), "lanes": len(results),
+                   "rows": sum(r["rows"] for r in results), "quarantined": sum(r["quarantined"] for r in results)}
+            log.info("backfill of %s: %s offsets in %s lanes, all complete", cfg.name, f"{out['offsets']:,}",
+                     out["lanes"])
+            return out
 
         lanes = plan()
-        submit = TailfillSubmitOperator.partial(task_id="ingest_slice", pipeline=str(cfg.path),
-                                                name=f"tailfill-{cfg.name}-backfill", **RETRIES).expand(
-            application_args=lanes.map(lambda lane: lane["args"]))
+        submit = TailfillSubmitOperator.partial(
+            task_id="ingest_slice", pipeline=str(cfg.path), name=f"tailfill-{cfg.name}-backfill", doc_md=INGEST_DOC,
+            pool=SPARK_POOL, max_active_tis_per_dag=backfill_lane_slots(),
+            map_index_template="{{ lane_label_of(task.application_args) }}", **RETRIES,
+        ).expand(application_args=lanes.map(lambda lane: lane["args"]))
         checked = validate_slice.expand(lane=lanes)
         _preflight_task(cfg, "backfill") >> lanes >> submit >> checked
         summary(checked)
@@ -147,41 +267,56 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
 def incremental_dag(cfg: PipelineConfig) -> DAG:
     """Scheduled tail from the committed position: preflight → tune → spark-submit → validate → report."""
     with DAG(
-        dag_id=f"{cfg.name}_incremental",
+        dag_id=dag_id(cfg.name, INCREMENTAL),
         description=f"Tail {cfg.source.topic} from its committed position into {cfg.target.table}",
         schedule=cfg.tail.schedule,
         start_date=START,
         catchup=False,
         max_active_runs=1,
         tags=["tailfill", cfg.name, "incremental"],
-        doc_md=__doc__,
+        doc_md=_incremental_doc(cfg),
+        default_args=DEFAULTS,
+        allowed_run_types=["scheduled", "manual"],  # not Airflow's date-range backfill: offsets define a run
     ) as dag:
 
-        @task
-        def tune() -> dict:
+        @task.short_circuit(doc_md=TUNE_DOC, multiple_outputs=True)  # downstream reads tuned["args"]
+        def tune() -> dict | None:
+            from tailfill.offsets import ranges_between, total
+            from tailfill.run.plan import source_state, tail_start
             from tailfill.run.submit import JobSpec
             from tailfill.run.tuning import tuned_max_offsets
 
+            with TailfillHook(cfg).credentials_exported():
+                state = source_state(cfg)
+                start = tail_start(state)
+            pending = total(ranges_between(start, state.marks.high))
+            log.info("tail position %s, broker end %s: %s offsets waiting", start.to_dict(),
+                     state.marks.high.to_dict(), f"{pending:,}")
+            if not pending:
+                log.info("nothing new since the committed position: skipping Spark and validation")
+                return None
             tuning = tuned_max_offsets(cfg, "tail")
             log.info("max offsets per batch: %s (%s)", tuning.max_offsets_per_batch, tuning.reason)
-            spec = JobSpec(str(cfg.path), "tail", _run_id(f"{cfg.name}-tail"), once=True,
-                           max_offsets_per_batch=tuning.max_offsets_per_batch)
-            return {"run_id": spec.run_id, "tuning": tuning.to_dict(), "args": spec.argv()}
+            spec = JobSpec(str(cfg.path), "tail", tailfill_run_id(cfg.name, INCREMENTAL, _airflow_run_id()),
+                           once=True, max_offsets_per_batch=tuning.max_offsets_per_batch)
+            return {"run_id": spec.run_id, "tuning": tuning.to_dict(), "args": spec.argv(), "pending": pending}
 
-        @task(**RETRIES)
+        @task(doc_md=VALIDATE_DOC, outlets=[table_asset(cfg)], **RETRIES)
         def validate(tuned: dict) -> dict:
             return _validate(cfg, tuned["run_id"])
 
-        @task
+        @task(doc_md=REPORT_DOC)
         def report(tuned: dict, checked: dict) -> dict:
-            log.info("tail run %s: %s offsets validated; batch cap %s (%s); report %s", tuned["run_id"],
-                     checked["offsets"], tuned["tuning"]["max_offsets_per_batch"], tuned["tuning"]["reason"],
-                     checked["report"])
+            log.info("tail run %s: %s offsets validated (%s rows, %s quarantined); batch cap %s (%s); report %s",
+                     tuned["run_id"], f"{checked['offsets']:,}", f"{checked['rows']:,}",
+                     f"{checked['quarantined']:,}", tuned["tuning"]["max_offsets_per_batch"],
+                     tuned["tuning"]["reason"], checked["report"])
             return {"tuning": tuned["tuning"], **checked}
 
         tuned = tune()
         tail = TailfillSubmitOperator(task_id="tail", pipeline=str(cfg.path), name=f"tailfill-{cfg.name}-tail",
-                                      application_args=tuned["args"], **RETRIES)
+                                      application_args=tuned["args"], planned_offsets=tuned["pending"],
+                                      doc_md=TAIL_DOC, pool=SPARK_POOL, **RETRIES)
         checked = validate(tuned)
         _preflight_task(cfg, "tail") >> tuned >> tail >> checked
         report(tuned, checked)

@@ -8,7 +8,9 @@ Uses ``airflow standalone`` with this project's DAGs and plugins, DAGs unpaused,
 lanes really run side by side: the database named by ``TAILFILL_AIRFLOW_DB`` (a SQLAlchemy URL),
 else a local Postgres (:class:`tailfill.dev.postgres.LocalPostgres`) kept in
 ``$AIRFLOW_HOME/postgres`` (``$AIRFLOW_HOME`` defaults to ``.tailfill/airflow``), started on a free
-loopback port and stopped when Airflow stops.
+loopback port and stopped when Airflow stops, and the
+``tailfill_spark`` pool with ``$TAILFILL_SPARK_SLOTS`` slots (2 unless set: one backfill lane
+beside one incremental run on a 2-core machine).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 from pathlib import Path
 
 from tailfill.run import runtime
+from tailfill_airflow.naming import SLOTS_ENV, SPARK_POOL, spark_slots
 
 REPO = Path(__file__).resolve().parents[2]
 USER, PASSWORD = "admin", "admin"
@@ -69,6 +72,7 @@ def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None,
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "TAILFILL_PIPELINES": env.get("TAILFILL_PIPELINES", str(REPO / "pipelines")),
+        SLOTS_ENV: str(spark_slots(env)),
         **runtime.spark_env(),
     })
     if database_url:
@@ -113,6 +117,7 @@ def main() -> None:
         env = local_env(home, args.port, database_url=url)
         print(f"Airflow UI: http://127.0.0.1:{args.port}  login {USER} / {PASSWORD}  (AIRFLOW_HOME={home})",
               flush=True)
+        create_pool(airflow, env)
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
         # Its own process group: on stop, every Airflow component goes, before Postgres does.
         proc = subprocess.Popen([airflow, "standalone"], env=env, start_new_session=True)
@@ -120,6 +125,15 @@ def main() -> None:
             sys.exit(proc.wait())
         except KeyboardInterrupt:
             _stop_group(proc)
+
+
+def create_pool(airflow: str, env: dict[str, str]) -> None:
+    """Migrate the metadata database and create (or resize) the Spark pool every Tailfill DAG uses."""
+    for args in (["db", "migrate"],
+                 ["pools", "set", SPARK_POOL, env[SLOTS_ENV], "spark-submit jobs of Tailfill (one slot each)"]):
+        proc = subprocess.run([airflow, *args], env=env, capture_output=True, text=True)
+        if proc.returncode:
+            raise SystemExit(f"airflow {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
 if __name__ == "__main__":

@@ -4,20 +4,100 @@ Thin on purpose: the application, Spark settings and code archive come from
 :mod:`tailfill.run.runtime`, the arguments from :class:`tailfill.run.submit.JobSpec`, and the
 environment (with the Kafka login of the pipeline's Airflow connection) from
 :class:`~tailfill_airflow.hooks.TailfillHook` when the task runs.
+
+What it adds for the person watching the run:
+
+- **progress** while the job runs: a ``progress`` XCom and a task-log line per committed batch
+  (offsets done/planned, rows/s, ETA, freshness), and the lane's label in the grid extended with it;
+- **causes first**: the job's full output goes to ``spark-submit-try<N>.log`` beside the run's batch
+  reports; the task log keeps the job's own lines; a failure raises one headline (what failed,
+  the cause, the fix), then what the run committed before it, then where the full output is;
+- **extra links** to the run's completeness report, Data Docs, batch reports and job output,
+  served by the Tailfill plugin (:mod:`tailfill_airflow.views`).
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import re
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperatorLink
+from airflow.sdk.exceptions import AirflowException
 
 from tailfill.config import load_pipeline
+from tailfill.errors import TailfillError
+from tailfill.lake.batch_report import runs_dir
+from tailfill.offsets import total
 from tailfill.run import runtime
 from tailfill.run.runtime import code_archive_path
+from tailfill_airflow.causes import JobOutput, committed_summary, headline
 from tailfill_airflow.hooks import TailfillHook
+from tailfill_airflow.naming import lane_label
+from tailfill_airflow.progress import ProgressWatcher, run_reports, write_lane
 
-__all__ = ["TailfillSubmitOperator", "code_archive_path"]
+log = logging.getLogger(__name__)
+PROGRESS_KEY, RESULT_KEY = "progress", "result"
+# Lines of the provider's own interest (driver / application ids of cluster modes) still reach it.
+_PROVIDER_LINES = re.compile(r"driver-[0-9-]+|application[0-9_]+|pod name:|spark-app-selector|[eE]xit code:")
+
+__all__ = ["JobFailed", "TailfillSubmitOperator", "code_archive_path"]
+
+
+class JobFailed(TailfillError):
+    """A ``spark-submit`` of the ingest job failed; the message starts with the cause and the fix."""
+
+
+# --- extra links ----------------------------------------------------------------------------------
+
+
+def plugin_url(path: str) -> str:
+    """An absolute URL of the Tailfill plugin app (``/tailfill``) under Airflow's ``[api] base_url``."""
+    from airflow.configuration import conf
+
+    return conf.get("api", "base_url", fallback="").rstrip("/") + "/tailfill/" + path.lstrip("/")
+
+
+class _RunLink(BaseOperatorLink):
+    """A link to one of the plugin's pages of this task's run (``<page>/<dag>/<run>/<map index>``)."""
+
+    page = ""
+
+    def get_link(self, operator, *, ti_key) -> str:
+        from urllib.parse import quote
+
+        return plugin_url(f"{self.page}/{quote(ti_key.dag_id)}/{quote(ti_key.run_id, safe='')}/{ti_key.map_index}")
+
+
+class CompletenessReportLink(_RunLink):
+    name = "Completeness report"
+    page = "report"
+
+
+class BatchReportsLink(_RunLink):
+    name = "Progress and batch reports"
+    page = "batches"
+
+
+class JobOutputLink(_RunLink):
+    name = "Spark job output"
+    page = "output"
+
+
+class DataDocsLink(BaseOperatorLink):
+    name = "Data Docs"
+
+    def get_link(self, operator, *, ti_key) -> str:
+        from urllib.parse import quote
+
+        return plugin_url(f"docs/{quote(ti_key.dag_id)}/index.html")
+
+
+# --- the operator -----------------------------------------------------------------------------------
 
 
 class TailfillSubmitOperator(SparkSubmitOperator):
@@ -26,16 +106,118 @@ class TailfillSubmitOperator(SparkSubmitOperator):
     The master is the ``spark_default`` connection's; ``conf`` (optional) is laid over Tailfill's
     Spark settings, as ``tailfill backfill --conf`` does. The tailfill code always goes to the
     executors with ``--py-files``, built by :func:`tailfill.run.runtime.code_archive` when the task runs.
+    ``planned_offsets``: what the run will cover when the arguments do not say (the tail's pending
+    offsets at planning time); a backfill lane's is the size of its slices.
     """
 
-    def __init__(self, *, pipeline: str, conf: dict[str, Any] | None = None, **kwargs: Any):
+    template_fields = (*SparkSubmitOperator.template_fields, "planned_offsets")
+    operator_extra_links = (CompletenessReportLink(), BatchReportsLink(), DataDocsLink(), JobOutputLink())
+
+    def __init__(self, *, pipeline: str, conf: dict[str, Any] | None = None, planned_offsets: Any = None,
+                 **kwargs: Any):
         kwargs.setdefault("conn_id", "spark_default")
         super().__init__(application=str(runtime.job_file()), conf=runtime.spark_conf() | (conf or {}),
                          py_files=str(code_archive_path()), **kwargs)
         self.pipeline = pipeline
+        self.planned_offsets = planned_offsets
+        self._output: JobOutput | None = None
+        self._output_file: Path | None = None
+
+    # --- what the job prints --------------------------------------------------------------------
+
+    def _get_hook(self):
+        hook = super()._get_hook()
+        original = hook._process_spark_submit_log
+        hook._process_spark_submit_log = lambda itr: original(self._divert(itr))
+        return hook
+
+    def _divert(self, lines: Iterator[str]) -> Iterator[str]:
+        """Every line to the output file; the job's own (and the provider's) on to the task log."""
+        assert self._output is not None and self._output_file is not None
+        self._output_file.parent.mkdir(parents=True, exist_ok=True)
+        with self._output_file.open("w") as out:
+            for line in lines:
+                out.write(line if line.endswith("\n") else line + "\n")
+                out.flush()
+                if self._output.observe(line) or _PROVIDER_LINES.search(line):
+                    yield line
+
+    # --- execute ----------------------------------------------------------------------------------
 
     def execute(self, context: Any) -> None:
+        from tailfill.run.submit import JobSpec  # not at parse time: it imports the planner (broker, catalog)
+
+        cfg = load_pipeline(self.pipeline)
+        spec = JobSpec.parse(list(self.application_args))
+        planned = (sum(total(s.ranges) for s in spec.slices) if spec.slices
+                   else int(self.planned_offsets) if self.planned_offsets is not None else None)
+        label = lane_label([s.to_dict() for s in spec.slices]) if spec.slices else "tail"
+        ti = context["ti"]
+        folder = runs_dir(cfg.name) / spec.run_id
+        self._output = JobOutput()
+        self._output_file = folder / f"spark-submit-try{ti.try_number}.log"
         self.py_files = str(runtime.code_archive())  # this worker's code, fresh (the path is the same)
-        self.env_vars = {**(self.env_vars or {}), **runtime.shipped_code_env(),
-                         **TailfillHook(load_pipeline(self.pipeline)).job_env()}
-        return super().execute(context)
+        self.env_vars = {**(self.env_vars or {}), **runtime.shipped_code_env(), **TailfillHook(cfg).job_env()}
+        log.info("%s: run %s, %s; full job output in %s", cfg.name, spec.run_id,
+                 f"{planned:,} offsets planned" if planned is not None else "open-ended", self._output_file)
+
+        def publish(p: dict) -> None:
+            log.info("progress %s: %s", label, p["line"])
+            ended = None if p["state"] == "running" else p["updated_at"]
+            write_lane(cfg.name, spec.run_id, state=p["state"], ended_at=ended)
+            ti.xcom_push(key=PROGRESS_KEY, value=p)
+            _show_in_grid(ti, f"{label} · {p['line']}")
+
+        watcher = ProgressWatcher(cfg.name, spec.run_id, planned, publish)
+        write_lane(cfg.name, spec.run_id, label=label, planned=planned, started_at=watcher.started_at,
+                   try_number=ti.try_number, cause=None, state="running", ended_at=None)
+        try:
+            with watcher:
+                super().execute(context)
+        except AirflowException as exc:
+            failure = self._failure(cfg.name, spec, label, exc)
+            write_lane(cfg.name, spec.run_id, cause=str(failure).splitlines()[0])
+            raise failure from None
+        result = self._result()
+        if result is not None:
+            ti.xcom_push(key=RESULT_KEY, value=result)
+
+    def _result(self) -> list[dict] | None:
+        """The job's ``TAILFILL_RESULT`` line: one IngestResult per query."""
+        from tailfill.run.submit import RESULT_PREFIX
+
+        assert self._output is not None
+        for line in reversed(self._output.own):
+            if line.startswith(RESULT_PREFIX):
+                return json.loads(line.removeprefix(RESULT_PREFIX))
+        return None
+
+    def _failure(self, pipeline: str, spec: Any, label: str, exc: AirflowException) -> JobFailed:
+        assert self._output is not None
+        code = getattr(self._hook, "_submit_sp", None)
+        returncode = code.returncode if code is not None else "?"
+        what = f"ingest of {pipeline} ({spec.mode}, {label}, run {spec.run_id})"
+        first = headline(what, self._output, returncode)
+        committed = committed_summary(run_reports(pipeline, spec.run_id))
+        if self._output.cause == "no cause printed":  # not the job's failure: spark-submit's own
+            first += f" — spark-submit said: {str(exc).splitlines()[0][:300]}"
+        log.error(first)
+        log.error(committed)
+        return JobFailed(f"{first}\n{committed}\nfull job output ({self._output.lines} lines): {self._output_file}")
+
+
+def _show_in_grid(ti: Any, text: str) -> None:
+    """Put ``text`` in a mapped lane's label (grid, Gantt, task list) while it runs.
+
+    Uses the task runner's own message for the rendered map index, which the runner sends again
+    with the final label after ``execute``; outside a task runner (tests) this does nothing.
+    """
+    if getattr(ti, "map_index", -1) in (-1, None):
+        return
+    try:
+        from airflow.sdk.execution_time.comms import SetRenderedMapIndex
+        from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS
+    except ImportError:
+        return
+    SUPERVISOR_COMMS.send(msg=SetRenderedMapIndex(rendered_map_index=text[:250]))
+

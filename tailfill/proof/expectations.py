@@ -7,7 +7,11 @@ Great Expectations is imported lazily: it takes seconds to import and only valid
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -18,6 +22,9 @@ SUITES_PACKAGE = "tailfill.proof.suites"
 RUN_SUITE = "run_completeness"
 TILING_SUITE = "table_tiling"
 DATA_SUITE = "data_checks"
+LOCK_FILE = ".tailfill.lock"
+
+
 def suite_spec(name: str) -> dict:
     """A suite from ``expectations/<name>.json``: name, description, expectations."""
     path = resources.files(SUITES_PACKAGE) / f"{name}.json"
@@ -37,13 +44,33 @@ class SuiteResult:
         return {"suite": self.suite, "success": self.success, "failed": self.failed}
 
 
+@contextlib.contextmanager
+def exclusive(root: Path) -> Iterator[None]:
+    """Hold the GE project at ``root`` alone (an advisory file lock, released if the process dies).
+
+    Parallel validations of a pipeline (one per backfill lane) share one GE project; its stores
+    are plain files rewritten in place, and a reader meeting another's half-written suite fails.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / LOCK_FILE).open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 class GxRunner:
-    """A file-backed GE context under ``root`` with one pandas datasource."""
+    """A file-backed GE context under ``root`` with one pandas datasource.
+
+    Use it inside :func:`exclusive` on the same ``root`` when other processes may validate too.
+    """
 
     def __init__(self, root: Path):
         import great_expectations as gx
 
         self.gx = gx
+        logging.getLogger("great_expectations").setLevel(logging.WARNING)  # its INFO drowns task logs
         root.mkdir(parents=True, exist_ok=True)
         from great_expectations.data_context.types.base import ProgressBarsConfig
 

@@ -30,7 +30,7 @@ from tailfill.proof.completeness import (
     problems,
 )
 from tailfill.proof.data_checks import DATA_COLUMNS, check_rows, expectation_columns
-from tailfill.proof.expectations import DATA_SUITE, RUN_SUITE, TILING_SUITE, GxRunner, suite_spec
+from tailfill.proof.expectations import DATA_SUITE, RUN_SUITE, TILING_SUITE, GxRunner, exclusive, suite_spec
 from tailfill.proof.reports import gx_root, persist
 
 
@@ -80,23 +80,21 @@ def validate(cfg: PipelineConfig, run_id: str | None = None, all_runs: bool = Fa
     range_checks = check_batches(batches, stored, cfg.completeness.absent_offsets)
     tiling: list[TilingCheck] = check_tiling(every, ledger.committed, stored)
     found = [d.problem() for d in damaged] + problems(range_checks, tiling)
-    core_s = time.perf_counter() - started
 
     run_name = "all" if all_runs else (run_id or "none")
-    gx = GxRunner(gx_root(cfg))
     range_rows = [c.summary_row() for c in range_checks]
-    suites = [
-        gx.validate(suite_spec(RUN_SUITE), "run_ranges", _summary_frame(range_rows, RANGE_COLUMNS), run_name),
-        gx.validate(suite_spec(TILING_SUITE), "partition_tiling",
-                    _summary_frame([t.summary_row() for t in tiling], TILING_COLUMNS), run_name),
-    ]
     # The run's rows, only the columns the data expectations read: the raw values would dominate.
     rows = run_rows(data, merge(claimed), expectation_columns(cfg.expectations) or ["kafka_offset"])
     data_checks = check_rows(rows, cfg.expectations, sum(c.rows for c in range_checks))
-    suites.append(gx.validate(suite_spec(DATA_SUITE), "data_checks",
-                              _summary_frame([c.summary_row() for c in data_checks], DATA_COLUMNS), run_name))
-    ge_s = time.perf_counter() - started - core_s
-    docs = gx.build_docs()
+    frames = [(RUN_SUITE, "run_ranges", _summary_frame(range_rows, RANGE_COLUMNS)),
+              (TILING_SUITE, "partition_tiling", _summary_frame([t.summary_row() for t in tiling], TILING_COLUMNS)),
+              (DATA_SUITE, "data_checks", _summary_frame([c.summary_row() for c in data_checks], DATA_COLUMNS))]
+    core_s = time.perf_counter() - started
+    with exclusive(gx_root(cfg)):  # parallel lanes share the pipeline's GE project
+        gx = GxRunner(gx_root(cfg))
+        suites = [gx.validate(suite_spec(suite), asset, frame, run_name) for suite, asset, frame in frames]
+        ge_s = time.perf_counter() - started - core_s
+        docs = gx.build_docs()
     found += [c.problem() for c in data_checks if c.failed]
     success = not found and all(s.success for s in suites)
     if not success and not found:  # a suite failed on something the exact accounting did not name
@@ -123,5 +121,6 @@ def validate(cfg: PipelineConfig, run_id: str | None = None, all_runs: bool = Fa
                       "total": round(time.perf_counter() - started, 3)},
         "paths": {"data_docs": str(docs) if docs else None},
     }
-    report["paths"] = persist(cfg, report)
+    with exclusive(gx_root(cfg)):  # latest.json is rewritten in place
+        report["paths"] = persist(cfg, report)
     return report

@@ -44,6 +44,14 @@ def pipeline_status(state: SourceState) -> list[PartitionStatus]:
     return out
 
 
+def quarantined_rows(state: SourceState) -> int:
+    """Rows in the quarantine table, from its current snapshot's totals (no data read; they survive
+    snapshot expiry)."""
+    current = state.quarantine.current_snapshot()
+    summary = current.summary.additional_properties if current and current.summary else {}
+    return int(summary.get("total-records", 0))
+
+
 def _fmt_ranges(ranges: list[OffsetRange]) -> str:
     return " ".join(f"[{r.start},{r.end})" for r in ranges) or "-"
 

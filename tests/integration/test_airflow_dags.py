@@ -13,6 +13,7 @@ from helpers import assert_exactly_once, high_watermarks
 
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.tables import ensure_tables
+from tailfill.lake.batch_report import runs_dir
 from tailfill.proof.reports import read_latest
 from tailfill.proof.validate import validate
 
@@ -83,6 +84,13 @@ def test_dags_test_of_backfill_then_incremental_lands_each_offset_once(airflow_e
     latest = read_latest(cfg)
     assert latest["success"] and latest["scope"].startswith("run af-afdemo-tail-")
     assert latest["offsets_checked"] == 1_000
+
+    # Nothing new: the next incremental run stops at ``tune`` and starts no Spark job.
+    tails = sorted(p.name for p in runs_dir(cfg.name).glob("af-afdemo-tail-*"))
+    idle = airflow(env, "dags", "test", "afdemo_incremental")
+    assert "nothing new since the committed position" in idle.stdout + idle.stderr
+    assert sorted(p.name for p in runs_dir(cfg.name).glob("af-afdemo-tail-*")) == tails
+    assert read_latest(cfg)["scope"] == latest["scope"]
 
     # Upkeep through its DAG: small files compacted, every snapshot but the current expired, and the
     # proof still checks every offset from the archived batch audit.

@@ -16,6 +16,8 @@ import json
 import os
 import shutil
 import time
+import urllib.error
+import urllib.request
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +40,7 @@ NAME = "e2e"
 BACKFILL, INCREMENTAL = f"{NAME}_backfill", f"{NAME}_incremental"
 HISTORY, LIVE, PARTITIONS, BAD_EVERY = 4_000, 1_000, 4, 499
 PARAMS = {"slices": 3, "max_parallel_slices": 2, "committed_ranges": "skip"}
+RUNS: dict[str, str] = {}  # run ids the later tests look at
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -77,7 +80,8 @@ def airflow(pipeline, e2e_dir, postgres):
     database = f"airflow_{uuid.uuid4().hex[:8]}"
     postgres.create_databases(database)
     env = dict(os.environ, TAILFILL_HOME=str(e2e_dir / "home"), TAILFILL_PIPELINES=str(Path(pipeline.path).parent),
-               TAILFILL_AIRFLOW_DB=postgres.url(database))
+               TAILFILL_AIRFLOW_DB=postgres.url(database),
+               TAILFILL_SPARK_SLOTS="3")  # two backfill lanes side by side, and a slot kept for the tail
     started = time.monotonic()
     with AirflowServer(e2e_dir / "airflow", env=env) as server:
         server.metadata_url = postgres.url(database)
@@ -105,12 +109,15 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
     assert sorted(t["map_index"] for t in by_task["ingest_slice"]) == [0, 1], by_task["ingest_slice"]
     assert sorted(t["map_index"] for t in by_task["validate_slice"]) == [0, 1]
     assert {t["state"] for t in tis} == {"success"}, [(t["task_id"], t["map_index"], t["state"]) for t in tis]
+    print("task durations (s): " + ", ".join(f"{t['task_id']} {t['duration']:.1f}" for t in tis))
     lanes = airflow.xcom(BACKFILL, run_id, "plan")
     assert [lane["slices"] for lane in lanes] == [[0], [1, 2]]
     args = lanes[1]["args"]  # a lane runs exactly the planned bounds of its slices
     planned = json.loads(args[args.index("--slices") + 1])
     assert [(s["index"], s["count"]) for s in planned] == [(1, 3), (2, 3)]
-    assert airflow.xcom(BACKFILL, run_id, "summary") == {"offsets": HISTORY, "lanes": 2}
+    summary = airflow.xcom(BACKFILL, run_id, "summary")
+    assert (summary["offsets"], summary["lanes"]) == (HISTORY, 2)
+    assert summary["rows"] + summary["quarantined"] == HISTORY and summary["quarantined"] > 0
     # On Postgres with the LocalExecutor the two lanes' spark-submits really ran side by side.
     first, second = sorted(by_task["ingest_slice"], key=lambda t: t["map_index"])
     starts = [datetime.fromisoformat(t["start_date"]) for t in (first, second)]
@@ -127,6 +134,23 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
     history = high_watermarks(cfg)
     assert sum(history.values()) == HISTORY
     assert_exactly_once(cfg, history)
+    RUNS["backfill"] = run_id
+
+    # The lane is labelled by its slices; its progress was published from before the first batch
+    # to the end; the table's asset got an event with the lane's offsets and rows.
+    lane = by_task["ingest_slice"][0]
+    label = "slices 1-3 of 3 (4,000 offsets)"
+    assert lane["rendered_map_index"] == label
+    assert by_task["validate_slice"][0]["rendered_map_index"] == label
+    progress = airflow.xcom(BACKFILL, run_id, "ingest_slice", key="progress", map_index=0)
+    assert (progress["state"], progress["offsets_done"], progress["percent"]) == ("finished", HISTORY, 100.0)
+    log = airflow.task_log(lane, max_lines=10_000)
+    assert f"progress {label}: [running] 0/4,000 offsets (0%) · 0 rows/s · first batch running" in log, log
+    assert f"progress {label}: [finished] 4,000/4,000 offsets (100%)" in log, log
+    assert "Exception in thread" not in log and "SparkContext" not in log  # Spark's chatter is in the output file
+    events = asset_events(airflow, f"iceberg://tailfill/{cfg.target.namespace}/{cfg.target.table}")
+    assert [(e["extra"]["run_id"], e["extra"]["offsets"]) for e in events] == [(lanes[0]["run_id"], HISTORY)]
+    assert events[0]["extra"]["rows"] + events[0]["extra"]["quarantined"] == HISTORY
 
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, LIVE, PARTITIONS, bad_every=BAD_EVERY)
     tail_id = airflow.trigger_dag(INCREMENTAL, {})
@@ -143,6 +167,21 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
     assert latest["success"], latest["problems"]
     assert len(latest["runs"]) == 1 and latest["runs"][0].startswith(f"af-{NAME}-tail-"), latest["runs"]
     assert latest["offsets_checked"] == LIVE
+
+    # Nothing new: the next incremental run stops after ``tune``, without Spark.
+    idle_id = airflow.trigger_dag(INCREMENTAL, {})
+    airflow.wait_for_run(INCREMENTAL, idle_id, timeout=300)
+    states = {t["task_id"]: t["state"] for t in airflow.task_instances(INCREMENTAL, idle_id)}
+    assert states == {"preflight": "success", "tune": "success", "tail": "skipped", "validate": "skipped",
+                      "report": "skipped"}, states
+
+
+def asset_events(airflow: AirflowServer, uri: str) -> list[dict]:
+    """The events of the asset with ``uri``, oldest first."""
+    assets = [a for a in airflow.request("GET", "/api/v2/assets", params={"limit": 100})["assets"] if a["uri"] == uri]
+    assert len(assets) == 1, f"no asset {uri}"
+    return airflow.request("GET", "/api/v2/assets/events",
+                           params={"asset_id": assets[0]["id"], "order_by": "timestamp"})["asset_events"]
 
 
 # --- the UI in headless Chromium ---------------------------------------------------------------
@@ -181,28 +220,69 @@ def browser(tmp_path):
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def test_trigger_form_and_grid_in_headless_chromium(airflow, pipeline, browser, tmp_path):
+@pytest.fixture
+def shot(browser, tmp_path):
+    """``shot(name)``: a screenshot kept as a test artefact (``<tmp_path>/<name>.png``); checked not blank."""
+    taken: list[Path] = []
+
+    def take(name: str) -> Path:
+        path = tmp_path / f"{name}.png"
+        assert browser.save_screenshot(str(path)), f"screenshot {path} failed"
+        taken.append(path)
+        print(f"screenshot: {path}")
+        return path
+
+    yield take
+    for path in taken:
+        assert path.stat().st_size > 10_000, f"{path} looks empty"
+
+
+def login(browser, airflow) -> None:
+    """Log in through the simple auth manager's page."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 45)
+    browser.get(airflow.url + "/")
+    wait.until(ec.visibility_of_element_located((By.NAME, "username"))).send_keys("admin")
+    browser.find_element(By.NAME, "password").send_keys("admin")
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: "/auth/login" not in d.current_url)
+
+
+def page_text(browser) -> str:
+    from selenium.webdriver.common.by import By
+
+    return browser.find_element(By.TAG_NAME, "body").text
+
+
+def wait_for_text(browser, shot, name: str, *texts: str, timeout: float = 60) -> str:
+    """Wait until the page shows every one of ``texts``, then screenshot it as ``name``.
+
+    On timeout the screenshot is taken all the same and the error quotes what the page showed.
+    """
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        WebDriverWait(browser, timeout).until(lambda d: all(t in page_text(d) for t in texts))
+    except TimeoutException:
+        path = shot(f"{name}-timeout")
+        raise AssertionError(f"{browser.current_url} did not show {texts} within {timeout:.0f} s (see {path}):\n"
+                             f"{page_text(browser)[:3000]}") from None
+    shot(name)
+    return page_text(browser)
+
+
+def test_trigger_form_and_grid_in_headless_chromium(airflow, pipeline, browser, shot):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
     wait = WebDriverWait(browser, 45)
-    shots: list[Path] = []
-
-    def shot(name: str) -> Path:
-        path = tmp_path / f"{name}.png"
-        assert browser.save_screenshot(str(path)), f"screenshot {path} failed"
-        shots.append(path)
-        print(f"screenshot: {path}")
-        return path
-
-    # Log in through the simple auth manager's page.
-    browser.get(airflow.url + "/")
-    wait.until(ec.visibility_of_element_located((By.NAME, "username"))).send_keys("admin")
-    browser.find_element(By.NAME, "password").send_keys("admin")
-    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    wait.until(lambda d: "/auth/login" not in d.current_url)
+    login(browser, airflow)
 
     # The DAG page's Trigger button opens the params form.
     before = {r["dag_run_id"] for r in airflow.dag_runs(BACKFILL)}
@@ -212,7 +292,7 @@ def test_trigger_form_and_grid_in_headless_chromium(airflow, pipeline, browser, 
     form_fields = {e.get_attribute("name"): e.get_attribute("value")
                    for e in browser.find_elements(By.CSS_SELECTOR, "input[name^=element_]")}
     assert form_fields == {"element_from_offsets": "earliest", "element_to_offsets": "cutover",
-                           "element_slices": "4", "element_max_parallel_slices": "2",
+                           "element_slices": "4", "element_max_parallel_slices": "1",
                            "element_committed_ranges": "skip"}, form_fields
     slices.click()
     slices.send_keys(Keys.CONTROL, "a")
@@ -245,5 +325,68 @@ def test_trigger_form_and_grid_in_headless_chromium(airflow, pipeline, browser, 
     time.sleep(2)  # the grid bars load after the task list
     assert "/auth/login" not in browser.current_url
     shot("grid-finished")
-    for path in shots:
-        assert path.stat().st_size > 10_000, f"{path} looks empty"
+
+
+def test_lane_links_progress_and_proof_in_headless_chromium(airflow, pipeline, browser, shot):
+    """From the lane in the grid to its proof: extra links served by Airflow, the run's progress tab."""
+    assert "backfill" in RUNS, "needs the backfill run of test_backfill_through_rest_api_then_incremental_is_complete"
+    run_id, label = RUNS["backfill"], "slices 1-3 of 3 (4,000 offsets)"
+    links = airflow.extra_links(BACKFILL, run_id, "ingest_slice", map_index=0)
+    assert set(links) == {"Completeness report", "Progress and batch reports", "Data Docs", "Spark job output"}
+    expected = {"Completeness report": f"tailfill completeness: {NAME} af-{NAME}-backfill-lane0-",
+                "Progress and batch reports": label, "Data Docs": "Data Docs", "Spark job output": "TAILFILL_RESULT"}
+    for name, url in links.items():
+        assert url and url.startswith(f"{airflow.url}/tailfill/"), (name, url)
+        status, body = airflow.get_text(url)
+        assert status == 200 and expected[name] in body, (name, url, status, body[:500])
+    with pytest.raises(urllib.error.HTTPError) as refused:  # without a login the pages are refused
+        urllib.request.urlopen(links["Completeness report"], timeout=30)
+    assert refused.value.code in (401, 403)
+
+    login(browser, airflow)
+    lane_page = f"{airflow.url}/dags/{BACKFILL}/runs/{run_id}/tasks/ingest_slice/mapped/0"
+    browser.get(lane_page)  # the log: progress lines, no Spark chatter; the label in the header
+    wait_for_text(browser, shot, "lane-log-with-progress", label, "[finished] 4,000/4,000 offsets (100%)")
+    browser.get(lane_page + "/details")  # Airflow shows extra links in the task instance's details
+    wait_for_text(browser, shot, "lane-extra-links", "Extra Links", "Completeness report", "Data Docs")
+    browser.get(links["Completeness report"])  # the UI's session cookie is the login
+    wait_for_text(browser, shot, "completeness-report", "COMPLETE")
+    browser.get(f"{airflow.url}/tailfill/run/{BACKFILL}/{run_id}")
+    wait_for_text(browser, shot, "run-progress", label, "finished", "4,000/4,000", "100.0%")
+    browser.get(f"{airflow.url}/dags/{BACKFILL}/runs/{run_id}/tasks/ingest_slice/mapped")  # the lanes list
+    wait_for_text(browser, shot, "lanes-labelled", label)
+
+
+def test_failed_tail_starts_with_its_cause_and_fix(airflow, pipeline, browser, shot):
+    """A job failure: the task's error and log lead with cause and fix, the Java stack is elsewhere."""
+    cfg = pipeline
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 400, PARTITIONS)
+    fault = Path(os.environ["TAILFILL_FAULT_DIR"]) / "fail-before-commit"
+    fault.write_text("1000")  # every batch fails before its commit: the job gives up after its budget
+    run_id = airflow.trigger_dag(INCREMENTAL, {})
+    try:
+        deadline = time.monotonic() + 400
+        while (tail := next(t for t in airflow.task_instances(INCREMENTAL, run_id) if t["task_id"] == "tail"))[
+                "state"] not in ("up_for_retry", "failed"):
+            assert time.monotonic() < deadline, airflow.describe_run(INCREMENTAL, run_id)
+            time.sleep(3)
+        log = airflow.task_log(tail, max_lines=10_000)
+        errors = [line for line in log.splitlines() if " error " in line]
+        assert errors, log
+        head = f"ingest of {NAME} (tail, tail, run af-{NAME}-tail-"
+        assert head in errors[0] and f"failed (exit 2): [{NAME} tail] 4 consecutive failed attempts" in errors[0] \
+            and "last cause: InjectedFault" in errors[0], errors
+        assert "(fix: read the cause in the job output" in errors[0], errors[0]
+        assert "committed before the failure: nothing" in log, log
+        assert f"JobFailed: {head}" in log and "Cannot execute" not in log, log  # the task's error
+        assert "at org.apache" not in log, log  # the Java stack is in the job output file
+        output = airflow.extra_links(INCREMENTAL, run_id, "tail")["Spark job output"]
+        status, body = airflow.get_text(output)
+        assert status == 200 and "InjectedFault" in body
+
+        login(browser, airflow)
+        browser.get(f"{airflow.url}/dags/{INCREMENTAL}/runs/{run_id}/tasks/tail")
+        wait_for_text(browser, shot, "failure-headline", "failed (exit 2)")
+    finally:
+        fault.write_text("0")
+        airflow.request("PATCH", f"/api/v2/dags/{INCREMENTAL}/dagRuns/{airflow._q(run_id)}", {"state": "failed"})

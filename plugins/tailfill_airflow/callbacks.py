@@ -1,0 +1,45 @@
+"""What happens when a Tailfill task fails: one headline in the log and a record the pages can show.
+
+``on_failure`` is every Tailfill task's ``on_failure_callback``. It logs one line (task, run,
+the error's first line — for an ingest task, the cause and its fix), appends the failure to
+``$TAILFILL_HOME/runs/<pipeline>/failures.jsonl`` and, when ``$TAILFILL_ON_FAILURE`` names a
+``module:function``, calls it with the context and that record (alerting: mail, chat, pager).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import time
+from typing import Any
+
+from tailfill.lake.batch_report import runs_dir
+from tailfill_airflow.naming import split_dag_id
+
+log = logging.getLogger(__name__)
+HOOK_ENV = "TAILFILL_ON_FAILURE"
+
+
+def failure_record(context: Any) -> dict:
+    """The failure as one JSON-able record: where, which try, and the error's first line."""
+    ti = context["ti"]
+    error = context.get("exception")
+    first = str(error).splitlines()[0] if error is not None and str(error) else type(error).__name__
+    return {"at": round(time.time(), 3), "dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id,
+            "map_index": ti.map_index, "try_number": ti.try_number, "error": first}
+
+
+def on_failure(context: Any) -> None:
+    record = failure_record(context)
+    where = f"{record['task_id']}" + (f"[{record['map_index']}]" if record["map_index"] not in (-1, None) else "")
+    log.error("FAILED %s of %s (try %s): %s", where, record["run_id"], record["try_number"], record["error"])
+    pipeline, _ = split_dag_id(record["dag_id"])
+    path = runs_dir(pipeline) / "failures.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+    if target := os.environ.get(HOOK_ENV):
+        module, _, name = target.partition(":")
+        getattr(importlib.import_module(module), name)(context, record)

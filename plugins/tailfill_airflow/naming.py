@@ -1,0 +1,77 @@
+"""Names shared by the DAGs, the operator and the plugin pages: run ids, pipelines and lane labels.
+
+The plugin pages find a task's batch reports from what the Airflow UI knows (dag id, run id, map
+index) with the same functions the tasks used to name them, so the two sides cannot disagree.
+"""
+
+from __future__ import annotations
+
+import re
+
+BACKFILL, INCREMENTAL = "backfill", "incremental"
+
+
+def dag_id(pipeline: str, kind: str) -> str:
+    """``<pipeline>_backfill`` or ``<pipeline>_incremental``."""
+    return f"{pipeline}_{kind}"
+
+
+def split_dag_id(dag: str) -> tuple[str, str]:
+    """``(pipeline, kind)`` of one of Tailfill's DAG ids; ``ValueError`` for any other DAG."""
+    for kind in (BACKFILL, INCREMENTAL):
+        if dag.endswith(f"_{kind}"):
+            return dag.removesuffix(f"_{kind}"), kind
+    raise ValueError(f"{dag!r} is not a Tailfill DAG (<pipeline>_backfill or <pipeline>_incremental)")
+
+
+def tailfill_run_id(pipeline: str, kind: str, airflow_run_id: str, lane: int | None = None) -> str:
+    """The file-name-safe Tailfill run id of a backfill lane or a tail run (stable across task retries)."""
+    prefix = f"{pipeline}-backfill-lane{lane}" if kind == BACKFILL else f"{pipeline}-tail"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"af-{prefix}-{airflow_run_id}").strip("-")
+
+
+def lane_label(slices: list[dict]) -> str:
+    """A lane's label in the grid: its slices (1-based, as the job logs them) and their offsets.
+
+    ``slices``: the lane's planned slices as ``Slice.to_dict()`` (index, count, start, end).
+    """
+    if not slices:
+        return "no slices"
+    first, last, count = slices[0]["index"] + 1, slices[-1]["index"] + 1, slices[0]["count"]
+    offsets = sum(end - s["start"][topic][part]
+                  for s in slices for topic, parts in s["end"].items() for part, end in parts.items())
+    which = f"slice {first}" if first == last else f"slices {first}-{last}"
+    return f"{which} of {count} ({offsets:,} offsets)"
+
+
+def label_of_args(argv: list[str]) -> str:
+    """The lane label of a job's arguments (``--slices`` JSON), for the ingest task's map index template."""
+    import json
+
+    args = list(argv)
+    if "--slices" not in args:
+        return "tail"
+    return lane_label(json.loads(args[args.index("--slices") + 1]))
+
+
+# Spark capacity shared by every Tailfill DAG of this Airflow: one pool, created by ``local.py``
+# (``airflow pools set tailfill_spark <slots> …`` elsewhere). Backfill lanes may hold all slots but
+# one, so an incremental run always finds a free slot.
+SPARK_POOL = "tailfill_spark"
+SLOTS_ENV = "TAILFILL_SPARK_SLOTS"
+
+
+def spark_slots(environ: dict[str, str] | None = None) -> int:
+    """Slots of the Spark pool: ``$TAILFILL_SPARK_SLOTS`` (2 when unset: one lane beside one tail run)."""
+    import os
+
+    raw = (os.environ if environ is None else environ).get(SLOTS_ENV, "2")
+    if not raw.isdigit() or int(raw) < 2:
+        raise ValueError(f"{SLOTS_ENV}={raw!r}: the Spark pool needs at least 2 slots "
+                         f"(fix: set {SLOTS_ENV} to an integer >= 2, one slot per concurrent spark-submit)")
+    return int(raw)
+
+
+def backfill_lane_slots(environ: dict[str, str] | None = None) -> int:
+    """How many backfill lanes may run at once across all runs of a pipeline: every slot but one."""
+    return spark_slots(environ) - 1

@@ -1,0 +1,148 @@
+"""Live progress of a Spark run, read from its batch reports while it runs.
+
+The job appends one JSON line per committed micro-batch under ``$TAILFILL_HOME/runs/<pipeline>/
+<run id>/`` (:mod:`tailfill.lake.batch_report`). :func:`progress` turns those lines into what a
+user asks while waiting: offsets done of planned, rows/s, ETA, the tail's freshness when the batch
+reports carry it. :class:`ProgressWatcher` polls them beside a running ``spark-submit`` and hands
+every change to a callback (the operator logs it and updates an XCom); the plugin pages call
+:func:`progress` on request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from tailfill.lake.batch_report import BatchReport, read_reports, runs_dir
+
+log = logging.getLogger(__name__)
+LANE_FILE = "airflow-lane.json"  # beside the batch reports: the lane's label, plan and last state
+
+
+def write_lane(pipeline: str, run_id: str, **fields) -> None:
+    """Merge ``fields`` into the run's lane file (what the plugin pages know beyond batch reports)."""
+    import json
+
+    path = runs_dir(pipeline) / run_id / LANE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(path.read_text()) if path.exists() else {}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({**data, **fields}))
+    tmp.replace(path)
+
+
+def read_lane(pipeline: str, run_id: str) -> dict:
+    import json
+
+    path = runs_dir(pipeline) / run_id / LANE_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def run_reports(pipeline: str, run_id: str) -> list[BatchReport]:
+    """Every batch report of a run (all its queries), oldest commit first."""
+    folder = runs_dir(pipeline) / run_id
+    reports = [r for path in sorted(folder.glob("*.jsonl")) for r in read_reports(path)]
+    return sorted(reports, key=lambda r: r.at)
+
+
+def _freshness(reports: list[BatchReport]) -> dict | None:
+    """The latest batch's produce-to-commit latency, when the job reports it (newer cores do)."""
+    for report in reversed(reports):
+        fresh = getattr(report, "freshness", None)
+        if isinstance(fresh, dict) and fresh:
+            return fresh
+    return None
+
+
+def progress(reports: list[BatchReport], planned: int | None, started_at: float, now: float | None = None,
+             state: str = "running") -> dict:
+    """Progress of a run: ``planned`` offsets (None: unbounded), its batch reports, when it started."""
+    now = time.time() if now is None else now
+    done = sum(r.offsets for r in reports)
+    rows = sum(r.rows + r.quarantined for r in reports)
+    elapsed = max(now - started_at, 1e-6)
+    mine = [r for r in reports if r.at >= started_at]  # an earlier try's batches count as done, not as speed
+    rate = sum(r.rows + r.quarantined for r in mine) / elapsed
+    offset_rate = sum(r.offsets for r in mine) / elapsed
+    out: dict = {
+        "state": state,
+        "offsets_done": done,
+        "offsets_planned": planned,
+        "percent": round(100 * done / planned, 1) if planned else None,
+        "rows": rows,
+        "quarantined": sum(r.quarantined for r in reports),
+        "batches": len(reports),
+        "rows_per_s": round(rate, 1),
+        "eta_s": (round(max(planned - done, 0) / offset_rate)
+                  if planned and offset_rate and state == "running" else None),
+        "elapsed_s": round(elapsed, 1),
+        "last_commit_age_s": round(now - reports[-1].at, 1) if reports else None,
+        "freshness": _freshness(reports),
+        "updated_at": round(now, 3),
+    }
+    out["line"] = progress_line(out)
+    return out
+
+
+def progress_line(p: dict) -> str:
+    """One line for a log or a label: ``12,000/50,000 offsets (24%) · 3,100 rows/s · ETA 12s · 4 batches``."""
+    planned = p["offsets_planned"]
+    parts = [f"{p['offsets_done']:,}/{planned:,} offsets ({p['percent']:.0f}%)" if planned
+             else f"{p['offsets_done']:,} offsets"]
+    parts.append(f"{p['rows_per_s']:,.0f} rows/s")
+    if p["eta_s"] is not None:
+        parts.append(f"ETA {p['eta_s']}s")
+    parts.append(f"{p['batches']} batches" if p["batches"] else "first batch running")
+    fresh = p.get("freshness") or {}
+    if fresh:
+        parts.append("freshness " + " ".join(f"{k} {v}" for k, v in fresh.items() if isinstance(v, int | float)))
+    return f"[{p['state']}] " + " · ".join(parts)
+
+
+class ProgressWatcher:
+    """Polls a run's batch reports every ``interval`` s in a thread; ``publish`` gets each change.
+
+    The first call comes at once (nothing committed yet, the first batch running), then one per
+    newly committed batch, and a last one when the watcher stops.
+    """
+
+    def __init__(self, pipeline: str, run_id: str, planned: int | None, publish: Callable[[dict], None],
+                 interval: float = 2.0):
+        self.pipeline, self.run_id, self.planned = pipeline, run_id, planned
+        self.publish, self.interval = publish, interval
+        self.started_at = time.time()
+        self.last: dict | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"progress-{run_id}", daemon=True)
+        self._seen = -1
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> ProgressWatcher:
+        self.poll()  # the first line at once, before the job has even started its session
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type, *_) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self.poll(state="failed" if exc_type else "finished", force=True)
+
+    def poll(self, state: str = "running", force: bool = False) -> None:
+        """Publish the progress if a batch committed since the last call (or ``force``)."""
+        with self._lock:
+            reports = run_reports(self.pipeline, self.run_id)
+            if force or len(reports) != self._seen:
+                self._seen = len(reports)
+                self.last = progress(reports, self.planned, self.started_at, state=state)
+                self.publish(self.last)
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                self.poll()
+            except Exception as exc:  # progress is a view: report it, never fail the ingest for it
+                log.warning("progress of %s not updated: %s: %s", self.run_id, type(exc).__name__, exc)
+            if self._stop.wait(self.interval):
+                return

@@ -1,0 +1,186 @@
+"""The Tailfill pages served by Airflow's API server (a FastAPI app mounted at ``/tailfill``).
+
+Every page is addressed by what the Airflow UI knows — DAG id, DAG run id, map index — and asks
+Airflow's auth manager whether the user may read that DAG (the UI's session cookie is enough):
+
+- ``/tailfill/run/<dag>/<run>``: every lane of a run, live (a tab of the DAG run page);
+- ``/tailfill/batches/<dag>/<run>/<map index>``: one lane's progress and batch reports (a tab of
+  the task instance page, and an extra link of the ingest task);
+- ``/tailfill/report/<dag>/<run>/<map index>``: the lane's completeness report;
+- ``/tailfill/docs/<dag>/<path>``: the pipeline's Great Expectations Data Docs;
+- ``/tailfill/output/<dag>/<run>/<map index>``: the ``spark-submit`` output of the latest try;
+- ``/tailfill/pipeline/<dag>``: the pipeline's live offsets (earliest, cutover, committed, lag).
+
+Pages are plain HTML with a refresh while a run is going; nothing here changes any state.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from pathlib import Path
+
+from fastapi import Depends, FastAPI, HTTPException
+from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
+
+from tailfill.config import PipelineConfig, load_pipeline, pipelines_dir
+from tailfill.lake.batch_report import runs_dir
+from tailfill_airflow.naming import BACKFILL, split_dag_id, tailfill_run_id
+from tailfill_airflow.progress import progress, read_lane, run_reports
+
+MAX_LANES = 1024
+STYLE = """<style>body{font:14px system-ui,sans-serif;margin:16px;color:#222}table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}td.l{text-align:left}
+.bar{background:#eee;width:240px;height:12px;display:inline-block}.bar i{display:block;height:12px;background:#4c9}
+.bad{color:#b00}.muted{color:#777}</style>"""
+
+
+def _authorized():
+    """Read access to the DAG named in the path, checked by Airflow's auth manager (cookie or token)."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+
+    return Depends(requires_access_dag("GET", DagAccessEntity.RUN))
+
+
+app = FastAPI(title="Tailfill", description="Progress, reports and proofs of Tailfill's runs")
+
+
+def pipeline_config(dag_id: str) -> tuple[PipelineConfig, str]:
+    """The pipeline behind a DAG id and the DAG's kind; 404 when it is not one of Tailfill's."""
+    try:
+        name, kind = split_dag_id(dag_id)
+    except ValueError as exc:
+        raise HTTPException(404, str(exc)) from None
+    path = pipelines_dir() / f"{name}.yaml"
+    if not path.exists():
+        raise HTTPException(404, f"pipeline {name!r}: no {path}")
+    return load_pipeline(path), kind
+
+
+def lane_run_id(pipeline: str, kind: str, run_id: str, map_index: int) -> str:
+    return tailfill_run_id(pipeline, kind, run_id, map_index if kind == BACKFILL else None)
+
+
+def lane_progress(pipeline: str, tf_run: str) -> dict:
+    """A lane's progress as its task saw it last, recomputed from its batch reports now."""
+    info = read_lane(pipeline, tf_run)
+    reports = run_reports(pipeline, tf_run)
+    state = info.get("state", "running" if info else "not started")
+    ended = info.get("ended_at")
+    out = progress(reports, info.get("planned"), info.get("started_at", time.time()),
+                   now=ended or time.time(), state=state)
+    return {"label": info.get("label", tf_run), "run_id": tf_run, "cause": info.get("cause"), **out}
+
+
+def _page(title: str, body: str, refresh: bool = False) -> HTMLResponse:
+    meta = '<meta http-equiv="refresh" content="5">' if refresh else ""
+    return HTMLResponse(f"<!doctype html><html><head><meta charset=utf-8>{meta}<title>{html.escape(title)}</title>"
+                        f"{STYLE}</head><body><h2>{html.escape(title)}</h2>{body}</body></html>")
+
+
+def _bar(p: dict) -> str:
+    pct = p["percent"] if p["percent"] is not None else (100 if p["state"] == "finished" else 0)
+    return f'<span class="bar" title="{pct}%"><i style="width:{min(pct, 100)}%"></i></span>'
+
+
+def _lane_rows(lanes: list[dict]) -> str:
+    head = ("<tr><th>lane</th><th>state</th><th>progress</th><th>offsets</th><th>rows/s</th><th>ETA</th>"
+            "<th>batches</th><th>freshness</th></tr>")
+    rows = []
+    for p in lanes:
+        fresh = " ".join(f"{k} {v}" for k, v in (p.get("freshness") or {}).items())
+        planned = f"/{p['offsets_planned']:,}" if p["offsets_planned"] else ""
+        cls = ' class="bad"' if p["state"] == "failed" else ""
+        rows.append(f"<tr><td class=l>{html.escape(p['label'])}</td><td{cls}>{html.escape(p['state'])}</td>"
+                    f"<td class=l>{_bar(p)} {p['percent'] if p['percent'] is not None else '-'}%</td>"
+                    f"<td>{p['offsets_done']:,}{planned}</td><td>{p['rows_per_s']:,.0f}</td>"
+                    f"<td>{p['eta_s'] if p['eta_s'] is not None else '-'}</td><td>{p['batches']}</td>"
+                    f"<td>{html.escape(fresh) or '-'}</td></tr>")
+        if p.get("cause"):
+            rows.append(f'<tr><td colspan=8 class="l bad">{html.escape(p["cause"])}</td></tr>')
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+@app.get("/run/{dag_id}/{run_id}", response_class=HTMLResponse, dependencies=[_authorized()])
+def run_page(dag_id: str, run_id: str) -> HTMLResponse:
+    cfg, kind = pipeline_config(dag_id)
+    lanes = []
+    for index in range(MAX_LANES if kind == BACKFILL else 1):
+        tf_run = lane_run_id(cfg.name, kind, run_id, index)
+        if not (runs_dir(cfg.name) / tf_run).exists():
+            break
+        lanes.append(lane_progress(cfg.name, tf_run))
+    if not lanes:
+        return _page(f"{dag_id} · {run_id}", "<p>No lane has started yet.</p>", refresh=True)
+    done = sum(p["offsets_done"] for p in lanes)
+    planned = sum(p["offsets_planned"] or 0 for p in lanes)
+    rows = sum(p["rows"] for p in lanes)
+    summary = (f"<p><b>{done:,}</b>{f' of {planned:,}' if planned else ''} offsets, {rows:,} rows in "
+               f"{len(lanes)} lane(s); {sum(p['rows_per_s'] for p in lanes):,.0f} rows/s together.</p>")
+    running = any(p["state"] == "running" for p in lanes)
+    return _page(f"{dag_id} · {run_id}", summary + _lane_rows(lanes), refresh=running)
+
+
+@app.get("/batches/{dag_id}/{run_id}/{map_index}", response_class=HTMLResponse, dependencies=[_authorized()])
+def batches_page(dag_id: str, run_id: str, map_index: int) -> HTMLResponse:
+    cfg, kind = pipeline_config(dag_id)
+    tf_run = lane_run_id(cfg.name, kind, run_id, map_index)
+    p = lane_progress(cfg.name, tf_run)
+    head = ("<tr><th>batch</th><th>committed at (UTC)</th><th>offsets</th><th>rows</th><th>quarantined</th>"
+            "<th>seconds</th><th>commit ms</th><th>ranges</th></tr>")
+    rows = [f"<tr><td>{r.batch_id}</td><td>{time.strftime('%H:%M:%S', time.gmtime(r.at))}</td><td>{r.offsets:,}</td>"
+            f"<td>{r.rows:,}</td><td>{r.quarantined:,}</td><td>{r.seconds:.1f}</td><td>{r.commit_ms:.0f}</td>"
+            f"<td class=l>{html.escape(', '.join(map(str, r.committed)) or 'replay: already committed')}</td></tr>"
+            for r in run_reports(cfg.name, tf_run)]
+    body = (f"<p class=muted>run {html.escape(tf_run)}</p>{_lane_rows([p])}<h3>Batches</h3>"
+            f"<table>{head}{''.join(rows) or '<tr><td colspan=8>none committed yet</td></tr>'}</table>")
+    return _page(f"{p['label']} · progress", body, refresh=p["state"] == "running")
+
+
+@app.get("/report/{dag_id}/{run_id}/{map_index}", response_class=HTMLResponse, dependencies=[_authorized()])
+def report_page(dag_id: str, run_id: str, map_index: int) -> HTMLResponse:
+    from tailfill.lake.storage import filesystem, fs_path
+    from tailfill.proof.reports import results_uri
+
+    cfg, kind = pipeline_config(dag_id)
+    tf_run = lane_run_id(cfg.name, kind, run_id, map_index)
+    try:
+        with filesystem(cfg.target).open_input_stream(fs_path(f"{results_uri(cfg)}/{tf_run}.html")) as f:
+            return HTMLResponse(f.read().decode())
+    except (FileNotFoundError, OSError):
+        return _page(f"{tf_run}: not validated yet",
+                     "<p>The completeness report appears here once the run's validation task has run.</p>",
+                     refresh=True)
+
+
+@app.get("/docs/{dag_id}/{path:path}", dependencies=[_authorized()])
+def data_docs(dag_id: str, path: str) -> FileResponse:
+    from tailfill.proof.reports import gx_root
+
+    cfg, _ = pipeline_config(dag_id)
+    site = (gx_root(cfg) / "gx" / "uncommitted" / "data_docs" / "local_site").resolve()
+    file = (site / (path or "index.html")).resolve()
+    if not file.is_relative_to(site) or not file.is_file():
+        raise HTTPException(404, f"no Data Docs page {path!r} for {cfg.name} (validate a run first)")
+    return FileResponse(file)
+
+
+@app.get("/output/{dag_id}/{run_id}/{map_index}", response_class=PlainTextResponse, dependencies=[_authorized()])
+def job_output(dag_id: str, run_id: str, map_index: int) -> PlainTextResponse:
+    cfg, kind = pipeline_config(dag_id)
+    folder = runs_dir(cfg.name) / lane_run_id(cfg.name, kind, run_id, map_index)
+    tries = sorted(folder.glob("spark-submit-try*.log"), key=lambda f: int(f.stem.removeprefix("spark-submit-try")))
+    if not tries:
+        raise HTTPException(404, f"no spark-submit output in {folder}")
+    return PlainTextResponse(f"# {tries[-1]}\n" + Path(tries[-1]).read_text(errors="replace"))
+
+
+@app.get("/pipeline/{dag_id}", response_class=HTMLResponse, dependencies=[_authorized()])
+def pipeline_page(dag_id: str) -> HTMLResponse:
+    from tailfill_airflow.live import live_context
+
+    cfg, _ = pipeline_config(dag_id)
+    ctx = live_context(cfg)
+    return _page(f"{cfg.name}: {cfg.source.topic} → {cfg.target.namespace}.{cfg.target.table}",
+                 f"<pre>{html.escape(ctx['text'])}</pre>")

@@ -1,0 +1,140 @@
+"""The Airflow corner's pure logic: lane labels and run ids, progress from batch reports, failure causes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "plugins"))
+from tailfill_airflow.causes import JobOutput, committed_summary, fix_for, headline  # noqa: E402
+from tailfill_airflow.naming import (  # noqa: E402
+    backfill_lane_slots,
+    label_of_args,
+    lane_label,
+    spark_slots,
+    split_dag_id,
+    tailfill_run_id,
+)
+from tailfill_airflow.progress import ProgressWatcher, progress, run_reports  # noqa: E402
+
+from tailfill.lake.batch_report import BatchReport, append_report, report_file  # noqa: E402
+from tailfill.offsets import OffsetRange, TopicPartition  # noqa: E402
+
+TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+def slice_dict(index: int, count: int, start: int, end: int) -> dict:
+    return {"index": index, "count": count, "start": {"t": {"0": start, "1": start}},
+            "end": {"t": {"0": end, "1": end}}}
+
+
+@dataclass(frozen=True)
+class FreshReport(BatchReport):
+    """A batch report with the tail freshness newer cores add (read defensively by the progress)."""
+
+    freshness: dict = field(default_factory=dict)
+
+
+def report(batch: int, at: float, start: int, end: int, quarantined: int = 0) -> BatchReport:
+    n = 2 * (end - start)
+    return BatchReport(batch, at, 1.0, n, n, n - quarantined, quarantined,
+                       [OffsetRange.of(TP0, start, end), OffsetRange.of(TP1, start, end)])
+
+
+def test_lane_label_names_slices_one_based_and_their_offsets():
+    slices = [slice_dict(2, 6, 0, 100), slice_dict(3, 6, 100, 250)]
+    assert lane_label(slices) == "slices 3-4 of 6 (500 offsets)"
+    assert lane_label(slices[:1]) == "slice 3 of 6 (200 offsets)"
+    argv = ["--pipeline", "p.yaml", "--mode", "backfill", "--slices", json.dumps(slices)]
+    assert label_of_args(argv) == "slices 3-4 of 6 (500 offsets)"
+    assert label_of_args(["--mode", "tail", "--once"]) == "tail"
+
+
+def test_run_ids_are_stable_file_safe_and_split_back():
+    assert tailfill_run_id("demo", "backfill", "manual__2026-01-01T00:00:00+00:00", 1) == \
+        "af-demo-backfill-lane1-manual__2026-01-01T00-00-00-00-00"
+    assert tailfill_run_id("demo", "incremental", "scheduled__x y") == "af-demo-tail-scheduled__x-y"
+    assert split_dag_id("my_pipe_backfill") == ("my_pipe", "backfill")
+    assert split_dag_id("my_pipe_incremental") == ("my_pipe", "incremental")
+    with pytest.raises(ValueError, match="not a Tailfill DAG"):
+        split_dag_id("example_dag")
+
+
+def test_pool_keeps_a_slot_for_the_incremental_dag():
+    assert spark_slots({}) == 2 and backfill_lane_slots({}) == 1
+    assert backfill_lane_slots({"TAILFILL_SPARK_SLOTS": "5"}) == 4
+    with pytest.raises(ValueError, match=r"TAILFILL_SPARK_SLOTS='1'.*fix: "):
+        spark_slots({"TAILFILL_SPARK_SLOTS": "1"})
+
+
+def test_progress_before_the_first_batch_then_rate_eta_and_freshness():
+    first = progress([], planned=1_000, started_at=100.0, now=101.0)
+    assert (first["offsets_done"], first["percent"], first["eta_s"]) == (0, 0.0, None)
+    assert first["line"] == "[running] 0/1,000 offsets (0%) · 0 rows/s · first batch running"
+
+    reports = [report(0, 105.0, 0, 100, quarantined=3), report(1, 110.0, 100, 200)]
+    p = progress(reports, planned=1_000, started_at=100.0, now=110.0)
+    assert (p["offsets_done"], p["rows"], p["quarantined"], p["batches"]) == (400, 400, 3, 2)
+    assert (p["percent"], p["rows_per_s"], p["eta_s"]) == (40.0, 40.0, 15)
+    assert p["freshness"] is None
+
+    last = report(2, 112.0, 200, 250)
+    fresh = [*reports, FreshReport(**{**last.__dict__, "freshness": {"p50_ms": 80, "p95_ms": 200, "max_ms": 900}})]
+    tail = progress(fresh, planned=None, started_at=100.0, now=112.0, state="finished")
+    assert tail["percent"] is None and tail["eta_s"] is None
+    assert tail["freshness"] == {"p50_ms": 80, "p95_ms": 200, "max_ms": 900}
+    assert "freshness p50_ms 80 p95_ms 200 max_ms 900" in tail["line"]
+
+
+def test_progress_counts_an_earlier_try_as_done_but_not_as_speed():
+    p = progress([report(0, 50.0, 0, 100), report(1, 110.0, 100, 150)], planned=400, started_at=100.0, now=110.0)
+    assert p["offsets_done"] == 300 and p["rows_per_s"] == 10.0 and p["eta_s"] == 10
+
+
+def test_watcher_publishes_at_once_then_each_new_batch_then_its_end(home):
+    seen: list[dict] = []
+    path = report_file("p", "run1", "q0")
+    with ProgressWatcher("p", "run1", 400, seen.append, interval=3600) as watcher:
+        assert [s["batches"] for s in seen] == [0]  # the first line before any batch committed
+        append_report(path, report(0, 1.0, 0, 100))
+        watcher.poll()
+        watcher.poll()  # nothing new: nothing published
+    assert [(s["state"], s["batches"]) for s in seen] == [("running", 0), ("running", 1), ("finished", 1)]
+    assert [r.batch_id for r in run_reports("p", "run1")] == [0]
+
+
+def test_failure_headline_names_cause_and_fix_and_the_java_stack_is_not_the_cause():
+    out = JobOutput()
+    lines = ["Spark Command: /usr/bin/java -cp ...", 'Exception in thread "main" org.apache.spark.SparkException',
+             "\tat org.apache.spark.sql.execution.streaming.StreamExecution.run(StreamExecution.scala:300)",
+             "[slices 1-2] 100/400 offsets (25%)",
+             "[slices 1-2] batch failed (1/3 tolerated): BrokerError: ALL_BROKERS_DOWN; restarting from the checkpoint",
+             "error: [slices 1-2] 4 consecutive failed attempts without committing any offset (tolerated: 3); "
+             "last cause: BrokerError: ALL_BROKERS_DOWN: 1/1 brokers are down"]
+    own = [line for line in lines if out.observe(line)]
+    assert own == lines[3:]
+    line = headline("ingest of demo (backfill, slices 1-2)", out, 2)
+    assert line.startswith("ingest of demo (backfill, slices 1-2) failed (exit 2): [slices 1-2] 4 consecutive")
+    assert "(fix: check that the brokers in source.bootstrap_servers are up" in line
+    assert "\n" not in line and "java" not in line.lower()
+
+
+def test_a_cause_that_names_its_fix_gets_no_second_one_and_a_crash_names_its_exception():
+    assert fix_for("ConfigError: x.yaml: source.topic: missing (fix: name the topic)") == ""
+    out = JobOutput()
+    for line in ("Traceback (most recent call last):", '  File "job.py", line 3', "KeyError: 'offsets'"):
+        out.observe(line)
+    assert out.cause == "KeyError: 'offsets'"
+    assert "fix: read the cause in the job output" in headline("x", out, 1)
+
+
+def test_committed_summary_lists_what_was_kept():
+    assert committed_summary([]) == "committed before the failure: nothing (no batch of this run finished)"
+    text = committed_summary([report(0, 1.0, 0, 100, quarantined=2), report(1, 2.0, 100, 150)])
+    assert text == ("committed before the failure: 300 offsets (298 rows, 2 quarantined) in 2 batches, "
+                    "kept: t[0] [0, 150), t[1] [0, 150)")
