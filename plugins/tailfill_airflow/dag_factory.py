@@ -307,11 +307,19 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
 
         @task(doc_md=REPORT_DOC)
         def report(tuned: dict, checked: dict) -> dict:
+            from tailfill.run.tail_health import describe, read_health
+
+            health = read_health(cfg.name)  # the tail's last batch: freshness, and whether it keeps up
+            lines = describe(cfg, health)
+            for line in lines:
+                (log.warning if line.startswith("WARNING") else log.info)(line)
+            freshness = health.freshness.to_dict() if health and health.freshness else None
             log.info("tail run %s: %s offsets validated (%s rows, %s quarantined); batch cap %s (%s); report %s",
                      tuned["run_id"], f"{checked['offsets']:,}", f"{checked['rows']:,}",
                      f"{checked['quarantined']:,}", tuned["tuning"]["max_offsets_per_batch"],
                      tuned["tuning"]["reason"], checked["report"])
-            return {"tuning": tuned["tuning"], **checked}
+            return {"tuning": tuned["tuning"], **checked, "freshness": freshness,
+                    "freshness_objective_seconds": cfg.tail.freshness_seconds, "tail_health": lines}
 
         tuned = tune()
         tail = TailfillSubmitOperator(task_id="tail", pipeline=str(cfg.path), name=f"tailfill-{cfg.name}-tail",

@@ -12,8 +12,8 @@ import pytest
 from helpers import assert_exactly_once, high_watermarks
 
 from tailfill.dev.sample import produce_sample
-from tailfill.lake.tables import ensure_tables
 from tailfill.lake.batch_report import runs_dir
+from tailfill.lake.tables import ensure_tables
 from tailfill.proof.reports import read_latest
 from tailfill.proof.validate import validate
 
