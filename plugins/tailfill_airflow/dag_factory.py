@@ -26,6 +26,7 @@ from tailfill_airflow.hooks import TailfillHook
 from tailfill_airflow.naming import (
     BACKFILL,
     INCREMENTAL,
+    MAINTENANCE,
     SPARK_POOL,
     backfill_lane_slots,
     dag_id,
@@ -264,20 +265,26 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
     return dag
 
 
-def incremental_dag(cfg: PipelineConfig) -> DAG:
-    """Scheduled tail from the committed position: preflight → tune → spark-submit → validate → report."""
-    with DAG(
-        dag_id=dag_id(cfg.name, INCREMENTAL),
-        description=f"Tail {cfg.source.topic} from its committed position into {cfg.target.table}",
-        schedule=cfg.tail.schedule,
+def _scheduled_dag(cfg: PipelineConfig, kind: str, schedule: str | None, doc_md: str, description: str) -> DAG:
+    """A scheduled DAG of a pipeline: one run at a time, no catch-up, no date-range backfill."""
+    return DAG(
+        dag_id=dag_id(cfg.name, kind),
+        description=description,
+        schedule=schedule,
         start_date=START,
         catchup=False,
         max_active_runs=1,
-        tags=["tailfill", cfg.name, "incremental"],
-        doc_md=_incremental_doc(cfg),
+        tags=["tailfill", cfg.name, kind],
+        doc_md=doc_md,
         default_args=DEFAULTS,
         allowed_run_types=["scheduled", "manual"],  # not Airflow's date-range backfill: offsets define a run
-    ) as dag:
+    )
+
+
+def incremental_dag(cfg: PipelineConfig) -> DAG:
+    """Scheduled tail from the committed position: preflight → tune → spark-submit → validate → report."""
+    with _scheduled_dag(cfg, INCREMENTAL, cfg.tail.schedule, _incremental_doc(cfg),
+                        f"Tail {cfg.source.topic} from its committed position into {cfg.target.table}") as dag:
 
         @task.short_circuit(doc_md=TUNE_DOC, multiple_outputs=True)  # downstream reads tuned["args"]
         def tune() -> dict | None:
@@ -334,16 +341,14 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
 def maintenance_dag(cfg: PipelineConfig) -> DAG:
     """Scheduled table upkeep (``tailfill maintain``): compact, expire (batch audit archived), clean orphans."""
     assert cfg.maintenance is not None
-    with DAG(
-        dag_id=f"{cfg.name}_maintenance",
-        description=f"Compact, expire snapshots and remove orphaned files of {cfg.target.namespace}.{cfg.target.table}",
-        schedule=cfg.maintenance.schedule,
-        start_date=START,
-        catchup=False,
-        max_active_runs=1,
-        tags=["tailfill", cfg.name, "maintenance"],
-        doc_md=__doc__,
-    ) as dag:
+    table = f"{cfg.target.namespace}.{cfg.target.table}"
+    doc = (f"### Upkeep of `{table}`\n\nOn `{cfg.maintenance.schedule}`: compacts small data files into files of "
+           f"about {cfg.maintenance.target_file_bytes:,} bytes, archives the per-batch audit of old snapshots and "
+           f"expires them (keeping the last {cfg.maintenance.keep_last}), and removes files no snapshot references "
+           f"that are older than {cfg.maintenance.orphan_min_age}. It runs beside the tail and backfills; "
+           "`validate --all` still checks every offset afterwards. Same as `tailfill maintain` on the command line.")
+    with _scheduled_dag(cfg, MAINTENANCE, cfg.maintenance.schedule, doc,
+                        f"Compact, expire snapshots and remove orphaned files of {table}") as dag:
 
         @task(**RETRIES)
         def maintain() -> dict:

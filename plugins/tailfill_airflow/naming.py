@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 
-BACKFILL, INCREMENTAL = "backfill", "incremental"
+BACKFILL, INCREMENTAL, MAINTENANCE = "backfill", "incremental", "maintenance"
 
 
 def dag_id(pipeline: str, kind: str) -> str:
-    """``<pipeline>_backfill`` or ``<pipeline>_incremental``."""
+    """``<pipeline>_backfill``, ``<pipeline>_incremental`` or ``<pipeline>_maintenance``."""
     return f"{pipeline}_{kind}"
 
 
