@@ -17,6 +17,7 @@ from tailfill.run.tail_health import TailHealth
 from tailfill.run.tuning import next_batch_offsets
 
 PAUSE_LOG_EVERY_S = 30.0
+MAX_PAUSE_INTERVALS = 10  # a tail still late after this many of its intervals is not late because of us
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,10 @@ class Governor:
                 break
             why = (f"tail freshness p95 {health.freshness.p95:.0f}s > objective "
                    f"{health.freshness_objective_seconds:g}s" if health.freshness else "tail behind")
+            if self.clock() - began >= MAX_PAUSE_INTERVALS * health.trigger_interval_seconds:
+                self.log(f"the tail is still late after {self.clock() - began:.0f}s paused ({why}): the backfill "
+                         "is not what holds it back (see the tail's keep-up line and the broker); one more batch")
+                return self.clock() - began
             self.state = f"paused for the tail ({why})"
             if not paused or self.clock() - last_log >= PAUSE_LOG_EVERY_S:
                 self.log(f"yielding to the tail: {why}; backfill paused between batches")

@@ -163,3 +163,13 @@ def test_the_rate_limit_holds_over_the_query():
     assert waited == pytest.approx(8.0)
     assert clock.now - 1000.0 == pytest.approx(10.0)
     assert budget.max_offsets <= 300_000
+
+
+def test_a_tail_late_for_other_reasons_does_not_stop_the_backfill_for_ever():
+    clock, logs = FakeClock(), []
+    tail = [health(alive_at=clock.now, freshness=Freshness(50.0, 90.0, 99.0, 10))]
+    g = governor(clock, tail, logs=logs)
+    g.read_health = lambda: TailHealth(**{**tail[0].__dict__, "alive_at": clock.now})  # alive, and always late
+    _, waited = g.after_batch(100_000, 2.0)
+    assert waited == pytest.approx(100.0)  # ten of the tail's 10 s intervals
+    assert "the backfill is not what holds it back" in logs[-1]
