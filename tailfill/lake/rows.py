@@ -13,7 +13,9 @@ faster: a typed msgspec decoder takes each record it can vouch for, and every re
 from __future__ import annotations
 
 import json
+import math
 import operator
+import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -35,7 +37,7 @@ CHUNK = 128  # values decoded in one call; a chunk holding a bad value is decode
 FAST_PATH_TYPES: dict[str, Any] = {
     "string": str,
     "long": Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)],
-    "double": float,
+    "double": Annotated[float, msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info.max)],  # finite only
     "boolean": bool,
     "timestamp": str,  # then converted by the same function as the per-record rules
 }
@@ -59,9 +61,12 @@ def _coerce(spec: FieldSpec, value: Any) -> Any:
         return value
     if t == "double" and isinstance(value, int | float) and not isinstance(value, bool):
         try:
-            return float(value)
+            number = float(value)
         except OverflowError:
             raise RecordError(f"field '{spec.name}' is too large for a double") from None
+        if not math.isfinite(number):  # 1e400, or the NaN / Infinity tokens json.loads accepts
+            raise RecordError(f"field '{spec.name}' is out of range for a double ({str(value)[:40]})")
+        return number
     if t == "boolean" and isinstance(value, bool):
         return value
     if t == "timestamp" and isinstance(value, str):

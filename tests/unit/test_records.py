@@ -64,6 +64,11 @@ BAD = {
     js(id=None): "required field 'id' is null",
     b"[1, 2]": "JSON value is a list, expected an object",
     js(id=1, kind="x" * 300): "exceeds max_value_bytes 200",
+    b'{"id": 1, "amount": 1e400}': "field 'amount' is out of range for a double",
+    b'{"id": 1, "amount": NaN}': "field 'amount' is out of range for a double",
+    b'\xff\xfe{"id": 1}': "malformed JSON",  # not UTF-8
+    b'{"id": 1, "kind": "\xc3\x28"}': "malformed JSON",  # invalid UTF-8 inside a string
+    js(id=1, kind=[[[[[[[[1]]]]]]]]): "field 'kind' should be string, got list",  # nested where a scalar goes
 }
 
 
