@@ -136,21 +136,25 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
     assert_exactly_once(cfg, history)
     RUNS["backfill"] = run_id
 
-    # The lane is labelled by its slices; its progress was published from before the first batch
-    # to the end; the table's asset got an event with the lane's offsets and rows.
-    lane = by_task["ingest_slice"][0]
-    label = "slices 1-3 of 3 (4,000 offsets)"
+    # Each lane is labelled by its slices; its progress was published from before the first batch
+    # to the end; the table's asset got an event per lane with its offsets and rows.
+    lane = min(by_task["ingest_slice"], key=lambda t: t["map_index"])
+    label = lanes[0]["label"]
+    assert label.startswith("slice 1 of 3 (") and lanes[1]["label"].startswith("slices 2-3 of 3 ("), lanes
+    planned = label.split("(")[1].split(" ")[0]  # e.g. "1,334"
+    RUNS["lane0_label"], RUNS["lane0_planned"] = label, planned
     assert lane["rendered_map_index"] == label
-    assert by_task["validate_slice"][0]["rendered_map_index"] == label
+    assert min(by_task["validate_slice"], key=lambda t: t["map_index"])["rendered_map_index"] == label
     progress = airflow.xcom(BACKFILL, run_id, "ingest_slice", key="progress", map_index=0)
-    assert (progress["state"], progress["offsets_done"], progress["percent"]) == ("finished", HISTORY, 100.0)
+    assert (progress["state"], f"{progress['offsets_done']:,}", progress["percent"]) == ("finished", planned, 100.0)
     log = airflow.task_log(lane, max_lines=10_000)
-    assert f"progress {label}: [running] 0/4,000 offsets (0%) · 0 rows/s · first batch running" in log, log
-    assert f"progress {label}: [finished] 4,000/4,000 offsets (100%)" in log, log
+    assert f"progress {label}: [running] 0/{planned} offsets (0%) · 0 rows/s · first batch running" in log, log
+    assert f"progress {label}: [finished] {planned}/{planned} offsets (100%)" in log, log
     assert "Exception in thread" not in log and "SparkContext" not in log  # Spark's chatter is in the output file
     events = asset_events(airflow, f"iceberg://tailfill/{cfg.target.namespace}/{cfg.target.table}")
-    assert [(e["extra"]["run_id"], e["extra"]["offsets"]) for e in events] == [(lanes[0]["run_id"], HISTORY)]
-    assert events[0]["extra"]["rows"] + events[0]["extra"]["quarantined"] == HISTORY
+    assert sorted(e["extra"]["run_id"] for e in events) == sorted(lane["run_id"] for lane in lanes)
+    assert sum(e["extra"]["offsets"] for e in events) == HISTORY
+    assert sum(e["extra"]["rows"] + e["extra"]["quarantined"] for e in events) == HISTORY
 
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, LIVE, PARTITIONS, bad_every=BAD_EVERY)
     tail_id = airflow.trigger_dag(INCREMENTAL, {})
@@ -292,8 +296,8 @@ def test_trigger_form_and_grid_in_headless_chromium(airflow, pipeline, browser, 
     form_fields = {e.get_attribute("name"): e.get_attribute("value")
                    for e in browser.find_elements(By.CSS_SELECTOR, "input[name^=element_]")}
     assert form_fields == {"element_from_offsets": "earliest", "element_to_offsets": "cutover",
-                           "element_slices": "4", "element_max_parallel_slices": "1",
-                           "element_committed_ranges": "skip"}, form_fields
+                           "element_slices": "4", "element_max_parallel_slices": "2",  # the pool's 3 slots less 1
+                           "element_max_offsets_per_second": "", "element_committed_ranges": "skip"}, form_fields
     slices.click()
     slices.send_keys(Keys.CONTROL, "a")
     slices.send_keys("2", Keys.TAB)
@@ -330,7 +334,7 @@ def test_trigger_form_and_grid_in_headless_chromium(airflow, pipeline, browser, 
 def test_lane_links_progress_and_proof_in_headless_chromium(airflow, pipeline, browser, shot):
     """From the lane in the grid to its proof: extra links served by Airflow, the run's progress tab."""
     assert "backfill" in RUNS, "needs the backfill run of test_backfill_through_rest_api_then_incremental_is_complete"
-    run_id, label = RUNS["backfill"], "slices 1-3 of 3 (4,000 offsets)"
+    run_id, label, planned = RUNS["backfill"], RUNS["lane0_label"], RUNS["lane0_planned"]
     links = airflow.extra_links(BACKFILL, run_id, "ingest_slice", map_index=0)
     assert set(links) == {"Completeness report", "Progress and batch reports", "Data Docs", "Spark job output"}
     expected = {"Completeness report": f"tailfill completeness: {NAME} af-{NAME}-backfill-lane0-",
@@ -346,13 +350,13 @@ def test_lane_links_progress_and_proof_in_headless_chromium(airflow, pipeline, b
     login(browser, airflow)
     lane_page = f"{airflow.url}/dags/{BACKFILL}/runs/{run_id}/tasks/ingest_slice/mapped/0"
     browser.get(lane_page)  # the log: progress lines, no Spark chatter; the label in the header
-    wait_for_text(browser, shot, "lane-log-with-progress", label, "[finished] 4,000/4,000 offsets (100%)")
+    wait_for_text(browser, shot, "lane-log-with-progress", label, f"[finished] {planned}/{planned} offsets (100%)")
     browser.get(lane_page + "/details")  # Airflow shows extra links in the task instance's details
     wait_for_text(browser, shot, "lane-extra-links", "Extra Links", "Completeness report", "Data Docs")
     browser.get(links["Completeness report"])  # the UI's session cookie is the login
     wait_for_text(browser, shot, "completeness-report", "COMPLETE")
     browser.get(f"{airflow.url}/tailfill/run/{BACKFILL}/{run_id}")
-    wait_for_text(browser, shot, "run-progress", label, "finished", "4,000/4,000", "100.0%")
+    wait_for_text(browser, shot, "run-progress", label, "finished", f"{planned}/{planned}", "100.0%")
     browser.get(f"{airflow.url}/dags/{BACKFILL}/runs/{run_id}/tasks/ingest_slice/mapped")  # the lanes list
     wait_for_text(browser, shot, "lanes-labelled", label)
 
