@@ -191,7 +191,8 @@ def test_orphan_cleanup_beside_commits_never_deletes_a_referenced_file(make_pipe
 
 def test_maintenance_beside_a_backfill_and_a_tail(spark, make_pipeline):
     """Neither run fails because of upkeep committing to the same tables; nothing lost or duplicated."""
-    cfg = make_pipeline(backfill__slices=2, backfill__max_offsets_per_batch=400, tail__max_offsets_per_batch=300,
+    cfg = make_pipeline(backfill__slices=2, backfill__max_offsets_per_batch=400, tail__min_offsets_per_batch=100,
+                        tail__max_offsets_per_batch=300,
                         maintenance__target_file_bytes=TARGET)
     bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
     produce_sample(bs, topic, 4_000, PARTITIONS, bad_every=97)

@@ -28,7 +28,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def ingested(spark, make_pipeline):
     """A pipeline whose backfill and tail have run: 2,800 offsets over 4 partitions, some quarantined."""
-    cfg = make_pipeline(backfill__slices=2, backfill__max_offsets_per_batch=600, tail__max_offsets_per_batch=500)
+    cfg = make_pipeline(backfill__slices=2, backfill__max_offsets_per_batch=600, tail__min_offsets_per_batch=100,
+                        tail__max_offsets_per_batch=500)
     bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
     produce_sample(bs, topic, 2_000, 4, bad_every=97)
     backfill(spark, cfg)
