@@ -10,7 +10,8 @@ from collections.abc import Callable
 from tailfill.config import PipelineConfig, resolve_pipeline, tailfill_home
 from tailfill.dev.broker import broker_down, broker_state, broker_up, resolve_bootstrap
 from tailfill.errors import TailfillError
-from tailfill.lake.batch_report import runs_dir
+from tailfill.lake.batch_report import format_stages, runs_dir
+from tailfill.lake.freshness import Freshness
 from tailfill.offsets import PartitionOffsets
 from tailfill.run.submit import IngestResult, JobSpec, backfill_spec, new_run_id, parse_conf, run_job
 
@@ -65,11 +66,10 @@ def _summarise(cfg: PipelineConfig, what: str, code: int, results: list[IngestRe
         _say(f"  {part[:28]:<28} {r.batches:>7} {r.offsets:>10,} {r.rows:>10,} "
              f"{r.quarantined:>11,} {r.rows_per_second:>9,.0f} {r.restarts:>8}")
         if r.stages:
-            _say("    time by stage: " + ", ".join(f"{k} {v:.1f}s" for k, v in r.stages.items())
+            _say("    time by stage: " + format_stages(r.stages)
                  + " (read, parse, write: summed over parallel tasks)")
         if r.freshness and what == "tail":
-            f = r.freshness
-            _say(f"    freshness (produce to commit): p50 {f['p50']:.1f}s, p95 {f['p95']:.1f}s, max {f['max']:.1f}s "
+            _say(f"    freshness (produce to commit): {Freshness.from_dict(r.freshness)} "
                  f"(objective p95 ≤ {cfg.tail.freshness_seconds:g}s)")
         for warning in r.warnings:
             _say(f"    WARNING: {warning}")

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from tailfill.lake.batch_report import BatchReport, read_reports, runs_dir
+from tailfill.lake.freshness import Freshness
 
 log = logging.getLogger(__name__)
 LANE_FILE = "airflow-lane.json"  # beside the batch reports: the lane's label, plan and last state
@@ -48,12 +49,8 @@ def run_reports(pipeline: str, run_id: str) -> list[BatchReport]:
 
 
 def _freshness(reports: list[BatchReport]) -> dict | None:
-    """The latest batch's produce-to-commit latency, when the job reports it (newer cores do)."""
-    for report in reversed(reports):
-        fresh = getattr(report, "freshness", None)
-        if isinstance(fresh, dict) and fresh:
-            return fresh
-    return None
+    """The latest batch's produce-to-commit latency (p50, p95, max seconds; records)."""
+    return next((r.freshness for r in reversed(reports) if r.freshness), None)
 
 
 def progress(reports: list[BatchReport], planned: int | None, started_at: float, now: float | None = None,
@@ -95,9 +92,8 @@ def progress_line(p: dict) -> str:
     if p["eta_s"] is not None:
         parts.append(f"ETA {p['eta_s']}s")
     parts.append(f"{p['batches']} batches" if p["batches"] else "first batch running")
-    fresh = p.get("freshness") or {}
-    if fresh:
-        parts.append("freshness " + " ".join(f"{k} {v}" for k, v in fresh.items() if isinstance(v, int | float)))
+    if p.get("freshness"):
+        parts.append(f"freshness {Freshness.from_dict(p['freshness'])}")
     return f"[{p['state']}] " + " · ".join(parts)
 
 
@@ -113,7 +109,6 @@ class ProgressWatcher:
         self.pipeline, self.run_id, self.planned = pipeline, run_id, planned
         self.publish, self.interval = publish, interval
         self.started_at = time.time()
-        self.last: dict | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"progress-{run_id}", daemon=True)
         self._seen = -1
@@ -135,8 +130,7 @@ class ProgressWatcher:
             reports = run_reports(self.pipeline, self.run_id)
             if force or len(reports) != self._seen:
                 self._seen = len(reports)
-                self.last = progress(reports, self.planned, self.started_at, state=state)
-                self.publish(self.last)
+                self.publish(progress(reports, self.planned, self.started_at, state=state))
 
     def _loop(self) -> None:
         while True:

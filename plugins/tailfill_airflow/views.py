@@ -25,6 +25,7 @@ from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
 
 from tailfill.config import PipelineConfig, load_pipeline, pipelines_dir
 from tailfill.lake.batch_report import runs_dir
+from tailfill.lake.freshness import Freshness
 from tailfill_airflow.naming import BACKFILL, split_dag_id, tailfill_run_id
 from tailfill_airflow.progress import progress, read_lane, run_reports
 
@@ -89,7 +90,7 @@ def _lane_rows(lanes: list[dict]) -> str:
             "<th>batches</th><th>freshness</th></tr>")
     rows = []
     for p in lanes:
-        fresh = " ".join(f"{k} {v}" for k, v in (p.get("freshness") or {}).items())
+        fresh = str(Freshness.from_dict(p["freshness"])) if p.get("freshness") else ""
         planned = f"/{p['offsets_planned']:,}" if p["offsets_planned"] else ""
         cls = ' class="bad"' if p["state"] == "failed" else ""
         rows.append(f"<tr><td class=l>{html.escape(p['label'])}</td><td{cls}>{html.escape(p['state'])}</td>"

@@ -9,7 +9,6 @@ executor writes them (:class:`tailfill.lake.files.FileSet`), and committed with
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -18,14 +17,13 @@ import pyarrow as pa
 from tailfill.config import PipelineConfig
 from tailfill.dev.sample import sample_event
 from tailfill.lake.commit import commit_prepared
-from tailfill.lake.files import FileSet
 from tailfill.lake.ledger import CommitResult
-from tailfill.lake.prepare import PreparedRange
+from tailfill.lake.prepare import PreparedRange, RangeOutput
 from tailfill.lake.rows import RowParser, split_records
 from tailfill.lake.storage import filesystem
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange
-from tailfill.schema import QUARANTINE_SCHEMA, RAW_SCHEMA, TIMESTAMP, RangeMarker, table_schema
+from tailfill.schema import RAW_SCHEMA, TIMESTAMP, RangeMarker
 
 
 def prepare_sample(cfg: PipelineConfig, run_id: str, ranges: Sequence[OffsetRange],
@@ -43,17 +41,13 @@ def prepare_sample(cfg: PipelineConfig, run_id: str, ranges: Sequence[OffsetRang
                         pa.array(offsets, pa.int64()),
                         pa.array([datetime.now(UTC)] * r.size, TIMESTAMP), pa.nulls(r.size, pa.binary()),
                         pa.array(values, pa.binary()), pa.nulls(r.size, pa.string())], schema=RAW_SCHEMA)
-        ok, bad = split_records(raw, cfg.format, run_id, parser)
-        data = FileSet(fs, tables.data.location(), table_schema(cfg.format.fields), run_id)
-        quarantine = FileSet(fs, tables.quarantine.location(), QUARANTINE_SCHEMA, run_id)
-        data.write(ok)
-        quarantine.write(bad)
-        out.append(PreparedRange(RangeMarker(r, r.size), data.close(), quarantine.close(), ok.num_rows,
-                                 bad.num_rows, time.time()))
+        output = RangeOutput(fs, cfg, run_id, tables.data.location(), tables.quarantine.location())
+        output.add(*split_records(raw, cfg.format, run_id, parser))
+        out.append(PreparedRange(RangeMarker(r, r.size), *output.close(), output.rows, output.quarantined))
     return out
 
 
 def commit_sample_batch(cfg: PipelineConfig, run_id: str, batch_id: int, ranges: Sequence[OffsetRange],
                         bad_every: int = 0) -> tuple[CommitResult, float]:
     """Prepare and commit one synthetic micro-batch; returns the commit's result and its seconds."""
-    return commit_prepared(cfg, run_id, batch_id, prepare_sample(cfg, run_id, ranges, bad_every))
+    return commit_prepared(cfg, ensure_tables(cfg), run_id, batch_id, prepare_sample(cfg, run_id, ranges, bad_every))

@@ -49,6 +49,11 @@ class BatchReport:
         return cls(**data)
 
 
+def format_stages(stages: dict[str, float]) -> str:
+    """``plan 0.6s, prepare 1.2s, …``: where a batch's (or a run's) time went."""
+    return ", ".join(f"{k} {v:.1f}s" for k, v in stages.items())
+
+
 def runs_dir(pipeline: str) -> Path:
     """Where a pipeline's batch reports live: one folder per run."""
     return tailfill_home() / "runs" / pipeline

@@ -17,21 +17,21 @@ from tailfill.lake.files import rewrite_files
 from tailfill.lake.ledger import BatchCommit, CommitResult, commit_batch
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.storage import filesystem
-from tailfill.lake.tables import ensure_tables
+from tailfill.lake.tables import Tables
 
 _TURNS = threading.Lock()
 
 
-def commit_prepared(cfg: PipelineConfig, run_id: str, batch_id: int,
+def commit_prepared(cfg: PipelineConfig, tables: Tables, run_id: str, batch_id: int,
                     prepared: Sequence[PreparedRange]) -> tuple[CommitResult, float]:
-    """Commit a batch's prepared ranges; returns the data table's result and the seconds it took."""
+    """Commit a batch's prepared ranges to ``tables`` (opened once per run; each commit refreshes them);
+    returns the data table's result and the seconds it took."""
     ranges = [p.marker.range for p in prepared]
     lost = [r for p in prepared for r in p.marker.lost]
     records = sum(p.marker.records for p in prepared)
     fs = filesystem(cfg.target)
     with _TURNS:
         started = time.perf_counter()
-        tables = ensure_tables(cfg)
 
         def commit(table, files: list[str]) -> CommitResult:
             return commit_batch(table, BatchCommit(cfg.name, run_id, batch_id, ranges, files, lost, records),

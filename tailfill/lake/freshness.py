@@ -80,17 +80,35 @@ class LatencySample:
         return cls(tuple(seconds), tuple(weights))
 
 
-def freshness(samples: Sequence[LatencySample]) -> Freshness | None:
-    """p50, p95 and max latency over ``samples`` (weighted quantiles; the max is exact)."""
+    @classmethod
+    def merged(cls, samples: Sequence[LatencySample]) -> LatencySample:
+        """One sample of :data:`POINTS` quantiles standing for all of ``samples`` (their total weight,
+        the exact min and max): a long-running tail keeps its run's latencies in constant space."""
+        seconds, cumulative, total = _sorted(samples)
+        if seconds.size == 0:
+            return cls((), ())
+        points = [_quantile(seconds, cumulative, q) for q in np.linspace(0.0, 1.0, POINTS)]
+        points[-1] = float(seconds[-1])
+        return cls(tuple(points), (total / POINTS,) * POINTS)
+
+
+def _sorted(samples: Sequence[LatencySample]) -> tuple[np.ndarray, np.ndarray, float]:
+    """The samples' latencies in ascending order, their cumulative weight share, and the total weight."""
     seconds = np.array([v for s in samples for v in s.seconds])
-    if seconds.size == 0:
-        return None
     weights = np.array([w for s in samples for w in s.weights])
     order = np.argsort(seconds)
-    seconds, weights = seconds[order], weights[order]
-    cumulative = np.cumsum(weights) / weights.sum()
+    total = float(weights.sum())
+    return seconds[order], np.cumsum(weights[order]) / (total or 1.0), total
 
-    def quantile(q: float) -> float:
-        return float(seconds[min(np.searchsorted(cumulative, q), seconds.size - 1)])
 
-    return Freshness(quantile(0.5), quantile(0.95), float(seconds[-1]), round(float(weights.sum())))
+def _quantile(seconds: np.ndarray, cumulative: np.ndarray, q: float) -> float:
+    return float(seconds[min(np.searchsorted(cumulative, q), seconds.size - 1)])
+
+
+def freshness(samples: Sequence[LatencySample]) -> Freshness | None:
+    """p50, p95 and max latency over ``samples`` (weighted quantiles; the max is exact)."""
+    seconds, cumulative, total = _sorted(samples)
+    if seconds.size == 0:
+        return None
+    return Freshness(_quantile(seconds, cumulative, 0.5), _quantile(seconds, cumulative, 0.95),
+                     float(seconds[-1]), round(total))

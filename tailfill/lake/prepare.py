@@ -37,7 +37,6 @@ class PreparedRange:
     quarantine_files: list[str]
     rows: int
     quarantined: int
-    started_at: float  # wall clock, when the task began
     stages: dict[str, float] = field(default_factory=dict)  # seconds in read, parse, write
     timestamps: TimestampSketch | None = None  # the task's record timestamps (carried by its first range)
 
@@ -46,7 +45,7 @@ PREPARED_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("start", pa.int64()), ("end", pa.int64()),
     ("records", pa.int64()), ("lost", pa.string()), ("data_files", pa.list_(pa.string())),
     ("quarantine_files", pa.list_(pa.string())), ("rows", pa.int64()), ("quarantined", pa.int64()),
-    ("started_at", pa.float64()), ("stages", pa.string()), ("timestamps", pa.list_(pa.int64())),
+    ("stages", pa.string()), ("timestamps", pa.list_(pa.int64())),
 ])
 
 
@@ -56,7 +55,7 @@ def to_arrow(prepared: list[PreparedRange]) -> pa.RecordBatch:
              "end": p.marker.range.end, "records": p.marker.records,
              "lost": json.dumps([[r.start, r.end] for r in p.marker.lost]), "data_files": p.data_files,
              "quarantine_files": p.quarantine_files, "rows": p.rows, "quarantined": p.quarantined,
-             "started_at": p.started_at, "stages": json.dumps(p.stages),
+             "stages": json.dumps(p.stages),
              "timestamps": p.timestamps.to_json() if p.timestamps else None} for p in prepared]
     return pa.RecordBatch.from_pylist(rows, schema=PREPARED_SCHEMA)
 
@@ -67,7 +66,7 @@ def from_arrow(table: pa.Table) -> list[PreparedRange]:
         rng = OffsetRange(r["topic"], r["partition"], r["start"], r["end"])
         lost = tuple(rng.with_bounds(s, e) for s, e in json.loads(r["lost"]))
         out.append(PreparedRange(RangeMarker(rng, r["records"], lost), r["data_files"], r["quarantine_files"],
-                                 r["rows"], r["quarantined"], r["started_at"], json.loads(r["stages"]),
+                                 r["rows"], r["quarantined"], json.loads(r["stages"]),
                                  TimestampSketch.from_json(r["timestamps"])))
     return out
 
@@ -93,12 +92,11 @@ def prepare_ranges(cfg: PipelineConfig, run_id: str, ranges: list[OffsetRange], 
     """Read ``ranges`` together, write each one's rows and quarantined rows to its own new files,
     and check that nothing was dropped. One :class:`PreparedRange` per range, in order; the task's
     time by stage is carried by the first (the ranges were read, parsed and written together)."""
-    started_at, clock = time.time(), time.perf_counter()
     stages = {"read": 0.0, "parse": 0.0, "write": 0.0}
     fs = filesystem(cfg.target)
     conf = consumer_config(cfg.source)
     parser = _parser(cfg)
-    out: dict[int, _Output] = {r.partition: _Output(fs, cfg, run_id, data_location, quarantine_location)
+    out: dict[int, RangeOutput] = {r.partition: RangeOutput(fs, cfg, run_id, data_location, quarantine_location)
                                for r in ranges}
     markers: dict[int, RangeMarker] = {}
     stamps: list[pa.Array] = []
@@ -126,7 +124,6 @@ def prepare_ranges(cfg: PipelineConfig, run_id: str, ranges: list[OffsetRange], 
     t = time.perf_counter()
     files = {p: o.close() for p, o in out.items()}
     stages["write"] += time.perf_counter() - t
-    stages["total"] = time.perf_counter() - clock
     sketch = TimestampSketch.of(stamps)
     prepared = []
     for i, r in enumerate(ranges):
@@ -134,13 +131,13 @@ def prepare_ranges(cfg: PipelineConfig, run_id: str, ranges: list[OffsetRange], 
         if o.rows + o.quarantined != marker.records:
             raise DroppedRecordsError(f"{r}: the source read {marker.records} records but {o.rows + o.quarantined} "
                                       "rows were written (rows + quarantined); refusing to commit")
-        prepared.append(PreparedRange(marker, *files[r.partition], o.rows, o.quarantined, started_at,
+        prepared.append(PreparedRange(marker, *files[r.partition], o.rows, o.quarantined,
                                       {k: round(v, 4) for k, v in stages.items()} if i == 0 else {},
                                       sketch if i == 0 else None))
     return prepared
 
 
-class _Output:
+class RangeOutput:
     """One range's rows and quarantined rows on their way to Parquet, in row groups of a good size."""
 
     def __init__(self, fs, cfg: PipelineConfig, run_id: str, data_location: str, quarantine_location: str):

@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from tailfill.config import PipelineConfig
 from tailfill.dev import faults
 from tailfill.errors import IngestError, error_class, is_retryable
-from tailfill.lake.batch_report import BatchReport, append_report, read_reports, report_file
+from tailfill.lake.batch_report import BatchReport, append_report, format_stages, read_reports, report_file
 from tailfill.lake.commit import commit_prepared
 from tailfill.lake.freshness import Freshness, LatencySample, freshness
 from tailfill.lake.ledger import Ledger, read_ledger
@@ -90,17 +90,18 @@ def _open_checkpoint(req: IngestRequest, ledger: Ledger, log: Callable[[str], No
         {"start": req.start.to_dict(), "end": req.end.to_dict() if req.end else None}))
 
 
-def _progress_line(req: IngestRequest, done: list[BatchReport], started: float, note: str = "") -> str:
+def _progress_line(req: IngestRequest, done: IngestResult, last: BatchReport | None, started: float,
+                   note: str = "") -> str:
     end = req.end or req.target_end
     planned = total(ranges_between(req.start, end)) if end else 0
-    offsets = sum(b.offsets for b in done)
-    rows = sum(b.records for b in done)
+    offsets, rows = done.offsets, done.rows + done.quarantined
     elapsed = max(time.monotonic() - started, 1e-6)
     pct = f" ({100 * offsets / planned:.0f}%)" if planned else ""
     eta = f" ETA {max(planned - offsets, 0) / (offsets / elapsed):.0f}s" if planned and offsets else ""
-    line = f"[{req.label}] {offsets:,}/{planned:,} offsets{pct} {rows / elapsed:,.0f} rows/s {len(done)} batches{eta}"
-    if done and done[-1].stages:
-        line += " | last batch: " + ", ".join(f"{k} {v:.1f}s" for k, v in done[-1].stages.items())
+    line = (f"[{req.label}] {offsets:,}/{planned:,} offsets{pct} {rows / elapsed:,.0f} rows/s "
+            f"{done.batches} batches{eta}")
+    if last is not None and last.stages:
+        line += " | last batch: " + format_stages(last.stages)
     return line + (f" | {note}" if note else "")
 
 
@@ -116,11 +117,15 @@ class BatchWriter:
     def __init__(self, cfg: PipelineConfig, req: IngestRequest, tables: Tables, reports: Path, cores: int,
                  log: Callable[[str], None]):
         self.cfg, self.req, self.reports, self.log = cfg, req, reports, log
+        self.tables = tables
         self.data_location, self.quarantine_location = tables.data.location(), tables.quarantine.location()
+        self.done, self.last = IngestResult(req.run_id, req.label), None  # every batch of the run so far
+        for report in read_reports(reports):  # an earlier try of the same run: read once, then kept here
+            self._count(report)
         self.budget_file = req.checkpoint / BUDGET_FILE
         self.last_end = time.time()
         self.stopping = threading.Event()
-        self.samples: list[LatencySample] = []
+        self.latencies = LatencySample((), ())  # the run's, merged batch by batch (constant size)
         self.pending_yield = 0.0
         self.conf = consumer_config(cfg.source)
         self.position = dict(req.start.offsets)
@@ -136,6 +141,17 @@ class BatchWriter:
         else:
             self.set_budget(Budget(req.max_offsets_per_batch))
             write_health(cfg.name, self.pace.health)
+
+    def _count(self, b: BatchReport) -> None:
+        done = self.done
+        done.batches += 1
+        done.offsets += b.offsets
+        done.rows += b.rows
+        done.quarantined += b.quarantined
+        done.skipped_offsets += b.offsets if not b.committed else 0
+        for stage, secs in b.stages.items():
+            done.stages[stage] = round(done.stages.get(stage, 0.0) + secs, 3)
+        self.last = b
 
     def _log(self, line: str) -> None:
         self.log(f"[{self.req.label}] {line}")
@@ -177,12 +193,12 @@ class BatchWriter:
         prepared_at = time.time()
         faults.pause("before-commit")
         faults.maybe_fail("before-commit")
-        result, commit_s = commit_prepared(self.cfg, self.req.run_id, batch_id, prepared)
+        result, commit_s = commit_prepared(self.cfg, self.tables, self.req.run_id, batch_id, prepared)
         faults.maybe_fail("after-commit")
         ended = time.time()
         offsets = sum(p.marker.range.size for p in prepared)
         sample = LatencySample.at(ended, [p.timestamps for p in prepared if p.timestamps])
-        self.samples.append(sample)
+        self.latencies = LatencySample.merged([self.latencies, sample])
         fresh = freshness([sample])
         stages = {"plan": started - triggered, "prepare": prepared_at - started}
         for stage in ("read", "parse", "write"):
@@ -191,12 +207,14 @@ class BatchWriter:
         if self.pending_yield:
             stages["yield"] = self.pending_yield
         seconds = ended - triggered
-        append_report(self.reports, BatchReport(
+        report = BatchReport(
             batch_id=batch_id, at=ended, seconds=round(seconds, 3), offsets=offsets,
             records=sum(p.marker.records for p in prepared), rows=sum(p.rows for p in prepared),
             quarantined=sum(p.quarantined for p in prepared), committed=result.committed, skipped=result.skipped,
             snapshot_id=result.snapshot_id, commit_ms=round(commit_s * 1000, 1),
-            stages={k: round(v, 3) for k, v in stages.items()}, freshness=fresh.to_dict() if fresh else None))
+            stages={k: round(v, 3) for k, v in stages.items()}, freshness=fresh.to_dict() if fresh else None)
+        append_report(self.reports, report)
+        self._count(report)
         for p in prepared:
             self.position[p.marker.range.tp] = max(self.position.get(p.marker.range.tp, 0), p.marker.range.end)
         if self.governor is not None:
@@ -267,10 +285,9 @@ def _run_query(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, wri
             if time.monotonic() - beat_at >= HEARTBEAT_S / 3:
                 writer.heartbeat(caught_up=not query.status.get("isDataAvailable", True))
                 beat_at = time.monotonic()
-            done = read_reports(writer.reports)
-            if len(done) != printed or time.monotonic() - printed_at >= HEARTBEAT_S:
-                log(_progress_line(req, done, started, writer.note))
-                printed, printed_at = len(done), time.monotonic()
+            if writer.done.batches != printed or time.monotonic() - printed_at >= HEARTBEAT_S:
+                log(_progress_line(req, writer.done, writer.last, started, writer.note))
+                printed, printed_at = writer.done.batches, time.monotonic()
     except KeyboardInterrupt:
         log(f"[{req.label}] stopping after the current batch")
         writer.stopping.set()
@@ -291,7 +308,6 @@ def run_ingest(
 ) -> IngestResult:
     """Run ``req`` to completion (availableNow) or until it is stopped (processing time)."""
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-    result = IngestResult(req.run_id, req.label)
     tables = ensure_tables(cfg)
     reports = report_file(cfg.name, req.run_id, req.name)
     tables.data.refresh()
@@ -300,31 +316,24 @@ def run_ingest(
     if req.end is None:
         stop_file(cfg.name).unlink(missing_ok=True)  # a stop asked of an earlier tail is not for this one
     started = time.monotonic()
+    result = writer.done
     try:
-        _attempts(spark, cfg, req, writer, result, log)
+        _attempts(spark, cfg, req, writer, log)
     finally:
         if req.end is None:
             mark_stopped(cfg.name)  # no tail running any more: nothing for a backfill to yield to
     shutil.rmtree(req.checkpoint, ignore_errors=True)  # finished: the ledger holds everything it did
     result.seconds = time.monotonic() - started
-    for b in read_reports(reports):
-        result.batches += 1
-        result.offsets += b.offsets
-        result.rows += b.rows
-        result.quarantined += b.quarantined
-        result.skipped_offsets += b.offsets if not b.committed else 0
-        for stage, secs in b.stages.items():
-            result.stages[stage] = round(result.stages.get(stage, 0.0) + secs, 3)
-    fresh = freshness(writer.samples)
+    fresh = freshness([writer.latencies])
     result.freshness = fresh.to_dict() if fresh else None
     result.warnings = writer.warnings()
     return result
 
 
 def _attempts(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, writer: BatchWriter,
-              result: IngestResult, log: Callable[[str], None]) -> None:
+              log: Callable[[str], None]) -> None:
     """Run the query until it completes, restarting it from its checkpoint within the failure budget."""
-    tables = ensure_tables(cfg)
+    tables, result = writer.tables, writer.done
     consecutive = 0
     while True:
         tables.data.refresh()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from tailfill_airflow.naming import (  # noqa: E402
 from tailfill_airflow.progress import ProgressWatcher, progress, run_reports  # noqa: E402
 
 from tailfill.lake.batch_report import BatchReport, append_report, report_file  # noqa: E402
+from tailfill.lake.freshness import Freshness  # noqa: E402
 from tailfill.offsets import OffsetRange, TopicPartition  # noqa: E402
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -31,13 +31,6 @@ TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
 def slice_dict(index: int, count: int, start: int, end: int) -> dict:
     return {"index": index, "count": count, "start": {"t": {"0": start, "1": start}},
             "end": {"t": {"0": end, "1": end}}}
-
-
-@dataclass(frozen=True)
-class FreshReport(BatchReport):
-    """A batch report with the tail freshness newer cores add (read defensively by the progress)."""
-
-    freshness: dict = field(default_factory=dict)
 
 
 def report(batch: int, at: float, start: int, end: int, quarantined: int = 0) -> BatchReport:
@@ -61,6 +54,7 @@ def test_run_ids_are_stable_file_safe_and_split_back():
     assert tailfill_run_id("demo", "incremental", "scheduled__x y") == "af-demo-tail-scheduled__x-y"
     assert split_dag_id("my_pipe_backfill") == ("my_pipe", "backfill")
     assert split_dag_id("my_pipe_incremental") == ("my_pipe", "incremental")
+    assert split_dag_id("my_pipe_maintenance") == ("my_pipe", "maintenance")
     with pytest.raises(ValueError, match="not a Tailfill DAG"):
         split_dag_id("example_dag")
 
@@ -84,11 +78,12 @@ def test_progress_before_the_first_batch_then_rate_eta_and_freshness():
     assert p["freshness"] is None
 
     last = report(2, 112.0, 200, 250)
-    fresh = [*reports, FreshReport(**{**last.__dict__, "freshness": {"p50_ms": 80, "p95_ms": 200, "max_ms": 900}})]
+    measured = Freshness(0.8, 2.0, 9.0, 100).to_dict()  # what the job writes into a batch report
+    fresh = [*reports, BatchReport(**{**last.__dict__, "freshness": measured})]
     tail = progress(fresh, planned=None, started_at=100.0, now=112.0, state="finished")
     assert tail["percent"] is None and tail["eta_s"] is None
-    assert tail["freshness"] == {"p50_ms": 80, "p95_ms": 200, "max_ms": 900}
-    assert "freshness p50_ms 80 p95_ms 200 max_ms 900" in tail["line"]
+    assert tail["freshness"] == measured
+    assert "freshness p50 0.8s, p95 2.0s, max 9.0s" in tail["line"]
 
 
 def test_progress_counts_an_earlier_try_as_done_but_not_as_speed():
@@ -138,3 +133,17 @@ def test_committed_summary_lists_what_was_kept():
     text = committed_summary([report(0, 1.0, 0, 100, quarantined=2), report(1, 2.0, 100, 150)])
     assert text == ("committed before the failure: 300 offsets (298 rows, 2 quarantined) in 2 batches, "
                     "kept: t[0] [0, 150), t[1] [0, 150)")
+
+
+@pytest.mark.parametrize("kind", ["backfill", "incremental", "maintenance"])
+def test_a_failed_task_of_every_tailfill_dag_is_recorded(kind, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from tailfill_airflow.callbacks import on_failure
+
+    monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
+    ti = SimpleNamespace(dag_id=f"demo_{kind}", run_id="manual__1", task_id="t", map_index=-1, try_number=2)
+    on_failure({"ti": ti, "exception": RuntimeError("broker gone\nstack")})
+    [line] = (tmp_path / "runs" / "demo" / "failures.jsonl").read_text().splitlines()
+    record = json.loads(line)
+    assert (record["dag_id"], record["try_number"], record["error"]) == (f"demo_{kind}", 2, "broker gone")

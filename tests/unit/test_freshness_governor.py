@@ -30,6 +30,23 @@ def test_freshness_of_a_batch_matches_exact_quantiles():
     assert f.p95 == pytest.approx(np.quantile(latency, 0.95), abs=0.6)
 
 
+def test_a_run_s_latencies_merged_batch_by_batch_stay_small_and_keep_their_quantiles():
+    rng = np.random.default_rng(3)
+    merged, everything = LatencySample((), ()), []
+    for batch in range(300):  # a long-running tail: one merge per batch
+        produced = 1_000.0 * batch + rng.uniform(0, 30, 2_000)
+        sketch = TimestampSketch.of([stamps(list(produced))])
+        sample = LatencySample.at(1_000.0 * batch + 40.0, [sketch])
+        merged = LatencySample.merged([merged, sample])
+        everything.append(sample)
+    assert len(merged.seconds) <= 201
+    exact, approx = freshness(everything), freshness([merged])
+    assert approx.records == exact.records == 600_000
+    assert approx.max == pytest.approx(exact.max)
+    assert approx.p50 == pytest.approx(exact.p50, abs=0.5)
+    assert approx.p95 == pytest.approx(exact.p95, abs=0.5)
+
+
 def test_records_without_a_broker_timestamp_are_left_out():
     arr = pa.array([None, None], TIMESTAMP)
     assert TimestampSketch.of([arr]) is None
