@@ -17,5 +17,5 @@ if __name__ == "__main__":
         session = pool.submit(get_session, app_name="tailfill-ingest")
         from tailfill.run.spark_job import main
 
-        code = main(spark=session)
+        code = main(sys.argv[1:], spark=session)
     sys.exit(code)

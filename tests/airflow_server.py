@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "plugins"))
 from tailfill_airflow.local import PASSWORD, USER, local_env  # noqa: E402
 
-__all__ = ["AirflowServer", "kill_marked", "processes_with"]
+__all__ = ["AirflowServer"]
 
 COMPONENTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
 FINISHED = {"success", "failed"}

@@ -95,7 +95,7 @@ def postgres():
 
     base = Path(tempfile.mkdtemp(prefix="tailfill-pg-"))
     base.chmod(0o755)
-    server = LocalPostgres(base / "data", free_port(), databases=("iceberg", "airflow"))
+    server = LocalPostgres(base / "data", free_port())  # each test creates its own databases
     try:
         with server:
             yield server

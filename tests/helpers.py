@@ -6,9 +6,9 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 from collections import Counter
-from pathlib import Path
+
+from processes import kill_marked
 
 from tailfill.config import PipelineConfig
 from tailfill.lake.tables import ensure_tables
@@ -69,26 +69,10 @@ def tail(spark, cfg: PipelineConfig, once: bool = True, stop_after: float | None
     return run(JobSpec(cfg.path, "tail", new_run_id("tail"), once=once, stop_after_seconds=stop_after), spark)
 
 
-def processes_with(marker: str) -> list[int]:
-    """PIDs whose environment contains ``marker`` (our fault dir): the whole job tree."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if marker.encode() in (proc / "environ").read_bytes():
-                    pids.append(int(proc.name))
-            except OSError:
-                continue
-    return pids
-
-
-def kill_job_tree(proc: subprocess.Popen, marker: str) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
+def kill_job_tree(proc: subprocess.Popen, marker: bytes) -> None:
+    """SIGKILL a job started with ``start_new_session`` and every process carrying ``marker`` (``NAME=value``
+    in its environment: a worker that left the process group still dies with the job)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-    deadline = time.monotonic() + 20
-    while (left := processes_with(marker)) and time.monotonic() < deadline:
-        for pid in left:  # a worker that left the process group still dies with the job
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.2)
-    assert not processes_with(marker), "processes of the killed job are still running"
+    kill_marked(marker)  # raises if any is still running after SIGKILL

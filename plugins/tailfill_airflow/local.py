@@ -20,23 +20,17 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from tailfill.dev.broker import free_port
 from tailfill.run import runtime
 from tailfill_airflow.naming import SLOTS_ENV, SPARK_POOL, spark_slots
 
 REPO = Path(__file__).resolve().parents[2]
 USER, PASSWORD = "admin", "admin"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None,
@@ -68,8 +62,8 @@ def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None,
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
-        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
-        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "TAILFILL_PIPELINES": env.get("TAILFILL_PIPELINES", str(REPO / "pipelines")),
         SLOTS_ENV: str(spark_slots(env)),
@@ -111,7 +105,7 @@ def main() -> None:
             from tailfill.dev.postgres import LocalPostgres
 
             home.mkdir(parents=True, exist_ok=True)
-            postgres = stack.enter_context(LocalPostgres(home / "postgres", _free_port(), databases=("airflow",)))
+            postgres = stack.enter_context(LocalPostgres(home / "postgres", free_port(), databases=("airflow",)))
             url = postgres.url("airflow")
             print(f"Postgres for Airflow's metadata: {url} (data {postgres.data_dir})", flush=True)
         env = local_env(home, args.port, database_url=url)

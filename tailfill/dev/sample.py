@@ -54,6 +54,37 @@ def sample_event(run: str, i: int) -> dict:
     }
 
 
+class _SampleProducer:
+    """A producer that counts failed deliveries and refuses to finish while any record is unacknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, **settings):
+        ensure_topic(bootstrap, topic, partitions)
+        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": False, "acks": "all",
+                                  **settings})
+        self.failures: list[str] = []
+
+    def _delivered(self, err, _msg) -> None:
+        if err is not None:
+            self.failures.append(str(err))
+
+    def send(self, i: int, value: bytes | None) -> None:
+        """Record ``i`` (key ``i``) to partition ``i mod partitions``, waiting while the queue is full."""
+        while True:
+            try:
+                self.producer.produce(self.topic, value=value, key=str(i).encode(), partition=i % self.partitions,
+                                      on_delivery=self._delivered)
+                return
+            except BufferError:
+                self.producer.poll(0.1)
+
+    def finish(self) -> None:
+        remaining = self.producer.flush(60)
+        if remaining or self.failures:
+            raise SourceError(f"producing to {self.topic!r} on {self.bootstrap}: {remaining} records "
+                              f"unacknowledged, {len(self.failures)} failed ({self.failures[:1]})")
+
+
 def produce_sample(
     bootstrap: str,
     topic: str,
@@ -66,15 +97,7 @@ def produce_sample(
 
     Returns counts ``{"good": …, "bad": …}``. Raises if any record was not acknowledged.
     """
-    ensure_topic(bootstrap, topic, partitions)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
-                         "enable.idempotence": False, "acks": "all"})
-    failures: list[str] = []
-
-    def on_delivery(err, _msg) -> None:
-        if err is not None:
-            failures.append(str(err))
-
+    out = _SampleProducer(bootstrap, topic, partitions, **{"linger.ms": 20, "batch.num.messages": 10000})
     run = uuid.uuid4().hex[:8]
     good = bad = 0
     for i in range(count):
@@ -84,23 +107,12 @@ def produce_sample(
         else:
             value = json.dumps(sample_event(run, i)).encode()
             good += 1
-        while True:
-            try:
-                producer.produce(topic, value=value, key=str(i).encode(), partition=i % partitions,
-                                 on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.1)
+        out.send(i, value)
         if i % 10000 == 0:
-            producer.poll(0)
+            out.producer.poll(0)
             if progress:
                 progress(i)
-    remaining = producer.flush(60)
-    if remaining or failures:
-        raise SourceError(
-            f"producing to {topic!r} on {bootstrap}: {remaining} records unacknowledged, "
-            f"{len(failures)} failed ({failures[:1]})"
-        )
+    out.finish()
     return {"good": good, "bad": bad}
 
 
@@ -108,21 +120,14 @@ def produce_live(bootstrap: str, topic: str, per_second: float, stop: threading.
                  partitions: int = 4) -> dict[str, int]:
     """Write sample events at ``per_second`` (in 10 ms steps, timestamped as they are sent) until
     ``stop`` is set; returns ``{"good": n, "bad": 0}``. Raises if any record was not acknowledged."""
-    ensure_topic(bootstrap, topic, partitions)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": False, "acks": "all"})
-    failures: list[str] = []
+    out = _SampleProducer(bootstrap, topic, partitions, **{"linger.ms": 5})
     run, sent, started = uuid.uuid4().hex[:8], 0, time.monotonic()
     while not stop.is_set():
         due = int((time.monotonic() - started) * per_second)
         for i in range(sent, due):
-            producer.produce(topic, value=json.dumps(sample_event(run, i)).encode(), key=str(i).encode(),
-                             partition=i % partitions,
-                             on_delivery=lambda err, _m: failures.append(str(err)) if err else None)
+            out.send(i, json.dumps(sample_event(run, i)).encode())
         sent = max(sent, due)
-        producer.poll(0)
+        out.producer.poll(0)
         time.sleep(0.01)
-    remaining = producer.flush(60)
-    if remaining or failures:
-        raise SourceError(f"producing live to {topic!r} on {bootstrap}: {remaining} records unacknowledged, "
-                          f"{len(failures)} failed ({failures[:1]})")
+    out.finish()
     return {"good": sent, "bad": 0}

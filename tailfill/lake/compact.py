@@ -15,7 +15,6 @@ them first, the new files are deleted (they were never referenced) and nothing i
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,10 +30,10 @@ from pyiceberg.table import Table
 
 from tailfill.errors import CommitConflictError, LakeError
 from tailfill.lake.files import PARQUET_OPTIONS, new_file_uri
+from tailfill.lake.ledger import COMMIT_ATTEMPTS, commit_attempts
 from tailfill.lake.storage import fs_path
 
 MAINTENANCE_SUMMARY = "tailfill.maintenance"
-COMMIT_ATTEMPTS = 20
 CHUNKS_PER_FILE = 8  # rows are written in about this many chunks per target-sized file
 
 
@@ -96,12 +95,12 @@ def _read(fs: pafs.FileSystem, uri: str) -> pa.Table:
 def _commit_rewrite(table: Table, old: Sequence[DataFile], new_uris: list[str]) -> bool:
     """Swap ``old`` for ``new_uris`` in one overwrite; False if ``old`` is no longer all live."""
     wanted = {f.file_path for f in old}
-    for attempt in range(COMMIT_ATTEMPTS):
+    new_files = [parquet_file_to_data_file(table.io, table.metadata, uri) for uri in new_uris]  # footers read once
+    for _ in commit_attempts():
         table.refresh()
         live = {t.file.file_path: t.file for t in table.scan().plan_files()}
         if not wanted <= set(live):
             return False
-        new_files = [parquet_file_to_data_file(table.io, table.metadata, uri) for uri in new_uris]
         try:
             with table.transaction() as tx, tx.update_snapshot(
                     snapshot_properties={MAINTENANCE_SUMMARY: "compaction"}).overwrite() as overwrite:
@@ -111,7 +110,7 @@ def _commit_rewrite(table: Table, old: Sequence[DataFile], new_uris: list[str]) 
                     overwrite.append_data_file(f)
             return True
         except (CommitFailedException, ValidationException):
-            time.sleep(min(0.05 * 2**attempt, 2.0))
+            continue
     raise CommitConflictError(f"compaction of {table.name()} kept conflicting after {COMMIT_ATTEMPTS} attempts")
 
 

@@ -10,7 +10,6 @@ by :mod:`tailfill.lake.orphans` once old enough.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -20,9 +19,8 @@ from pyiceberg.table import Table
 
 from tailfill.errors import CommitConflictError
 from tailfill.lake.audit_log import archive_summaries
-from tailfill.lake.ledger import batch_summaries
+from tailfill.lake.ledger import COMMIT_ATTEMPTS, batch_summaries, commit_attempts
 
-COMMIT_ATTEMPTS = 20
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -42,7 +40,7 @@ class ExpiryResult:
 
 def expire(table: Table, fs: pafs.FileSystem, older_than: datetime, keep_last: int) -> ExpiryResult:
     """Expire snapshots of ``table`` taken before ``older_than``, keeping the newest ``keep_last``."""
-    for attempt in range(COMMIT_ATTEMPTS):
+    for _ in commit_attempts():
         table.refresh()
         snaps = sorted(table.snapshots(), key=lambda s: s.timestamp_ms)
         # Everything taken before the cutoff goes, except the newest keep_last (and branch heads).
@@ -60,7 +58,6 @@ def expire(table: Table, fs: pafs.FileSystem, older_than: datetime, keep_last: i
             expiry = table.maintenance.expire_snapshots().older_than(EPOCH + timedelta(milliseconds=cutoff_ms))
             expiry.commit()
         except (CommitFailedException, ValueError):  # ValueError: another run expired one of them first
-            time.sleep(min(0.05 * 2**attempt, 2.0))
             continue
         table.refresh()
         return ExpiryResult(".".join(table.name()), len(going_ids), len(going), archive, len(table.snapshots()))

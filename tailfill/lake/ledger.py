@@ -12,7 +12,7 @@ nothing; one that partly overlaps keeps only the rows of the uncommitted part.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from pyiceberg.exceptions import CommitFailedException
@@ -64,6 +64,14 @@ class Ledger:
                     pos = r.end
             out[tp] = pos
         return PartitionOffsets(out)
+
+
+def commit_attempts() -> Iterator[int]:
+    """Attempts at an optimistic Iceberg commit, backing off more after each conflict (up to 2 s)."""
+    for attempt in range(COMMIT_ATTEMPTS):
+        if attempt:
+            time.sleep(min(0.05 * 2 ** (attempt - 1), 2.0))
+        yield attempt
 
 
 def read_ledger(table: Table) -> Ledger:
@@ -122,7 +130,7 @@ def commit_batch(table: Table, batch: BatchCommit, rewrite: Rewriter) -> CommitR
     ``keep``; it is called only when part of the batch is already committed.
     """
     asked = merge(batch.ranges)
-    for attempt in range(COMMIT_ATTEMPTS):
+    for _ in commit_attempts():
         table.refresh()
         ledger = read_ledger(table)
         new = subtract(asked, ledger.committed)
@@ -150,7 +158,6 @@ def commit_batch(table: Table, batch: BatchCommit, rewrite: Rewriter) -> CommitR
                     props[LOST_PROP] = ranges_to_json(merge([*ledger.lost, *lost]))
                 tx.set_properties(props)
         except CommitFailedException:
-            time.sleep(min(0.05 * 2**attempt, 2.0))
             continue
         table.refresh()
         return CommitResult(new, subtract(asked, new), table.current_snapshot().snapshot_id)

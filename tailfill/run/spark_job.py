@@ -7,7 +7,7 @@ the cause on stderr when the run cannot complete.
 from __future__ import annotations
 
 import sys
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from pyspark.sql import SparkSession
 
@@ -16,34 +16,31 @@ from tailfill.errors import TailfillError
 from tailfill.lake.spark_writer import warm_executors
 from tailfill.run.plan import backfill_requests, source_state, tail_request
 from tailfill.run.spark_ingest import run_ingest
-from tailfill.run.spark_session import get_session
 from tailfill.run.submit import IngestResult, JobSpec, results_line
 
 
-def run(spec: JobSpec, spark: SparkSession | Future[SparkSession] | None = None) -> list[IngestResult]:
+def run(spec: JobSpec, spark: SparkSession | Future[SparkSession]) -> list[IngestResult]:
     """Run ``spec``; returns one :class:`IngestResult` per streaming query (run of adjacent slices, or the tail).
 
-    ``spark``: the session, or one being built (a new application's: see ``spark_jobs/ingest.py``),
-    or None to build one here; either way the broker and the table are read meanwhile.
+    ``spark``: the session (tests share one), or one being built for a new application (see
+    ``spark_jobs/ingest.py``), whose executors are warmed while the first query starts; the broker
+    and the table are read meanwhile.
     """
     cfg = resolve_pipeline(spec.pipeline)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        building = pool.submit(get_session) if spark is None else spark if isinstance(spark, Future) else None
-        state = source_state(cfg)
-        if spec.mode == "backfill":
-            requests = backfill_requests(state, list(spec.slices), spec.run_id, spec.max_offsets_per_batch,
-                                          spec.max_offsets_per_second)
-        else:
-            requests = [tail_request(state, spec.run_id, spec.once, spec.stop_after_seconds,
-                                     spec.max_offsets_per_batch)]
-        session = building.result() if building is not None else spark
-    assert isinstance(session, SparkSession)
-    if building is not None and requests:  # a new application: warm its executors while the first query starts
+    state = source_state(cfg)
+    if spec.mode == "backfill":
+        requests = backfill_requests(state, list(spec.slices), spec.run_id, spec.max_offsets_per_batch,
+                                      spec.max_offsets_per_second)
+    else:
+        requests = [tail_request(state, spec.run_id, spec.once, spec.stop_after_seconds, spec.max_offsets_per_batch)]
+    session = spark.result() if isinstance(spark, Future) else spark
+    if isinstance(spark, Future) and requests:
         warm_executors(session, state.cfg)
     return [run_ingest(session, state.cfg, req) for req in requests]
 
 
-def main(argv: list[str] | None = None, spark: Future[SparkSession] | None = None) -> int:
+def main(argv: list[str] | None, spark: SparkSession | Future[SparkSession]) -> int:
+    """The job's entry point: run the spec in ``argv``; 0 on success, 2 with the cause on stderr."""
     spec = JobSpec.parse(argv)
     try:
         results = run(spec, spark)

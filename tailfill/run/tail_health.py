@@ -121,8 +121,9 @@ def describe(cfg: PipelineConfig, health: TailHealth | None, now: float | None =
     state = "running" if health.live(now) else "not running"
     fresh = str(health.freshness) if health.freshness else "no batch yet"
     verdict = "meets" if health.healthy else "MISSES"
+    backlog = f"; backlog {health.backlog:,} offsets" if health.backlog else ""
     lines = [f"tail freshness ({state}, last batch): {fresh}; {verdict} the objective "
-             f"p95 ≤ {health.freshness_objective_seconds:g}s"]
+             f"p95 ≤ {health.freshness_objective_seconds:g}s{backlog}"]
     problem = health.keep_up_problem()
     if problem:
         lines.append(f"WARNING: {problem}")

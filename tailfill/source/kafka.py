@@ -153,7 +153,7 @@ def watermarks(conf: dict, partitions: list[TopicPartition], probe_timeout_s: fl
                 raise SourceError(f"cannot read offsets of {tp} from {conf['bootstrap.servers']}: {exc}") from exc
         probe = {tp: hi for tp, (lo, hi) in listed.items() if hi > lo}
         high = {tp: hi for tp, (_, hi) in listed.items()}
-        if probe:
+        if probe and probe_timeout_s > 0:  # no time to confirm: the listed ends as they are
             consumer.assign([KTopicPartition(tp.topic, tp.partition, hi - 1) for tp, hi in probe.items()])
             deadline = time.monotonic() + probe_timeout_s
             confirmed: set[TopicPartition] = set()
@@ -295,15 +295,12 @@ def read_ranges(
 
 
 def _by_partition(msgs: list, live: dict) -> Iterator[tuple[int, list]]:
-    """The messages of each live partition, in offset order (error-free messages only)."""
-    if len(live) == 1:
-        [p] = live
-        yield p, [m for m in msgs if m.partition() == p]
-        return
-    parts = [m.partition() for m in msgs]
-    for p in list(live):
-        part = [m for m, q in zip(msgs, parts, strict=True) if q == p]
-        if part:
+    """The messages of each live partition, in offset order (error-free messages only), in one pass."""
+    groups: dict[int, list] = {}
+    for m in msgs:
+        groups.setdefault(m.partition(), []).append(m)
+    for p, part in groups.items():
+        if p in live:
             yield p, part
 
 

@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy
 import yaml
-from airflow_server import AirflowServer, kill_marked, processes_with
+from airflow_server import AirflowServer
 from helpers import assert_exactly_once, high_watermarks
+from processes import kill_marked, processes_with
 
 from tailfill.config import load_pipeline
 from tailfill.dev.sample import produce_sample

@@ -43,7 +43,7 @@ def test_sigkill_mid_run_then_rerun_lands_each_offset_once(spark, make_pipeline,
             assert time.monotonic() < deadline, "job never reached the fault point"
             time.sleep(0.2)
     finally:
-        kill_job_tree(proc, str(fault_dir))
+        kill_job_tree(proc, f"TAILFILL_FAULT_DIR={fault_dir}".encode())
         log.close()
 
     data, _ = ensure_tables(cfg)

@@ -39,7 +39,7 @@ def test_failures_beyond_the_budget_stop_the_job_with_the_cause(spark, make_pipe
         backfill(spark, cfg)
 
     arm_fault("before-commit", 5)
-    assert job.main(backfill_spec(cfg).argv()) == 2  # the spark-submit exit code
+    assert job.main(backfill_spec(cfg).argv(), spark) == 2  # the spark-submit exit code
     err = capsys.readouterr().err
     assert "error:" in err and "InjectedFault: injected failure at before-commit" in err
 

@@ -14,7 +14,7 @@ import time
 import uuid
 
 import pytest
-from helpers import assert_exactly_once, high_watermarks, kill_job_tree, processes_with, tail
+from helpers import assert_exactly_once, high_watermarks, kill_job_tree, tail
 
 from tailfill.cli import main as cli_main
 from tailfill.dev.sample import produce_live, produce_sample
@@ -50,8 +50,8 @@ def test_backfill_beside_a_live_tail_keeps_the_tail_fresh(spark, make_pipeline, 
     )
     bootstrap, topic = cfg.source.bootstrap_servers, cfg.source.topic
     produce_sample(bootstrap, topic, HISTORY, 4, bad_every=1_001)
-    marker = f"tailfill-test-{uuid.uuid4().hex}"
-    env = submit_env() | {"TAILFILL_HOME": str(home), "TAILFILL_TEST_MARKER": marker}
+    marker = f"TAILFILL_TEST_MARKER={uuid.uuid4().hex}"
+    env = submit_env() | {"TAILFILL_HOME": str(home), "TAILFILL_TEST_MARKER": marker.split("=", 1)[1]}
     stop_producing = threading.Event()
     producer = threading.Thread(target=produce_live, args=(bootstrap, topic, LIVE_PER_SECOND, stop_producing))
     tail_log, backfill_log = tmp_path / "tail.log", tmp_path / "backfill.log"
@@ -78,10 +78,8 @@ def test_backfill_beside_a_live_tail_keeps_the_tail_fresh(spark, make_pipeline, 
     finally:
         stop_producing.set()
         for proc in (tail_proc, backfill_proc):
-            if proc is not None and proc.poll() is None:
-                kill_job_tree(proc, marker)
-        if processes_with(marker):
-            kill_job_tree(tail_proc, marker)
+            if proc is not None:
+                kill_job_tree(proc, marker.encode())  # whatever is left of either job
 
     [tail_run] = [d for d in runs_dir(cfg.name).iterdir() if d.is_dir() and d.name.startswith("tail-")]
     batches = [b for f in tail_run.glob("*.jsonl") for b in read_reports(f)]

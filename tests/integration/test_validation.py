@@ -47,7 +47,7 @@ def data_file_offsets(cfg, table) -> tuple[object, TopicPartition, np.ndarray]:
     return task.file, TopicPartition(cfg.source.topic, parts.pop()), np.sort(rows["kafka_offset"].to_numpy())
 
 
-def assert_fails_naming(cfg, spark, expected: list[str], capsys, all_runs: bool = True) -> dict:
+def assert_fails_naming(cfg, expected: list[str], capsys, all_runs: bool = True) -> dict:
     report = validate(cfg, all_runs=all_runs)
     assert not report["success"]
     for line in expected:
@@ -102,7 +102,7 @@ def test_deleted_data_file_is_named_as_missing(spark, ingested, capsys):
     data.refresh()
     assert data_file.file_path not in {t.file.file_path for t in data.scan().plan_files()}
     expected = islands(tp, offsets)
-    report = assert_fails_naming(cfg, spark, [], capsys)
+    report = assert_fails_naming(cfg, [], capsys)
     missing = [p for p in report["problems"] if p.startswith("missing")]
     assert [m.split(" (run")[0] for m in missing] == [f"missing {r}" for r in expected]
     assert {(BETWEEN, "missing_offsets"), ("expect_column_pair_values_to_be_equal", "stored")} <= failed_expectations(
@@ -114,7 +114,7 @@ def test_duplicated_data_file_is_named_as_duplicated(spark, ingested, capsys):
     data, _ = ensure_tables(cfg)
     data_file, tp, offsets = data_file_offsets(cfg, data)
     data.add_files([data_file.file_path], check_duplicate_files=False)
-    report = assert_fails_naming(cfg, spark, [], capsys)
+    report = assert_fails_naming(cfg, [], capsys)
     duplicated = [p.split(" (run")[0] for p in report["problems"] if p.startswith("duplicated")]
     assert duplicated == [f"duplicated {r}" for r in islands(tp, offsets)]
     assert (BETWEEN, "duplicated_offsets") in failed_expectations(report, RUN)
@@ -128,7 +128,7 @@ def test_deleted_quarantine_rows_are_named_as_missing(spark, ingested, capsys):
     partition, offset = bad["kafka_partition"][0].as_py(), bad["kafka_offset"][0].as_py()
     quarantine.delete(And(EqualTo("kafka_partition", partition), EqualTo("kafka_offset", offset)))
     gone = OffsetRange(cfg.source.topic, partition, offset, offset + 1)
-    report = assert_fails_naming(cfg, spark, [], capsys)
+    report = assert_fails_naming(cfg, [], capsys)
     assert [p.split(" (run")[0] for p in report["problems"]] == [f"missing {gone}"]
     assert (BETWEEN, "missing_offsets") in failed_expectations(report, RUN)
 
@@ -142,7 +142,7 @@ def test_overlapping_commit_is_named(spark, ingested, capsys):
                "tailfill.ranges": ranges_to_json([overlap]), "tailfill.records-read": "50"}
     with data.transaction() as tx, tx.update_snapshot(snapshot_properties=summary).fast_append():
         pass
-    report = assert_fails_naming(cfg, spark, [f"overlapping committed ranges {overlap}"], capsys)
+    report = assert_fails_naming(cfg, [f"overlapping committed ranges {overlap}"], capsys)
     assert failed_expectations(report, TILING) == {(BETWEEN, "overlap_offsets")}
 
 
@@ -154,7 +154,7 @@ def test_skipped_range_is_named_as_gap(spark, ingested, capsys):
     claimed = OffsetRange(cfg.source.topic, 0, end + 5, end + 10)
     # A commit that jumped ahead: the ledger now has a hole, and the claimed range holds no rows.
     commit_batch(data, BatchCommit(cfg.name, "jumper", 0, [claimed], []), rewrite=lambda files, keep: [])
-    report = assert_fails_naming(cfg, spark, [f"gap between committed ranges {skipped}",
+    report = assert_fails_naming(cfg, [f"gap between committed ranges {skipped}",
                                               f"missing {claimed} (run jumper, batch 0)"], capsys)
     assert (BETWEEN, "gap_offsets") in failed_expectations(report, TILING)
     assert (BETWEEN, "missing_offsets") in failed_expectations(report, RUN)
