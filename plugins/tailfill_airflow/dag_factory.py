@@ -34,7 +34,7 @@ from tailfill_airflow.naming import (
     lane_label,
     tailfill_run_id,
 )
-from tailfill_airflow.operators import TailfillSubmitOperator, code_archive_path
+from tailfill_airflow.operators import TailfillSubmitOperator
 
 log = logging.getLogger(__name__)
 START = datetime(2026, 1, 1)
@@ -54,16 +54,14 @@ def _airflow_run_id() -> str:
 
 
 def _preflight_task(cfg: PipelineConfig, mode: str):
-    """The ``preflight`` task of a DAG: every check, then the code archive shipped to executors."""
+    """The ``preflight`` task of a DAG: every check (the Spark tasks build the code archive they ship)."""
 
     @task(task_id="preflight", doc_md=PREFLIGHT_DOC, **RETRIES)
     def preflight() -> list[str]:
         from tailfill.run.preflight import preflight as run_checks
-        from tailfill.run.runtime import code_archive
 
         with TailfillHook(cfg).credentials_exported():
             passed = run_checks(cfg, mode)
-        code_archive(code_archive_path())
         for line in passed:
             log.info("preflight ok: %s", line)
         return passed
@@ -93,8 +91,8 @@ def _validate(cfg: PipelineConfig, run_id: str) -> dict:
 
 # --- user-facing docs ---------------------------------------------------------------------------
 
-PREFLIGHT_DOC = """Checks the broker, topic, catalog, warehouse, Spark and disk before any Spark work,
-and builds the code archive the executors import. A failure names the check and its fix."""
+PREFLIGHT_DOC = """Checks the broker, topic, catalog, warehouse, Spark and disk before any Spark work.
+A failure names the check and its fix."""
 PLAN_DOC = """Reads the broker's offsets and the table's ledger, records the cutover when there is none
 yet, and deals the uncommitted offsets of the requested range into slices and lanes. Its XCom lists
 each lane's slices and exact bounds; the log shows earliest, cutover, committed and what the run covers."""

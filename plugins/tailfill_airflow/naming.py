@@ -18,10 +18,10 @@ def dag_id(pipeline: str, kind: str) -> str:
 
 def split_dag_id(dag: str) -> tuple[str, str]:
     """``(pipeline, kind)`` of one of Tailfill's DAG ids; ``ValueError`` for any other DAG."""
-    for kind in (BACKFILL, INCREMENTAL):
+    for kind in (BACKFILL, INCREMENTAL, MAINTENANCE):
         if dag.endswith(f"_{kind}"):
             return dag.removesuffix(f"_{kind}"), kind
-    raise ValueError(f"{dag!r} is not a Tailfill DAG (<pipeline>_backfill or <pipeline>_incremental)")
+    raise ValueError(f"{dag!r} is not a Tailfill DAG (<pipeline>_backfill, _incremental or _maintenance)")
 
 
 def tailfill_run_id(pipeline: str, kind: str, airflow_run_id: str, lane: int | None = None) -> str:

@@ -45,7 +45,7 @@ PROGRESS_KEY, RESULT_KEY = "progress", "result"
 # Lines of the provider's own interest (driver / application ids of cluster modes) still reach it.
 _PROVIDER_LINES = re.compile(r"driver-[0-9-]+|application[0-9_]+|pod name:|spark-app-selector|[eE]xit code:")
 
-__all__ = ["JobFailed", "TailfillSubmitOperator", "code_archive_path"]
+__all__ = ["JobFailed", "TailfillSubmitOperator"]
 
 
 class JobFailed(TailfillError):
