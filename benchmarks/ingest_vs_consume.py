@@ -7,7 +7,7 @@ On the embedded broker, N sample events (~120 B of JSON, 4 partitions, 0.1% deli
       (``tailfill.lake.rows.parse_value``: the same rows and the same quarantine), Arrow, Parquet out;
   (c) ``tailfill backfill`` exactly as the CLI runs it: plan, ``spark-submit``, the demo pipeline's
       shipped settings; spark-submit's startup is reported apart from the steady state;
-  (d) ``tailfill validate --run`` of that backfill in a fresh process (cold).
+  (d) ``tailfill validate --all`` of that backfill in a fresh process (cold).
 
 Prints offsets/s for each, the ratios c/a, c/b and d/c, the per-stage time of the backfill's batches,
 and with ``--scale`` the same at 5N and the 5N/N cost. Nothing here is a test: it prints figures.
