@@ -48,7 +48,8 @@ def high_watermarks(cfg: PipelineConfig) -> dict[int, int]:
     from tailfill.source.kafka import consumer_config, list_partitions, watermarks
 
     conf = consumer_config(cfg.source)
-    marks = watermarks(conf, list_partitions(conf, cfg.source.topic))
+    marks = watermarks(conf, list_partitions(conf, cfg.source.topic), probe_timeout_s=30)
+    assert not marks.unconfirmed, f"the broker did not confirm the ends of {sorted(marks.unconfirmed)}"
     return {tp.partition: marks.high[tp] for tp in marks.high}
 
 

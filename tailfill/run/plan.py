@@ -17,13 +17,14 @@ from pyiceberg.table import Table
 
 from tailfill.config import PipelineConfig
 from tailfill.dev.broker import resolved
-from tailfill.errors import ConfigError
+from tailfill.errors import ConfigError, SourceError
 from tailfill.lake.ledger import Ledger, read_cutover, read_ledger, record_cutover
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, PartitionOffsets, ranges_between, split_slices, subtract, total
 from tailfill.source.kafka import Watermarks, consumer_config, list_partitions, watermarks
 
 Mode = Literal["backfill", "tail"]
+CONFIRM_CUTOVER_S = 30.0  # how long to try to confirm the broker's ends before recording the cutover
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,24 @@ def source_state(cfg: PipelineConfig) -> SourceState:
 
 
 def ensure_cutover(state: SourceState) -> PartitionOffsets:
-    """The recorded cutover, recording the broker's current ends if there is none yet."""
-    return state.cutover or record_cutover(state.table, state.marks.high)
+    """The recorded cutover, recording the broker's current ends if there is none yet.
+
+    Only ends confirmed by a fetch are recorded: a short end (a ``ListOffsets`` answer that a busy
+    broker did not confirm in time) would put history behind the cutover, into the tail. Unconfirmed
+    ends are read again with a longer probe, and if they still cannot be confirmed nothing is recorded.
+    """
+    if state.cutover is not None:
+        return state.cutover
+    marks = state.marks
+    if marks.unconfirmed:
+        marks = watermarks(consumer_config(state.cfg.source), list(marks.high), probe_timeout_s=CONFIRM_CUTOVER_S)
+    if marks.unconfirmed:
+        late = ", ".join(str(tp) for tp in sorted(marks.unconfirmed))
+        raise SourceError(
+            f"cannot confirm the end of {late} on {state.cfg.source.bootstrap_servers} within "
+            f"{CONFIRM_CUTOVER_S:.0f}s: not recording a cutover from ends that may be short "
+            "(fix: run again when the broker answers fetches)")
+    return record_cutover(state.table, marks.high)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from tailfill.schema import RAW_SCHEMA, TIMESTAMP, RangeMarker
 
 METADATA_TIMEOUT_S = 10.0
 
+
 def consumer_config(source: SourceConfig, **overrides: object) -> dict:
     """librdkafka settings for an assign-only consumer of ``source``; secrets come from the env.
 
@@ -127,10 +128,16 @@ def list_partitions(conf: dict, topic: str, consumer: Consumer | None = None) ->
 
 @dataclass(frozen=True)
 class Watermarks:
-    """Earliest available and next-to-be-written offsets per partition."""
+    """Earliest available and next-to-be-written offsets per partition.
+
+    ``unconfirmed`` holds the non-empty partitions whose end no fetch confirmed (the probe ran out of
+    time, or was not asked for): their ``high`` is the broker's ``ListOffsets`` answer, which can be
+    short on some brokers. Nothing may be recorded from such an end (see ``run.plan.ensure_cutover``).
+    """
 
     low: PartitionOffsets
     high: PartitionOffsets
+    unconfirmed: frozenset[TopicPartition] = frozenset()
 
 
 def watermarks(conf: dict, partitions: list[TopicPartition], probe_timeout_s: float = 5.0,
@@ -153,10 +160,10 @@ def watermarks(conf: dict, partitions: list[TopicPartition], probe_timeout_s: fl
                 raise SourceError(f"cannot read offsets of {tp} from {conf['bootstrap.servers']}: {exc}") from exc
         probe = {tp: hi for tp, (lo, hi) in listed.items() if hi > lo}
         high = {tp: hi for tp, (_, hi) in listed.items()}
+        confirmed: set[TopicPartition] = set()
         if probe and probe_timeout_s > 0:  # no time to confirm: the listed ends as they are
             consumer.assign([KTopicPartition(tp.topic, tp.partition, hi - 1) for tp, hi in probe.items()])
             deadline = time.monotonic() + probe_timeout_s
-            confirmed: set[TopicPartition] = set()
             while confirmed != set(probe) and time.monotonic() < deadline:
                 consumer.consume(num_messages=len(probe), timeout=0.2)
                 for tp in set(probe) - confirmed:
@@ -167,6 +174,7 @@ def watermarks(conf: dict, partitions: list[TopicPartition], probe_timeout_s: fl
         return Watermarks(
             low=PartitionOffsets({tp: lo for tp, (lo, _) in listed.items()}),
             high=PartitionOffsets(high),
+            unconfirmed=frozenset(set(probe) - confirmed),
         )
 
 

@@ -116,3 +116,23 @@ def test_a_batch_replayed_after_its_commit_commits_nothing(spark, make_pipeline,
     assert replayed.batch_id == 0 and replayed.committed == [] and total(replayed.skipped) == 2_000
     first_commit = next(s for s in batch_summaries(ensure_tables(cfg).data) if s["tailfill.run-id"] == run.run_id)
     assert replayed.skipped == ranges_from_json(first_commit["tailfill.ranges"])  # the very same offsets
+
+
+def test_the_cutover_is_recorded_only_from_ends_a_fetch_confirmed(make_pipeline):
+    """tansu's ListOffsets can answer the start of the last record batch + 1 (a deviation from Kafka);
+    a cutover taken from such an end would hand history to the tail, so it is confirmed first."""
+    from dataclasses import replace
+
+    from tailfill.run.plan import ensure_cutover, source_state
+    from tailfill.source.kafka import consumer_config, watermarks
+
+    cfg = make_pipeline()
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 8_000, 4)
+    state = source_state(cfg)
+    listed = watermarks(consumer_config(state.cfg.source), list(state.marks.high), probe_timeout_s=0)
+    assert listed.unconfirmed == frozenset(state.marks.high)  # nothing was fetched: nothing is confirmed
+
+    recorded = ensure_cutover(replace(state, marks=listed))
+
+    assert dict(recorded.offsets) == {tp: 2_000 for tp in state.marks.high}
+    assert read_cutover(ensure_tables(cfg).data) == recorded
