@@ -183,6 +183,8 @@ class BackfillConfig(_Model):
     # a live tail misses its freshness objective, backfills also pause between batches.
     max_offsets_per_second: int | None = Field(default=None, ge=1)
     max_consecutive_failures: int = Field(ge=0)
+    # Wait this long before restarting a failed attempt, doubling per consecutive failure (max 60 s).
+    restart_backoff_seconds: float = Field(ge=0)
 
 
 class TailConfig(_Model):
@@ -194,6 +196,7 @@ class TailConfig(_Model):
     # The objective: produce-to-commit latency (p95 of a batch's records) at most this many seconds.
     freshness_seconds: float = Field(gt=0)
     max_consecutive_failures: int = Field(ge=0)
+    restart_backoff_seconds: float = Field(ge=0)  # as backfill.restart_backoff_seconds
     schedule: str | None = None
 
     @model_validator(mode="after")

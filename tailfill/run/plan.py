@@ -151,6 +151,7 @@ class IngestRequest:
     end: PartitionOffsets | None
     max_offsets_per_batch: int  # the first batch's cap, and every batch's limit
     max_consecutive_failures: int
+    restart_backoff_seconds: float  # the first restart's wait; doubled per consecutive failure
     checkpoint: Path
     run_id: str
     trigger: Literal["available_now", "processing_time"] = "available_now"
@@ -207,6 +208,7 @@ def backfill_requests(state: SourceState, slices: list[Slice], run_id: str,
             end=s.end,
             max_offsets_per_batch=max_offsets_per_batch or cfg.backfill.max_offsets_per_batch,
             max_consecutive_failures=cfg.backfill.max_consecutive_failures,
+            restart_backoff_seconds=cfg.backfill.restart_backoff_seconds,
             checkpoint=checkpoint_root(cfg, "backfill") / checkpoint_key("backfill", s.start, s.end),
             run_id=run_id,
             batch_seconds=cfg.backfill.batch_seconds,
@@ -226,6 +228,7 @@ def tail_request(state: SourceState, run_id: str, once: bool = False, stop_after
         end=None,
         max_offsets_per_batch=max_offsets_per_batch or cfg.tail.max_offsets_per_batch,
         max_consecutive_failures=cfg.tail.max_consecutive_failures,
+        restart_backoff_seconds=cfg.tail.restart_backoff_seconds,
         checkpoint=checkpoint_root(cfg, "tail") / checkpoint_key("tail", start, None),
         run_id=run_id,
         trigger="available_now" if once else cfg.tail.trigger,

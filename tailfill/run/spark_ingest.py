@@ -47,9 +47,12 @@ from tailfill.source.kafka import consumer_config, shared_consumer, watermarks
 # The last line of a Python traceback: "package.module.ExceptionClass: message".
 _PY_EXCEPTION = re.compile(r"^(?:[a-z_]\w*\.)*([A-Z]\w*): (.+)$", re.MULTILINE)
 _TRACEBACK = "Traceback (most recent call last):"
+_WRAPPERS = frozenset({"PythonException", "StreamingQueryException", "Py4JJavaError", "CapturedException",
+                       "ForeachBatchUserFuncException", "SparkException"})
 REQUEST_FILE = "tailfill-request.json"  # our own note in a checkpoint folder: the request's bounds
 BUDGET_FILE = "tailfill-budget.json"  # the next batch's cap, read by the source before each batch
 HEARTBEAT_S = 15.0
+MAX_BACKOFF_S = 60.0  # the longest wait before a restart, however many failures came before
 
 
 def explain(exc: BaseException) -> tuple[str, str]:
@@ -57,6 +60,8 @@ def explain(exc: BaseException) -> tuple[str, str]:
     text = str(exc)
     start = text.find(_TRACEBACK)
     found = list(_PY_EXCEPTION.finditer(text, start)) if start >= 0 else []
+    # Spark's and py4j's own exceptions only carry the real one (from a Python worker) further down.
+    found = [m for m in found if m.group(1) not in _WRAPPERS] or found
     # The first Python exception after the traceback is the root; later ones happened while handling it.
     named = [m for m in found if error_class(m.group(1)) is not None] or found
     if named:
@@ -127,6 +132,8 @@ class BatchWriter:
         self.stopping = threading.Event()
         self.latencies = LatencySample((), ())  # the run's, merged batch by batch (constant size)
         self.pending_yield = 0.0
+        self.step = "starting"
+        self.failed_step: str | None = None  # where the last failed attempt failed, if inside a batch
         self.conf = consumer_config(cfg.source)
         self.position = dict(req.start.offsets)
         self.pace = TailPace(cfg, req.max_offsets_per_batch) if req.end is None else None
@@ -184,6 +191,14 @@ class BatchWriter:
             write_health(self.cfg.name, self.pace.heartbeat(caught_up))
 
     def __call__(self, ranges: DataFrame, batch_id: int) -> None:
+        self.step = f"prepare (read, parse, write on the executors) of batch {batch_id}"
+        try:
+            self._batch(ranges, batch_id)
+        except BaseException:
+            self.failed_step = self.step  # for the restart policy: where this attempt failed
+            raise
+
+    def _batch(self, ranges: DataFrame, batch_id: int) -> None:
         started = time.time()
         triggered = self._triggered_at(started)
         prepared = prepare_batch(ranges, self.cfg, self.req.run_id, self.data_location, self.quarantine_location)
@@ -191,10 +206,13 @@ class BatchWriter:
             self.last_end = time.time()
             return  # an empty batch commits nothing and never fails
         prepared_at = time.time()
+        shown = ", ".join(str(p.marker.range) for p in prepared[:4]) + (" …" if len(prepared) > 4 else "")
+        self.step = f"commit of batch {batch_id} ({shown})"
         faults.pause("before-commit")
         faults.maybe_fail("before-commit")
         result, commit_s = commit_prepared(self.cfg, self.tables, self.req.run_id, batch_id, prepared)
         faults.maybe_fail("after-commit")
+        self.step = f"report and sizing after batch {batch_id}"
         ended = time.time()
         offsets = sum(p.marker.range.size for p in prepared)
         sample = LatencySample.at(ended, [p.timestamps for p in prepared if p.timestamps])
@@ -330,14 +348,30 @@ def run_ingest(
     return result
 
 
+def _ledger_committed(tables: Tables, log: Callable[[str], None], label: str) -> list | None:
+    """The data table's committed ranges now, or None (said in the log) if the catalog cannot be read."""
+    try:
+        tables.data.refresh()
+        return read_ledger(tables.data).committed
+    except Exception as exc:  # the catalog may be down: the restart policy must go on, not crash
+        log(f"[{label}] cannot read the ledger from the catalog: {str(exc).splitlines()[0]}")
+        return None
+
+
 def _attempts(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, writer: BatchWriter,
               log: Callable[[str], None]) -> None:
-    """Run the query until it completes, restarting it from its checkpoint within the failure budget."""
-    tables, result = writer.tables, writer.done
-    consecutive = 0
+    """Run the query until it completes, restarting it from its checkpoint within the failure budget.
+
+    Each restart waits ``restart_backoff_seconds``, doubling with every consecutive failure (at most
+    :data:`MAX_BACKOFF_S`), so a broker or catalog that is back within the budget's waits is survived.
+    Failures that commit nothing count against the budget; past it the run stops, naming the step
+    at which the attempts failed (seed 004: no endless restart loop).
+    """
+    result = writer.done
+    consecutive, steps = 0, []
     while True:
-        tables.data.refresh()
-        before = read_ledger(tables.data).committed
+        before = _ledger_committed(writer.tables, log, req.label)
+        writer.failed_step = None
         try:
             _run_query(spark, cfg, req, writer, log)
             return
@@ -347,14 +381,19 @@ def _attempts(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, writ
             result.causes.append(cause)
             if not is_retryable(kind):
                 raise IngestError(f"[{req.label}] {cause}") from None
-            tables.data.refresh()
-            advanced = subtract(read_ledger(tables.data).committed, before)
-            consecutive = 0 if advanced else consecutive + 1
+            after = _ledger_committed(writer.tables, log, req.label)
+            advanced = before is not None and after is not None and subtract(after, before)
+            consecutive, steps = (0, []) if advanced else (consecutive + 1, steps)
+            steps.append(writer.failed_step or "planning a batch (the source, reading offsets on the driver)")
             if consecutive > req.max_consecutive_failures:
+                where = (f"each at the same step: {steps[-1]}" if len(set(steps)) == 1
+                         else "at: " + "; ".join(dict.fromkeys(steps)))
                 raise IngestError(
                     f"[{req.label}] {consecutive} consecutive failed attempts without committing any offset "
-                    f"(tolerated: {req.max_consecutive_failures}); last cause: {cause}"
+                    f"(tolerated: {req.max_consecutive_failures}), {where}; last cause: {cause}"
                 ) from None
             result.restarts += 1
-            log(f"[{req.label}] batch failed ({consecutive}/{req.max_consecutive_failures} tolerated): {cause}; "
-                "restarting from the checkpoint")
+            wait = min(req.restart_backoff_seconds * 2 ** max(consecutive - 1, 0), MAX_BACKOFF_S)
+            log(f"[{req.label}] batch failed ({consecutive}/{req.max_consecutive_failures} tolerated) at "
+                f"{steps[-1]}: {cause}; restarting from the checkpoint in {wait:g}s")
+            time.sleep(wait)

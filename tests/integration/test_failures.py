@@ -35,8 +35,10 @@ def test_failures_beyond_the_budget_stop_the_job_with_the_cause(spark, make_pipe
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, 4)
     arm_fault("before-commit", 5)
 
-    with pytest.raises(IngestError, match=r"2 consecutive failed attempts without committing any offset"):
+    with pytest.raises(IngestError, match=r"2 consecutive failed attempts without committing any offset") as caught:
         backfill(spark, cfg)
+    # The guard names the step the attempts kept failing at, with the batch's ranges.
+    assert f"each at the same step: commit of batch 0 ({cfg.source.topic}[" in str(caught.value)
 
     arm_fault("before-commit", 5)
     assert job.main(backfill_spec(cfg).argv(), spark) == 2  # the spark-submit exit code

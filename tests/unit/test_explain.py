@@ -41,6 +41,22 @@ def test_a_fatal_tailfill_error_wins_so_the_run_stops_at_once():
     assert explain(Exception(FATAL_LATER)) == ("ExpiredOffsetsError", "offsets t[0] [0, 10) are no longer in the topic")
 
 
+WORKER_FAILURE = """[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function.
+Traceback (most recent call last):
+  File "/x/py4j/clientserver.py", line 644, in _call_proxy
+pyspark.errors.exceptions.captured.PythonException: An exception was thrown from the Python worker:
+Traceback (most recent call last):
+  File "/x/tailfill/lake/files.py", line 45, in close
+OSError: When uploading part for key 'w/data/x.parquet' in bucket 'b': AWS Error INTERNAL_FAILURE during \
+UploadPart
+"""
+
+
+def test_an_executor_s_exception_is_the_cause_not_the_python_worker_wrapper():
+    kind, message = explain(Exception(WORKER_FAILURE))
+    assert kind == "OSError" and message.startswith("When uploading part for key 'w/data/x.parquet'")
+
+
 def test_text_without_traceback_falls_back_to_first_line():
     assert explain(RuntimeError("boom\nmore")) == ("RuntimeError", "boom")
 
