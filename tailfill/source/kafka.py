@@ -27,6 +27,7 @@ from tailfill.offsets import OffsetRange, PartitionOffsets, TopicPartition
 from tailfill.schema import RAW_SCHEMA, TIMESTAMP, RangeMarker
 
 METADATA_TIMEOUT_S = 10.0
+RECONNECT_TIMEOUT_S = 15.0  # how long a read waits for librdkafka to reconnect before the batch fails
 
 
 def consumer_config(source: SourceConfig, **overrides: object) -> dict:
@@ -264,6 +265,7 @@ def read_ranges(
             consumer.pause([KTopicPartition(c.rng.topic, p)])
 
         last_progress = time.monotonic()
+        lost: str | None = None  # a connection error seen since the last progress
         while live:
             # consume() waits out its timeout unless it gets all it asked for: never ask for more than is left.
             left = sum(c.rng.end - c.pos for c in live.values())
@@ -274,13 +276,9 @@ def read_ranges(
                     if tp.offset >= live[tp.partition].rng.end:  # only markers/compacted offsets were left
                         live[tp.partition].pos = live[tp.partition].rng.end
                         finish(tp.partition)
-                if live and time.monotonic() - last_progress > idle_timeout_s:
-                    left = ", ".join(f"{c.rng} at {c.pos}" for c in live.values())
-                    raise SourceError(f"reading {left}: no records for {idle_timeout_s:.0f}s "
-                                      f"from {conf['bootstrap.servers']}")
-                continue
             if any(m.error() is not None for m in msgs):
-                msgs = _handle_errors(msgs, live, consumer, on_expired, earliest, finish)
+                msgs, error = _handle_errors(msgs, live, consumer, on_expired, earliest, finish)
+                lost = lost or error
             good = False
             for p, part in _by_partition(msgs, live):
                 c = live[p]
@@ -296,7 +294,9 @@ def read_ranges(
                     c.pos = c.rng.end
                     finish(p)
             if good:
-                last_progress = time.monotonic()
+                last_progress, lost = time.monotonic(), None
+            elif live:
+                _check_idle(conf, live, time.monotonic() - last_progress, idle_timeout_s, lost)
         if with_markers:
             for c in cursors.values():
                 yield c.marker().to_batch()
@@ -312,9 +312,34 @@ def _by_partition(msgs: list, live: dict) -> Iterator[tuple[int, list]]:
             yield p, part
 
 
-def _handle_errors(msgs: list, live: dict, consumer: Consumer, on_expired: str, earliest, finish) -> list:
-    """Act on the error events among ``msgs`` (offsets expired while reading, or fatal ones); the rest."""
-    out = []
+# Connection-level errors librdkafka reports while it reconnects (a broker restarting, a leader moving).
+_TRANSIENT = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT,
+                        KafkaError._RESOLVE, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+                        KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION})
+
+
+def _transient(err: KafkaError) -> bool:
+    return not err.fatal() and err.code() in _TRANSIENT
+
+
+def _check_idle(conf: dict, live: dict, waited: float, idle_timeout_s: float, lost: str | None) -> None:
+    """Fail a read that made no progress for too long: ``idle_timeout_s``, or less once the connection
+    failed (a consumer that has not recovered by then is replaced by a fresh one when the batch restarts)."""
+    limit = min(idle_timeout_s, RECONNECT_TIMEOUT_S) if lost else idle_timeout_s
+    if waited > limit:
+        where = ", ".join(f"{c.rng} at {c.pos}" for c in live.values())
+        why = f" since the connection to the broker failed ({lost})" if lost else ""
+        raise SourceError(f"reading {where}: no records for {limit:.0f}s{why} from {conf['bootstrap.servers']}")
+
+
+def _handle_errors(msgs: list, live: dict, consumer: Consumer, on_expired: str, earliest,
+                   finish) -> tuple[list, str | None]:
+    """Act on the error events among ``msgs`` (offsets expired while reading, or fatal ones).
+
+    Returns the messages without errors, and the last transient connection error (librdkafka
+    reconnects by itself; the read's idle check bounds how long it may take).
+    """
+    out, lost = [], None
     for m in msgs:
         err = m.error()
         if err is None:
@@ -333,9 +358,12 @@ def _handle_errors(msgs: list, live: dict, consumer: Consumer, on_expired: str, 
             continue
         if err.code() == KafkaError._PARTITION_EOF:
             continue
+        if _transient(err):
+            lost = err.str()
+            continue
         where = f"{c.rng} at offset {c.pos}" if c is not None else "the partitions"
         raise SourceError(f"reading {where}: {err}")
-    return out
+    return out, lost
 
 
 def read_range(conf: dict, rng: OffsetRange, on_expired: str = "fail", with_marker: bool = True,
