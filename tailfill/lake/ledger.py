@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
+from sqlalchemy.exc import SQLAlchemyError
 
-from tailfill.errors import CommitConflictError
+from tailfill.errors import CommitConflictError, LakeError
 from tailfill.offsets import (
     OffsetRange,
     PartitionOffsets,
@@ -97,6 +98,9 @@ def record_cutover(table: Table, cutover: PartitionOffsets) -> PartitionOffsets:
             return cutover
         except CommitFailedException:
             time.sleep(0.05)
+        except (OSError, SQLAlchemyError) as exc:  # the warehouse or the catalog failed: say which, and what
+            raise LakeError(f"cannot record the cutover {cutover.to_json()} on {'.'.join(table.name())}: "
+                            f"{str(exc).splitlines()[0]}") from exc
     raise CommitConflictError(f"could not record the cutover on {table.name()} after {COMMIT_ATTEMPTS} attempts")
 
 
