@@ -38,6 +38,31 @@ REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "pipelines" / "demo.yaml"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--soak", action="store_true",
+                     help="run the fault suite's long soak (e.g. 50 random SIGKILLs instead of 10)")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The fault suite's scenario × outcome table, when fault scenarios ran (also to build/fault-outcomes.md)."""
+    from fault_outcomes import OUTCOMES, REPORT, markdown
+
+    if not OUTCOMES:
+        return
+    table = markdown()
+    REPORT.parent.mkdir(exist_ok=True)
+    REPORT.write_text(table)
+    terminalreporter.section("fault suite: scenario × outcome")
+    terminalreporter.write(table)
+    terminalreporter.write_line(f"(also in {REPORT})")
+
+
+@pytest.fixture(scope="session")
+def soak(request) -> bool:
+    """True when the fault suite's long soak was asked for (``--soak``)."""
+    return request.config.getoption("--soak")
+
+
 @pytest.fixture(scope="session")
 def broker():
     with EmbeddedBroker() as b:

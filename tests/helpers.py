@@ -7,13 +7,14 @@ import os
 import signal
 import subprocess
 from collections import Counter
+from pathlib import Path
 
 from processes import kill_marked
 
 from tailfill.config import PipelineConfig
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import PartitionOffsets
-from tailfill.run.submit import IngestResult, JobSpec, backfill_spec, new_run_id
+from tailfill.run.submit import IngestResult, JobSpec, backfill_spec, new_run_id, spark_submit_command, submit_env
 
 
 def ingested(cfg: PipelineConfig) -> tuple[Counter, Counter]:
@@ -77,3 +78,22 @@ def kill_job_tree(proc: subprocess.Popen, marker: bytes) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     kill_marked(marker)  # raises if any is still running after SIGKILL
+
+
+def submit_at_once(specs: list[JobSpec], logs: Path, master: str = "local[1]") -> None:
+    """Run ``specs`` as concurrent ``spark-submit`` jobs (output in ``logs/<run id>.log``); each must exit 0."""
+    procs = []
+    try:
+        for spec in specs:
+            log = (logs / f"{spec.run_id}.log").open("w")
+            procs.append((spec, log, subprocess.Popen(spark_submit_command(spec, master), env=submit_env(),
+                                                      stdout=log, stderr=subprocess.STDOUT)))
+        codes = {spec.run_id: proc.wait(timeout=600) for spec, _, proc in procs}
+    finally:
+        for _, log, proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+    for spec in specs:
+        assert codes[spec.run_id] == 0, (logs / f"{spec.run_id}.log").read_text()[-5000:]

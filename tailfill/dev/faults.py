@@ -1,7 +1,8 @@
 """Failpoints for the crash and failure-budget tests. Outside tests, both are no-ops.
 
 - ``pause(point)``: with ``TAILFILL_FAULT_PAUSE=<point>`` (and ``TAILFILL_FAULT_SKIP=N`` to let the
-  first N arrivals pass), create ``$TAILFILL_FAULT_DIR/<point>`` and sleep until killed.
+  first N arrivals pass), create ``$TAILFILL_FAULT_DIR/<point>`` and sleep until killed, or until a
+  test creates ``$TAILFILL_FAULT_DIR/<point>.release`` (after it broke something meanwhile).
 - ``maybe_fail(point)``: if ``$TAILFILL_FAULT_DIR/fail-<point>`` holds a count above zero,
   decrement it and raise :class:`InjectedFault`. File-based, so a test can arm it after Spark's
   workers have started.
@@ -23,7 +24,7 @@ def _dir() -> Path | None:
 
 
 def pause(point: str) -> None:
-    """Block forever at ``point`` if a crash test asked for it."""
+    """Block at ``point`` if a test asked for it: until killed, or until the test releases it."""
     flag_dir = _dir()
     if os.environ.get("TAILFILL_FAULT_PAUSE") != point or flag_dir is None:
         return
@@ -34,8 +35,8 @@ def pause(point: str) -> None:
     if len(arrivals_file.read_text().splitlines()) <= int(os.environ.get("TAILFILL_FAULT_SKIP", "0")):
         return
     (flag_dir / point).touch()
-    while True:
-        time.sleep(1)
+    while not (flag_dir / f"{point}.release").exists():
+        time.sleep(0.2)
 
 
 def maybe_fail(point: str) -> None:

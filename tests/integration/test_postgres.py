@@ -9,11 +9,10 @@ must land exactly once and their commits must have interleaved.
 from __future__ import annotations
 
 import itertools
-import subprocess
 import uuid
 
 import pytest
-from helpers import assert_exactly_once, high_watermarks
+from helpers import assert_exactly_once, high_watermarks, submit_at_once
 
 from tailfill.dev.sample import produce_sample
 from tailfill.lake import ledger
@@ -21,7 +20,7 @@ from tailfill.lake.ledger import SUMMARY_RUN, BatchCommit, commit_batch, read_le
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange
 from tailfill.proof.validate import validate
-from tailfill.run.submit import JobSpec, backfill_spec, new_run_id, spark_submit_command, submit_env
+from tailfill.run.submit import JobSpec, backfill_spec, new_run_id
 
 pytestmark = pytest.mark.integration
 
@@ -41,21 +40,7 @@ def test_lanes_and_tail_commit_concurrently_to_a_postgres_catalog(postgres, make
 
     specs = [JobSpec(planned.pipeline, "backfill", new_run_id("backfill"), (s,)) for s in planned.slices]
     specs.append(JobSpec(str(cfg.path), "tail", new_run_id("tail"), once=True))
-    procs = []
-    for spec in specs:
-        log = (tmp_path / f"{spec.run_id}.log").open("w")
-        procs.append((spec, log, subprocess.Popen(spark_submit_command(spec, "local[1]"), env=submit_env(),
-                                                  stdout=log, stderr=subprocess.STDOUT)))
-    try:
-        codes = {spec.run_id: proc.wait(timeout=600) for spec, _, proc in procs}
-    finally:
-        for _, log, proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            log.close()
-    for spec, _, _ in procs:
-        assert codes[spec.run_id] == 0, (tmp_path / f"{spec.run_id}.log").read_text()[-5000:]
+    submit_at_once(specs, tmp_path)
 
     high = high_watermarks(cfg)
     assert sum(high.values()) == HISTORY + LIVE

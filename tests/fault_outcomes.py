@@ -1,0 +1,63 @@
+"""The fault suite's outcome table: one row per scenario, each proven on the whole table.
+
+A scenario ends with :func:`prove`: ``tailfill validate --all`` (Great Expectations over the exact
+offset accounting) and the tests' own count of every offset in data + quarantine. Its row says
+what was injected, what the job did, its restarts, the offsets, and the verdict. The table is
+printed at the end of the pytest session and written to ``build/fault-outcomes.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from helpers import assert_exactly_once, high_watermarks
+
+from tailfill.config import PipelineConfig
+from tailfill.proof.validate import validate
+
+REPORT = Path(__file__).resolve().parent.parent / "build" / "fault-outcomes.md"
+COLUMNS = ("scenario", "injected", "what the job did", "restarts", "offsets", "verdict")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    scenario: str
+    injected: str
+    behaviour: str
+    restarts: int
+    offsets: int
+    verdict: str
+
+    def cells(self) -> tuple[str, ...]:
+        return (self.scenario, self.injected, self.behaviour, str(self.restarts), f"{self.offsets:,}", self.verdict)
+
+
+OUTCOMES: list[Outcome] = []
+
+
+def prove(cfg: PipelineConfig, scenario: str, injected: str, behaviour: str, restarts: int,
+          causes: list[str] = ()) -> Outcome:
+    """Validate the whole table and count every offset; record the row (a failure fails the test first).
+
+    ``causes``: the causes of the job's restarts, shown (shortened, distinct) with what it did.
+    """
+    if causes:
+        shown = list(dict.fromkeys(c if len(c) <= 110 else c[:107] + "…" for c in causes))
+        behaviour += "; restarted after: " + " / ".join(f"`{c}`" for c in shown[:3])
+    report = validate(cfg, all_runs=True)
+    high = high_watermarks(cfg)
+    rows, bad = assert_exactly_once(cfg, high)
+    assert report["success"], f"{scenario}: validation failed: {report['problems']}"
+    assert report["offsets_checked"] == sum(high.values()) == len(rows) + len(bad)
+    outcome = Outcome(scenario, injected, behaviour, restarts, report["offsets_checked"],
+                      "COMPLETE: 0 lost, 0 duplicated")
+    OUTCOMES.append(outcome)
+    return outcome
+
+
+def markdown() -> str:
+    """The outcomes as a Markdown table."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in o.cells()) + " |" for o in OUTCOMES]
+    return "\n".join(lines) + "\n"

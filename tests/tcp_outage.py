@@ -1,0 +1,84 @@
+"""A loopback TCP relay that can take a server off the network and bring it back on the same address.
+
+``down()`` resets every relayed connection and closes the listening socket, so clients see what a
+stopped server looks like (connections reset, new ones refused); ``up()`` listens again on the same
+port. The server behind it keeps its state, as a broker restarted on persistent storage would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+
+
+class TcpOutage:
+    """Relay ``127.0.0.1:port`` to ``127.0.0.1:upstream_port``, with outages on demand."""
+
+    def __init__(self, upstream_port: int, port: int):
+        self.upstream_port, self.port = upstream_port, port
+        self._lock = threading.Lock()
+        self._conns: set[socket.socket] = set()
+        self._listener: socket.socket | None = None
+        self.outages = 0
+
+    def up(self) -> None:
+        """Listen (again) on the relay's port."""
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), name="tcp-outage-accept", daemon=True).start()
+
+    def down(self) -> None:
+        """Refuse new connections and reset every open one."""
+        self.outages += 1
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            conns, self._conns = self._conns, set()
+        for sock in conns:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the relay threads blocked on it
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def __enter__(self) -> TcpOutage:
+        self.up()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # closed by down()
+            try:
+                server = socket.create_connection(("127.0.0.1", self.upstream_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns.update((client, server))
+            for src, dst in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.close()
+            with self._lock:
+                self._conns.difference_update((src, dst))
