@@ -1,9 +1,12 @@
-"""What happens when a Tailfill task fails: one headline in the log and a record the pages can show.
+"""What happens when a Tailfill task fails or a scheduled run misses its deadline: one headline in
+the log and a record the pages can show.
 
 ``on_failure`` is every Tailfill task's ``on_failure_callback``. It logs one line (task, run,
 the error's first line — for an ingest task, the cause and its fix), appends the failure to
 ``$TAILFILL_HOME/runs/<pipeline>/failures.jsonl`` and, when ``$TAILFILL_ON_FAILURE`` names a
 ``module:function``, calls it with the context and that record (alerting: mail, chat, pager).
+``deadline_missed`` is the scheduled DAGs' deadline alert (run by Airflow's triggerer): a run still
+going one schedule interval after it was queued holds up the next one; it is recorded the same way.
 """
 
 from __future__ import annotations
@@ -35,6 +38,25 @@ def on_failure(context: Any) -> None:
     record = failure_record(context)
     where = f"{record['task_id']}" + (f"[{record['map_index']}]" if record["map_index"] not in (-1, None) else "")
     log.error("FAILED %s of %s (try %s): %s", where, record["run_id"], record["try_number"], record["error"])
+    _record(context, record)
+
+
+async def deadline_missed(interval_seconds: float, context: dict | None = None) -> dict:
+    """The deadline alert of a scheduled DAG: its run was not finished ``interval_seconds`` after it was
+    queued, so the next scheduled run is waiting behind it (for the tail: it is falling behind)."""
+    run = (context or {}).get("dag_run") or {}
+    record = {"at": round(time.time(), 3), "dag_id": run.get("dag_id"), "run_id": run.get("dag_run_id"),
+              "task_id": None, "map_index": None, "try_number": None,
+              "error": f"deadline missed: the run was not finished {interval_seconds:g}s (one schedule interval) "
+                       "after it was queued; the next run waits behind it (fix: look at its slowest task, or "
+                       "schedule the DAG less often)"}
+    log.error("DEADLINE MISSED %s of %s: %s", record["dag_id"], record["run_id"], record["error"])
+    _record(context, record)
+    return record
+
+
+def _record(context: Any, record: dict) -> None:
+    """Append ``record`` to its pipeline's ``failures.jsonl`` and call the alerting hook, if one is set."""
     pipeline, _ = split_dag_id(record["dag_id"])
     path = runs_dir(pipeline) / "failures.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,15 +13,18 @@ written for the person running the pipeline, not for its developers.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from airflow.sdk import DAG, Asset, Param, get_current_context, task
+from airflow.sdk.definitions.callback import AsyncCallback
+from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
 from tailfill.config import PipelineConfig, load_pipeline, pipelines_dir
 from tailfill.errors import ConfigError
-from tailfill_airflow.callbacks import on_failure
+from tailfill_airflow.callbacks import deadline_missed, on_failure
 from tailfill_airflow.hooks import TailfillHook
 from tailfill_airflow.naming import (
     BACKFILL,
@@ -121,7 +124,9 @@ incremental DAG (`{dag_id(cfg.name, INCREMENTAL)}`) begins — exactly once, in 
 lanes. Offsets already committed are skipped, so re-running is safe.
 
 **Run it**: *Trigger* → adjust the parameters → *Trigger*. The *Tailfill* tab of a run shows every
-lane's progress; each lane's extra links lead to its completeness report and Data Docs.
+lane's progress; each lane's extra links lead to its completeness report and Data Docs. The form's
+*Logical Date* is Airflow's own field, which its trigger form shows for every DAG: leave it as it is,
+Tailfill ignores it (the offsets *From* and *To* say what a run covers).
 
 **Capacity**: lanes run in the `{SPARK_POOL}` pool and at most {backfill_lane_slots()} at a time, so the
 incremental DAG always finds a slot. **Proof**: each lane is validated; the table's asset is updated
@@ -136,6 +141,8 @@ Each run ingests what arrived after the committed position (from the cutover on)
 and updates the table's asset. Schedule: `{cfg.tail.schedule}`. A run with nothing new stops after
 `tune` without starting Spark. History before the cutover is `{dag_id(cfg.name, BACKFILL)}`'s job;
 Airflow's date-range backfill is disabled here (offsets, not dates, define what a run covers).
+**Deadline**: a run still going {schedule_interval(cfg.tail.schedule) if cfg.tail.schedule else "—"} after it
+was queued holds up the next one; it is recorded as a missed deadline (and sent to the alerting hook).
 """
 
 
@@ -263,8 +270,28 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
     return dag
 
 
+def schedule_interval(cron: str) -> timedelta:
+    """The shortest gap between two runs of a cron schedule (over its next ten)."""
+    from croniter import croniter
+
+    it = croniter(cron, START)
+    times = [it.get_next(datetime) for _ in range(11)]
+    return min(b - a for a, b in itertools.pairwise(times))
+
+
+def run_deadline(cron: str | None) -> DeadlineAlert | None:
+    """A scheduled run must be done within one schedule interval of being queued, or the next one waits:
+    past that, ``deadline_missed`` records it (and calls the alerting hook, see callbacks)."""
+    if cron is None:
+        return None
+    interval = schedule_interval(cron)
+    return DeadlineAlert(reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=interval,
+                         callback=AsyncCallback(deadline_missed, kwargs={"interval_seconds": interval.total_seconds()}))
+
+
 def _scheduled_dag(cfg: PipelineConfig, kind: str, schedule: str | None, doc_md: str, description: str) -> DAG:
-    """A scheduled DAG of a pipeline: one run at a time, no catch-up, no date-range backfill."""
+    """A scheduled DAG of a pipeline: one run at a time, no catch-up, no date-range backfill, and a
+    deadline of one schedule interval per run."""
     return DAG(
         dag_id=dag_id(cfg.name, kind),
         description=description,
@@ -276,6 +303,7 @@ def _scheduled_dag(cfg: PipelineConfig, kind: str, schedule: str | None, doc_md:
         doc_md=doc_md,
         default_args=DEFAULTS,
         allowed_run_types=["scheduled", "manual"],  # not Airflow's date-range backfill: offsets define a run
+        deadline=run_deadline(schedule),
     )
 
 

@@ -26,6 +26,7 @@ import pytest
 import sqlalchemy
 import yaml
 from airflow_server import AirflowServer
+from fault_outcomes import prove
 from helpers import assert_exactly_once, high_watermarks
 from processes import kill_marked, processes_with
 
@@ -179,6 +180,26 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
     states = {t["task_id"]: t["state"] for t in airflow.task_instances(INCREMENTAL, idle_id)}
     assert states == {"preflight": "success", "tune": "success", "tail": "skipped", "validate": "skipped",
                       "report": "skipped"}, states
+
+
+@pytest.mark.faults
+def test_a_retry_of_a_lane_that_already_succeeded_commits_nothing(airflow, pipeline):
+    """Clear a finished lane (and what follows it) of the backfill: Airflow runs it again, as a retry
+    would after a worker lost the task's success. The lane finds every offset committed."""
+    cfg, run_id = pipeline, RUNS["backfill"]
+    airflow.request("POST", f"/api/v2/dags/{BACKFILL}/clearTaskInstances",
+                    {"dry_run": False, "dag_run_id": run_id, "task_ids": [["ingest_slice", 0]], "only_failed": False,
+                     "include_downstream": True, "reset_dag_runs": True})
+    run = airflow.wait_for_run(BACKFILL, run_id, timeout=300)
+    assert run["state"] == "success", airflow.describe_run(BACKFILL, run_id)
+    [lane] = [t for t in airflow.task_instances(BACKFILL, run_id) if t["task_id"] == "ingest_slice"
+              and t["map_index"] == 0]
+    assert (lane["state"], lane["try_number"]) == ("success", 2)
+    assert airflow.xcom(BACKFILL, run_id, "ingest_slice", key="result", map_index=0) == []  # nothing left to run
+    prove(cfg, "Airflow retry of a slice that already succeeded",
+          f"lane 0 of backfill run {run_id} cleared after it succeeded (with its validation and the summary)",
+          "Airflow ran it again (try 2): the job found its slice committed and started no query; the lane's "
+          "validation passed again", 0)
 
 
 def asset_events(airflow: AirflowServer, uri: str) -> list[dict]:

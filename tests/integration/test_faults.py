@@ -30,11 +30,12 @@ from helpers import backfill, kill_job_tree, submit_at_once, tail
 from s3_fault_proxy import Fault, S3FaultProxy
 from tcp_outage import TcpOutage
 
+from tailfill import cli
 from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
 from tailfill.dev.postgres import LocalPostgres
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.batch_report import read_reports, runs_dir
-from tailfill.lake.ledger import read_ledger
+from tailfill.lake.ledger import read_cutover, read_ledger
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import PartitionOffsets, intersect_all, total
 from tailfill.run.spark_job import run
@@ -272,6 +273,20 @@ def test_s3_errors_at_data_file_write_and_at_commit(spark, make_pipeline, s3_end
               + ("a task's upload, and the batch was prepared again" if at == "write" else "the batch's commit")
               + " after a backoff (replays are idempotent by offsets; files of failed attempts never referenced)",
               result.restarts, result.causes)
+
+
+def test_a_cutover_that_cannot_be_written_is_one_clear_error(make_pipeline, s3_endpoint, capsys):
+    with S3FaultProxy(s3_endpoint) as proxy:
+        cfg = make_pipeline(s3_endpoint=proxy.endpoint)
+        produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 100, PARTITIONS)
+        ensure_tables(cfg)
+        proxy.arm(Fault("503", "PUT", r"/metadata/", times=3))  # more than the AWS SDK retries
+        assert cli.main(["backfill", cfg.path]) == 2
+        err = capsys.readouterr().err
+        proxy.disarm()
+        assert read_cutover(ensure_tables(cfg).data) is None  # nothing recorded: the next run tries again
+    assert f"cannot record the cutover {{\"{cfg.source.topic}\"" in err and "demo_events" in err, err
+    assert "Traceback" not in err
 
 
 # --- the catalog goes away -----------------------------------------------------------------------

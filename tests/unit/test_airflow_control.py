@@ -147,3 +147,38 @@ def test_a_failed_task_of_every_tailfill_dag_is_recorded(kind, tmp_path, monkeyp
     [line] = (tmp_path / "runs" / "demo" / "failures.jsonl").read_text().splitlines()
     record = json.loads(line)
     assert (record["dag_id"], record["try_number"], record["error"]) == (f"demo_{kind}", 2, "broker gone")
+
+
+def test_scheduled_dags_have_a_deadline_of_one_schedule_interval_and_the_backfill_none():
+    from datetime import timedelta
+
+    from tailfill_airflow.dag_factory import backfill_dag, incremental_dag, maintenance_dag, schedule_interval
+
+    from tailfill.config import load_pipeline
+
+    cfg = load_pipeline(Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml")
+    assert schedule_interval("*/10 * * * *") == timedelta(minutes=10)
+    assert schedule_interval("0 9,17 * * *") == timedelta(hours=8)  # the shortest gap of an uneven schedule
+    [tail_deadline] = incremental_dag(cfg).deadline
+    assert tail_deadline.interval == timedelta(minutes=10)  # the demo tail runs every 10 minutes
+    assert tail_deadline.callback.path == "tailfill_airflow.callbacks.deadline_missed"
+    assert tail_deadline.callback.kwargs == {"interval_seconds": 600.0}
+    [upkeep_deadline] = maintenance_dag(cfg).deadline
+    assert upkeep_deadline.interval == timedelta(hours=1)  # "17 * * * *"
+    assert not backfill_dag(cfg).deadline  # a backfill's length is its range's, not a schedule's
+
+
+def test_a_missed_deadline_is_recorded_with_its_run_and_the_fix(tmp_path, monkeypatch):
+    import asyncio
+
+    from tailfill_airflow.callbacks import deadline_missed
+
+    monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
+    context = {"dag_run": {"dag_id": "demo_incremental", "dag_run_id": "scheduled__2026-11-23T10:00"},
+               "deadline": {"id": "d1", "deadline_time": "2026-11-23T10:10:00+00:00"}}
+    asyncio.run(deadline_missed(interval_seconds=600.0, context=context))
+    [line] = (tmp_path / "runs" / "demo" / "failures.jsonl").read_text().splitlines()
+    record = json.loads(line)
+    assert (record["dag_id"], record["run_id"]) == ("demo_incremental", "scheduled__2026-11-23T10:00")
+    assert record["error"].startswith("deadline missed: the run was not finished 600s (one schedule interval)")
+    assert "fix:" in record["error"]
