@@ -198,6 +198,9 @@ class TailConfig(_Model):
     max_consecutive_failures: int = Field(ge=0)
     restart_backoff_seconds: float = Field(ge=0)  # as backfill.restart_backoff_seconds
     schedule: str | None = None
+    # The incremental DAG's Airflow deadline alert: a run not finished this long after it was queued is
+    # recorded and alerted. None: no deadline (Airflow 3.3.2's `dags test` fails on a DAG that has one).
+    run_deadline_seconds: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _bounds(self) -> TailConfig:

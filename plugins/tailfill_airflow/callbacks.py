@@ -5,8 +5,8 @@ the log and a record the pages can show.
 the error's first line — for an ingest task, the cause and its fix), appends the failure to
 ``$TAILFILL_HOME/runs/<pipeline>/failures.jsonl`` and, when ``$TAILFILL_ON_FAILURE`` names a
 ``module:function``, calls it with the context and that record (alerting: mail, chat, pager).
-``deadline_missed`` is the scheduled DAGs' deadline alert (run by Airflow's triggerer): a run still
-going one schedule interval after it was queued holds up the next one; it is recorded the same way.
+``deadline_missed`` is the incremental DAG's deadline alert (``tail.run_deadline_seconds``, run by
+Airflow's triggerer): a run still going that long after it was queued is recorded the same way.
 """
 
 from __future__ import annotations
@@ -42,14 +42,14 @@ def on_failure(context: Any) -> None:
 
 
 async def deadline_missed(interval_seconds: float, context: dict | None = None) -> dict:
-    """The deadline alert of a scheduled DAG: its run was not finished ``interval_seconds`` after it was
-    queued, so the next scheduled run is waiting behind it (for the tail: it is falling behind)."""
+    """The incremental DAG's deadline alert: its run was not finished ``interval_seconds`` after it was
+    queued (the tail is falling behind: the next scheduled run waits behind this one)."""
     run = (context or {}).get("dag_run") or {}
     record = {"at": round(time.time(), 3), "dag_id": run.get("dag_id"), "run_id": run.get("dag_run_id"),
               "task_id": None, "map_index": None, "try_number": None,
-              "error": f"deadline missed: the run was not finished {interval_seconds:g}s (one schedule interval) "
-                       "after it was queued; the next run waits behind it (fix: look at its slowest task, or "
-                       "schedule the DAG less often)"}
+              "error": f"deadline missed: the run was not finished {interval_seconds:g}s after it was queued; "
+                       "the next run waits behind it (fix: look at its slowest task, or schedule the DAG less "
+                       "often)"}
     log.error("DEADLINE MISSED %s of %s: %s", record["dag_id"], record["run_id"], record["error"])
     _record(context, record)
     return record

@@ -13,7 +13,6 @@ written for the person running the pipeline, not for its developers.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -141,9 +140,15 @@ Each run ingests what arrived after the committed position (from the cutover on)
 and updates the table's asset. Schedule: `{cfg.tail.schedule}`. A run with nothing new stops after
 `tune` without starting Spark. History before the cutover is `{dag_id(cfg.name, BACKFILL)}`'s job;
 Airflow's date-range backfill is disabled here (offsets, not dates, define what a run covers).
-**Deadline**: a run still going {schedule_interval(cfg.tail.schedule) if cfg.tail.schedule else "—"} after it
-was queued holds up the next one; it is recorded as a missed deadline (and sent to the alerting hook).
+{_deadline_doc(cfg)}
 """
+
+
+def _deadline_doc(cfg: PipelineConfig) -> str:
+    if cfg.tail.run_deadline_seconds is None:
+        return "**Deadline**: none (set `tail.run_deadline_seconds` in the pipeline to be alerted of slow runs)."
+    return (f"**Deadline**: a run not finished {cfg.tail.run_deadline_seconds:g}s after it was queued is recorded "
+            "as a missed deadline and sent to the alerting hook.")
 
 
 def _params(cfg: PipelineConfig) -> dict[str, Param]:
@@ -270,28 +275,18 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
     return dag
 
 
-def schedule_interval(cron: str) -> timedelta:
-    """The shortest gap between two runs of a cron schedule (over its next ten)."""
-    from croniter import croniter
-
-    it = croniter(cron, START)
-    times = [it.get_next(datetime) for _ in range(11)]
-    return min(b - a for a, b in itertools.pairwise(times))
-
-
-def run_deadline(cron: str | None) -> DeadlineAlert | None:
-    """A scheduled run must be done within one schedule interval of being queued, or the next one waits:
-    past that, ``deadline_missed`` records it (and calls the alerting hook, see callbacks)."""
-    if cron is None:
+def run_deadline(seconds: float | None) -> DeadlineAlert | None:
+    """The incremental DAG's deadline alert (``tail.run_deadline_seconds``; None: none): a run not finished
+    that long after it was queued is recorded by ``deadline_missed`` and sent to the alerting hook."""
+    if seconds is None:
         return None
-    interval = schedule_interval(cron)
-    return DeadlineAlert(reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=interval,
-                         callback=AsyncCallback(deadline_missed, kwargs={"interval_seconds": interval.total_seconds()}))
+    return DeadlineAlert(reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=timedelta(seconds=seconds),
+                         callback=AsyncCallback(deadline_missed, kwargs={"interval_seconds": seconds}))
 
 
-def _scheduled_dag(cfg: PipelineConfig, kind: str, schedule: str | None, doc_md: str, description: str) -> DAG:
-    """A scheduled DAG of a pipeline: one run at a time, no catch-up, no date-range backfill, and a
-    deadline of one schedule interval per run."""
+def _scheduled_dag(cfg: PipelineConfig, kind: str, schedule: str | None, doc_md: str, description: str,
+                   deadline: DeadlineAlert | None = None) -> DAG:
+    """A scheduled DAG of a pipeline: one run at a time, no catch-up, no date-range backfill."""
     return DAG(
         dag_id=dag_id(cfg.name, kind),
         description=description,
@@ -303,14 +298,15 @@ def _scheduled_dag(cfg: PipelineConfig, kind: str, schedule: str | None, doc_md:
         doc_md=doc_md,
         default_args=DEFAULTS,
         allowed_run_types=["scheduled", "manual"],  # not Airflow's date-range backfill: offsets define a run
-        deadline=run_deadline(schedule),
+        deadline=deadline,
     )
 
 
 def incremental_dag(cfg: PipelineConfig) -> DAG:
     """Scheduled tail from the committed position: preflight → tune → spark-submit → validate → report."""
     with _scheduled_dag(cfg, INCREMENTAL, cfg.tail.schedule, _incremental_doc(cfg),
-                        f"Tail {cfg.source.topic} from its committed position into {cfg.target.table}") as dag:
+                        f"Tail {cfg.source.topic} from its committed position into {cfg.target.table}",
+                        run_deadline(cfg.tail.run_deadline_seconds)) as dag:
 
         @task.short_circuit(doc_md=TUNE_DOC, multiple_outputs=True)  # downstream reads tuned["args"]
         def tune() -> dict | None:

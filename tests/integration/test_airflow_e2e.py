@@ -68,6 +68,7 @@ def pipeline(broker, e2e_dir):
     data["source"]["bootstrap_servers"] = broker.bootstrap_servers
     data["source"]["topic"] = f"t-e2e-{uuid.uuid4().hex[:10]}"
     data["tail"]["schedule"] = None
+    data["tail"]["restart_backoff_seconds"] = 0.5  # the failing tail's restarts: no need to wait here
     path = folder / f"{NAME}.yaml"
     path.write_text(yaml.safe_dump(data))
     with pytest.MonkeyPatch.context() as mp:

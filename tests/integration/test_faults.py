@@ -14,6 +14,7 @@ offset. The session prints a scenario × outcome table (see ``tests/conftest.py`
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import random
 import shutil
@@ -35,7 +36,7 @@ from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
 from tailfill.dev.postgres import LocalPostgres
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.batch_report import read_reports, runs_dir
-from tailfill.lake.ledger import read_cutover, read_ledger
+from tailfill.lake.ledger import SUMMARY_RUN, read_cutover, read_ledger
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import PartitionOffsets, intersect_all, total
 from tailfill.run.spark_job import run
@@ -102,25 +103,32 @@ def wait_until(condition, what: str, timeout: float = 180, poll: float = 0.2) ->
 
 
 class Victim:
-    """One ``spark-submit`` of the SIGKILL scenario and the random moment it dies at.
+    """One ``spark-submit`` of the SIGKILL scenario and the moment it dies at.
 
-    ``after_batches`` None: 1-12 s after launch (while the job starts); else 0-1.5 s after its query
-    began its batches and committed that many of them (in a prepare, between prepare and commit, in
-    a commit, or between batches). Each victim has its own marker, so a kill takes only its processes.
+    At random: ``after_batches`` None kills it 1-10 s after launch (while the job starts); otherwise
+    0-1.5 s after its query began its batches and committed that many of them (in a prepare, between
+    prepare and commit, in a commit, or between batches). At a fixed point: ``pause`` holds the job at
+    a failpoint of :mod:`tailfill.dev.faults` (after ``skip`` arrivals) and kills it there. Each victim
+    has its own marker, so a kill takes only its own processes.
     """
 
-    def __init__(self, spec: JobSpec, cfg, env: dict, log_path: Path, rng: random.Random):
-        self.spec, self.log_path = spec, log_path
-        self.after_batches = rng.choice([None, 0, 1, 1, 2, 3])
-        self.delay = rng.uniform(1.0, 12.0) if self.after_batches is None else rng.uniform(0.0, 1.5)
+    def __init__(self, spec: JobSpec, cfg, env: dict, log_path: Path, rng: random.Random,
+                 pause: tuple[str, int] | None = None):
+        self.spec, self.log_path, self.pause = spec, log_path, pause
+        self.after_batches = rng.choice([None, 0, 1, 1, 2]) if pause is None else -1
+        self.delay = rng.uniform(1.0, 10.0) if self.after_batches is None else rng.uniform(0.0, 1.5)
         self.reports = runs_dir(cfg.name) / spec.run_id
         self.seen = batch_lines(self.reports)  # a rerun of the backfill keeps its run id: count from here
         tag = uuid.uuid4().hex
-        self.marker = f"TAILFILL_TEST_MARKER={tag}"
+        self.marker, self.flags = f"TAILFILL_TEST_MARKER={tag}", log_path.with_suffix(".faults")
+        env = env | {"TAILFILL_TEST_MARKER": tag}
+        if pause is not None:
+            env |= {"TAILFILL_FAULT_PAUSE": pause[0], "TAILFILL_FAULT_SKIP": str(pause[1]),
+                    "TAILFILL_FAULT_DIR": str(self.flags)}
         self.started, self.kill_at = time.monotonic(), None
         with log_path.open("w") as log:
-            self.proc = subprocess.Popen(spark_submit_command(spec), env=env | {"TAILFILL_TEST_MARKER": tag},
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(spark_submit_command(spec), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
         if self.after_batches is None:
             self.kill_at = self.started + self.delay
 
@@ -128,6 +136,8 @@ class Victim:
         """Whether its moment has come (or it ended by itself)."""
         if self.proc.poll() is not None:
             return True
+        if self.pause is not None:
+            return (self.flags / self.pause[0]).exists()
         if self.kill_at is None and batch_lines(self.reports) >= self.seen + self.after_batches \
                 and " offsets (" in self.log_path.read_text():
             self.kill_at = time.monotonic() + self.delay
@@ -141,10 +151,24 @@ class Victim:
         return running
 
 
+def warehouse_files(cfg) -> tuple[set[str], set[str]]:
+    """(Parquet files on disk, files the data and quarantine tables reference)."""
+    on_disk = {str(p) for p in Path(cfg.target.warehouse).rglob("*.parquet")}
+    referenced = set()
+    for table in ensure_tables(cfg):
+        table.refresh()
+        referenced |= {t.file.file_path.removeprefix("file://") for t in table.scan().plan_files()}
+    return on_disk, referenced
+
+
 def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, tmp_path, soak):
-    """SIGKILL ``spark-submit`` and all its processes at random moments (see :class:`Victim`), a
-    backfill and a tail at a time, then run both to the end: each resumes from the ledger, nothing is
-    lost or doubled."""
+    """SIGKILL ``spark-submit`` and all its processes (see :class:`Victim`), a backfill and a tail at
+    a time, then run both to the end: each resumes from the ledger, nothing is lost or doubled, and no
+    file a killed attempt wrote ever becomes part of the table.
+
+    The first round kills at two fixed points — a backfill while its executors write data files, a
+    tail between its prepare and its commit — then every kill is at a random moment.
+    """
     kills = 50 if soak else 10
     seed = int(os.environ.get("TAILFILL_FAULT_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
@@ -159,33 +183,47 @@ def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, t
     planned = backfill_spec(cfg)  # records the cutover at the end of the history
     assert planned is not None
     env = submit_env() | {"TAILFILL_HOME": str(home)}
-    landed, while_starting, after_commits, launched = 0, 0, 0, 0
-    while landed < kills:
-        assert launched <= 3 * kills, f"only {landed} of {launched} jobs were still running at their kill moment"
+    landed, at_random, while_starting, after_commits, launched = 0, 0, 0, 0, 0
+    killed_files: set[str] = set()  # written by killed attempts, never committed
+    while at_random < kills:
+        assert launched <= 3 * kills + 2, f"only {landed} of {launched} jobs were still running at their kill moment"
+        fixed = launched == 0  # the first round: the two fixed points
         before = committed(cfg)
         specs = [planned] if committed_in(cfg, planned) < total_planned(planned) else []  # rerun as a retry would
         produce_sample(bs, topic, live_step, PARTITIONS, bad_every=BAD_EVERY)
         specs.append(JobSpec(str(cfg.path), "tail", new_run_id("tail"), once=True))
+        pauses = [("while-writing", 2), ("before-commit", 1)] if fixed else [None, None]
         victims = []
-        for spec in specs[:kills - landed]:
+        for spec, pause in list(zip(specs, pauses, strict=False))[:kills - at_random + (2 if fixed else 0)]:
             launched += 1
-            victims.append(Victim(spec, cfg, env, tmp_path / f"job-{launched}.log", rng))
+            victims.append(Victim(spec, cfg, env, tmp_path / f"job-{launched}.log", rng, pause))
         try:
             wait_until(lambda: all(v.due() for v in victims), "the kill moments", timeout=300)  # noqa: B023
         finally:
             outcome = [(v, v.kill()) for v in victims]
+        on_disk, referenced = warehouse_files(cfg)
+        assert referenced <= on_disk, "a committed snapshot references a file that is not there"
+        if fixed:
+            assert all(running for _, running in outcome), "a fixed-point victim ended before its failpoint"
+            assert on_disk - referenced, "the attempt killed while writing should have left unreferenced files"
+        killed_files |= on_disk - referenced
         for victim, running in outcome:
             landed += running
+            at_random += running and victim.pause is None
             while_starting += running and victim.after_batches is None
         after_commits += committed(cfg) > before
 
     results = run(planned, spark) + tail(spark, cfg)
-    prove(cfg, f"SIGKILL at random moments ({'soak' if soak else 'CI'}, seed {seed})",
-          f"{kills} SIGKILLs of spark-submit and all its processes, a backfill and a tail running at a time: "
-          f"{while_starting} while the job started, {kills - while_starting} 0-1.5 s into one of its first 4 "
-          "batches",
+    on_disk, referenced = warehouse_files(cfg)
+    assert referenced <= on_disk, "a committed snapshot references a file that is not there"
+    assert not killed_files & referenced, "a file of a killed attempt became part of the table"
+    prove(cfg, f"SIGKILL at fixed points, then at random moments ({'soak' if soak else 'CI'}, seed {seed})",
+          f"{landed} SIGKILLs of spark-submit and all its processes, a backfill and a tail running at a time: 2 at "
+          f"failpoints (executors writing data files; between prepare and commit), {while_starting} while a job "
+          f"started, {at_random - while_starting} 0-1.5 s into one of its first 3 batches",
           f"in {after_commits} of the rounds the killed jobs had committed batches; each rerun resumed at the "
-          "ledger's position and replayed what was prepared but not committed", sum(r.restarts for r in results))
+          f"ledger's position; the {len(killed_files)} files killed attempts wrote were never referenced",
+          sum(r.restarts for r in results))
 
 
 # --- the broker goes away ----------------------------------------------------------------------
@@ -327,11 +365,19 @@ def test_catalog_unavailable_at_commit(spark, make_pipeline, tmp_path, monkeypat
 # --- two writers at once ---------------------------------------------------------------------------
 
 
-def test_overlapping_backfills_and_the_tail_at_once(make_pipeline, tmp_path):
-    """Two backfills of overlapping ranges and a tail, as three ``spark-submit`` at once on one table."""
+def test_overlapping_backfills_and_the_tail_at_once(postgres, make_pipeline, tmp_path):
+    """Two backfills of overlapping ranges and a tail, as three ``spark-submit`` at once on one table.
+
+    The catalog is on Postgres, where commits race for real (SQLite serialises writers on a file
+    lock): pyiceberg's optimistic commit (``UPDATE … WHERE metadata_location = <the one read>``) and
+    the ledger's re-read on conflict keep the writers apart. Their commits must interleave.
+    """
     history, live = 12_000, 4_000
-    cfg = make_pipeline(backfill__slices=1, backfill__max_offsets_per_batch=1_000, backfill__batch_seconds=None,
-                        tail__max_offsets_per_batch=1_000, tail__min_offsets_per_batch=1_000)
+    database = f"iceberg_{uuid.uuid4().hex[:8]}"
+    postgres.create_databases(database)
+    cfg = make_pipeline(catalog_uri=postgres.url(database), backfill__slices=1, backfill__max_offsets_per_batch=1_000,
+                        backfill__batch_seconds=None, tail__max_offsets_per_batch=1_000,
+                        tail__min_offsets_per_batch=1_000)
     bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
     produce_sample(bs, topic, history, PARTITIONS, bad_every=BAD_EVERY)
     assert backfill_spec(cfg) is not None  # records the cutover at the end of the history
@@ -351,8 +397,15 @@ def test_overlapping_backfills_and_the_tail_at_once(make_pipeline, tmp_path):
     reports = [b for spec in specs for f in (runs_dir(cfg.name) / spec.run_id).glob("*.jsonl") for b in read_reports(f)]
     skipped = sum(r.size for b in reports for r in b.skipped)
     assert skipped <= overlap, "a writer skipped offsets outside the overlap"
+    data = ensure_tables(cfg).data  # in commit order, some run's commits are split by another's
+    order = [s.summary.additional_properties[SUMMARY_RUN]
+             for s in sorted(data.snapshots(), key=lambda s: s.sequence_number)
+             if s.summary and SUMMARY_RUN in s.summary.additional_properties]
+    assert set(order) == {spec.run_id for spec in specs}, order
+    switches = sum(a != b for a, b in itertools.pairwise(order))
+    assert switches > len(specs) - 1, f"the runs committed one after another, not concurrently: {order}"
     prove(cfg, "two writers: overlapping backfills and the tail at once",
           f"backfills of [0, {2 * per // 3}) and [{per // 3}, {per}) per partition ({overlap:,} offsets in both) "
-          "and a tail of the 4,000 after the cutover, three spark-submits on one SQLite catalog",
-          f"commits raced; each commit re-read the ledger: {skipped:,} offsets read by both were committed by one "
-          "and skipped by the other", 0)
+          "and a tail of the 4,000 after the cutover: three spark-submits on one table, catalog on Postgres",
+          f"commits interleaved ({switches} switches between writers); each commit re-read the ledger: {skipped:,} "
+          "offsets read by both were committed by one and skipped by the other", 0)

@@ -256,7 +256,7 @@ DIFF_FORMATS = [
 ]
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(values=st.lists(raw_values(), min_size=1, max_size=20), which=st.sampled_from([0, 1]))
 def test_the_fast_path_agrees_with_the_per_record_rules(values, which):
     fmt = DIFF_FORMATS[which]
