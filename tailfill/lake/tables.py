@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -22,12 +23,14 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
 )
 from pyiceberg.table import Table
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from tailfill.config import PipelineConfig, TargetConfig
 from tailfill.errors import LakeError
 from tailfill.lake.storage import s3_credentials, warehouse_uri
 from tailfill.schema import QUARANTINE_SCHEMA, table_schema
+
+CATALOG_OPEN_ATTEMPTS = 5
 
 
 def catalog_properties(target: TargetConfig) -> dict[str, str]:
@@ -57,10 +60,25 @@ def load_catalog(target: TargetConfig) -> Catalog:
             Path(target.warehouse).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise LakeError(f"cannot create the local warehouse or catalog directory: {exc}") from exc
-    try:
-        return SqlCatalog(target.catalog.name, **catalog_properties(target))
-    except Exception as exc:
-        raise LakeError(f"cannot open the Iceberg catalog at {target.catalog.uri}: {exc}") from exc
+    for attempt in range(CATALOG_OPEN_ATTEMPTS):
+        try:
+            return SqlCatalog(target.catalog.name, **catalog_properties(target))
+        except Exception as exc:
+            if attempt + 1 < CATALOG_OPEN_ATTEMPTS and _lost_creation_race(exc):
+                time.sleep(0.1 * (attempt + 1))  # the winner's tables exist now: opening again finds them
+                continue
+            raise LakeError(f"cannot open the Iceberg catalog at {target.catalog.uri}: {exc}") from exc
+    raise AssertionError("unreachable")
+
+
+def _lost_creation_race(exc: Exception) -> bool:
+    """Whether opening a new catalog failed because another process created its tables at the same time.
+
+    pyiceberg checks for its tables and creates them if absent; two processes opening a new catalog at
+    once (backfill lanes, a tail, upkeep) can both find them absent, and the loser's CREATE fails.
+    """
+    text = str(exc)
+    return isinstance(exc, SQLAlchemyError) and ("already exists" in text or "duplicate key" in text)
 
 
 # pyiceberg retries a conflicting commit by re-basing its snapshot but re-applies the transaction's
