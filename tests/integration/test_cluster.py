@@ -46,45 +46,17 @@ def new_apps(cluster, before: dict[str, set[Path]]) -> dict[str, list[Path]]:
             for name in cluster.worker_dirs}
 
 
-def test_backfill_slices_and_tail_on_a_standalone_cluster(spark_cluster, make_pipeline, tmp_path):
+def test_backfill_slices_survive_a_killed_worker_and_the_tail_runs_on_a_standalone_cluster(
+        spark_cluster, make_pipeline, tmp_path):
+    """Two backfill slices on the cluster, one of its two workers SIGKILLed (with its executor) while
+    batches commit, then the tail: every offset once, validated; each executor ran the shipped archive."""
     cluster = spark_cluster
     probe = subprocess.run([str(cluster.executor_python), "-c", "import tailfill"], capture_output=True, text=True,
                            cwd=tmp_path)
     assert probe.returncode != 0 and "No module named 'tailfill'" in probe.stderr, "executors must lack tailfill"
-    cfg = make_pipeline(name="cluster", backfill__slices=2, backfill__max_offsets_per_batch=6_000)
-    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 16_000, 4, bad_every=501)
-    before = {name: set(cluster.executors_of(name)) for name in cluster.worker_dirs}
-
-    done = tailfill("backfill", str(cfg.path), *cluster_args(cluster), cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    assert "backfill of cluster: summary" in done.stdout
-    history = high_watermarks(cfg)
-    assert sum(history.values()) == 16_000
-    assert_exactly_once(cfg, history)
-
-    # The executors ran on both workers, each with the archive it was sent, not an installed tailfill.
-    apps = new_apps(cluster, before)
-    assert all(apps.values()), f"an idle worker: {apps}"
-    for folders in apps.values():
-        assert any((f / code_archive_path().name).exists() for f in folders), folders
-
-    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 4_000, 4, bad_every=501)
-    done = tailfill("tail", str(cfg.path), "--once", *cluster_args(cluster), cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    assert "tail of cluster: summary" in done.stdout
-    high = high_watermarks(cfg)
-    assert sum(high.values()) == 20_000
-    _, bad = assert_exactly_once(cfg, high)
-    assert bad, "the sample's bad records should be quarantined"
-    report = validate(cfg, all_runs=True)
-    assert report["success"], report["problems"]
-    assert report["offsets_checked"] == 20_000
-
-
-def test_a_worker_killed_mid_backfill_is_survived(spark_cluster, make_pipeline, tmp_path):
-    cluster = spark_cluster
     count, batch = 24_000, 1_500
-    cfg = make_pipeline(name="clusterkill", backfill__slices=1, backfill__max_offsets_per_batch=batch)
+    cfg = make_pipeline(name="cluster", backfill__slices=2, backfill__max_offsets_per_batch=batch,
+                        backfill__batch_seconds=None)
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, count, 4, bad_every=501)
     data, _ = ensure_tables(cfg)
     before = {name: set(cluster.executors_of(name)) for name in cluster.worker_dirs}
@@ -106,6 +78,9 @@ def test_a_worker_killed_mid_backfill_is_survived(spark_cluster, make_pipeline, 
                 break
             time.sleep(0.5)
         assert committed < count
+        # The executors ran on both workers, each with the archive it was sent, not an installed tailfill.
+        for folders in apps.values():
+            assert any((f / code_archive_path().name).exists() for f in folders), folders
         victim = sorted(cluster.workers)[-1]
         cluster.kill_worker(victim)
         print(f"killed {victim} after {committed} of {count} offsets were committed")
@@ -120,8 +95,19 @@ def test_a_worker_killed_mid_backfill_is_survived(spark_cluster, make_pipeline, 
         if victim is not None:  # the session's cluster gets its second worker back
             cluster.start_worker(victim)
             cluster.wait_for_workers(2)
-    assert "backfill of clusterkill: summary" in output
-    assert_exactly_once(cfg, high_watermarks(cfg))
+    assert "backfill of cluster: summary" in output
+    history = high_watermarks(cfg)
+    assert sum(history.values()) == count
+    assert_exactly_once(cfg, history)
+
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 4_000, 4, bad_every=501)
+    done = tailfill("tail", str(cfg.path), "--once", *cluster_args(cluster), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    assert "tail of cluster: summary" in done.stdout
+    high = high_watermarks(cfg)
+    assert sum(high.values()) == count + 4_000
+    _, bad = assert_exactly_once(cfg, high)
+    assert bad, "the sample's bad records should be quarantined"
     report = validate(cfg, all_runs=True)
     assert report["success"], report["problems"]
-    assert report["offsets_checked"] == count
+    assert report["offsets_checked"] == count + 4_000

@@ -162,17 +162,18 @@ def warehouse_files(cfg) -> tuple[set[str], set[str]]:
 
 
 def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, tmp_path, soak):
-    """SIGKILL ``spark-submit`` and all its processes (see :class:`Victim`), a backfill and a tail at
-    a time, then run both to the end: each resumes from the ledger, nothing is lost or doubled, and no
-    file a killed attempt wrote ever becomes part of the table.
+    """SIGKILL ``spark-submit`` and all its processes (see :class:`Victim`), a backfill and a tail
+    running side by side (each replaced by a new run as soon as it is killed), then run both to the
+    end: each resumes from the ledger, nothing is lost or doubled, and no file a killed attempt wrote
+    ever becomes part of the table.
 
-    The first round kills at two fixed points — a backfill while its executors write data files, a
-    tail between its prepare and its commit — then every kill is at a random moment.
+    The first backfill dies at a fixed point while its executors write data files, the first tail
+    between its prepare and its commit; every other kill is at a random moment.
     """
-    kills = 50 if soak else 10
+    kills = 50 if soak else 8  # at random; with the 2 fixed points, 10 kills in CI
     seed = int(os.environ.get("TAILFILL_FAULT_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
-    history, live_step, batch = 24_000, 6_000, 1_000
+    history, live_step, batch = 24_000, 3_000, 1_000
     # The sample's history is minutes old when the tail reads it: a freshness objective it can meet keeps
     # the backfill from yielding to a killed tail whose last heartbeat is still recent (run/governor.py).
     cfg = make_pipeline(backfill__slices=2, backfill__max_offsets_per_batch=batch, backfill__batch_seconds=None,
@@ -183,46 +184,51 @@ def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, t
     planned = backfill_spec(cfg)  # records the cutover at the end of the history
     assert planned is not None
     env = submit_env() | {"TAILFILL_HOME": str(home)}
-    landed, at_random, while_starting, after_commits, launched = 0, 0, 0, 0, 0
+    fixed = {"backfill": ("while-writing", 2), "tail": ("before-commit", 1)}  # each kind's first run
+    active: dict[str, Victim] = {}
+    killed: list[tuple[Victim, bool]] = []  # (victim, it had committed batches of its own)
     killed_files: set[str] = set()  # written by killed attempts, never committed
-    while at_random < kills:
-        assert launched <= 3 * kills + 2, f"only {landed} of {launched} jobs were still running at their kill moment"
-        fixed = launched == 0  # the first round: the two fixed points
-        before = committed(cfg)
-        specs = [planned] if committed_in(cfg, planned) < total_planned(planned) else []  # rerun as a retry would
-        produce_sample(bs, topic, live_step, PARTITIONS, bad_every=BAD_EVERY)
-        specs.append(JobSpec(str(cfg.path), "tail", new_run_id("tail"), once=True))
-        pauses = [("while-writing", 2), ("before-commit", 1)] if fixed else [None, None]
-        victims = []
-        for spec, pause in list(zip(specs, pauses, strict=False))[:kills - at_random + (2 if fixed else 0)]:
-            launched += 1
-            victims.append(Victim(spec, cfg, env, tmp_path / f"job-{launched}.log", rng, pause))
-        try:
-            wait_until(lambda: all(v.due() for v in victims), "the kill moments", timeout=300)  # noqa: B023
-        finally:
-            outcome = [(v, v.kill()) for v in victims]
-        on_disk, referenced = warehouse_files(cfg)
-        assert referenced <= on_disk, "a committed snapshot references a file that is not there"
-        if fixed:
-            assert all(running for _, running in outcome), "a fixed-point victim ended before its failpoint"
-            assert on_disk - referenced, "the attempt killed while writing should have left unreferenced files"
-        killed_files |= on_disk - referenced
-        for victim, running in outcome:
-            landed += running
-            at_random += running and victim.pause is None
-            while_starting += running and victim.after_batches is None
-        after_commits += committed(cfg) > before
+    launched = 0
+    deadline = time.monotonic() + 60 * kills
+    while sum(v.pause is None for v, _ in killed) < kills:
+        assert time.monotonic() < deadline, f"only {len(killed)} kills landed in {60 * kills}s"
+        backfill_left = committed_in(cfg, planned) < total_planned(planned)
+        wanted = (["backfill"] if backfill_left else []) + ["tail"]
+        for kind in wanted:
+            if kind not in active and launched < 3 * kills + 2:
+                if kind == "tail":
+                    produce_sample(bs, topic, live_step, PARTITIONS, bad_every=BAD_EVERY)
+                spec = planned if kind == "backfill" else JobSpec(str(cfg.path), "tail", new_run_id("tail"), once=True)
+                launched += 1  # an interrupted backfill is run again with the same plan, as a retry would
+                active[kind] = Victim(spec, cfg, env, tmp_path / f"job-{launched}.log", rng, fixed.pop(kind, None))
+        for kind, victim in list(active.items()):
+            if victim.due():
+                del active[kind]
+                running = victim.kill()
+                assert running or victim.pause is None, f"{kind} ended before its failpoint"
+                if running:
+                    killed.append((victim, batch_lines(victim.reports) > victim.seen))
+                    on_disk, referenced = warehouse_files(cfg)
+                    assert referenced <= on_disk, "a committed snapshot references a file that is not there"
+                    if victim.pause == ("before-commit", 1):  # its batch was prepared: files written, not committed
+                        assert on_disk - referenced, "the attempt killed before its commit left no prepared files"
+                    killed_files |= on_disk - referenced
+        time.sleep(0.2)
+    for victim in active.values():  # the last ones: not counted, they die with the scenario
+        victim.kill()
 
     results = run(planned, spark) + tail(spark, cfg)
     on_disk, referenced = warehouse_files(cfg)
     assert referenced <= on_disk, "a committed snapshot references a file that is not there"
     assert not killed_files & referenced, "a file of a killed attempt became part of the table"
+    at_random = [(v, c) for v, c in killed if v.pause is None]
+    starting = sum(v.after_batches is None for v, _ in at_random)
     prove(cfg, f"SIGKILL at fixed points, then at random moments ({'soak' if soak else 'CI'}, seed {seed})",
-          f"{landed} SIGKILLs of spark-submit and all its processes, a backfill and a tail running at a time: 2 at "
-          f"failpoints (executors writing data files; between prepare and commit), {while_starting} while a job "
-          f"started, {at_random - while_starting} 0-1.5 s into one of its first 3 batches",
-          f"in {after_commits} of the rounds the killed jobs had committed batches; each rerun resumed at the "
-          f"ledger's position; the {len(killed_files)} files killed attempts wrote were never referenced",
+          f"{len(killed)} SIGKILLs of spark-submit and all its processes, a backfill and a tail side by side: 2 at "
+          f"failpoints (executors writing data files; between prepare and commit), {starting} while a job "
+          f"started, {len(at_random) - starting} 0-1.5 s into one of its first 3 batches",
+          f"{sum(c for _, c in killed)} of the killed runs had committed batches of their own; each rerun resumed "
+          f"at the ledger's position; the {len(killed_files)} files killed attempts wrote were never referenced",
           sum(r.restarts for r in results))
 
 
