@@ -25,11 +25,13 @@ demo: $(STAMP)
 	rm -rf .tailfill
 	$(VENV)/bin/tailfill demo; status=$$?; $(VENV)/bin/tailfill broker down; exit $$status
 
-## Run the whole test suite (unit + integration against real tansu, Spark, Iceberg, moto S3,
+## Run the whole test suite in two xdist workers, then the timing tests (marker solo) alone: unit +
+## integration against real tansu, Spark, Iceberg, moto S3,
 ## Airflow, and Debian's headless Chromium for the UI test).
 test: $(STAMP) /usr/bin/chromedriver postgres-server
 	$(VENV)/bin/ruff check tailfill spark_jobs tests plugins dags benchmarks
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 --dist loadfile -m "not solo"
+	$(VENV)/bin/pytest -m solo
 
 /usr/bin/chromedriver:
 	@[ "$$(id -u)" = 0 ] || { echo "the UI test needs Debian's chromium and chromium-driver: apt-get install chromium chromium-driver (as root)"; exit 1; }

@@ -43,13 +43,30 @@ def pytest_addoption(parser):
                      help="run the fault suite's long soak (e.g. 50 random SIGKILLs instead of 10)")
 
 
-def pytest_terminal_summary(terminalreporter):
-    """The fault suite's scenario × outcome table, when fault scenarios ran (also to build/fault-outcomes.md)."""
-    from fault_outcomes import OUTCOMES, REPORT, markdown
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A fault scenario's outcome rides on its test report, so it reaches the main process under xdist."""
+    report = yield
+    if call.when == "call":
+        from fault_outcomes import take_outcomes
 
-    if not OUTCOMES:
-        return
+        report.user_properties += [("fault_outcome", o) for o in take_outcomes()]
+    return report
+
+
+def pytest_runtest_logreport(report):
+    from fault_outcomes import collect
+
+    collect(value for name, value in report.user_properties if name == "fault_outcome")
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The fault suite's scenario × outcome table, when fault scenarios ran (also to build/fault-outcomes.md)."""
+    from fault_outcomes import REPORT, markdown
+
     table = markdown()
+    if table is None or hasattr(config, "workerinput"):
+        return
     REPORT.parent.mkdir(exist_ok=True)
     REPORT.write_text(table)
     terminalreporter.section("fault suite: scenario × outcome")

@@ -8,7 +8,8 @@ printed at the end of the pytest session and written to ``build/fault-outcomes.m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from helpers import assert_exactly_once, high_watermarks
@@ -33,7 +34,8 @@ class Outcome:
         return (self.scenario, self.injected, self.behaviour, str(self.restarts), f"{self.offsets:,}", self.verdict)
 
 
-OUTCOMES: list[Outcome] = []
+_PENDING: list[dict] = []  # proven by the test running in this process, not yet on its report
+_COLLECTED: list[dict] = []  # from the reports of this session (every xdist worker's, in the main process)
 
 
 def prove(cfg: PipelineConfig, scenario: str, injected: str, behaviour: str, restarts: int,
@@ -52,12 +54,28 @@ def prove(cfg: PipelineConfig, scenario: str, injected: str, behaviour: str, res
     assert report["offsets_checked"] == sum(high.values()) == len(rows) + len(bad)
     outcome = Outcome(scenario, injected, behaviour, restarts, report["offsets_checked"],
                       "COMPLETE: 0 lost, 0 duplicated")
-    OUTCOMES.append(outcome)
+    _PENDING.append(asdict(outcome))
     return outcome
 
 
-def markdown() -> str:
-    """The outcomes as a Markdown table."""
+def take_outcomes() -> list[dict]:
+    """The outcomes proven since the last call (for the test's report)."""
+    taken = list(_PENDING)
+    _PENDING.clear()
+    return taken
+
+
+def collect(outcomes: Iterable[dict]) -> None:
+    """Keep outcomes read from a test report."""
+    _COLLECTED.extend(outcomes)
+
+
+def markdown() -> str | None:
+    """The session's outcomes as a Markdown table (None when no scenario ran)."""
+    if not _COLLECTED:
+        return None
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in o.cells()) + " |" for o in OUTCOMES]
+    for o in sorted(_COLLECTED, key=lambda o: o["scenario"]):
+        cells = Outcome(**o).cells()
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"

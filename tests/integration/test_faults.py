@@ -115,7 +115,7 @@ class Victim:
     def __init__(self, spec: JobSpec, cfg, env: dict, log_path: Path, rng: random.Random,
                  pause: tuple[str, int] | None = None):
         self.spec, self.log_path, self.pause = spec, log_path, pause
-        self.after_batches = rng.choice([None, 0, 1, 1, 2]) if pause is None else -1
+        self.after_batches = rng.choice([None, None, 0, 1, 2]) if pause is None else -1
         self.delay = rng.uniform(1.0, 10.0) if self.after_batches is None else rng.uniform(0.0, 1.5)
         self.reports = runs_dir(cfg.name) / spec.run_id
         self.seen = batch_lines(self.reports)  # a rerun of the backfill keeps its run id: count from here
@@ -173,7 +173,7 @@ def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, t
     kills = 50 if soak else 8  # at random; with the 2 fixed points, 10 kills in CI
     seed = int(os.environ.get("TAILFILL_FAULT_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
-    history, live_step, batch = 24_000, 3_000, 1_000
+    history, live_step, batch = 24_000, 2_000, 1_000
     # The sample's history is minutes old when the tail reads it: a freshness objective it can meet keeps
     # the backfill from yielding to a killed tail whose last heartbeat is still recent (run/governor.py).
     cfg = make_pipeline(backfill__slices=2, backfill__max_offsets_per_batch=batch, backfill__batch_seconds=None,

@@ -23,7 +23,8 @@ from tailfill.proof.validate import validate
 from tailfill.run.submit import JobSpec, backfill_spec, new_run_id, spark_submit_command, submit_env
 from tailfill.run.tail_health import read_health
 
-pytestmark = pytest.mark.integration
+# Its assertions are timings (batches inside their interval, freshness): it runs with the machine to itself.
+pytestmark = [pytest.mark.integration, pytest.mark.solo]
 
 INTERVAL = 10
 HISTORY = 200_000
