@@ -40,7 +40,7 @@ DEMO = REPO / "pipelines" / "demo.yaml"
 
 def pytest_addoption(parser):
     parser.addoption("--soak", action="store_true",
-                     help="run the fault suite's long soak (e.g. 50 random SIGKILLs instead of 10)")
+                     help="run the fault suite's long soak (50 random SIGKILLs instead of 8)")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -38,9 +38,15 @@ def test_processes_opening_a_new_catalog_at_once_all_succeed(tmp_path: Path, rou
     ctx = multiprocessing.get_context("spawn")
     start, results = ctx.Barrier(OPENERS), ctx.Queue()
     procs = [ctx.Process(target=_open, args=(target.model_dump_json(), start, results)) for _ in range(OPENERS)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(timeout=120)
+    try:
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(timeout=120)
+    finally:
+        for proc in procs:  # none outlives the test, even one stuck on the catalog
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
     outcomes = [results.get(timeout=5) for _ in procs]
     assert outcomes == ["ok"] * OPENERS, outcomes
