@@ -29,14 +29,16 @@ from pyspark.sql import DataFrame, SparkSession
 
 from tailfill.config import PipelineConfig
 from tailfill.dev import faults
+from tailfill.durable import write_atomic
 from tailfill.errors import IngestError, error_class, is_retryable
 from tailfill.lake.batch_report import BatchReport, append_report, format_stages, read_reports, report_file
 from tailfill.lake.commit import commit_prepared
 from tailfill.lake.freshness import Freshness, LatencySample, freshness
-from tailfill.lake.ledger import Ledger, read_ledger
+from tailfill.lake.ledger import read_ledger
 from tailfill.lake.spark_writer import prepare_batch
 from tailfill.lake.tables import Tables, ensure_tables
-from tailfill.offsets import PartitionOffsets, intersect_all, ranges_between, subtract, total
+from tailfill.offsets import ranges_between, subtract, total
+from tailfill.run import checkpoint
 from tailfill.run.governor import Budget, Governor
 from tailfill.run.plan import IngestRequest
 from tailfill.run.submit import IngestResult
@@ -69,29 +71,21 @@ def explain(exc: BaseException) -> tuple[str, str]:
     return type(exc).__name__, text.splitlines()[0] if text else repr(exc)
 
 
-def _open_checkpoint(req: IngestRequest, ledger: Ledger, log: Callable[[str], None]) -> None:
-    """Create the request's checkpoint folder and remove siblings that can never be used again.
+def _ours(path: Path) -> bool:
+    """Tailfill's own files in a checkpoint folder (Spark's are everything else)."""
+    return path.name in (REQUEST_FILE, BUDGET_FILE)
 
-    Checkpoints are named by their request's bounds and requests start at the ledger's position,
-    which only moves forward: another tail checkpoint, or a backfill one that overlaps this request
-    (an earlier start of the same slice) or whose bounds are all committed, belongs to a request
-    that will not come again. Other slices' checkpoints (maybe running right now) stay.
+
+def _open_checkpoint(req: IngestRequest, log: Callable[[str], None]) -> None:
+    """Create the request's checkpoint folder and make it startable whatever a kill left in it.
+
+    Checkpoints are named by their request's bounds, and requests start at the ledger's position,
+    so only a rerun of the same request (nothing committed since) finds one. Checkpoints of other
+    requests are left alone: one may belong to a query running right now (overlapping backfills).
     """
-    root = req.checkpoint.parent
-    root.mkdir(parents=True, exist_ok=True)
-    mine = ranges_between(req.start, req.end) if req.end is not None else []
-    for other in root.iterdir():
-        if other == req.checkpoint or not other.is_dir():
-            continue
-        note = other / REQUEST_FILE
-        if note.exists() and req.end is not None:
-            data = json.loads(note.read_text())
-            bounds = ranges_between(PartitionOffsets.from_dict(data["start"]), PartitionOffsets.from_dict(data["end"]))
-            if subtract(bounds, ledger.committed) and not intersect_all(bounds, mine):
-                continue
-        log(f"[{req.label}] removed checkpoint {other.name} of an earlier request")
-    req.checkpoint.mkdir(exist_ok=True)
-    (req.checkpoint / REQUEST_FILE).write_text(json.dumps(
+    req.checkpoint.mkdir(parents=True, exist_ok=True)
+    checkpoint.make_startable(req.checkpoint, req.label, log, keep=_ours)
+    write_atomic(req.checkpoint / REQUEST_FILE, json.dumps(
         {"start": req.start.to_dict(), "end": req.end.to_dict() if req.end else None}))
 
 
@@ -174,9 +168,7 @@ class BatchWriter:
         return f"freshness {h.freshness} (objective p95 ≤ {h.freshness_objective_seconds:g}s)"
 
     def set_budget(self, budget: Budget) -> None:
-        tmp = self.budget_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"max_offsets": budget.max_offsets, "tasks": budget.tasks}))
-        tmp.replace(self.budget_file)  # atomic: the source never reads half a file
+        write_atomic(self.budget_file, json.dumps({"max_offsets": budget.max_offsets, "tasks": budget.tasks}))
 
     def _triggered_at(self, started: float) -> float:
         """When Spark began this batch: processing-time triggers fire on multiples of the interval."""
@@ -328,8 +320,7 @@ def run_ingest(
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     tables = ensure_tables(cfg)
     reports = report_file(cfg.name, req.run_id, req.name)
-    tables.data.refresh()
-    _open_checkpoint(req, read_ledger(tables.data), log)
+    _open_checkpoint(req, log)
     writer = BatchWriter(cfg, req, tables, reports, spark.sparkContext.defaultParallelism, log)
     if req.end is None:
         stop_file(cfg.name).unlink(missing_ok=True)  # a stop asked of an earlier tail is not for this one
@@ -392,6 +383,10 @@ def _attempts(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, writ
                     f"[{req.label}] {consecutive} consecutive failed attempts without committing any offset "
                     f"(tolerated: {req.max_consecutive_failures}), {where}; last cause: {cause}"
                 ) from None
+            if checkpoint.refused(kind, message, req.checkpoint):
+                checkpoint.discard(req.checkpoint, keep=_ours)
+                log(f"[{req.label}] Spark refused the checkpoint {req.checkpoint.name}: discarded it; the restart "
+                    "starts from the table's ledger")
             result.restarts += 1
             wait = min(req.restart_backoff_seconds * 2 ** max(consecutive - 1, 0), MAX_BACKOFF_S)
             log(f"[{req.label}] batch failed ({consecutive}/{req.max_consecutive_failures} tolerated) at "

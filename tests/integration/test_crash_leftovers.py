@@ -1,0 +1,91 @@
+"""What a SIGKILL at the wrong moment leaves behind never wedges the next run (issue 25).
+
+The soak found it: a kill while Spark wrote the tail's offset log left a 0-byte
+``offsets/.0.<uuid>.tmp`` (and its ``.crc``); the checkpoint is named by the request's bounds, so
+every later tail reused it and Spark refused it (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``)
+until a person deleted it. These tests lay down exactly those leftovers (and the other files a
+kill can tear) and run the job again: it must succeed and stay exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import assert_exactly_once, backfill, high_watermarks, tail
+
+from tailfill import cli
+from tailfill.dev.sample import produce_sample
+from tailfill.errors import IngestError
+from tailfill.lake.batch_report import read_reports, report_file
+from tailfill.run.plan import checkpoint_root, source_state, tail_request
+
+pytestmark = pytest.mark.integration
+
+
+def spark_kill_leftovers(checkpoint, log: str = "offsets") -> list:
+    """The files a kill inside Spark's atomic write of ``<log>/0`` leaves: its hidden temp file and checksum."""
+    folder = checkpoint / log
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".0.{uuid.uuid4()}.tmp"
+    crc = folder / f".{tmp.name}.crc"
+    tmp.write_bytes(b"")
+    crc.write_bytes(b"")
+    (checkpoint / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}))
+    return [tmp, crc]
+
+
+def test_a_tail_killed_while_spark_wrote_its_offset_log_runs_again(spark, make_pipeline, capsys):
+    cfg = make_pipeline(backfill__slices=1)
+    bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
+    produce_sample(bs, topic, 4_000, 4, bad_every=499)
+    backfill(spark, cfg)
+    produce_sample(bs, topic, 2_000, 4, bad_every=499)
+    # The checkpoint the next tail will use (named by its bounds), as the kill left it.
+    checkpoint = tail_request(source_state(cfg), "any").checkpoint
+    leftovers = spark_kill_leftovers(checkpoint)
+
+    results = tail(spark, cfg)
+
+    assert sum(r.offsets for r in results) == 2_000
+    assert_exactly_once(cfg, high_watermarks(cfg))
+    assert not any(p.exists() for p in leftovers)
+    err = capsys.readouterr().err
+    assert f"discarded the Spark checkpoint {checkpoint.name}" in err
+    assert "2 partial file(s) a kill left" in err
+    assert cli.main(["validate", str(cfg.path), "--all"]) == 0
+
+
+def test_a_planned_batch_is_still_replayed_after_a_kill_tore_its_commit_log(spark, make_pipeline, arm_fault,
+                                                                             capsys):
+    """Batch 0 was planned (``offsets/0`` whole) and its commit failed; then a kill tore Spark's write of
+    ``commits/0``. The rerun removes the torn files only and replays batch 0 with its recorded offsets,
+    although the pipeline's cap changed in between (a new plan would make a smaller batch)."""
+    cfg = make_pipeline(backfill__slices=1, backfill__max_consecutive_failures=0,
+                        backfill__max_offsets_per_batch=1_000, backfill__batch_seconds=None)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 3_000, 4, bad_every=499)
+    arm_fault("before-commit", 1)
+    with pytest.raises(IngestError, match="injected failure at before-commit"):
+        backfill(spark, cfg)
+    checkpoint = next(checkpoint_root(cfg, "backfill").iterdir())
+    assert (checkpoint / "offsets" / "0").exists() and not (checkpoint / "commits" / "0").exists()
+    leftovers = spark_kill_leftovers(checkpoint, "commits")
+    data = yaml.safe_load(Path(cfg.path).read_text())
+    data["backfill"]["max_offsets_per_batch"] = 400
+    Path(cfg.path).write_text(yaml.safe_dump(data))
+    capsys.readouterr()
+
+    results = backfill(spark, cfg)
+
+    assert not any(p.exists() for p in leftovers)
+    err = capsys.readouterr().err
+    assert f"removed 2 partial file(s) a kill left in the Spark checkpoint {checkpoint.name}" in err
+    assert "batch 0 is replayed with its recorded offsets" in err
+    reports = read_reports(report_file(cfg.name, results[0].run_id, checkpoint.name))
+    assert [r.batch_id for r in reports][:1] == [0]
+    assert reports[0].offsets == 1_000, "batch 0 was planned anew instead of replayed with its recorded offsets"
+    assert all(r.offsets <= 400 for r in reports[1:])
+    assert_exactly_once(cfg, high_watermarks(cfg))
