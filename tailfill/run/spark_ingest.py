@@ -34,10 +34,9 @@ from tailfill.errors import IngestError, error_class, is_retryable
 from tailfill.lake.batch_report import BatchReport, append_report, format_stages, read_reports, report_file
 from tailfill.lake.commit import commit_prepared
 from tailfill.lake.freshness import Freshness, LatencySample, freshness
-from tailfill.lake.ledger import read_ledger
 from tailfill.lake.spark_writer import prepare_batch
 from tailfill.lake.tables import Tables, ensure_tables
-from tailfill.offsets import ranges_between, subtract, total
+from tailfill.offsets import ranges_between, total
 from tailfill.run import checkpoint
 from tailfill.run.governor import Budget, Governor
 from tailfill.run.plan import IngestRequest
@@ -339,29 +338,20 @@ def run_ingest(
     return result
 
 
-def _ledger_committed(tables: Tables, log: Callable[[str], None], label: str) -> list | None:
-    """The data table's committed ranges now, or None (said in the log) if the catalog cannot be read."""
-    try:
-        tables.data.refresh()
-        return read_ledger(tables.data).committed
-    except Exception as exc:  # the catalog may be down: the restart policy must go on, not crash
-        log(f"[{label}] cannot read the ledger from the catalog: {str(exc).splitlines()[0]}")
-        return None
-
-
 def _attempts(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, writer: BatchWriter,
               log: Callable[[str], None]) -> None:
     """Run the query until it completes, restarting it from its checkpoint within the failure budget.
 
     Each restart waits ``restart_backoff_seconds``, doubling with every consecutive failure (at most
     :data:`MAX_BACKOFF_S`), so a broker or catalog that is back within the budget's waits is survived.
-    Failures that commit nothing count against the budget; past it the run stops, naming the step
-    at which the attempts failed (seed 004: no endless restart loop).
+    Attempts that finish no batch of *this run* count against the budget (another writer's commits
+    to the table in the meantime do not reset it); past it the run stops, naming the step at which
+    the attempts failed (seed 004: no endless restart loop).
     """
     result = writer.done
     consecutive, steps = 0, []
     while True:
-        before = _ledger_committed(writer.tables, log, req.label)
+        before = result.batches
         writer.failed_step = None
         try:
             _run_query(spark, cfg, req, writer, log)
@@ -372,9 +362,7 @@ def _attempts(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, writ
             result.causes.append(cause)
             if not is_retryable(kind):
                 raise IngestError(f"[{req.label}] {cause}") from None
-            after = _ledger_committed(writer.tables, log, req.label)
-            advanced = before is not None and after is not None and subtract(after, before)
-            consecutive, steps = (0, []) if advanced else (consecutive + 1, steps)
+            consecutive, steps = (0, []) if result.batches > before else (consecutive + 1, steps)
             steps.append(writer.failed_step or "planning a batch (the source, reading offsets on the driver)")
             if consecutive > req.max_consecutive_failures:
                 where = (f"each at the same step: {steps[-1]}" if len(set(steps)) == 1

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from helpers import assert_exactly_once, backfill, high_watermarks, tail
 
 from tailfill import cli
+from tailfill.dev.batches import commit_sample_batch
 from tailfill.dev.broker import free_port
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import IngestError
+from tailfill.lake.ledger import read_ledger
+from tailfill.lake.tables import ensure_tables
+from tailfill.offsets import OffsetRange, total
 from tailfill.run import spark_job as job
 from tailfill.run.submit import backfill_spec
 
@@ -44,6 +50,39 @@ def test_failures_beyond_the_budget_stop_the_job_with_the_cause(spark, make_pipe
     assert job.main(backfill_spec(cfg).argv(), spark) == 2  # the spark-submit exit code
     err = capsys.readouterr().err
     assert "error:" in err and "InjectedFault: injected failure at before-commit" in err
+
+
+def test_another_writers_commits_do_not_reset_a_stuck_runs_failure_budget(spark, make_pipeline, arm_fault,
+                                                                          monkeypatch):
+    """A backfill that fails at every commit stops after its budget, although another writer (the tail, here
+    a synthetic batch after the backfill's range) commits to the same table while the first attempt fails.
+    Before, the budget reset whenever the table's ledger advanced, so a stuck run beside a busy tail retried
+    forever (seed 004)."""
+    cfg = make_pipeline(backfill__slices=1, backfill__max_consecutive_failures=2, backfill__restart_backoff_seconds=0)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, 4)
+    flags = Path(os.environ["TAILFILL_FAULT_DIR"])
+    monkeypatch.setenv("TAILFILL_FAULT_PAUSE", "before-commit")  # the driver's commit runs in this process
+    arm_fault("before-commit", 3)  # one more failure than the budget tolerates, and no more
+
+    def other_writer() -> None:
+        deadline = time.monotonic() + 300
+        while not (flags / "before-commit").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        commit_sample_batch(cfg, "other-writer", 0, [OffsetRange(cfg.source.topic, 0, 400, 450)])
+        (flags / "before-commit.release").touch()
+
+    writer = threading.Thread(target=other_writer, daemon=True)
+    writer.start()
+    try:
+        with pytest.raises(IngestError, match=r"3 consecutive failed attempts without committing any offset"):
+            backfill(spark, cfg, end={cfg.source.topic: {"0": 250, "1": 250, "2": 250, "3": 250}})
+        writer.join(timeout=60)
+    finally:
+        for name in ("before-commit", "before-commit.release", "before-commit.arrivals"):
+            (flags / name).unlink(missing_ok=True)
+    data = ensure_tables(cfg).data
+    data.refresh()
+    assert total(read_ledger(data).committed) == 50, "only the other writer's batch is committed"
 
 
 def test_unreachable_broker_is_a_clear_error(make_pipeline, capsys):
