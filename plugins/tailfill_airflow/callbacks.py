@@ -18,6 +18,7 @@ import os
 import time
 from typing import Any
 
+from tailfill.durable import append_line
 from tailfill.lake.batch_report import runs_dir
 from tailfill_airflow.naming import split_dag_id
 
@@ -58,10 +59,7 @@ async def deadline_missed(interval_seconds: float, context: dict | None = None) 
 def _record(context: Any, record: dict) -> None:
     """Append ``record`` to its pipeline's ``failures.jsonl`` and call the alerting hook, if one is set."""
     pipeline, _ = split_dag_id(record["dag_id"])
-    path = runs_dir(pipeline) / "failures.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(json.dumps(record) + "\n")
+    append_line(runs_dir(pipeline) / "failures.jsonl", json.dumps(record))
     if target := os.environ.get(HOOK_ENV):
         module, _, name = target.partition(":")
         getattr(importlib.import_module(module), name)(context, record)

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from tailfill.durable import write_atomic
 from tailfill.lake.batch_report import BatchReport, read_reports, runs_dir
 from tailfill.lake.freshness import Freshness
 
@@ -26,19 +27,14 @@ def write_lane(pipeline: str, run_id: str, **fields) -> None:
     """Merge ``fields`` into the run's lane file (what the plugin pages know beyond batch reports)."""
     import json
 
-    path = runs_dir(pipeline) / run_id / LANE_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.loads(path.read_text()) if path.exists() else {}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**data, **fields}))
-    tmp.replace(path)
+    write_atomic(runs_dir(pipeline) / run_id / LANE_FILE, json.dumps({**read_lane(pipeline, run_id), **fields}))
 
 
 def read_lane(pipeline: str, run_id: str) -> dict:
     import json
 
     path = runs_dir(pipeline) / run_id / LANE_FILE
-    return json.loads(path.read_text()) if path.exists() else {}
+    return json.loads(path.read_text()) if path.exists() else {}  # written whole (write_atomic) or not at all
 
 
 def run_reports(pipeline: str, run_id: str) -> list[BatchReport]:

@@ -19,7 +19,7 @@ import pyarrow.fs as pafs
 from pyiceberg.table import Table
 
 from tailfill.lake.ledger import batch_summaries
-from tailfill.lake.storage import fs_path
+from tailfill.lake.storage import fs_path, write_whole
 
 AUDIT_DIR = "tailfill-audit"
 
@@ -36,10 +36,8 @@ def archive_summaries(fs: pafs.FileSystem, table: Table, summaries: list[dict[st
     base = audit_uri(table)
     fs.create_dir(fs_path(base), recursive=True)
     name = f"{datetime.now(UTC):%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex[:12]}.jsonl"
-    tmp, final = f"{base}/.{name}.tmp", f"{base}/{name}"
-    with fs.open_output_stream(fs_path(tmp)) as out:
-        out.write("".join(json.dumps(s, sort_keys=True) + "\n" for s in summaries).encode())
-    fs.move(fs_path(tmp), fs_path(final))
+    final = f"{base}/{name}"
+    write_whole(fs, final, "".join(json.dumps(s, sort_keys=True) + "\n" for s in summaries).encode())
     return final
 
 

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tailfill.config import tailfill_home
+from tailfill.durable import append_line, complete_lines
 from tailfill.offsets import OffsetRange, ranges_from_json, ranges_to_json
 
 
@@ -65,19 +66,22 @@ def report_file(pipeline: str, run_id: str, query: str) -> Path:
 
 
 def append_report(path: Path, report: BatchReport) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(report.to_json() + "\n")
+    append_line(path, report.to_json())
 
 
 def read_reports(path: Path) -> list[BatchReport]:
     """The batch reports in ``path``, oldest first (none if it does not exist yet).
 
-    A line still being written (no newline yet) is not a report yet.
+    A line still being written (no newline yet) is not a report yet; a line torn by a killed writer
+    (ended by the next append, see :func:`tailfill.durable.append_line`) is not a report at all.
     """
-    if not path.exists():
-        return []
-    return [BatchReport.from_json(line) for line in path.read_text().split("\n")[:-1] if line.strip()]
+    out = []
+    for line in complete_lines(path):
+        try:
+            out.append(BatchReport.from_json(line))
+        except (ValueError, TypeError, KeyError):
+            continue  # torn by a kill: the ledger, not this telemetry, holds what was committed
+    return out
 
 
 def recent_reports(pipeline: str, files: int) -> list[BatchReport]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -57,3 +58,16 @@ def fs_path(uri: str) -> str:
     if parsed.scheme == "file":
         return parsed.path
     return uri
+
+
+def write_whole(fs: pafs.FileSystem, uri: str, data: bytes) -> None:
+    """Write ``data`` to ``uri`` under a hidden temporary name, then move it into place.
+
+    A reader (or a process killed mid-write) never leaves half a file at ``uri``; what a kill can
+    leave is the hidden ``.<name>.<id>.tmp``, which no reader lists.
+    """
+    base, _, name = uri.rpartition("/")
+    tmp = f"{base}/.{name}.{uuid.uuid4().hex[:12]}.tmp"
+    with fs.open_output_stream(fs_path(tmp)) as out:
+        out.write(data)
+    fs.move(fs_path(tmp), fs_path(uri))

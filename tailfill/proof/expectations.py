@@ -11,7 +11,9 @@ import contextlib
 import fcntl
 import json
 import logging
-from collections.abc import Iterator
+import sys
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -131,6 +133,38 @@ class GxRunner:
             if url.startswith("file://"):
                 return Path(url.removeprefix("file://"))
         return None
+
+
+def run_suites(root: Path, frames: list[tuple[str, str, Any]], run_name: str,
+               log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+               ) -> tuple[list[SuiteResult], float, Path | None]:
+    """Validate each ``(suite, asset, frame)`` in the GE project at ``root``, then build Data Docs.
+
+    Returns the results, the seconds the suites took, and the Data Docs index. The project is derived
+    state (suites are rebuilt from ``expectations/`` on every run; the reports beside the table keep
+    the history), and GE rewrites its files in place, so a process killed mid-write leaves files it
+    cannot read again. Such a project is moved aside (said in one line, kept for inspection) and
+    built anew, once; a second failure is raised.
+    """
+    try:
+        return _run_suites(root, frames, run_name)
+    except Exception as exc:  # any unreadable file of GE's own stores; a real bug fails again below
+        project = root / "gx"
+        if not project.exists():
+            raise
+        aside = root / f"gx.unreadable-{time.strftime('%Y%m%dT%H%M%S')}"
+        project.rename(aside)
+        log(f"the Great Expectations project {project} could not be used ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); moved it to {aside.name} and built a new one")
+        return _run_suites(root, frames, run_name)
+
+
+def _run_suites(root: Path, frames: list[tuple[str, str, Any]], run_name: str,
+                ) -> tuple[list[SuiteResult], float, Path | None]:
+    started = time.perf_counter()
+    gx = GxRunner(root)
+    suites = [gx.validate(suite_spec(suite), asset, frame, run_name) for suite, asset, frame in frames]
+    return suites, time.perf_counter() - started, gx.build_docs()
 
 
 def _plain(value: Any) -> Any:

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from tailfill.config import PipelineConfig, tailfill_home
-from tailfill.lake.storage import filesystem, fs_path, warehouse_uri
+from tailfill.lake.storage import filesystem, fs_path, warehouse_uri, write_whole
 
 
 def results_uri(cfg: PipelineConfig) -> str:
@@ -31,8 +31,7 @@ def _write(cfg: PipelineConfig, name: str, text: str) -> str:
     base = results_uri(cfg)
     fs.create_dir(fs_path(base), recursive=True)
     uri = f"{base}/{name}"
-    with fs.open_output_stream(fs_path(uri)) as out:
-        out.write(text.encode())
+    write_whole(fs, uri, text.encode())  # latest.json is read while lanes validate: never half a file
     return uri
 
 

@@ -30,7 +30,7 @@ from tailfill.proof.completeness import (
     problems,
 )
 from tailfill.proof.data_checks import DATA_COLUMNS, check_rows, expectation_columns
-from tailfill.proof.expectations import DATA_SUITE, RUN_SUITE, TILING_SUITE, GxRunner, exclusive, suite_spec
+from tailfill.proof.expectations import DATA_SUITE, RUN_SUITE, TILING_SUITE, exclusive, run_suites
 from tailfill.proof.reports import gx_root, persist
 
 
@@ -91,10 +91,7 @@ def validate(cfg: PipelineConfig, run_id: str | None = None, all_runs: bool = Fa
               (DATA_SUITE, "data_checks", _summary_frame([c.summary_row() for c in data_checks], DATA_COLUMNS))]
     core_s = time.perf_counter() - started
     with exclusive(gx_root(cfg)):  # parallel lanes share the pipeline's GE project
-        gx = GxRunner(gx_root(cfg))
-        suites = [gx.validate(suite_spec(suite), asset, frame, run_name) for suite, asset, frame in frames]
-        ge_s = time.perf_counter() - started - core_s
-        docs = gx.build_docs()
+        suites, ge_s, docs = run_suites(gx_root(cfg), frames, run_name)
     found += [c.problem() for c in data_checks if c.failed]
     success = not found and all(s.success for s in suites)
     if not success and not found:  # a suite failed on something the exact accounting did not name

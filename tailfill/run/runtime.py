@@ -7,15 +7,16 @@ Airflow launcher, so that none of them can drift from the others. Spark binds to
 
 from __future__ import annotations
 
+import io
 import os
 import sys
-import tempfile
 import zipfile
 from importlib import resources
 from pathlib import Path
 
 import tailfill
 from tailfill.config import tailfill_home
+from tailfill.durable import write_atomic
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_MASTER = "local[2]"
@@ -102,16 +103,11 @@ def code_archive(dest: Path | None = None) -> Path:
     """
     dest = dest or code_archive_path()
     package = Path(tailfill.__file__).parent
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as zf:
-            for path in sorted(package.rglob("*.py")):
-                zf.write(path, path.relative_to(package.parent))
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(package.rglob("*.py")):
+            zf.write(path, path.relative_to(package.parent))
+    write_atomic(dest, buffer.getvalue())
     return dest
 
 

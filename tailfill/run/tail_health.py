@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tailfill.config import PipelineConfig
+from tailfill.durable import write_atomic
 from tailfill.lake.batch_report import runs_dir
 from tailfill.lake.freshness import Freshness
 
@@ -92,11 +93,7 @@ def health_file(pipeline: str) -> Path:
 
 
 def write_health(pipeline: str, health: TailHealth) -> None:
-    path = health_file(pipeline)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(health.to_json())
-    tmp.replace(path)  # atomic: a reader never sees half a file
+    write_atomic(health_file(pipeline), health.to_json())  # a reader never sees half a file
 
 
 def read_health(pipeline: str) -> TailHealth | None:

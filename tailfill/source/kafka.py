@@ -88,6 +88,12 @@ def drop_shared_consumer(conf: dict) -> None:
         consumer.close()
 
 
+def close_shared_consumers() -> None:
+    """Close every shared consumer of this process (before its broker goes away, or at exit)."""
+    while _SHARED:
+        _SHARED.popitem()[1].close()
+
+
 @contextlib.contextmanager
 def _borrowed(conf: dict, consumer: Consumer | None) -> Iterator[Consumer]:
     """``consumer`` if one is shared (dropped if the work fails), else a new one closed afterwards."""

@@ -1,0 +1,142 @@
+"""Files a process killed at any instruction leaves behind, and how each is made safe (issue 25)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pandas as pd
+
+from tailfill.durable import append_line, complete_lines, write_atomic
+from tailfill.lake.batch_report import BatchReport, append_report, read_reports
+from tailfill.proof.expectations import run_suites
+from tailfill.run import checkpoint
+
+# What Spark 4 said when it refused the wedged checkpoint (from the soak's log).
+REFUSAL = ("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
+           "[STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY] The checkpoint location file:{path}/offsets should be "
+           "empty on batch 0")
+
+
+def spark_log(folder, batch: int, body: str = '{"t": {"0": 10}}') -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / str(batch)).write_text(f"v1\n{{}}\n{body}")
+
+
+def torn_write(folder, batch: int) -> list:
+    """What a kill inside Spark's atomic write of ``folder/batch`` leaves."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{batch}.{uuid.uuid4()}.tmp"
+    crc = folder / f".{tmp.name}.crc"
+    tmp.write_bytes(b"")
+    crc.write_bytes(b"")
+    return [tmp, crc]
+
+
+def test_a_torn_line_is_ended_before_the_next_append(tmp_path):
+    path = tmp_path / "log.jsonl"
+    append_line(path, '{"a": 1}')
+    with path.open("a") as f:
+        f.write('{"a": 2, "b"')  # the writer was killed here
+    assert complete_lines(path) == ['{"a": 1}']  # a line without its newline is not a line yet
+
+    append_line(path, '{"a": 3}')
+
+    assert complete_lines(path) == ['{"a": 1}', '{"a": 2, "b"', '{"a": 3}']
+
+
+def test_batch_reports_survive_a_torn_line_between_two_tries(tmp_path):
+    path = tmp_path / "q.jsonl"
+    first, second = (BatchReport(batch_id=b, at=1.0 + b, seconds=1.0, offsets=10, records=10, rows=10, quarantined=0)
+                     for b in (0, 1))
+    append_report(path, first)
+    with path.open("a") as f:
+        f.write(second.to_json()[:25])  # the first try died mid-append
+    append_report(path, second)  # the retry appends again
+
+    assert [r.batch_id for r in read_reports(path)] == [0, 1]
+
+
+def test_write_atomic_replaces_whole_and_leaves_nothing_on_failure(tmp_path):
+    path = tmp_path / "state.json"
+    write_atomic(path, "old")
+    write_atomic(path, "new")
+    assert path.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]
+
+
+def test_leftovers_are_removed_and_a_planned_batch_is_kept(tmp_path):
+    cp = tmp_path / "backfill-abc"
+    spark_log(cp / "offsets", 0)
+    spark_log(cp / "offsets", 1)
+    spark_log(cp / "commits", 0)
+    (cp / "metadata").write_text('{"id": "x"}')
+    leftovers = torn_write(cp / "commits", 1)
+    lines: list[str] = []
+
+    state = checkpoint.make_startable(cp, "lane", lines.append)
+
+    assert not any(p.exists() for p in leftovers)
+    assert (cp / "offsets" / "1").exists() and (cp / "commits" / "0").exists()
+    assert state.replayable == 1
+    assert len(lines) == 1 and "removed 2 partial file(s)" in lines[0] and "batch 1 is replayed" in lines[0]
+
+
+def test_a_checkpoint_without_a_planned_batch_is_emptied_but_tailfills_own_notes_stay(tmp_path):
+    cp = tmp_path / "tail-abc"
+    (cp / "metadata").parent.mkdir(parents=True)
+    (cp / "metadata").write_text('{"id": "x"}')
+    torn_write(cp / "offsets", 0)
+    (cp / "tailfill-budget.json").write_text('{"max_offsets": 5}')
+    lines: list[str] = []
+
+    checkpoint.make_startable(cp, "tail", lines.append, keep=lambda p: p.name == "tailfill-budget.json")
+
+    assert sorted(p.name for p in cp.iterdir()) == ["tailfill-budget.json"]
+    assert len(lines) == 1 and "discarded the Spark checkpoint tail-abc (it holds no planned batch" in lines[0]
+
+
+def test_an_unreadable_log_file_empties_the_checkpoint(tmp_path):
+    cp = tmp_path / "backfill-abc"
+    spark_log(cp / "offsets", 0)
+    (cp / "offsets" / "1").write_bytes(b"")
+    lines: list[str] = []
+
+    checkpoint.make_startable(cp, "lane", lines.append)
+
+    assert list(cp.iterdir()) == []
+    assert "unreadable: offsets/1: empty" in lines[0]
+
+
+def test_a_fresh_or_clean_checkpoint_is_left_alone_in_silence(tmp_path):
+    lines: list[str] = []
+    cp = tmp_path / "new"
+    cp.mkdir()
+    checkpoint.make_startable(cp, "lane", lines.append)
+    spark_log(cp / "offsets", 0)
+    spark_log(cp / "commits", 0)
+    checkpoint.make_startable(cp, "lane", lines.append)
+    assert lines == [] and (cp / "offsets" / "0").exists()
+
+
+def test_spark_refusing_the_checkpoint_is_recognised(tmp_path):
+    cp = tmp_path / "tail-abc"
+    assert checkpoint.refused("StreamingQueryException", REFUSAL.format(path=cp), cp)
+    assert not checkpoint.refused("StreamingQueryException", "[STREAM_FAILED] InjectedFault: boom", cp)
+
+
+def test_a_ge_project_a_kill_left_half_written_is_set_aside_and_rebuilt(tmp_path):
+    spec_frames = [("run_completeness", "run_ranges", pd.DataFrame({
+        "partition": ["t[0]"], "range": ["[0, 10)"], "expected": [10], "rows": [10], "quarantined": [0],
+        "lost": [0], "absent": [0], "found": [10], "distinct": [10], "duplicates": [0], "missing": [0],
+        "outside": [0], "first_ok": [True], "last_ok": [True], "complete": [True]}))]
+    run_suites(tmp_path, spec_frames, "r1")
+    for suite in (tmp_path / "gx" / "expectations").glob("*.json"):
+        suite.write_text(suite.read_text()[:9])  # a kill mid-rewrite
+    lines: list[str] = []
+
+    suites, _, docs = run_suites(tmp_path, spec_frames, "r2", lines.append)
+
+    assert len(suites) == 1 and docs is not None and docs.exists()
+    assert len(lines) == 1 and "could not be used" in lines[0]
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("gx.unreadable-")]
+    assert len(aside) == 1 and (aside[0] / "expectations").is_dir()  # kept for inspection
