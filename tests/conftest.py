@@ -41,6 +41,8 @@ DEMO = REPO / "pipelines" / "demo.yaml"
 def pytest_addoption(parser):
     parser.addoption("--soak", action="store_true",
                      help="run the fault suite's long soak (50 random SIGKILLs instead of 8)")
+    parser.addoption("--soak-kills", type=int, default=50,
+                     help="random SIGKILLs in the soak (with --soak; default 50)")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -75,15 +77,18 @@ def pytest_terminal_summary(terminalreporter, config):
 
 
 @pytest.fixture(scope="session")
-def soak(request) -> bool:
-    """True when the fault suite's long soak was asked for (``--soak``)."""
-    return request.config.getoption("--soak")
+def soak(request) -> int:
+    """The soak's number of random SIGKILLs when ``--soak`` was asked for (``--soak-kills``), else 0."""
+    return request.config.getoption("--soak-kills") if request.config.getoption("--soak") else 0
 
 
 @pytest.fixture(scope="session")
 def broker():
     with EmbeddedBroker() as b:
         yield b
+        from tailfill.source.kafka import close_shared_consumers
+
+        close_shared_consumers()  # or their threads retry the stopped broker until the process ends
 
 
 @pytest.fixture(scope="session")

@@ -170,9 +170,10 @@ def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, t
     The first backfill dies at a fixed point while its executors write data files, the first tail
     between its prepare and its commit; every other kill is at a random moment.
     """
-    kills = 50 if soak else 8  # at random; with the 2 fixed points, 10 kills in CI
+    kills = soak or 8  # at random (--soak: 50, or --soak-kills); with the 2 fixed points, 10 kills in CI
     seed = int(os.environ.get("TAILFILL_FAULT_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
+    began = time.monotonic()
     history, live_step, batch = 24_000, 2_000, 1_000
     # The sample's history is minutes old when the tail reads it: a freshness objective it can meet keeps
     # the backfill from yielding to a killed tail whose last heartbeat is still recent (run/governor.py).
@@ -223,7 +224,8 @@ def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, t
     assert not killed_files & referenced, "a file of a killed attempt became part of the table"
     at_random = [(v, c) for v, c in killed if v.pause is None]
     starting = sum(v.after_batches is None for v, _ in at_random)
-    prove(cfg, f"SIGKILL at fixed points, then at random moments ({'soak' if soak else 'CI'}, seed {seed})",
+    prove(cfg, f"SIGKILL at fixed points, then at random moments ({'soak' if soak else 'CI'}, seed {seed}, "
+          f"{(time.monotonic() - began) / 60:.0f} min)",
           f"{len(killed)} SIGKILLs of spark-submit and all its processes, a backfill and a tail side by side: 2 at "
           f"failpoints (executors writing data files; between prepare and commit), {starting} while a job "
           f"started, {len(at_random) - starting} 0-1.5 s into one of its first 3 batches",
