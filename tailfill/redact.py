@@ -29,11 +29,15 @@ MASK = "***"
 # Shorter values are not masked wherever they appear (as Airflow's masker): they would mask ordinary
 # words. A URI's password and a secret key's value are masked whatever their length.
 MIN_SECRET_LENGTH = 5
+# The software's own names, used as development passwords (compose's catalog is `tailfill:tailfill@`):
+# masked inside URIs, never wherever they appear, or every path and name would go (Airflow skips "airflow").
+NOT_MASKED_ALONE = frozenset({"tailfill", "airflow"})
 SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token", "credential")
 _WORD = "|".join(SECRET_WORDS)
 
 # scheme://user:password@ — the password runs to the last '@' before any whitespace or quote.
-_URI_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@\"'<>]*:)(?P<pw>[^\s\"'<>]*)(?=@)")
+_URI_PASSWORD = re.compile(
+    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://(?P<user>[^\s:/?#@\"'<>]*):)(?P<pw>[^\s\"'<>]*)(?=@)")
 # key=value (query strings, command lines, log text); a setting naming a variable (*_env) is no secret.
 _KEY_VALUE = re.compile(rf"(?P<key>\b[\w.\-]*(?:{_WORD})[\w.\-]*)(?<!_env)=(?P<value>[^\s&;,\"'<>]+)", re.I)
 # 'key': 'value' and "key": "value" (a dict's repr, JSON).
@@ -49,7 +53,7 @@ _listeners: list[Callable[[str], Any]] = []
 def register_secret(value: str | None) -> None:
     """Mask ``value`` (and its URL-encoded form) in everything redacted from now on, in this process."""
     global _pattern
-    if not value or len(value) < MIN_SECRET_LENGTH:
+    if not value or len(value) < MIN_SECRET_LENGTH or value.lower() in NOT_MASKED_ALONE:
         return
     forms = {value, quote(value, safe="")} - _known
     if not forms:
@@ -72,9 +76,12 @@ def add_listener(listener: Callable[[str], Any]) -> None:
 
 
 def uri_password(uri: str) -> str | None:
-    """The password inside ``scheme://user:password@host``, decoded, or None."""
+    """The password inside ``scheme://user:password@host``, decoded, or None (also when it is the user name,
+    which may stay: such a password is masked only inside its URI)."""
     m = _URI_PASSWORD.search(uri)
-    return unquote(m.group("pw")) if m and m.group("pw") else None
+    if not m or not m.group("pw") or m.group("pw") == m.group("user"):
+        return None
+    return unquote(m.group("pw"))
 
 
 def _is_secret_env_field(name: str) -> bool:

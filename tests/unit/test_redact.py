@@ -9,7 +9,7 @@ import yaml
 from pydantic import BaseModel
 
 from tailfill.config import load_pipeline
-from tailfill.redact import redact_data, redact_text, register_secret, secret_env_names
+from tailfill.redact import redact_data, redact_text, register_secret, secret_env_names, uri_password
 
 DEMO = Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml"
 
@@ -87,3 +87,13 @@ def test_a_secret_variable_of_any_settings_block_is_found_by_its_name():
         access_key_env: str = "AWS_ACCESS_KEY_ID"
 
     assert secret_env_names(Settings()) == ["REGISTRY_PASSWORD", "API_TOKEN"]
+
+
+def test_a_password_that_is_its_user_name_or_the_software_s_name_is_masked_only_in_its_uri():
+    # compose's catalog: tailfill:tailfill@ — masking "tailfill" everywhere would mask every path.
+    register_secret(uri_password("postgresql+psycopg2://tailfill:tailfill@postgres:5432/iceberg"))
+    register_secret(uri_password("postgresql://bob-the-user:bob-the-user@db/x"))
+    register_secret("airflow")
+    text = "postgresql+psycopg2://tailfill:tailfill@postgres:5432/iceberg in /app/.tailfill/runs for bob-the-user"
+    assert redact_text(text) == "postgresql+psycopg2://tailfill:***@postgres:5432/iceberg in /app/.tailfill/runs " \
+                                "for bob-the-user"
