@@ -72,7 +72,8 @@ def lane_progress(pipeline: str, tf_run: str) -> dict:
     ended = info.get("ended_at")
     out = progress(reports, info.get("planned"), info.get("started_at", time.time()),
                    now=ended or time.time(), state=state)
-    return {"label": info.get("label", tf_run), "run_id": tf_run, "cause": redact_text(info.get("cause")), **out}
+    cause = info.get("cause") and redact_text(info["cause"])  # lane files written before redaction existed
+    return {"label": info.get("label", tf_run), "run_id": tf_run, "cause": cause, **out}
 
 
 def _page(title: str, body: str, refresh: bool = False) -> HTMLResponse:
