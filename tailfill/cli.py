@@ -13,11 +13,12 @@ from tailfill.errors import TailfillError
 from tailfill.lake.batch_report import format_stages, runs_dir
 from tailfill.lake.freshness import Freshness
 from tailfill.offsets import PartitionOffsets
+from tailfill.redact import redact_text
 from tailfill.run.submit import IngestResult, JobSpec, backfill_spec, new_run_id, parse_conf, run_job
 
 
 def _say(line: str) -> None:
-    print(line, flush=True)
+    print(redact_text(line), flush=True)
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
@@ -299,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (TailfillError, ValueError) as exc:  # ValueError: malformed offsets JSON
-        print(f"error: {exc}", file=sys.stderr)
+        print(redact_text(f"error: {exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tailfill.errors import ConfigError
+from tailfill.redact import register_model_secrets
 from tailfill.schema import table_schema
 
 RESERVED_PREFIX = "kafka_"
@@ -352,7 +353,7 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
     try:
-        return PipelineConfig.model_validate({**data, "path": str(path)})
+        cfg = PipelineConfig.model_validate({**data, "path": str(path)})
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
@@ -361,6 +362,8 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
             fix = _FIXES.get(err["type"], "")
             problems.append(f"{path}: {field}: {msg}" + (f" (fix: {fix})" if fix else ""))
         raise ConfigError("\n".join(problems)) from None
+    register_model_secrets(cfg)  # what this process prints from now on never shows them
+    return cfg
 
 
 def pipelines_dir() -> Path:

@@ -20,6 +20,7 @@ from typing import Any
 
 from tailfill.durable import append_line
 from tailfill.lake.batch_report import runs_dir
+from tailfill.redact import redact_text
 from tailfill_airflow.naming import split_dag_id
 
 log = logging.getLogger(__name__)
@@ -27,10 +28,10 @@ HOOK_ENV = "TAILFILL_ON_FAILURE"
 
 
 def failure_record(context: Any) -> dict:
-    """The failure as one JSON-able record: where, which try, and the error's first line."""
+    """The failure as one JSON-able record: where, which try, and the error's first line (secrets redacted)."""
     ti = context["ti"]
     error = context.get("exception")
-    first = str(error).splitlines()[0] if error is not None and str(error) else type(error).__name__
+    first = redact_text(str(error).splitlines()[0]) if error is not None and str(error) else type(error).__name__
     return {"at": round(time.time(), 3), "dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id,
             "map_index": ti.map_index, "try_number": ti.try_number, "error": first}
 

@@ -5,6 +5,10 @@ Like the apache-spark provider's ``SparkSubmitHook``, the hook names its connect
 the DAG is parsed. The login reaches the consumer two ways: as environment variables of the
 ``spark-submit`` it feeds (:class:`~tailfill_airflow.operators.TailfillSubmitOperator`), and in the
 worker's own environment for tasks that talk to the broker themselves (plan, preflight).
+
+Every secret Tailfill knows of in an Airflow process — the connection's password, the values of
+the pipeline's secret ``*_env`` variables, the password inside its catalog URI — goes to Airflow's
+secrets masker (:func:`tailfill.redact.add_listener`), so task logs show ``***`` for it.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from airflow.sdk.log import mask_secret
 
 from tailfill.config import PipelineConfig, tailfill_home
 from tailfill.errors import ConfigError
+from tailfill.redact import add_listener, register_model_secrets, register_secret, uri_password
 from tailfill.run import runtime
+
+add_listener(mask_secret)  # what Tailfill registers (pipelines as they load, the hook's values) Airflow masks
 
 # Settings a job inherits from the Airflow worker when they are set there.
 PASSED_THROUGH = ("TAILFILL_PIPELINES", "TAILFILL_BOOTSTRAP_SERVERS", "TAILFILL_CATALOG_URI", "TAILFILL_S3_ENDPOINT",
@@ -51,7 +58,8 @@ class TailfillHook(BaseHook):
         if not conn.login or not conn.password:
             raise ConfigError(f"Airflow connection {self.kafka_conn_id!r} (source.security.airflow_conn_id of "
                               f"pipeline {self.cfg.name}) needs a login and a password")
-        mask_secret(conn.password)
+        mask_secret(conn.password)  # whatever its length (Tailfill's own redaction skips very short values)
+        register_secret(conn.password)
         return {names[0]: conn.login, names[1]: conn.password}
 
     def job_env(self) -> dict[str, str]:
@@ -63,6 +71,9 @@ class TailfillHook(BaseHook):
         names += self.cfg.source.security.credential_env or ()
         env.update({n: os.environ[n] for n in names if n in os.environ})
         env.update(self.credentials_env())
+        register_model_secrets(self.cfg, env)  # S3's secret key, the Kafka password, the catalog URI's password
+        for value in env.values():  # a URI passed through (TAILFILL_CATALOG_URI) may carry a password
+            register_secret(uri_password(value))
         return env
 
     @contextlib.contextmanager

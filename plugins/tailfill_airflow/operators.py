@@ -33,6 +33,7 @@ from tailfill.config import load_pipeline
 from tailfill.errors import TailfillError
 from tailfill.lake.batch_report import runs_dir
 from tailfill.offsets import total
+from tailfill.redact import redact_text
 from tailfill.run import runtime
 from tailfill.run.runtime import code_archive_path
 from tailfill_airflow.causes import JobOutput, committed_summary, headline
@@ -132,11 +133,11 @@ class TailfillSubmitOperator(SparkSubmitOperator):
         return hook
 
     def _divert(self, lines: Iterator[str]) -> Iterator[str]:
-        """Every line to the output file; the job's own (and the provider's) on to the task log."""
+        """Every line, secrets redacted, to the output file; the job's own (and the provider's) on to the task log."""
         assert self._output is not None and self._output_file is not None
         self._output_file.parent.mkdir(parents=True, exist_ok=True)
         with self._output_file.open("w") as out:
-            for line in lines:
+            for line in map(redact_text, lines):
                 out.write(line if line.endswith("\n") else line + "\n")
                 out.flush()
                 if self._output.observe(line) or _PROVIDER_LINES.search(line):
@@ -200,7 +201,7 @@ class TailfillSubmitOperator(SparkSubmitOperator):
         first = headline(what, self._output, returncode)
         committed = committed_summary(run_reports(pipeline, spec.run_id))
         if self._output.cause == "no cause printed":  # not the job's failure: spark-submit's own
-            first += f" — spark-submit said: {str(exc).splitlines()[0][:300]}"
+            first += f" — spark-submit said: {redact_text(str(exc).splitlines()[0])[:300]}"
         log.error(first)
         log.error(committed)
         return JobFailed(f"{first}\n{committed}\nfull job output ({self._output.lines} lines): {self._output_file}")

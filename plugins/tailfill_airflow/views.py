@@ -26,6 +26,7 @@ from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
 from tailfill.config import PipelineConfig, load_pipeline, pipelines_dir
 from tailfill.lake.batch_report import runs_dir
 from tailfill.lake.freshness import Freshness
+from tailfill.redact import redact_text
 from tailfill_airflow.naming import BACKFILL, split_dag_id, tailfill_run_id
 from tailfill_airflow.progress import progress, read_lane, run_reports
 
@@ -71,7 +72,8 @@ def lane_progress(pipeline: str, tf_run: str) -> dict:
     ended = info.get("ended_at")
     out = progress(reports, info.get("planned"), info.get("started_at", time.time()),
                    now=ended or time.time(), state=state)
-    return {"label": info.get("label", tf_run), "run_id": tf_run, "cause": info.get("cause"), **out}
+    cause = info.get("cause") and redact_text(info["cause"])  # lane files written before redaction existed
+    return {"label": info.get("label", tf_run), "run_id": tf_run, "cause": cause, **out}
 
 
 def _page(title: str, body: str, refresh: bool = False) -> HTMLResponse:
@@ -174,7 +176,7 @@ def job_output(dag_id: str, run_id: str, map_index: int) -> PlainTextResponse:
     tries = sorted(folder.glob("spark-submit-try*.log"), key=lambda f: int(f.stem.removeprefix("spark-submit-try")))
     if not tries:
         raise HTTPException(404, f"no spark-submit output in {folder}")
-    return PlainTextResponse(f"# {tries[-1]}\n" + Path(tries[-1]).read_text(errors="replace"))
+    return PlainTextResponse(f"# {tries[-1]}\n" + redact_text(Path(tries[-1]).read_text(errors="replace")))
 
 
 @app.get("/pipeline/{dag_id}", response_class=HTMLResponse, dependencies=[_authorized()])

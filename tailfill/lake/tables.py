@@ -28,6 +28,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from tailfill.config import PipelineConfig, TargetConfig
 from tailfill.errors import LakeError
 from tailfill.lake.storage import s3_credentials, warehouse_uri
+from tailfill.redact import redact_text
 from tailfill.schema import QUARANTINE_SCHEMA, table_schema
 
 CATALOG_OPEN_ATTEMPTS = 5
@@ -67,7 +68,8 @@ def load_catalog(target: TargetConfig) -> Catalog:
             if attempt + 1 < CATALOG_OPEN_ATTEMPTS and _lost_creation_race(exc):
                 time.sleep(0.1 * (attempt + 1))  # the winner's tables exist now: opening again finds them
                 continue
-            raise LakeError(f"cannot open the Iceberg catalog at {target.catalog.uri}: {exc}") from exc
+            # SQLAlchemy's errors may quote the URL: the message is redacted as a whole.
+            raise LakeError(redact_text(f"cannot open the Iceberg catalog at {target.catalog.uri}: {exc}")) from exc
     raise AssertionError("unreachable")
 
 
@@ -125,5 +127,6 @@ def ensure_tables(cfg: PipelineConfig) -> Tables:
         data = _ensure(catalog, (ns, cfg.target.table), table_schema(cfg.format.fields))
         quarantine = _ensure(catalog, (ns, cfg.target.quarantine_name), QUARANTINE_SCHEMA)
     except Exception as exc:
-        raise LakeError(f"cannot create or load tables in {ns} at {warehouse_uri(cfg.target)}: {exc}") from exc
+        where = f"{ns} at {warehouse_uri(cfg.target)}"
+        raise LakeError(redact_text(f"cannot create or load tables in {where}: {exc}")) from exc
     return Tables(data, quarantine)

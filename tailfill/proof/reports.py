@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tailfill.config import PipelineConfig, tailfill_home
 from tailfill.lake.storage import filesystem, fs_path, warehouse_uri, write_whole
+from tailfill.redact import redact_data
 
 
 def results_uri(cfg: PipelineConfig) -> str:
@@ -49,7 +50,7 @@ def persist(cfg: PipelineConfig, report: dict) -> dict:
     """Write ``<key>.json``, ``<key>.html`` and ``latest.json``; returns their URIs."""
     key = report["key"]
     paths = {"json": f"{results_uri(cfg)}/{key}.json", "html": f"{results_uri(cfg)}/{key}.html"}
-    report = {**report, "paths": {**report.get("paths", {}), **paths}}
+    report = redact_data({**report, "paths": {**report.get("paths", {}), **paths}})  # errors may quote a setting
     _write(cfg, f"{key}.html", render_html(report))
     text = json.dumps(report, indent=2, default=str)
     _write(cfg, f"{key}.json", text)

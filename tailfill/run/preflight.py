@@ -10,6 +10,7 @@ import uuid
 from tailfill.config import PipelineConfig
 from tailfill.errors import BrokerError, ConfigError, LakeError, PreflightError, SourceError
 from tailfill.lake.storage import filesystem, fs_path, warehouse_uri
+from tailfill.redact import redact_uri
 from tailfill.run.plan import SourceState, ensure_cutover, source_state, tail_start
 from tailfill.run.tail_health import describe, read_health
 
@@ -54,7 +55,8 @@ def preflight(cfg: PipelineConfig, mode: str) -> list[str]:
     except LakeError as exc:
         raise PreflightError(f"catalog: {exc}") from exc
     passed.append(f"broker reachable, topic {cfg.source.topic!r} has {len(state.marks.high.offsets)} partitions")
-    passed.append(f"catalog {cfg.target.catalog.uri} reachable, tables {cfg.target.namespace}.{cfg.target.table} ready")
+    tables = f"{cfg.target.namespace}.{cfg.target.table}"
+    passed.append(f"catalog {redact_uri(cfg.target.catalog.uri)} reachable, tables {tables} ready")
     passed.append(check_warehouse_writable(cfg))
     ensure_cutover(state)
     passed.append(check_retention(state, mode))

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from tailfill.config import resolve_pipeline
 from tailfill.errors import TailfillError
 from tailfill.lake.spark_writer import warm_executors
+from tailfill.redact import redact_text
 from tailfill.run.plan import backfill_requests, source_state, tail_request
 from tailfill.run.spark_ingest import run_ingest
 from tailfill.run.submit import IngestResult, JobSpec, results_line
@@ -45,7 +46,7 @@ def main(argv: list[str] | None, spark: SparkSession | Future[SparkSession]) -> 
     try:
         results = run(spec, spark)
     except (TailfillError, ValueError) as exc:  # ValueError: malformed offsets
-        print(f"error: {exc}", file=sys.stderr, flush=True)
+        print(redact_text(f"error: {exc}"), file=sys.stderr, flush=True)
         return 2
     print(results_line(results), flush=True)
     return 0

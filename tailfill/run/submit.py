@@ -13,13 +13,17 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import uuid
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from typing import TextIO
 
 from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
 from tailfill.offsets import PartitionOffsets
+from tailfill.redact import redact_data, redact_text
 from tailfill.run import runtime
 from tailfill.run.plan import Mode, Slice, plan_backfill, source_state
 
@@ -113,7 +117,7 @@ class IngestResult:
 
 def results_line(results: list[IngestResult]) -> str:
     """The job's last stdout line: its results for the process that submitted it."""
-    return RESULT_PREFIX + json.dumps([asdict(r) for r in results])
+    return RESULT_PREFIX + json.dumps(redact_data([asdict(r) for r in results]))
 
 
 def parse_conf(pairs: list[str] | None) -> dict[str, str]:
@@ -146,16 +150,30 @@ def submit_env() -> dict[str, str]:
     return {**os.environ, **runtime.spark_env(), **runtime.shipped_code_env()}
 
 
+def _relay(lines: Iterable[str], out: TextIO) -> None:
+    for line in lines:
+        out.write(redact_text(line))
+        out.flush()
+
+
 def run_job(spec: JobSpec, master: str | None = None,
             conf: dict[str, str] | None = None) -> tuple[int, list[IngestResult]]:
-    """Run the job (see :func:`spark_submit_command`), streaming its progress through; returns (exit code, results)."""
+    """Run the job (see :func:`spark_submit_command`), streaming its progress through; returns (exit code, results).
+
+    Both of the job's streams are relayed line by line with secrets redacted (Spark and the JVM
+    print exception texts that may quote a setting).
+    """
     proc = subprocess.Popen(spark_submit_command(spec, master, conf), env=submit_env(), stdout=subprocess.PIPE,
-                            text=True)
+                            stderr=subprocess.PIPE, text=True, errors="replace")
     results: list[IngestResult] = []
-    assert proc.stdout is not None
+    assert proc.stdout is not None and proc.stderr is not None
+    errors = threading.Thread(target=_relay, args=(proc.stderr, sys.stderr), name="spark-submit-stderr", daemon=True)
+    errors.start()
     for line in proc.stdout:
         if line.startswith(RESULT_PREFIX):
             results = [IngestResult(**r) for r in json.loads(line[len(RESULT_PREFIX):])]
         else:
-            sys.stdout.write(line)
-    return proc.wait(), results
+            _relay([line], sys.stdout)
+    code = proc.wait()
+    errors.join(timeout=30)  # a worker the job left behind may hold the pipe; never wait on it for ever
+    return code, results

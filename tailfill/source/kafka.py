@@ -24,6 +24,7 @@ from confluent_kafka import TopicPartition as KTopicPartition
 from tailfill.config import EMBEDDED, SourceConfig
 from tailfill.errors import ConfigError, ExpiredOffsetsError, SourceError
 from tailfill.offsets import OffsetRange, PartitionOffsets, TopicPartition
+from tailfill.redact import register_secret
 from tailfill.schema import RAW_SCHEMA, TIMESTAMP, RangeMarker
 
 METADATA_TIMEOUT_S = 10.0
@@ -61,6 +62,7 @@ def consumer_config(source: SourceConfig, **overrides: object) -> dict:
                 via = f" (filled from Airflow connection {sec.airflow_conn_id!r})" if sec.airflow_conn_id else ""
                 raise ConfigError(f"source.security: environment variable {env}{via} is not set")
             conf[key] = os.environ[env]
+        register_secret(conf["sasl.password"])  # also when it came through TAILFILL_KAFKA_PASSWORD
     conf.update(source.consumer)
     conf.update(overrides)
     return conf

@@ -149,6 +149,21 @@ def test_a_failed_task_of_every_tailfill_dag_is_recorded(kind, tmp_path, monkeyp
     assert (record["dag_id"], record["try_number"], record["error"]) == (f"demo_{kind}", 2, "broker gone")
 
 
+def test_a_failure_record_keeps_the_user_but_not_the_password_of_a_uri(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from tailfill_airflow.callbacks import on_failure
+
+    monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
+    ti = SimpleNamespace(dag_id="demo_incremental", run_id="manual__1", task_id="preflight", map_index=-1,
+                         try_number=1)
+    error = "catalog: cannot open the Iceberg catalog at postgresql+psycopg2://u:pw-in-uri@127.0.0.1:9/none: refused"
+    on_failure({"ti": ti, "exception": RuntimeError(error)})
+    text = (tmp_path / "runs" / "demo" / "failures.jsonl").read_text()
+    assert "pw-in-uri" not in text
+    assert json.loads(text)["error"] == error.replace("u:pw-in-uri@", "u:***@")
+
+
 def test_the_incremental_dag_has_the_deadline_its_pipeline_asks_for_and_no_other_dag_one(tmp_path):
     from datetime import timedelta
 

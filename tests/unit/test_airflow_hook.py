@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,40 @@ def test_the_hook_names_its_connection_like_the_spark_provider(sasl_pipeline):
     hook = TailfillHook(sasl_pipeline)
     assert getattr(hook, TailfillHook.conn_name_attr) == "kafka_test"
     assert TailfillHook(sasl_pipeline, kafka_conn_id="other").kafka_conn_id == "other"
+
+
+def test_every_secret_the_hook_hands_a_job_is_masked_in_airflow_s_logs(sasl_pipeline, tmp_path, monkeypatch):
+    """The connection's password, S3's secret key and the catalog URI's password, as Airflow's masker sees them."""
+    from airflow.sdk._shared.secrets_masker.secrets_masker import redact
+
+    kafka, s3, catalog = (f"{kind}-{uuid.uuid4().hex}" for kind in ("kafka", "s3", "catalog"))
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_TEST", json.dumps({"conn_type": "generic", "login": "alice",
+                                                              "password": kafka}))
+    data = yaml.safe_load(Path(sasl_pipeline.path).read_text())
+    data["target"]["warehouse"] = "s3://tailfill/w"
+    data["target"]["s3"] = {"endpoint": "http://127.0.0.1:9", "secret_key_env": "TEST_S3_SECRET"}
+    data["target"]["catalog"]["uri"] = "${TAILFILL_CATALOG_URI:-sqlite:////tmp/none.db}"
+    path = tmp_path / "s3.yaml"
+    path.write_text(yaml.safe_dump(data))
+    cfg = load_pipeline(path)  # parsed before the worker's environment holds the secrets
+    monkeypatch.setenv("TEST_S3_SECRET", s3)
+    monkeypatch.setenv("TAILFILL_CATALOG_URI", f"postgresql+psycopg2://tailfill:{catalog}@db:5432/iceberg")
+    env = TailfillHook(cfg).job_env()
+    assert (env["TEST_S3_SECRET"], env["TAILFILL_KAFKA_PASSWORD"]) == (s3, kafka)
+    line = f"catalog postgresql+psycopg2://tailfill:{catalog}@db:5432/iceberg, s3 {s3}, kafka alice/{kafka}"
+    assert redact(line) == "catalog postgresql+psycopg2://tailfill:***@db:5432/iceberg, s3 ***, kafka alice/***"
+
+
+def test_the_spark_job_s_output_reaches_the_task_log_and_its_file_redacted(sasl_pipeline, tmp_path):
+    from tailfill_airflow.causes import JobOutput
+    from tailfill_airflow.operators import TailfillSubmitOperator
+
+    op = TailfillSubmitOperator(task_id="tail", pipeline=str(sasl_pipeline.path), application_args=[])
+    op._output, op._output_file = JobOutput(), tmp_path / "spark-submit-try1.log"
+    job = ["26/11/24 01:00:00 INFO SparkContext: Running Spark version 4.2.0",
+           "error: cannot open the Iceberg catalog at postgresql+psycopg2://u:pw-in-uri@127.0.0.1:9/none: refused"]
+    shown = list(op._divert(iter(job)))
+    redacted = "error: cannot open the Iceberg catalog at postgresql+psycopg2://u:***@127.0.0.1:9/none: refused"
+    assert shown == [redacted]
+    assert op._output.cause == redacted.removeprefix("error: ")
+    assert op._output_file.read_text().splitlines() == [job[0], redacted]
