@@ -13,8 +13,9 @@ import time
 from collections.abc import Sequence
 
 from tailfill.config import PipelineConfig
+from tailfill.lake.batch_summary import BatchSummary
 from tailfill.lake.files import rewrite_files
-from tailfill.lake.ledger import BatchCommit, CommitResult, commit_batch
+from tailfill.lake.ledger import CommitResult, commit_batch
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.storage import filesystem
 from tailfill.lake.tables import Tables
@@ -26,15 +27,15 @@ def commit_prepared(cfg: PipelineConfig, tables: Tables, run_id: str, batch_id: 
                     prepared: Sequence[PreparedRange]) -> tuple[CommitResult, float]:
     """Commit a batch's prepared ranges to ``tables`` (opened once per run; each commit refreshes them);
     returns the data table's result and the seconds it took."""
-    ranges = [p.marker.range for p in prepared]
-    lost = [r for p in prepared for r in p.marker.lost]
-    records = sum(p.marker.records for p in prepared)
+    summary = BatchSummary(cfg.name, run_id, batch_id, ranges=[p.marker.range for p in prepared],
+                           lost=[r for p in prepared for r in p.marker.lost],
+                           records_read=sum(p.marker.records for p in prepared))
     fs = filesystem(cfg.target)
     with _TURNS:
         started = time.perf_counter()
 
         def commit(table, files: list[str]) -> CommitResult:
-            return commit_batch(table, BatchCommit(cfg.name, run_id, batch_id, ranges, files, lost, records),
+            return commit_batch(table, summary, files,
                                 lambda files_, keep: rewrite_files(fs, files_, keep, table.location()))
 
         quarantine_files = [f for p in prepared for f in p.quarantine_files]

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 from sqlalchemy.exc import SQLAlchemyError
 
 from tailfill.errors import CommitConflictError, LakeError
+from tailfill.lake.batch_summary import BatchSummary
 from tailfill.offsets import (
     OffsetRange,
     PartitionOffsets,
@@ -33,13 +34,6 @@ from tailfill.offsets import (
 COMMITTED_PROP = "tailfill.committed-ranges"
 LOST_PROP = "tailfill.lost-ranges"
 CUTOVER_PROP = "tailfill.cutover"
-
-SUMMARY_PIPELINE = "tailfill.pipeline"
-SUMMARY_RUN = "tailfill.run-id"
-SUMMARY_BATCH = "tailfill.batch-id"
-SUMMARY_RANGES = "tailfill.ranges"
-SUMMARY_LOST = "tailfill.lost"
-SUMMARY_RECORDS = "tailfill.records-read"
 
 COMMIT_ATTEMPTS = 20
 
@@ -105,19 +99,6 @@ def record_cutover(table: Table, cutover: PartitionOffsets) -> PartitionOffsets:
 
 
 @dataclass(frozen=True)
-class BatchCommit:
-    """What a micro-batch asks to commit to one table."""
-
-    pipeline: str
-    run_id: str
-    batch_id: int
-    ranges: Sequence[OffsetRange]
-    files: Sequence[str]
-    lost: Sequence[OffsetRange] = ()
-    records_read: int = 0
-
-
-@dataclass(frozen=True)
 class CommitResult:
     committed: list[OffsetRange]
     skipped: list[OffsetRange]
@@ -127,11 +108,12 @@ class CommitResult:
 Rewriter = Callable[[Sequence[str], list[OffsetRange]], list[str]]
 
 
-def commit_batch(table: Table, batch: BatchCommit, rewrite: Rewriter) -> CommitResult:
-    """Commit ``batch`` to ``table`` exactly once per offset; retries optimistic-concurrency conflicts.
+def commit_batch(table: Table, batch: BatchSummary, files: Sequence[str], rewrite: Rewriter) -> CommitResult:
+    """Commit ``batch`` (its ``files``) to ``table`` exactly once per offset; retries concurrency conflicts.
 
     ``rewrite(files, keep)`` must return new files holding only the rows whose offsets lie in
-    ``keep``; it is called only when part of the batch is already committed.
+    ``keep``; it is called only when part of the batch is already committed. The snapshot's summary
+    is ``batch`` with the ranges it actually committed.
     """
     asked = merge(batch.ranges)
     for _ in commit_attempts():
@@ -140,20 +122,13 @@ def commit_batch(table: Table, batch: BatchCommit, rewrite: Rewriter) -> CommitR
         new = subtract(asked, ledger.committed)
         if not new:
             return CommitResult([], asked, None)
-        files = list(batch.files) if new == asked else rewrite(batch.files, new)
+        kept = list(files) if new == asked else rewrite(files, new)
         lost = intersect_all(subtract(batch.lost, ledger.lost), new)
-        summary = {
-            SUMMARY_PIPELINE: batch.pipeline,
-            SUMMARY_RUN: batch.run_id,
-            SUMMARY_BATCH: str(batch.batch_id),
-            SUMMARY_RANGES: ranges_to_json(new),
-            SUMMARY_LOST: ranges_to_json(lost),
-            SUMMARY_RECORDS: str(batch.records_read),
-        }
+        summary = replace(batch, ranges=new, lost=lost).to_properties()
         try:
             with table.transaction() as tx:
-                if files:
-                    tx.add_files(files, snapshot_properties=summary, check_duplicate_files=False)
+                if kept:
+                    tx.add_files(kept, snapshot_properties=summary, check_duplicate_files=False)
                 else:  # nothing to store (all quarantined / absent), but the ranges are done
                     with tx.update_snapshot(snapshot_properties=summary).fast_append():
                         pass
@@ -176,6 +151,6 @@ def batch_summaries(table: Table) -> list[dict[str, str]]:
     out = []
     for snap in table.snapshots():
         props = snap.summary.additional_properties if snap.summary else {}
-        if SUMMARY_RANGES in props:
+        if BatchSummary.recorded_in(props):
             out.append({"snapshot-id": str(snap.snapshot_id), **props})
     return out

@@ -25,36 +25,17 @@ from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 from pyiceberg.table import DataScan, FileScanTask, Table
 
 from tailfill.lake.audit_log import all_batch_summaries
-from tailfill.lake.ledger import (
-    SUMMARY_BATCH,
-    SUMMARY_LOST,
-    SUMMARY_RANGES,
-    SUMMARY_RECORDS,
-    SUMMARY_RUN,
-)
-from tailfill.offsets import OffsetRange, TopicPartition, intersect_all, merge, ranges_from_json
-from tailfill.proof.completeness import BatchRecord, Offsets
+from tailfill.lake.batch_summary import BatchSummary
+from tailfill.offsets import OffsetRange, TopicPartition, intersect_all, merge
+from tailfill.proof.completeness import Offsets
 from tailfill.schema import COORDINATES
 
 
-def committed_batches(fs: pafs.FileSystem, table: Table, run_id: str | None = None) -> list[BatchRecord]:
+def committed_batches(fs: pafs.FileSystem, table: Table, run_id: str | None = None) -> list[BatchSummary]:
     """The batches committed to ``table`` (all, or one run's), archived and live, oldest first."""
     table.refresh()
-    out = []
-    for s in all_batch_summaries(fs, table):
-        if run_id is not None and s.get(SUMMARY_RUN) != run_id:
-            continue
-        out.append(
-            BatchRecord(
-                run_id=s.get(SUMMARY_RUN, "?"),
-                batch_id=int(s.get(SUMMARY_BATCH, -1)),
-                snapshot_id=int(s["snapshot-id"]),
-                ranges=ranges_from_json(s.get(SUMMARY_RANGES)),
-                lost=ranges_from_json(s.get(SUMMARY_LOST)),
-                records_read=int(s.get(SUMMARY_RECORDS, 0)),
-            )
-        )
-    return out
+    batches = [BatchSummary.from_properties(s) for s in all_batch_summaries(fs, table)]
+    return [b for b in batches if run_id is None or b.run_id == run_id]
 
 
 def range_filter(windows: list[OffsetRange] | None) -> BooleanExpression:

@@ -19,19 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tailfill.lake.batch_summary import BatchSummary
 from tailfill.offsets import OffsetRange, TopicPartition, by_partition, gaps, merge, overlaps, subtract, total
-
-
-@dataclass(frozen=True)
-class BatchRecord:
-    """One micro-batch commit, as its snapshot summary recorded it."""
-
-    run_id: str
-    batch_id: int
-    snapshot_id: int
-    ranges: list[OffsetRange]
-    lost: list[OffsetRange]
-    records_read: int
 
 
 @dataclass(frozen=True)
@@ -123,7 +112,7 @@ class RangeCheck:
 
 
 def check_batches(
-    batches: Iterable[BatchRecord], stored: Mapping[TopicPartition, Offsets], absent_offsets: str = "none"
+    batches: Iterable[BatchSummary], stored: Mapping[TopicPartition, Offsets], absent_offsets: str = "none"
 ) -> list[RangeCheck]:
     """Check every range of ``batches`` against the offsets actually stored."""
     out = []
@@ -176,7 +165,7 @@ class TilingCheck:
 
 
 def check_tiling(
-    batches: Iterable[BatchRecord], ledger: Iterable[OffsetRange], stored: Mapping[TopicPartition, Offsets]
+    batches: Iterable[BatchSummary], ledger: Iterable[OffsetRange], stored: Mapping[TopicPartition, Offsets]
 ) -> list[TilingCheck]:
     """Table-wide: committed ranges tile each partition; ``stored`` offsets all lie inside them."""
     claimed = [r for b in batches for r in b.ranges]

@@ -36,7 +36,8 @@ from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
 from tailfill.dev.postgres import LocalPostgres
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.batch_report import read_reports, runs_dir
-from tailfill.lake.ledger import SUMMARY_RUN, read_cutover, read_ledger
+from tailfill.lake.batch_summary import SUMMARY_RUN
+from tailfill.lake.ledger import read_cutover, read_ledger
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import PartitionOffsets, intersect_all, total
 from tailfill.run.spark_job import run

@@ -13,7 +13,8 @@ import uuid
 import pytest
 
 from tailfill.lake import ledger
-from tailfill.lake.ledger import SUMMARY_RUN, BatchCommit, commit_batch, read_ledger
+from tailfill.lake.batch_summary import SUMMARY_RUN, BatchSummary
+from tailfill.lake.ledger import commit_batch, read_ledger
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange
 
@@ -36,11 +37,11 @@ def test_a_commit_that_loses_a_race_keeps_the_winners_ranges_in_the_ledger(postg
     def read_then_lose_the_race(table):
         seen = real_read(table)
         if table is ours and not raced:
-            raced.append(commit_batch(theirs, BatchCommit("pgrace", "run-b", 0, [winner], []), rewrite=None))
+            raced.append(commit_batch(theirs, BatchSummary("pgrace", "run-b", 0, [winner]), [], rewrite=None))
         return seen
 
     monkeypatch.setattr(ledger, "read_ledger", read_then_lose_the_race)
-    result = commit_batch(ours, BatchCommit("pgrace", "run-a", 0, [mine], []), rewrite=None)
+    result = commit_batch(ours, BatchSummary("pgrace", "run-a", 0, [mine]), [], rewrite=None)
     monkeypatch.undo()
 
     assert raced and raced[0].committed == [winner]

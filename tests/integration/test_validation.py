@@ -15,7 +15,8 @@ from pyiceberg.expressions import And, EqualTo
 
 from tailfill import cli
 from tailfill.dev.sample import produce_sample
-from tailfill.lake.ledger import BatchCommit, commit_batch, read_ledger
+from tailfill.lake.batch_summary import BatchSummary
+from tailfill.lake.ledger import commit_batch, read_ledger
 from tailfill.lake.storage import filesystem, fs_path
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, TopicPartition, ranges_to_json
@@ -153,7 +154,7 @@ def test_skipped_range_is_named_as_gap(spark, ingested, capsys):
     skipped = OffsetRange(cfg.source.topic, 0, end, end + 5)
     claimed = OffsetRange(cfg.source.topic, 0, end + 5, end + 10)
     # A commit that jumped ahead: the ledger now has a hole, and the claimed range holds no rows.
-    commit_batch(data, BatchCommit(cfg.name, "jumper", 0, [claimed], []), rewrite=lambda files, keep: [])
+    commit_batch(data, BatchSummary(cfg.name, "jumper", 0, [claimed]), [], rewrite=lambda files, keep: [])
     report = assert_fails_naming(cfg, [f"gap between committed ranges {skipped}",
                                               f"missing {claimed} (run jumper, batch 0)"], capsys)
     assert (BETWEEN, "gap_offsets") in failed_expectations(report, TILING)

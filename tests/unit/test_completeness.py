@@ -2,11 +2,11 @@
 
 import numpy as np
 
+from tailfill.lake.batch_summary import BatchSummary
 from tailfill.offsets import OffsetRange, TopicPartition
 from tailfill.proof.completeness import (
     RANGE_COLUMNS,
     TILING_COLUMNS,
-    BatchRecord,
     Offsets,
     check_batches,
     check_tiling,
@@ -30,7 +30,7 @@ def offs(rows=(), quarantined=()):
 
 
 def batch(ranges, lost=(), records_read=0, run_id="run-1", batch_id=0):
-    return BatchRecord(run_id, batch_id, 1, list(ranges), list(lost), records_read)
+    return BatchSummary("p", run_id, batch_id, list(ranges), list(lost), records_read, snapshot_id=1)
 
 
 def check_one(stored_offsets, rng=None, lost=(), records_read=0, absent_offsets="none"):
