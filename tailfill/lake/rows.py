@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -142,7 +143,7 @@ class RowParser:
         take: empty, too long) is judged by the per-record rules.
         """
         lengths = pc.fill_null(pc.binary_length(values), 0).to_numpy(zero_copy_only=False)
-        takeable = (lengths > 0) & (lengths <= self.limit)
+        takeable = (lengths > 0) & (lengths <= self.limit) & _valid_utf8(values)
         values = values.to_pylist()
         columns: list[list] = [[] for _ in self.fmt.fields]
         sources: list[int] = []  # which value each row came from
@@ -150,8 +151,7 @@ class RowParser:
         by_the_rules = 0  # rows whose fields the per-record rules gave (their timestamps are datetimes)
         for start in range(0, len(values), CHUNK):
             chunk = range(start, min(start + CHUNK, len(values)))
-            by_the_rules += self._parse_chunk(values, chunk, bool(takeable[start:chunk.stop].all()), columns,
-                                              sources, errors)
+            by_the_rules += self._parse_chunk(values, chunk, takeable[start:chunk.stop], columns, sources, errors)
         arrays, failed = [], set()
         for spec, column in zip(self.fmt.fields, columns, strict=True):
             if spec.type == "timestamp":
@@ -168,12 +168,16 @@ class RowParser:
         good = [i not in errors for i in range(len(values))] if errors else [True] * len(values)
         return arrays, good, [errors[i] for i in sorted(errors)]
 
-    def _parse_chunk(self, values: Sequence[bytes | None], chunk: range, takeable: bool, columns: list[list],
+    def _parse_chunk(self, values: Sequence[bytes | None], chunk: range, takeable: np.ndarray, columns: list[list],
                      sources: list[int], errors: dict[int, str]) -> int:
-        """Parse one chunk into ``columns``; returns how many of its rows the per-record rules gave."""
-        limit, fields = self.limit, self.fields
+        """Parse one chunk into ``columns``; returns how many of its rows the per-record rules gave.
+
+        ``takeable``: per value of the chunk, whether the fast decoder may take it (non-empty, short
+        enough, valid UTF-8: msgspec does not check the UTF-8 of keys it skips).
+        """
+        fields = self.fields
         part = values[chunk.start:chunk.stop]
-        if takeable:  # every value non-empty and short enough
+        if takeable.all():
             lines = b"\n".join(part)  # type: ignore[arg-type]
             if lines.count(b"\n") == len(part) - 1:  # no value spans lines
                 try:
@@ -186,9 +190,9 @@ class RowParser:
                     sources.extend(chunk)
                     return 0
         decode, ruled = self.decoder.decode, 0
-        for i, value in zip(chunk, part, strict=True):
+        for i, value, fast in zip(chunk, part, takeable, strict=True):
             row = None
-            if value and len(value) <= limit:
+            if fast:
                 try:
                     record = decode(value)
                     row = [field(record) for field in fields]
@@ -240,6 +244,23 @@ class RowParser:
                 continue
             micros[k] = (ts - _EPOCH) // timedelta(microseconds=1)
         return pa.array(micros, pa.int64()).cast(TIMESTAMP), failed
+
+
+def _valid_utf8(values: pa.Array) -> np.ndarray:
+    """Per value of a binary array: valid UTF-8 (nulls count as valid). One vectorised check when all are."""
+    try:
+        values.cast(pa.string())
+        return np.ones(len(values), dtype=bool)
+    except pa.ArrowInvalid:
+        return np.array([_decodes(v) for v in values.to_pylist()], dtype=bool)
+
+
+def _decodes(value: bytes | None) -> bool:
+    try:
+        value is None or value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def split_records(batch: pa.RecordBatch | pa.Table, fmt: FormatConfig, run_id: str,
