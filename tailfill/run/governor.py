@@ -11,21 +11,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from tailfill.run.tail_health import TailHealth
 from tailfill.run.tuning import next_batch_offsets
+from tailfill.source.budget import Budget
 
 PAUSE_LOG_EVERY_S = 30.0
 MAX_PAUSE_INTERVALS = 10  # a tail still late after this many of its intervals is not late because of us
-
-
-@dataclass(frozen=True)
-class Budget:
-    """The next batch: at most ``max_offsets`` offsets in at most ``tasks`` tasks (None: all cores)."""
-
-    max_offsets: int
-    tasks: int | None = None
 
 
 class Governor:

@@ -33,17 +33,16 @@ from tailfill.durable import write_atomic
 from tailfill.errors import IngestError, error_class, is_retryable
 from tailfill.lake.batch_report import BatchReport, append_report, format_stages, read_reports, report_file
 from tailfill.lake.commit import commit_prepared
-from tailfill.lake.freshness import Freshness, LatencySample, freshness
+from tailfill.lake.freshness import LatencySample, freshness
+from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.spark_writer import prepare_batch
 from tailfill.lake.tables import Tables, ensure_tables
 from tailfill.offsets import ranges_between, total
 from tailfill.run import checkpoint
-from tailfill.run.governor import Budget, Governor
+from tailfill.run.pacing import pacer_for
 from tailfill.run.plan import IngestRequest
 from tailfill.run.submit import IngestResult
-from tailfill.run.tail_health import TailPace, mark_stopped, read_health, stop_file, write_health
-from tailfill.run.tuning import tail_batch_offsets
-from tailfill.source.kafka import consumer_config, shared_consumer, watermarks
+from tailfill.run.tail_health import stop_file
 
 # The last line of a Python traceback: "package.module.ExceptionClass: message".
 _PY_EXCEPTION = re.compile(r"^(?:[a-z_]\w*\.)*([A-Z]\w*): (.+)$", re.MULTILINE)
@@ -104,12 +103,12 @@ def _progress_line(req: IngestRequest, done: IngestResult, last: BatchReport | N
 
 
 class BatchWriter:
-    """``foreachBatch`` of one request: prepare on the executors, commit, report, size the next batch.
+    """``foreachBatch`` of one request: prepare on the executors, commit, report, then ask the pacer.
 
-    A tail measures its pace and freshness after each batch and publishes them
-    (:mod:`tailfill.run.tail_health`); a processing-time tail sizes its next batch to fit its
-    trigger interval. A backfill asks its :class:`~tailfill.run.governor.Governor` how large the
-    next batch may be, and waits as the rate limit and the tail require.
+    Each batch goes prepare (:func:`~tailfill.lake.spark_writer.prepare_batch`) → commit
+    (:func:`commit_report`: one typed :class:`BatchReport`) → the run's tally → the
+    :class:`~tailfill.run.pacing.Pacer`, whose :class:`~tailfill.source.budget.Budget` the source
+    reads before the next batch.
     """
 
     def __init__(self, cfg: PipelineConfig, req: IngestRequest, tables: Tables, reports: Path, cores: int,
@@ -127,20 +126,8 @@ class BatchWriter:
         self.pending_yield = 0.0
         self.step = "starting"
         self.failed_step: str | None = None  # where the last failed attempt failed, if inside a batch
-        self.conf = consumer_config(cfg.source)
-        self.position = dict(req.start.offsets)
-        self.pace = TailPace(cfg, req.max_offsets_per_batch) if req.end is None else None
-        self.governor: Governor | None = None
-        self._warned_at = 0.0
-        if req.end is not None:
-            self.governor = Governor(
-                max_offsets_per_batch=req.max_offsets_per_batch, batch_seconds=req.batch_seconds,
-                max_offsets_per_second=req.max_offsets_per_second, cores=cores,
-                read_health=lambda: read_health(cfg.name), log=self._log, stopping=self.stopping)
-            self.set_budget(self.governor.first_budget())
-        else:
-            self.set_budget(Budget(req.max_offsets_per_batch))
-            write_health(cfg.name, self.pace.health)
+        self.pacer = pacer_for(cfg, req, cores, self.stopping, lambda line: log(f"[{req.label}] {line}"))
+        self.pacer.first_budget().write(self.budget_file)
 
     def _count(self, b: BatchReport) -> None:
         done = self.done
@@ -153,33 +140,12 @@ class BatchWriter:
             done.stages[stage] = round(done.stages.get(stage, 0.0) + secs, 3)
         self.last = b
 
-    def _log(self, line: str) -> None:
-        self.log(f"[{self.req.label}] {line}")
-
-    @property
-    def note(self) -> str:
-        """What the progress line adds: the governor's state, or the tail's freshness."""
-        if self.governor is not None:
-            return self.governor.state if self.governor.state != "full speed" else ""
-        h = self.pace.health if self.pace else None
-        if h is None or h.freshness is None:
-            return ""
-        return f"freshness {h.freshness} (objective p95 ≤ {h.freshness_objective_seconds:g}s)"
-
-    def set_budget(self, budget: Budget) -> None:
-        write_atomic(self.budget_file, json.dumps({"max_offsets": budget.max_offsets, "tasks": budget.tasks}))
-
     def _triggered_at(self, started: float) -> float:
         """When Spark began this batch: processing-time triggers fire on multiples of the interval."""
         if self.req.trigger != "processing_time":
             return self.last_end
         interval = self.req.trigger_interval_seconds
         return max(self.last_end, math.floor(started / interval) * interval)
-
-    def heartbeat(self, caught_up: bool) -> None:
-        """A tail between batches says it is alive (and whether it has read everything there is)."""
-        if self.pace is not None:
-            write_health(self.cfg.name, self.pace.heartbeat(caught_up))
 
     def __call__(self, ranges: DataFrame, batch_id: int) -> None:
         self.step = f"prepare (read, parse, write on the executors) of batch {batch_id}"
@@ -196,61 +162,47 @@ class BatchWriter:
         if not prepared:
             self.last_end = time.time()
             return  # an empty batch commits nothing and never fails
-        prepared_at = time.time()
         shown = ", ".join(str(p.marker.range) for p in prepared[:4]) + (" …" if len(prepared) > 4 else "")
         self.step = f"commit of batch {batch_id} ({shown})"
-        faults.pause("before-commit")
-        faults.maybe_fail("before-commit")
-        result, commit_s = commit_prepared(self.cfg, self.tables, self.req.run_id, batch_id, prepared)
-        faults.maybe_fail("after-commit")
-        self.step = f"report and sizing after batch {batch_id}"
-        ended = time.time()
-        offsets = sum(p.marker.range.size for p in prepared)
-        sample = LatencySample.at(ended, [p.timestamps for p in prepared if p.timestamps])
-        self.latencies = LatencySample.merged([self.latencies, sample])
-        fresh = freshness([sample])
-        stages = {"plan": started - triggered, "prepare": prepared_at - started}
-        for stage in ("read", "parse", "write"):
-            stages[stage] = sum(p.stages.get(stage, 0.0) for p in prepared)
-        stages["commit"] = commit_s
+        stages = {"plan": started - triggered, "prepare": time.time() - started}
         if self.pending_yield:
             stages["yield"] = self.pending_yield
-        seconds = ended - triggered
-        report = BatchReport(
-            batch_id=batch_id, at=ended, seconds=round(seconds, 3), offsets=offsets,
-            records=sum(p.marker.records for p in prepared), rows=sum(p.rows for p in prepared),
-            quarantined=sum(p.quarantined for p in prepared), committed=result.committed, skipped=result.skipped,
-            snapshot_id=result.snapshot_id, commit_ms=round(commit_s * 1000, 1),
-            stages={k: round(v, 3) for k, v in stages.items()}, freshness=fresh.to_dict() if fresh else None)
+        report, sample = commit_report(self.cfg, self.tables, self.req.run_id, batch_id, prepared, triggered, stages)
+        self.step = f"report and sizing after batch {batch_id}"
         append_report(self.reports, report)
         self._count(report)
-        for p in prepared:
-            self.position[p.marker.range.tp] = max(self.position.get(p.marker.range.tp, 0), p.marker.range.end)
-        if self.governor is not None:
-            budget, self.pending_yield = self.governor.after_batch(offsets, seconds)
-        else:
-            budget = self._after_tail_batch(offsets, seconds, fresh)
-        self.set_budget(budget)
+        self.latencies = LatencySample.merged([self.latencies, sample])
+        budget, self.pending_yield = self.pacer.after_batch(report)
+        budget.write(self.budget_file)
         self.last_end = time.time()
 
-    def _after_tail_batch(self, offsets: int, seconds: float, fresh: Freshness | None) -> Budget:
-        high = watermarks(self.conf, list(self.position), probe_timeout_s=0,
-                          consumer=shared_consumer(self.conf)).high
-        health = self.pace.observe(time.time(), sum(high.offsets.values()), sum(self.position.values()),
-                                   offsets, seconds, fresh)
-        write_health(self.cfg.name, health)
-        problem = health.keep_up_problem()
-        if problem and time.monotonic() - self._warned_at >= 60:
-            self._log(f"WARNING: {problem}")
-            self._warned_at = time.monotonic()
-        if self.req.trigger != "processing_time":
-            return Budget(self.req.max_offsets_per_batch)
-        return Budget(tail_batch_offsets(offsets, seconds, self.req.trigger_interval_seconds,
-                                         self.cfg.tail.min_offsets_per_batch, self.req.max_offsets_per_batch))
 
-    def warnings(self) -> list[str]:
-        problem = self.pace.health.keep_up_problem() if self.pace else None
-        return [problem] if problem else []
+def commit_report(cfg: PipelineConfig, tables: Tables, run_id: str, batch_id: int, prepared: list[PreparedRange],
+                  triggered: float, stages: dict[str, float]) -> tuple[BatchReport, LatencySample]:
+    """Commit one prepared batch and describe it: its :class:`BatchReport` and its records' latency sample.
+
+    ``stages``: the seconds already spent (plan, prepare, a yield before it); read, parse and write
+    come from the executors, commit is measured here.
+    """
+    faults.pause("before-commit")
+    faults.maybe_fail("before-commit")
+    result, commit_s = commit_prepared(cfg, tables, run_id, batch_id, prepared)
+    faults.maybe_fail("after-commit")
+    ended = time.time()
+    sample = LatencySample.at(ended, [p.timestamps for p in prepared if p.timestamps])
+    fresh = freshness([sample])
+    stages = dict(stages)
+    for stage in ("read", "parse", "write"):
+        stages[stage] = sum(p.stages.get(stage, 0.0) for p in prepared)
+    stages["commit"] = commit_s
+    report = BatchReport(
+        batch_id=batch_id, at=ended, seconds=round(ended - triggered, 3),
+        offsets=sum(p.marker.range.size for p in prepared), records=sum(p.marker.records for p in prepared),
+        rows=sum(p.rows for p in prepared), quarantined=sum(p.quarantined for p in prepared),
+        committed=result.committed, skipped=result.skipped, snapshot_id=result.snapshot_id,
+        commit_ms=round(commit_s * 1000, 1), stages={k: round(v, 3) for k, v in stages.items()},
+        freshness=fresh.to_dict() if fresh else None)
+    return report, sample
 
 
 def _run_query(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, writer: BatchWriter,
@@ -292,10 +244,10 @@ def _run_query(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, wri
                 log(f"[{req.label}] stopped between batches as asked (tailfill stop-tail)")
                 continue
             if time.monotonic() - beat_at >= HEARTBEAT_S / 3:
-                writer.heartbeat(caught_up=not query.status.get("isDataAvailable", True))
+                writer.pacer.heartbeat(caught_up=not query.status.get("isDataAvailable", True))
                 beat_at = time.monotonic()
             if writer.done.batches != printed or time.monotonic() - printed_at >= HEARTBEAT_S:
-                log(_progress_line(req, writer.done, writer.last, started, writer.note))
+                log(_progress_line(req, writer.done, writer.last, started, writer.pacer.note()))
                 printed, printed_at = writer.done.batches, time.monotonic()
     except KeyboardInterrupt:
         log(f"[{req.label}] stopping after the current batch")
@@ -328,13 +280,12 @@ def run_ingest(
     try:
         _attempts(spark, cfg, req, writer, log)
     finally:
-        if req.end is None:
-            mark_stopped(cfg.name)  # no tail running any more: nothing for a backfill to yield to
+        writer.pacer.stopped()
     shutil.rmtree(req.checkpoint, ignore_errors=True)  # finished: the ledger holds everything it did
     result.seconds = time.monotonic() - started
     fresh = freshness([writer.latencies])
     result.freshness = fresh.to_dict() if fresh else None
-    result.warnings = writer.warnings()
+    result.warnings = writer.pacer.warnings()
     return result
 
 

@@ -22,7 +22,6 @@ One input partition per topic-partition range ``[start, end)``; rows come as Arr
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -44,6 +43,7 @@ from tailfill.config import SourceConfig
 from tailfill.errors import ConfigError, ExpiredOffsetsError
 from tailfill.offsets import OffsetRange, PartitionOffsets, cap, deal, ranges_between
 from tailfill.schema import RANGE_SCHEMA, RAW_SCHEMA, spark_ddl
+from tailfill.source.budget import Budget
 from tailfill.source.kafka import consumer_config, list_partitions, read_range, shared_consumer, watermarks
 
 OUTPUTS = ("records", "ranges")
@@ -81,22 +81,15 @@ class _KafkaOptions:
     def schema(self) -> str:
         return spark_ddl(RANGE_SCHEMA if self.output == "ranges" else RAW_SCHEMA)
 
-    def _budget_file(self) -> dict:
-        if self.budget_file is not None and self.budget_file.exists():
-            return json.loads(self.budget_file.read_text())
-        return {}
-
     def budget(self) -> int | None:
-        """This batch's cap: the budget file's, within ``maxOffsetsPerTrigger``, else that alone."""
-        value = self._budget_file().get("max_offsets")
-        if value is not None:
-            return min(int(value), self.max_offsets) if self.max_offsets else int(value)
-        return self.max_offsets
+        """This batch's cap: the writer's :class:`Budget`, within ``maxOffsetsPerTrigger``, else that alone."""
+        budget = Budget.read(self.budget_file)
+        return budget.within(self.max_offsets, self.tasks)[0] if budget else self.max_offsets
 
     def task_count(self) -> int | None:
-        """This batch's number of tasks: the budget file's, within ``tasks``, else that alone."""
-        value = self._budget_file().get("tasks")
-        return min(int(value), self.tasks) if value and self.tasks else self.tasks
+        """This batch's number of tasks: the writer's :class:`Budget`, within ``tasks``, else that alone."""
+        budget = Budget.read(self.budget_file)
+        return budget.within(self.max_offsets, self.tasks)[1] if budget else self.tasks
 
     def partitions(self) -> list:
         return list_partitions(self.conf, self.source.topic, consumer=shared_consumer(self.conf))

@@ -1,0 +1,140 @@
+"""How large the next micro-batch may be, decided between batches: one interface, two pacers.
+
+A query's writer asks its :class:`Pacer` for the first batch's :class:`~tailfill.source.budget.Budget`
+and, after each commit, for the next one. The tail paces itself to its trigger interval and
+publishes its health (:class:`TailPacer`); a backfill asks its governor, which applies the rate
+limit and yields to a live tail (:class:`BackfillPacer`, seed 001).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from tailfill.config import PipelineConfig
+from tailfill.lake.batch_report import BatchReport
+from tailfill.lake.freshness import Freshness
+from tailfill.run.governor import Governor
+from tailfill.run.plan import IngestRequest
+from tailfill.run.tail_health import TailPace, mark_stopped, read_health, write_health
+from tailfill.run.tuning import tail_batch_offsets
+from tailfill.source.budget import Budget
+from tailfill.source.kafka import consumer_config, shared_consumer, watermarks
+
+KEEP_UP_WARNING_EVERY_S = 60.0
+
+
+class Pacer(Protocol):
+    """Sizes a query's batches; called on the driver between batches, never during one."""
+
+    def first_budget(self) -> Budget:
+        """The first batch's budget."""
+        ...
+
+    def after_batch(self, report: BatchReport) -> tuple[Budget, float]:
+        """The next batch's budget after ``report`` committed, and the seconds spent waiting first."""
+        ...
+
+    def heartbeat(self, caught_up: bool) -> None:
+        """Between batches: the query is alive (and whether the source had more to read)."""
+        ...
+
+    def note(self) -> str:
+        """What the progress line adds (the governor's state, the tail's freshness), or ''."""
+        ...
+
+    def warnings(self) -> list[str]:
+        """Problems worth repeating in the run's summary."""
+        ...
+
+    def stopped(self) -> None:
+        """The query ended (finished, failed or stopped)."""
+        ...
+
+
+class BackfillPacer:
+    """A backfill query's batches: as the governor allows (rate limit, yielding to the tail)."""
+
+    def __init__(self, cfg: PipelineConfig, req: IngestRequest, cores: int, stopping: threading.Event,
+                 log: Callable[[str], None]):
+        self.governor = Governor(
+            max_offsets_per_batch=req.max_offsets_per_batch, batch_seconds=req.batch_seconds,
+            max_offsets_per_second=req.max_offsets_per_second, cores=cores,
+            read_health=lambda: read_health(cfg.name), log=log, stopping=stopping)
+
+    def first_budget(self) -> Budget:
+        return self.governor.first_budget()
+
+    def after_batch(self, report: BatchReport) -> tuple[Budget, float]:
+        return self.governor.after_batch(report.offsets, report.seconds)
+
+    def heartbeat(self, caught_up: bool) -> None:
+        return None
+
+    def note(self) -> str:
+        return self.governor.state if self.governor.state != "full speed" else ""
+
+    def warnings(self) -> list[str]:
+        return []
+
+    def stopped(self) -> None:
+        return None
+
+
+class TailPacer:
+    """The tail's batches: sized to fit its trigger interval; its health published for backfills and status."""
+
+    def __init__(self, cfg: PipelineConfig, req: IngestRequest, log: Callable[[str], None]):
+        self.cfg, self.req, self.log = cfg, req, log
+        self.pace = TailPace(cfg, req.max_offsets_per_batch)
+        self.conf = consumer_config(cfg.source)
+        self.position = dict(req.start.offsets)  # the end of what this tail has committed, per partition
+        self._warned_at = 0.0
+        write_health(cfg.name, self.pace.health)
+
+    def first_budget(self) -> Budget:
+        return Budget(self.req.max_offsets_per_batch)
+
+    def after_batch(self, report: BatchReport) -> tuple[Budget, float]:
+        for r in [*report.committed, *report.skipped]:
+            self.position[r.tp] = max(self.position.get(r.tp, 0), r.end)
+        fresh = Freshness.from_dict(report.freshness)
+        high = watermarks(self.conf, list(self.position), probe_timeout_s=0,
+                          consumer=shared_consumer(self.conf)).high
+        health = self.pace.observe(time.time(), sum(high.offsets.values()), sum(self.position.values()),
+                                   report.offsets, report.seconds, fresh)
+        write_health(self.cfg.name, health)
+        problem = health.keep_up_problem()
+        if problem and time.monotonic() - self._warned_at >= KEEP_UP_WARNING_EVERY_S:
+            self.log(f"WARNING: {problem}")
+            self._warned_at = time.monotonic()
+        if self.req.trigger != "processing_time":
+            return Budget(self.req.max_offsets_per_batch), 0.0
+        return Budget(tail_batch_offsets(report.offsets, report.seconds, self.req.trigger_interval_seconds,
+                                         self.cfg.tail.min_offsets_per_batch, self.req.max_offsets_per_batch)), 0.0
+
+    def heartbeat(self, caught_up: bool) -> None:
+        write_health(self.cfg.name, self.pace.heartbeat(caught_up))
+
+    def note(self) -> str:
+        h = self.pace.health
+        if h.freshness is None:
+            return ""
+        return f"freshness {h.freshness} (objective p95 ≤ {h.freshness_objective_seconds:g}s)"
+
+    def warnings(self) -> list[str]:
+        problem = self.pace.health.keep_up_problem()
+        return [problem] if problem else []
+
+    def stopped(self) -> None:
+        mark_stopped(self.cfg.name)  # no tail running any more: nothing for a backfill to yield to
+
+
+def pacer_for(cfg: PipelineConfig, req: IngestRequest, cores: int, stopping: threading.Event,
+              log: Callable[[str], None]) -> Pacer:
+    """The tail's pacer for an unbounded request, the governor's for a bounded one."""
+    if req.end is None:
+        return TailPacer(cfg, req, log)
+    return BackfillPacer(cfg, req, cores, stopping, log)
