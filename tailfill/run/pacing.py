@@ -120,9 +120,10 @@ class TailPacer:
 
     def note(self) -> str:
         h = self.pace.health
-        if h.freshness is None:
-            return ""
-        return f"freshness {h.freshness} (objective p95 ≤ {h.freshness_objective_seconds:g}s)"
+        parts = [f"freshness {h.freshness} (objective p95 ≤ {h.freshness_objective_seconds:g}s)"] if h.freshness else []
+        if h.backlog is not None:
+            parts.append(f"backlog {h.backlog:,} offsets")
+        return "; ".join(parts)
 
     def warnings(self) -> list[str]:
         problem = self.pace.health.keep_up_problem()

@@ -89,14 +89,19 @@ def _open_checkpoint(req: IngestRequest, log: Callable[[str], None]) -> None:
 
 def _progress_line(req: IngestRequest, done: IngestResult, last: BatchReport | None, started: float,
                    note: str = "") -> str:
-    end = req.end or req.target_end
-    planned = total(ranges_between(req.start, end)) if end else 0
+    """``[label] done/planned offsets (pct) rows/s batches ETA | last batch's stages | pacer's note``.
+
+    A processing-time tail has no planned total (the topic grows while it runs: its backlog is in
+    the note); an available-now tail's total is the end it read to, which it may pass by a little.
+    """
     offsets, rows = done.offsets, done.rows + done.quarantined
+    end = req.end or (req.target_end if req.trigger == "available_now" else None)
+    planned = max(total(ranges_between(req.start, end)), offsets) if end else 0
     elapsed = max(time.monotonic() - started, 1e-6)
     pct = f" ({100 * offsets / planned:.0f}%)" if planned else ""
     eta = f" ETA {max(planned - offsets, 0) / (offsets / elapsed):.0f}s" if planned and offsets else ""
-    line = (f"[{req.label}] {offsets:,}/{planned:,} offsets{pct} {rows / elapsed:,.0f} rows/s "
-            f"{done.batches} batches{eta}")
+    done_of = f"{offsets:,}/{planned:,}" if planned else f"{offsets:,}"
+    line = f"[{req.label}] {done_of} offsets{pct} {rows / elapsed:,.0f} rows/s {done.batches} batches{eta}"
     if last is not None and last.stages:
         line += " | last batch: " + format_stages(last.stages)
     return line + (f" | {note}" if note else "")
