@@ -60,8 +60,18 @@ def pipeline_config(dag_id: str) -> tuple[PipelineConfig, str]:
     return load_pipeline(path), kind
 
 
-def lane_run_id(pipeline: str, kind: str, run_id: str, map_index: int) -> str:
-    return tailfill_run_id(pipeline, kind, run_id, map_index if kind == BACKFILL else None)
+def map_index_of(value: str) -> int:
+    """A task's map index from a page's URL; -1 for a task that is not mapped.
+
+    Airflow fills the tab's ``{MAP_INDEX}`` only for mapped tasks: for the others (tail, preflight,
+    maintain) the page received the placeholder itself, and answered with a parsing error.
+    """
+    return int(value) if value.removeprefix("-").isdigit() else -1
+
+
+def lane_run_id(pipeline: str, kind: str, run_id: str, map_index: str | int) -> str:
+    index = map_index_of(str(map_index))
+    return tailfill_run_id(pipeline, kind, run_id, index if kind == BACKFILL and index >= 0 else None)
 
 
 def lane_progress(pipeline: str, tf_run: str) -> dict:
@@ -126,7 +136,7 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
 
 
 @app.get("/batches/{dag_id}/{run_id}/{map_index}", response_class=HTMLResponse, dependencies=[_authorized()])
-def batches_page(dag_id: str, run_id: str, map_index: int) -> HTMLResponse:
+def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
     cfg, kind = pipeline_config(dag_id)
     tf_run = lane_run_id(cfg.name, kind, run_id, map_index)
     p = lane_progress(cfg.name, tf_run)
@@ -142,7 +152,7 @@ def batches_page(dag_id: str, run_id: str, map_index: int) -> HTMLResponse:
 
 
 @app.get("/report/{dag_id}/{run_id}/{map_index}", response_class=HTMLResponse, dependencies=[_authorized()])
-def report_page(dag_id: str, run_id: str, map_index: int) -> HTMLResponse:
+def report_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
     from tailfill.lake.storage import filesystem, fs_path
     from tailfill.proof.reports import results_uri
 
@@ -170,7 +180,7 @@ def data_docs(dag_id: str, path: str) -> FileResponse:
 
 
 @app.get("/output/{dag_id}/{run_id}/{map_index}", response_class=PlainTextResponse, dependencies=[_authorized()])
-def job_output(dag_id: str, run_id: str, map_index: int) -> PlainTextResponse:
+def job_output(dag_id: str, run_id: str, map_index: str) -> PlainTextResponse:
     cfg, kind = pipeline_config(dag_id)
     folder = runs_dir(cfg.name) / lane_run_id(cfg.name, kind, run_id, map_index)
     tries = sorted(folder.glob("spark-submit-try*.log"), key=lambda f: int(f.stem.removeprefix("spark-submit-try")))
