@@ -183,11 +183,22 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
                       "report": "skipped"}, states
 
 
+@pytest.fixture(scope="module")
+def backfill_run(airflow) -> str:
+    """A backfill run that succeeded: the first test's, or a new one when that test was not selected
+    (``pytest -m faults`` runs the retry test alone)."""
+    if "backfill" not in RUNS:
+        run_id = airflow.trigger_dag(BACKFILL, PARAMS)
+        airflow.wait_for_run(BACKFILL, run_id, timeout=600)  # raises unless the run succeeded
+        RUNS["backfill"] = run_id
+    return RUNS["backfill"]
+
+
 @pytest.mark.faults
-def test_a_retry_of_a_lane_that_already_succeeded_commits_nothing(airflow, pipeline):
+def test_a_retry_of_a_lane_that_already_succeeded_commits_nothing(airflow, pipeline, backfill_run):
     """Clear a finished lane (and what follows it) of the backfill: Airflow runs it again, as a retry
     would after a worker lost the task's success. The lane finds every offset committed."""
-    cfg, run_id = pipeline, RUNS["backfill"]
+    cfg, run_id = pipeline, backfill_run
     airflow.request("POST", f"/api/v2/dags/{BACKFILL}/clearTaskInstances",
                     {"dry_run": False, "dag_run_id": run_id, "task_ids": [["ingest_slice", 0]], "only_failed": False,
                      "include_downstream": True, "reset_dag_runs": True})
