@@ -26,19 +26,21 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from fault_outcomes import prove
 from helpers import backfill, kill_job_tree, submit_at_once, tail
 from s3_fault_proxy import Fault, S3FaultProxy
 from tcp_outage import TcpOutage
 
 from tailfill import cli
+from tailfill.config import load_pipeline
 from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
 from tailfill.dev.postgres import LocalPostgres
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.batch_report import read_reports, runs_dir
-from tailfill.lake.ledger import SUMMARY_RUN, read_cutover, read_ledger
+from tailfill.lake.ledger import SUMMARY_RUN, batch_summaries, read_cutover, read_ledger
 from tailfill.lake.tables import ensure_tables
-from tailfill.offsets import PartitionOffsets, intersect_all, total
+from tailfill.offsets import OffsetRange, PartitionOffsets, intersect_all, ranges_from_json, total
 from tailfill.run.spark_job import run
 from tailfill.run.submit import JobSpec, backfill_spec, new_run_id, spark_submit_command, submit_env
 
@@ -415,3 +417,77 @@ def test_overlapping_backfills_and_the_tail_at_once(postgres, make_pipeline, tmp
           "and a tail of the 4,000 after the cutover: three spark-submits on one table, catalog on Postgres",
           f"commits interleaved ({switches} switches between writers); each commit re-read the ledger: {skipped:,} "
           "offsets read by both were committed by one and skipped by the other", 0)
+
+
+def offsets_by_snapshot(cfg, run_id: str) -> set[tuple[int, int]]:
+    """(partition, offset) of the rows ``run_id``'s snapshots added to the data table, and of its quarantined rows."""
+    data, quarantine = ensure_tables(cfg)
+    data.refresh()
+    quarantine.refresh()
+
+    def at(snapshot_id: int | None) -> set[tuple[int, int]]:
+        if snapshot_id is None:
+            return set()
+        arrow = data.scan(snapshot_id=snapshot_id, selected_fields=("kafka_partition", "kafka_offset")).to_arrow()
+        return set(zip(arrow["kafka_partition"].to_pylist(), arrow["kafka_offset"].to_pylist(), strict=True))
+
+    added = set()
+    for snap in data.snapshots():
+        if snap.summary and snap.summary.additional_properties.get(SUMMARY_RUN) == run_id:
+            added |= at(snap.snapshot_id) - at(snap.parent_snapshot_id)
+    bad = quarantine.scan(row_filter=f"run_id == '{run_id}'",
+                          selected_fields=("kafka_partition", "kafka_offset")).to_arrow()
+    return added | set(zip(bad["kafka_partition"].to_pylist(), bad["kafka_offset"].to_pylist(), strict=True))
+
+
+def test_a_batch_committed_in_part_by_another_writer_commits_only_the_rest(spark, make_pipeline, tmp_path,
+                                                                          monkeypatch):
+    """A backfill's one batch is held between its prepare and its commit (failpoint ``before-commit``) while
+    another writer commits part of its ranges: the middle of partition 0 and all of partition 2. Released,
+    the batch commits exactly the rest (its files rewritten to the uncommitted rows) and its report names
+    what it skipped."""
+    per = 1_000
+    cfg = make_pipeline(backfill__slices=1, backfill__max_offsets_per_batch=PARTITIONS * per,
+                        backfill__batch_seconds=None)
+    topic = cfg.source.topic
+    produce_sample(cfg.source.bootstrap_servers, topic, PARTITIONS * per, PARTITIONS, bad_every=BAD_EVERY)
+    held = backfill_spec(cfg)  # one slice, one batch: [0, 1000) of every partition
+    # The other writer: same table, its own checkpoints (as another machine's would be).
+    other_yaml = yaml.safe_load(Path(cfg.path).read_text()) | {"checkpoint_location": str(tmp_path / "other")}
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / Path(cfg.path).name).write_text(yaml.safe_dump(other_yaml))
+    other_cfg = load_pipeline(tmp_path / "other" / Path(cfg.path).name)
+
+    faults = tmp_path / "faults"
+    monkeypatch.setenv("TAILFILL_FAULT_DIR", str(faults))
+    monkeypatch.setenv("TAILFILL_FAULT_PAUSE", "before-commit")
+    thread, out = in_background(run, held, spark)
+    wait_until(lambda: (faults / "before-commit").exists(), "the batch to be prepared and held before its commit")
+    monkeypatch.delenv("TAILFILL_FAULT_PAUSE")  # the other writer is not held
+    assert committed(cfg) == 0
+    [other] = backfill(spark, other_cfg, start={topic: {"0": 250, "2": 0}}, end={topic: {"0": 500, "2": per}})
+    assert other.offsets == 250 + per
+    (faults / "before-commit.release").touch()
+    [result] = finished(thread, out)
+
+    def ranges(*bounds: tuple[int, int, int]) -> list[OffsetRange]:
+        return [OffsetRange(topic, p, start, end) for p, start, end in bounds]
+
+    kept = ranges((0, 0, 250), (0, 500, per), (1, 0, per), (3, 0, per))
+    skipped = ranges((0, 250, 500), (2, 0, per))
+    assert result.restarts == 0, result.causes
+    [reports] = (runs_dir(cfg.name) / held.run_id).glob("*.jsonl")
+    [report] = read_reports(reports)
+    assert (report.committed, report.skipped) == (kept, skipped)
+    assert report.offsets == PARTITIONS * per and result.skipped_offsets == 0  # a partial commit is not a skip
+    summary = next(s for s in batch_summaries(ensure_tables(cfg).data) if s[SUMMARY_RUN] == held.run_id)
+    assert ranges_from_json(summary["tailfill.ranges"]) == kept
+    # The rows the held batch added are exactly its uncommitted part: its files were rewritten.
+    assert offsets_by_snapshot(cfg, held.run_id) == {(r.partition, o) for r in kept for o in range(r.start, r.end)}
+    assert offsets_by_snapshot(cfg, other.run_id) == {(r.partition, o) for r in skipped
+                                                      for o in range(r.start, r.end)}
+    prove(cfg, "two writers: a batch committed in part by another writer before its commit",
+          f"a backfill's batch of {PARTITIONS * per:,} offsets held between prepare and commit while another writer "
+          f"committed {total(skipped):,} of them (the middle of one partition, all of another)",
+          f"the batch re-read the ledger at its commit, rewrote its files to the {total(kept):,} uncommitted offsets "
+          f"and committed those; its report names the {total(skipped):,} it skipped", result.restarts)
