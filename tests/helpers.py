@@ -36,6 +36,7 @@ def assert_exactly_once(cfg: PipelineConfig, high: dict[int, int]) -> tuple[Coun
     dupes = sorted(k for k, n in both.items() if n > 1)
     overlap = sorted(set(rows) & set(bad))
     expected = {(p, o) for p, h in high.items() for o in range(h)}
+    assert expected, f"no offsets to check (high watermarks {high}): the test ingested nothing"
     missing = sorted(expected - set(both))
     extra = sorted(set(both) - expected)
     assert not dupes, f"duplicated offsets: {dupes[:10]}"
