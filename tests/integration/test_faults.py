@@ -422,7 +422,7 @@ def test_overlapping_backfills_and_the_tail_at_once(postgres, make_pipeline, tmp
     first = backfill_spec(cfg, *bounds(0, 2 * per // 3))
     second = backfill_spec(cfg, *bounds(per // 3, per))
     specs = [first, second, JobSpec(str(cfg.path), "tail", new_run_id("tail"), once=True)]
-    submit_at_once(specs, tmp_path)
+    results = [r for rs in submit_at_once(specs, tmp_path).values() for r in rs]
     overlap = (2 * per // 3 - per // 3) * PARTITIONS
     reports = {spec.run_id: [b for f in (runs_dir(cfg.name) / spec.run_id).glob("*.jsonl") for b in read_reports(f)]
                for spec in specs}
@@ -446,7 +446,8 @@ def test_overlapping_backfills_and_the_tail_at_once(postgres, make_pipeline, tmp
           f"backfills of [0, {2 * per // 3}) and [{per // 3}, {per}) per partition ({overlap:,} offsets in both) "
           "and a tail of the 4,000 after the cutover: three spark-submits on one table, catalog on Postgres",
           f"commits interleaved ({switches} switches between writers); each commit re-read the ledger: the "
-          f"{total(both):,} offsets both backfills read were committed by one and skipped by the other", 0)
+          f"{total(both):,} offsets both backfills read were committed by one and skipped by the other",
+          sum(r.restarts for r in results), [c for r in results for c in r.causes])
 
 
 def offsets_by_snapshot(cfg, run_id: str) -> set[tuple[int, int]]:

@@ -16,7 +16,14 @@ from tailfill.errors import ConfigError
 from tailfill.offsets import PartitionOffsets, TopicPartition
 from tailfill.run import runtime
 from tailfill.run.plan import Slice
-from tailfill.run.submit import JobSpec, parse_conf, spark_submit_command
+from tailfill.run.submit import (
+    IngestResult,
+    JobSpec,
+    parse_conf,
+    parse_results_line,
+    results_line,
+    spark_submit_command,
+)
 
 SPEC = JobSpec("demo", "tail", "tail-1", once=True)
 
@@ -129,3 +136,10 @@ def job_specs(draw) -> JobSpec:
 @given(spec=job_specs())
 def test_the_job_reads_back_every_field_a_planner_writes(spec):
     assert JobSpec.parse(spec.argv()) == spec
+
+
+def test_the_submitter_reads_back_the_results_the_job_prints():
+    results = [IngestResult("backfill-1", "demo backfill", batches=3, offsets=900, rows=890, quarantined=10,
+                            restarts=1, causes=["InjectedFault: x"], stages={"commit": 0.4}, freshness={"p95": 2.0})]
+    assert parse_results_line(results_line(results) + "\n") == results
+    assert parse_results_line("[demo backfill] 900/900 offsets (100%)") is None
