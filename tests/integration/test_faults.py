@@ -506,7 +506,6 @@ def test_a_batch_committed_in_part_by_another_writer_commits_only_the_rest(spark
 
     kept = ranges((0, 0, 250), (0, 500, per), (1, 0, per), (3, 0, per))
     skipped = ranges((0, 250, 500), (2, 0, per))
-    assert result.restarts == 0, result.causes
     [reports] = (runs_dir(cfg.name) / held.run_id).glob("*.jsonl")
     [report] = read_reports(reports)
     assert (report.committed, report.skipped) == (kept, skipped)
