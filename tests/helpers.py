@@ -14,7 +14,15 @@ from processes import kill_marked
 from tailfill.config import PipelineConfig
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import PartitionOffsets
-from tailfill.run.submit import IngestResult, JobSpec, backfill_spec, new_run_id, spark_submit_command, submit_env
+from tailfill.run.submit import (
+    IngestResult,
+    JobSpec,
+    backfill_spec,
+    new_run_id,
+    parse_results_line,
+    spark_submit_command,
+    submit_env,
+)
 
 
 def ingested(cfg: PipelineConfig) -> tuple[Counter, Counter]:
@@ -36,6 +44,7 @@ def assert_exactly_once(cfg: PipelineConfig, high: dict[int, int]) -> tuple[Coun
     dupes = sorted(k for k, n in both.items() if n > 1)
     overlap = sorted(set(rows) & set(bad))
     expected = {(p, o) for p, h in high.items() for o in range(h)}
+    assert expected, f"no offsets to check (high watermarks {high}): the test ingested nothing"
     missing = sorted(expected - set(both))
     extra = sorted(set(both) - expected)
     assert not dupes, f"duplicated offsets: {dupes[:10]}"
@@ -80,8 +89,10 @@ def kill_job_tree(proc: subprocess.Popen, marker: bytes) -> None:
     kill_marked(marker)  # raises if any is still running after SIGKILL
 
 
-def submit_at_once(specs: list[JobSpec], logs: Path, master: str = "local[1]") -> None:
-    """Run ``specs`` as concurrent ``spark-submit`` jobs (output in ``logs/<run id>.log``); each must exit 0."""
+def submit_at_once(specs: list[JobSpec], logs: Path, master: str = "local[1]") -> dict[str, list[IngestResult]]:
+    """Run ``specs`` as concurrent ``spark-submit`` jobs (output in ``logs/<run id>.log``); each must exit 0.
+
+    Returns each run id's results, as its job printed them."""
     procs = []
     try:
         for spec in specs:
@@ -95,5 +106,11 @@ def submit_at_once(specs: list[JobSpec], logs: Path, master: str = "local[1]") -
                 proc.kill()
                 proc.wait()
             log.close()
+    results = {}
     for spec in specs:
-        assert codes[spec.run_id] == 0, (logs / f"{spec.run_id}.log").read_text()[-5000:]
+        output = (logs / f"{spec.run_id}.log").read_text()
+        assert codes[spec.run_id] == 0, output[-5000:]
+        printed = [r for line in output.splitlines() if (r := parse_results_line(line)) is not None]
+        assert printed, f"{spec.run_id} printed no results line:\n{output[-3000:]}"
+        results[spec.run_id] = printed[-1]
+    return results

@@ -120,6 +120,13 @@ def results_line(results: list[IngestResult]) -> str:
     return RESULT_PREFIX + json.dumps(redact_data([asdict(r) for r in results]))
 
 
+def parse_results_line(line: str) -> list[IngestResult] | None:
+    """The results a job's :func:`results_line` carries, or None for any other line of its output."""
+    if not line.startswith(RESULT_PREFIX):
+        return None
+    return [IngestResult(**r) for r in json.loads(line[len(RESULT_PREFIX):])]
+
+
 def parse_conf(pairs: list[str] | None) -> dict[str, str]:
     """``KEY=VALUE`` Spark settings, as ``spark-submit --conf`` takes them; a malformed one is an error."""
     conf: dict[str, str] = {}
@@ -170,8 +177,8 @@ def run_job(spec: JobSpec, master: str | None = None,
     errors = threading.Thread(target=_relay, args=(proc.stderr, sys.stderr), name="spark-submit-stderr", daemon=True)
     errors.start()
     for line in proc.stdout:
-        if line.startswith(RESULT_PREFIX):
-            results = [IngestResult(**r) for r in json.loads(line[len(RESULT_PREFIX):])]
+        if (parsed := parse_results_line(line)) is not None:
+            results = parsed
         else:
             _relay([line], sys.stdout)
     code = proc.wait()

@@ -26,20 +26,30 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from fault_outcomes import prove
 from helpers import backfill, kill_job_tree, submit_at_once, tail
 from s3_fault_proxy import Fault, S3FaultProxy
 from tcp_outage import TcpOutage
 
 from tailfill import cli
+from tailfill.config import load_pipeline
 from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
 from tailfill.dev.postgres import LocalPostgres
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.batch_report import read_reports, runs_dir
 from tailfill.lake.batch_summary import SUMMARY_RUN
-from tailfill.lake.ledger import read_cutover, read_ledger
+from tailfill.lake.ledger import batch_summaries, read_cutover, read_ledger
 from tailfill.lake.tables import ensure_tables
-from tailfill.offsets import PartitionOffsets, intersect_all, total
+from tailfill.offsets import (
+    OffsetRange,
+    PartitionOffsets,
+    intersect_all,
+    merge,
+    ranges_from_json,
+    subtract,
+    total,
+)
 from tailfill.run.spark_job import run
 from tailfill.run.submit import JobSpec, backfill_spec, new_run_id, spark_submit_command, submit_env
 
@@ -261,7 +271,11 @@ def broker_behind_outage():
 
 
 def test_broker_stopped_and_restarted_mid_run(spark, make_pipeline):
-    """The broker goes away for 10 s while a backfill runs, then comes back on the same address."""
+    """The broker goes away for 10 s while a backfill runs, then comes back on the same address.
+
+    The job must feel it (a restart, or a batch that waited through the outage) and complete.
+    """
+    outage = 10.0
     with broker_behind_outage() as (bootstrap, relay):
         cfg = make_pipeline(source__bootstrap_servers=bootstrap, backfill__slices=1,
                             backfill__max_offsets_per_batch=1_000, backfill__batch_seconds=None,
@@ -270,16 +284,26 @@ def test_broker_stopped_and_restarted_mid_run(spark, make_pipeline):
         thread, out = in_background(backfill, spark, cfg)
         wait_until(lambda: committed(cfg) >= 2_000, "the first batches to commit")
         relay.down()
-        down_at = committed(cfg)
-        time.sleep(10)
+        down_at, down_t = committed(cfg), time.time()
+        time.sleep(outage)
         relay.up()
+        up_t = time.time()
         [result] = finished(thread, out)
         assert committed(cfg) > down_at
+        # Felt: the query failed and restarted, or a batch begun before the outage was half over ended
+        # only after the broker was back (it waited; batches here take about a second).
+        batches = [b for f in (runs_dir(cfg.name) / result.run_id).glob("*.jsonl") for b in read_reports(f)]
+        waited = [b for b in batches if b.at - b.seconds < down_t + outage / 2 and b.at >= up_t]
+        assert result.restarts >= 1 or waited, (
+            "the outage went unnoticed: no restart, and no batch waited through it: "
+            f"{[(b.at, b.seconds) for b in batches]}")
+        felt = [f"{result.restarts} restart(s)"] if result.restarts else []
+        felt += [f"batch {b.batch_id} waited {b.seconds:.0f} s" for b in waited]
         prove(cfg, "broker stopped and restarted mid-run",
-              f"the broker's address went away for 10 s (connections reset, new ones refused) after {down_at:,} "
-              "of 16,000 offsets were committed, then answered again",
+              f"the broker's address went away for {outage:.0f} s (connections reset, new ones refused) after "
+              f"{down_at:,} of 16,000 offsets were committed, then answered again",
               "reads waited for the broker (librdkafka reconnects; the read's idle timeout bounds the wait) or the "
-              "query restarted with backoff; the run completed", result.restarts,
+              f"query restarted with backoff (here: {', '.join(felt)}); the run completed", result.restarts,
               result.causes)
 
 
@@ -401,11 +425,19 @@ def test_overlapping_backfills_and_the_tail_at_once(postgres, make_pipeline, tmp
     first = backfill_spec(cfg, *bounds(0, 2 * per // 3))
     second = backfill_spec(cfg, *bounds(per // 3, per))
     specs = [first, second, JobSpec(str(cfg.path), "tail", new_run_id("tail"), once=True)]
-    submit_at_once(specs, tmp_path)
+    results = [r for rs in submit_at_once(specs, tmp_path).values() for r in rs]
     overlap = (2 * per // 3 - per // 3) * PARTITIONS
-    reports = [b for spec in specs for f in (runs_dir(cfg.name) / spec.run_id).glob("*.jsonl") for b in read_reports(f)]
-    skipped = sum(r.size for b in reports for r in b.skipped)
-    assert skipped <= overlap, "a writer skipped offsets outside the overlap"
+    reports = {spec.run_id: [b for f in (runs_dir(cfg.name) / spec.run_id).glob("*.jsonl") for b in read_reports(f)]
+               for spec in specs}
+    skipped = merge(r for batches in reports.values() for b in batches for r in b.skipped)
+    outside = subtract(skipped, [OffsetRange(topic, p, per // 3, 2 * per // 3) for p in range(PARTITIONS)])
+    assert not outside, f"a writer skipped offsets outside the overlap: {outside}"
+    # Each backfill starts at the ledger's position when it starts, so the second may begin past what the
+    # first already committed; what both read, one of them must have committed and the other skipped.
+    read = [merge(r for b in reports[spec.run_id] for r in (*b.committed, *b.skipped)) for spec in (first, second)]
+    both = intersect_all(*read)
+    assert total(both) > 0, f"no report shows an offset both backfills read (committed or skipped): {read}"
+    assert not subtract(both, skipped), f"offsets both writers read were committed by both: {subtract(both, skipped)}"
     data = ensure_tables(cfg).data  # in commit order, some run's commits are split by another's
     order = [s.summary.additional_properties[SUMMARY_RUN]
              for s in sorted(data.snapshots(), key=lambda s: s.sequence_number)
@@ -416,5 +448,79 @@ def test_overlapping_backfills_and_the_tail_at_once(postgres, make_pipeline, tmp
     prove(cfg, "two writers: overlapping backfills and the tail at once",
           f"backfills of [0, {2 * per // 3}) and [{per // 3}, {per}) per partition ({overlap:,} offsets in both) "
           "and a tail of the 4,000 after the cutover: three spark-submits on one table, catalog on Postgres",
-          f"commits interleaved ({switches} switches between writers); each commit re-read the ledger: {skipped:,} "
-          "offsets read by both were committed by one and skipped by the other", 0)
+          f"commits interleaved ({switches} switches between writers); each commit re-read the ledger: the "
+          f"{total(both):,} offsets both backfills read were committed by one and skipped by the other",
+          sum(r.restarts for r in results), [c for r in results for c in r.causes])
+
+
+def offsets_by_snapshot(cfg, run_id: str) -> set[tuple[int, int]]:
+    """(partition, offset) of the rows ``run_id``'s snapshots added to the data table, and of its quarantined rows."""
+    data, quarantine = ensure_tables(cfg)
+    data.refresh()
+    quarantine.refresh()
+
+    def at(snapshot_id: int | None) -> set[tuple[int, int]]:
+        if snapshot_id is None:
+            return set()
+        arrow = data.scan(snapshot_id=snapshot_id, selected_fields=("kafka_partition", "kafka_offset")).to_arrow()
+        return set(zip(arrow["kafka_partition"].to_pylist(), arrow["kafka_offset"].to_pylist(), strict=True))
+
+    added = set()
+    for snap in data.snapshots():
+        if snap.summary and snap.summary.additional_properties.get(SUMMARY_RUN) == run_id:
+            added |= at(snap.snapshot_id) - at(snap.parent_snapshot_id)
+    bad = quarantine.scan(row_filter=f"run_id == '{run_id}'",
+                          selected_fields=("kafka_partition", "kafka_offset")).to_arrow()
+    return added | set(zip(bad["kafka_partition"].to_pylist(), bad["kafka_offset"].to_pylist(), strict=True))
+
+
+def test_a_batch_committed_in_part_by_another_writer_commits_only_the_rest(spark, make_pipeline, tmp_path,
+                                                                          monkeypatch):
+    """A backfill's one batch is held between its prepare and its commit (failpoint ``before-commit``) while
+    another writer commits part of its ranges: the middle of partition 0 and all of partition 2. Released,
+    the batch commits exactly the rest (its files rewritten to the uncommitted rows) and its report names
+    what it skipped."""
+    per = 1_000
+    cfg = make_pipeline(backfill__slices=1, backfill__max_offsets_per_batch=PARTITIONS * per,
+                        backfill__batch_seconds=None)
+    topic = cfg.source.topic
+    produce_sample(cfg.source.bootstrap_servers, topic, PARTITIONS * per, PARTITIONS, bad_every=BAD_EVERY)
+    held = backfill_spec(cfg)  # one slice, one batch: [0, 1000) of every partition
+    # The other writer: same table, its own checkpoints (as another machine's would be).
+    other_yaml = yaml.safe_load(Path(cfg.path).read_text()) | {"checkpoint_location": str(tmp_path / "other")}
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / Path(cfg.path).name).write_text(yaml.safe_dump(other_yaml))
+    other_cfg = load_pipeline(tmp_path / "other" / Path(cfg.path).name)
+
+    faults = tmp_path / "faults"
+    monkeypatch.setenv("TAILFILL_FAULT_DIR", str(faults))
+    monkeypatch.setenv("TAILFILL_FAULT_PAUSE", "before-commit")
+    thread, out = in_background(run, held, spark)
+    wait_until(lambda: (faults / "before-commit").exists(), "the batch to be prepared and held before its commit")
+    monkeypatch.delenv("TAILFILL_FAULT_PAUSE")  # the other writer is not held
+    assert committed(cfg) == 0
+    [other] = backfill(spark, other_cfg, start={topic: {"0": 250, "2": 0}}, end={topic: {"0": 500, "2": per}})
+    assert other.offsets == 250 + per
+    (faults / "before-commit.release").touch()
+    [result] = finished(thread, out)
+
+    def ranges(*bounds: tuple[int, int, int]) -> list[OffsetRange]:
+        return [OffsetRange(topic, p, start, end) for p, start, end in bounds]
+
+    kept = ranges((0, 0, 250), (0, 500, per), (1, 0, per), (3, 0, per))
+    skipped = ranges((0, 250, 500), (2, 0, per))
+    [reports] = (runs_dir(cfg.name) / held.run_id).glob("*.jsonl")
+    [report] = read_reports(reports)
+    assert (report.committed, report.skipped) == (kept, skipped)
+    assert report.offsets == PARTITIONS * per and result.skipped_offsets == 0  # a partial commit is not a skip
+    summary = next(s for s in batch_summaries(ensure_tables(cfg).data) if s[SUMMARY_RUN] == held.run_id)
+    assert ranges_from_json(summary["tailfill.ranges"]) == kept
+    # The rows the held batch added are exactly its uncommitted part: its files were rewritten.
+    assert offsets_by_snapshot(cfg, held.run_id) == {(r.partition, o) for r in kept for o in range(r.start, r.end)}
+    assert offsets_by_snapshot(cfg, other.run_id) == {(r.partition, o) for r in skipped
+                                                      for o in range(r.start, r.end)}
+    prove(cfg, "two writers: a batch committed in part by another writer before its commit",
+          f"a backfill's batch of {PARTITIONS * per:,} offsets held between prepare and commit while another writer "
+          f"committed {total(skipped):,} of them (the middle of one partition, all of another)",
+          f"the batch re-read the ledger at its commit, rewrote its files to the {total(kept):,} uncommitted offsets "
+          f"and committed those; its report names the {total(skipped):,} it skipped", result.restarts)

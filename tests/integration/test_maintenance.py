@@ -164,6 +164,7 @@ def test_orphan_cleanup_beside_commits_never_deletes_a_referenced_file(make_pipe
     # A killed attempt: files prepared for offsets that a later batch commits, never referenced, a day old.
     killed = prepare_sample(cfg, "killed", batch_ranges(cfg, 0))
     orphans = [f for p in killed for f in [*p.data_files, *p.quarantine_files]]
+    assert orphans and all(fs.get_file_info(fs_path(u)).type.name == "File" for u in orphans)
     day_ago = time.time() - 86_400
     for uri in orphans:
         os.utime(fs_path(uri), (day_ago, day_ago))

@@ -137,16 +137,28 @@ def test_committed_summary_lists_what_was_kept():
 
 @pytest.mark.parametrize("kind", ["backfill", "incremental", "maintenance"])
 def test_a_failed_task_of_every_tailfill_dag_is_recorded(kind, tmp_path, monkeypatch):
+    """Every task of each DAG kind carries the failure callback, and calling it records that task's failure."""
     from types import SimpleNamespace
 
-    from tailfill_airflow.callbacks import on_failure
+    from tailfill_airflow import dag_factory
+
+    from tailfill.config import load_pipeline
 
     monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
-    ti = SimpleNamespace(dag_id=f"demo_{kind}", run_id="manual__1", task_id="t", map_index=-1, try_number=2)
-    on_failure({"ti": ti, "exception": RuntimeError("broker gone\nstack")})
-    [line] = (tmp_path / "runs" / "demo" / "failures.jsonl").read_text().splitlines()
-    record = json.loads(line)
-    assert (record["dag_id"], record["try_number"], record["error"]) == (f"demo_{kind}", 2, "broker gone")
+    dag = getattr(dag_factory, f"{kind}_dag")(load_pipeline(REPO / "pipelines" / "demo.yaml"))
+    assert dag.dag_id == f"demo_{kind}" and dag.tasks
+    for t in dag.tasks:
+        callbacks = t.on_failure_callback
+        callbacks = list(callbacks) if isinstance(callbacks, list | tuple) else [callbacks] if callbacks else []
+        assert callbacks, f"{dag.dag_id}.{t.task_id} has no on_failure_callback"
+        ti = SimpleNamespace(dag_id=dag.dag_id, run_id="manual__1", task_id=t.task_id, map_index=-1, try_number=2)
+        for callback in callbacks:
+            callback({"ti": ti, "exception": RuntimeError(f"{t.task_id} broke\nstack")})
+    lines = (tmp_path / "runs" / "demo" / "failures.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert sorted((r["task_id"], r["error"]) for r in records) == sorted(
+        (t.task_id, f"{t.task_id} broke") for t in dag.tasks)
+    assert {(r["dag_id"], r["try_number"]) for r in records} == {(f"demo_{kind}", 2)}
 
 
 def test_a_failure_record_keeps_the_user_but_not_the_password_of_a_uri(tmp_path, monkeypatch):

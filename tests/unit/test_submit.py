@@ -1,16 +1,29 @@
-"""The spark-submit command line: master, --conf, and the tailfill code shipped with --py-files."""
+"""The spark-submit command line: master, --conf, the tailfill code shipped with --py-files, and the job's
+arguments (what every planner writes with ``JobSpec.argv`` and the job reads back with ``JobSpec.parse``)."""
 
 from __future__ import annotations
 
 import zipfile
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tailfill.cli import build_parser, main
 from tailfill.errors import ConfigError
+from tailfill.offsets import PartitionOffsets, TopicPartition
 from tailfill.run import runtime
-from tailfill.run.submit import JobSpec, parse_conf, spark_submit_command
+from tailfill.run.plan import Slice
+from tailfill.run.submit import (
+    IngestResult,
+    JobSpec,
+    parse_conf,
+    parse_results_line,
+    results_line,
+    spark_submit_command,
+)
 
 SPEC = JobSpec("demo", "tail", "tail-1", once=True)
 
@@ -84,3 +97,49 @@ def test_cli_rejects_a_malformed_conf_before_doing_anything(capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --conf 'spark.executor.memory': expected KEY=VALUE"), err
     assert len(err.splitlines()) == 1
+
+
+# Values as planners write them: paths and run ids (never starting with "-", which argparse would read
+# as an option), Kafka topic names, any offsets, any counts.
+NAMES = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=30).filter(
+    lambda s: not s.startswith("-"))
+TOPICS = st.text("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", min_size=1, max_size=12)
+COUNTS = st.none() | st.integers(min_value=1, max_value=2**63 - 1)
+
+
+@st.composite
+def slices(draw) -> Slice:
+    tps = draw(st.lists(st.builds(TopicPartition, TOPICS, st.integers(0, 10_000)), min_size=1, max_size=6,
+                        unique=True))
+    starts = [draw(st.integers(0, 2**62)) for _ in tps]
+    ends = [start + draw(st.integers(0, 2**40)) for start in starts]
+    count = draw(st.integers(1, 64))
+    return Slice(draw(st.integers(0, count - 1)), count, PartitionOffsets(dict(zip(tps, starts, strict=True))),
+                 PartitionOffsets(dict(zip(tps, ends, strict=True))))
+
+
+@st.composite
+def job_specs(draw) -> JobSpec:
+    mode = draw(st.sampled_from(["backfill", "tail"]))
+    values = dict(
+        pipeline=draw(NAMES), mode=mode, run_id=draw(NAMES),
+        slices=tuple(draw(st.lists(slices(), min_size=1, max_size=4))) if mode == "backfill" else (),
+        once=draw(st.booleans()),
+        stop_after_seconds=draw(st.none() | st.floats(min_value=0, allow_nan=False, allow_infinity=False)),
+        max_offsets_per_batch=draw(COUNTS), max_offsets_per_second=draw(COUNTS))
+    # A field added to JobSpec must be drawn here too, or the round trip would never cover it.
+    assert set(values) == {f.name for f in fields(JobSpec)}
+    return JobSpec(**values)
+
+
+@settings(max_examples=300, deadline=None)
+@given(spec=job_specs())
+def test_the_job_reads_back_every_field_a_planner_writes(spec):
+    assert JobSpec.parse(spec.argv()) == spec
+
+
+def test_the_submitter_reads_back_the_results_the_job_prints():
+    results = [IngestResult("backfill-1", "demo backfill", batches=3, offsets=900, rows=890, quarantined=10,
+                            restarts=1, causes=["InjectedFault: x"], stages={"commit": 0.4}, freshness={"p95": 2.0})]
+    assert parse_results_line(results_line(results) + "\n") == results
+    assert parse_results_line("[demo backfill] 900/900 offsets (100%)") is None

@@ -42,9 +42,15 @@ def test_rate_times_interval_times_safety_factor(cfg):
 
 def test_fast_measurements_are_capped_by_the_configured_maximum(cfg):
     write_batches("r1", [(10_000_000, 1.0, True)])
-    assert tuned_max_offsets(cfg, "backfill").max_offsets_per_batch == cfg.backfill.max_offsets_per_batch
+    tuning = tuned_max_offsets(cfg, "backfill")
+    # Measured (not the no-measurement default): 10M offsets/s × 30 s × 0.5 = 150M, bounded by the maximum.
+    assert tuning.measured_rows_per_second == 10_000_000
+    assert tuning.max_offsets_per_batch == cfg.backfill.max_offsets_per_batch
+    assert "150,000,000" in tuning.reason
 
 
 def test_slow_measurements_keep_a_floor_of_a_thousand(cfg):
     write_batches("r1", [(10, 100.0, True)])
-    assert tuned_max_offsets(cfg, "tail").max_offsets_per_batch == 1_000
+    tuning = tuned_max_offsets(cfg, "tail")
+    assert tuning.measured_rows_per_second == 0.1  # 0.1 offsets/s × 30 s × 0.5 = 1, raised to the floor
+    assert tuning.max_offsets_per_batch == cfg.tail.min_offsets_per_batch == 1_000
