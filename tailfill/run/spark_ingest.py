@@ -31,7 +31,6 @@ from tailfill.config import PipelineConfig
 from tailfill.dev import faults
 from tailfill.durable import write_atomic
 from tailfill.errors import IngestError, error_class, is_retryable
-from tailfill.lake.batch_report import BatchReport, append_report, format_stages, read_reports, report_file
 from tailfill.lake.commit import commit_prepared
 from tailfill.lake.freshness import Freshness, LatencySample, freshness
 from tailfill.lake.spark_writer import prepare_batch
@@ -41,9 +40,19 @@ from tailfill.run import checkpoint
 from tailfill.run.governor import Budget, Governor
 from tailfill.run.plan import IngestRequest
 from tailfill.run.submit import IngestResult
-from tailfill.run.tail_health import TailPace, mark_stopped, read_health, stop_file, write_health
+from tailfill.run.tail_health import TailPace, mark_stopped, read_tail
 from tailfill.run.tuning import tail_batch_offsets
 from tailfill.source.kafka import consumer_config, shared_consumer, watermarks
+from tailfill.state.records import BatchReport, format_stages
+from tailfill.state.store import (
+    ReportLog,
+    append_report,
+    clear_stop,
+    read_reports,
+    report_file,
+    stop_requested,
+    write_health,
+)
 
 # The last line of a Python traceback: "package.module.ExceptionClass: message".
 _PY_EXCEPTION = re.compile(r"^(?:[a-z_]\w*\.)*([A-Z]\w*): (.+)$", re.MULTILINE)
@@ -112,7 +121,7 @@ class BatchWriter:
     next batch may be, and waits as the rate limit and the tail require.
     """
 
-    def __init__(self, cfg: PipelineConfig, req: IngestRequest, tables: Tables, reports: Path, cores: int,
+    def __init__(self, cfg: PipelineConfig, req: IngestRequest, tables: Tables, reports: ReportLog, cores: int,
                  log: Callable[[str], None]):
         self.cfg, self.req, self.reports, self.log = cfg, req, reports, log
         self.tables = tables
@@ -135,12 +144,13 @@ class BatchWriter:
         if req.end is not None:
             self.governor = Governor(
                 max_offsets_per_batch=req.max_offsets_per_batch, batch_seconds=req.batch_seconds,
-                max_offsets_per_second=req.max_offsets_per_second, cores=cores,
-                read_health=lambda: read_health(cfg.name), log=self._log, stopping=self.stopping)
+                max_offsets_per_second=req.max_offsets_per_second, cores=cores, read_tail=lambda: read_tail(cfg),
+                when_tail_unknown=cfg.backfill.when_tail_unknown,
+                tail_interval_seconds=cfg.tail.trigger_interval_seconds, log=self._log, stopping=self.stopping)
             self.set_budget(self.governor.first_budget())
         else:
             self.set_budget(Budget(req.max_offsets_per_batch))
-            write_health(cfg.name, self.pace.health)
+            write_health(cfg, self.pace.health)
 
     def _count(self, b: BatchReport) -> None:
         done = self.done
@@ -179,7 +189,7 @@ class BatchWriter:
     def heartbeat(self, caught_up: bool) -> None:
         """A tail between batches says it is alive (and whether it has read everything there is)."""
         if self.pace is not None:
-            write_health(self.cfg.name, self.pace.heartbeat(caught_up))
+            write_health(self.cfg, self.pace.heartbeat(caught_up))
 
     def __call__(self, ranges: DataFrame, batch_id: int) -> None:
         self.step = f"prepare (read, parse, write on the executors) of batch {batch_id}"
@@ -238,7 +248,7 @@ class BatchWriter:
                           consumer=shared_consumer(self.conf)).high
         health = self.pace.observe(time.time(), sum(high.offsets.values()), sum(self.position.values()),
                                    offsets, seconds, fresh)
-        write_health(self.cfg.name, health)
+        write_health(self.cfg, health)
         problem = health.keep_up_problem()
         if problem and time.monotonic() - self._warned_at >= 60:
             self._log(f"WARNING: {problem}")
@@ -285,10 +295,10 @@ def _run_query(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, wri
                 _stop_between_batches(query)
                 log(f"[{req.label}] stopped after {req.stop_after_seconds:.0f}s as asked")
                 continue
-            if req.end is None and stop_file(cfg.name).exists():
+            if req.end is None and stop_requested(cfg):
                 writer.stopping.set()
                 _stop_between_batches(query)
-                stop_file(cfg.name).unlink(missing_ok=True)
+                clear_stop(cfg)
                 log(f"[{req.label}] stopped between batches as asked (tailfill stop-tail)")
                 continue
             if time.monotonic() - beat_at >= HEARTBEAT_S / 3:
@@ -318,18 +328,18 @@ def run_ingest(
     """Run ``req`` to completion (availableNow) or until it is stopped (processing time)."""
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     tables = ensure_tables(cfg)
-    reports = report_file(cfg.name, req.run_id, req.name)
+    reports = report_file(cfg, req.run_id, req.name)
     _open_checkpoint(req, log)
     writer = BatchWriter(cfg, req, tables, reports, spark.sparkContext.defaultParallelism, log)
     if req.end is None:
-        stop_file(cfg.name).unlink(missing_ok=True)  # a stop asked of an earlier tail is not for this one
+        clear_stop(cfg)  # a stop asked of an earlier tail is not for this one
     started = time.monotonic()
     result = writer.done
     try:
         _attempts(spark, cfg, req, writer, log)
     finally:
         if req.end is None:
-            mark_stopped(cfg.name)  # no tail running any more: nothing for a backfill to yield to
+            mark_stopped(cfg)  # no tail running any more: nothing for a backfill to yield to
     shutil.rmtree(req.checkpoint, ignore_errors=True)  # finished: the ledger holds everything it did
     result.seconds = time.monotonic() - started
     fresh = freshness([writer.latencies])

@@ -35,12 +35,12 @@ from tailfill import cli
 from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
 from tailfill.dev.postgres import LocalPostgres
 from tailfill.dev.sample import produce_sample
-from tailfill.lake.batch_report import read_reports, runs_dir
 from tailfill.lake.ledger import SUMMARY_RUN, read_cutover, read_ledger
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import PartitionOffsets, intersect_all, total
 from tailfill.run.spark_job import run
 from tailfill.run.submit import JobSpec, backfill_spec, new_run_id, spark_submit_command, submit_env
+from tailfill.state.store import run_reports
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -60,9 +60,9 @@ def committed_in(cfg, spec: JobSpec) -> int:
     return total(intersect_all(read_ledger(data).committed, [r for s in spec.slices for r in s.ranges]))
 
 
-def batch_lines(reports: Path) -> int:
-    """Batch reports written so far under one run's folder."""
-    return sum(len(f.read_text().splitlines()) for f in reports.glob("*.jsonl")) if reports.exists() else 0
+def batch_lines(cfg, run_id: str) -> int:
+    """Batch reports written so far by one run."""
+    return len(run_reports(cfg, run_id))
 
 
 def total_planned(spec: JobSpec) -> int:
@@ -117,8 +117,8 @@ class Victim:
         self.spec, self.log_path, self.pause = spec, log_path, pause
         self.after_batches = rng.choice([None, None, 0, 1, 2]) if pause is None else -1
         self.delay = rng.uniform(1.0, 10.0) if self.after_batches is None else rng.uniform(0.0, 1.5)
-        self.reports = runs_dir(cfg.name) / spec.run_id
-        self.seen = batch_lines(self.reports)  # a rerun of the backfill keeps its run id: count from here
+        self.cfg = cfg
+        self.seen = batch_lines(cfg, spec.run_id)  # a rerun of the backfill keeps its run id: count from here
         tag = uuid.uuid4().hex
         self.marker, self.flags = f"TAILFILL_TEST_MARKER={tag}", log_path.with_suffix(".faults")
         env = env | {"TAILFILL_TEST_MARKER": tag}
@@ -138,7 +138,7 @@ class Victim:
             return True
         if self.pause is not None:
             return (self.flags / self.pause[0]).exists()
-        if self.kill_at is None and batch_lines(self.reports) >= self.seen + self.after_batches \
+        if self.kill_at is None and batch_lines(self.cfg, self.spec.run_id) >= self.seen + self.after_batches \
                 and " offsets (" in self.log_path.read_text():
             self.kill_at = time.monotonic() + self.delay
         return self.kill_at is not None and time.monotonic() >= self.kill_at
@@ -208,7 +208,7 @@ def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, t
                 running = victim.kill()
                 assert running or victim.pause is None, f"{kind} ended before its failpoint"
                 if running:
-                    killed.append((victim, batch_lines(victim.reports) > victim.seen))
+                    killed.append((victim, batch_lines(victim.cfg, victim.spec.run_id) > victim.seen))
                     on_disk, referenced = warehouse_files(cfg)
                     assert referenced <= on_disk, "a committed snapshot references a file that is not there"
                     if victim.pause == ("before-commit", 1):  # its batch was prepared: files written, not committed
@@ -402,7 +402,7 @@ def test_overlapping_backfills_and_the_tail_at_once(postgres, make_pipeline, tmp
     specs = [first, second, JobSpec(str(cfg.path), "tail", new_run_id("tail"), once=True)]
     submit_at_once(specs, tmp_path)
     overlap = (2 * per // 3 - per // 3) * PARTITIONS
-    reports = [b for spec in specs for f in (runs_dir(cfg.name) / spec.run_id).glob("*.jsonl") for b in read_reports(f)]
+    reports = [b for spec in specs for b in run_reports(cfg, spec.run_id)]
     skipped = sum(r.size for b in reports for r in b.skipped)
     assert skipped <= overlap, "a writer skipped offsets outside the overlap"
     data = ensure_tables(cfg).data  # in commit order, some run's commits are split by another's
