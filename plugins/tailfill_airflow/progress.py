@@ -18,7 +18,7 @@ from collections.abc import Callable
 from tailfill.config import PipelineConfig
 from tailfill.lake.freshness import Freshness
 from tailfill.state.records import BatchReport
-from tailfill.state.store import run_reports
+from tailfill.state.store import RunReports
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ class ProgressWatcher:
     def __init__(self, cfg: PipelineConfig, run_id: str, planned: int | None, publish: Callable[[dict], None],
                  interval: float = 2.0):
         self.cfg, self.run_id, self.planned = cfg, run_id, planned
+        self.reports = RunReports(cfg, run_id)  # fetches each batch report once
         self.publish, self.interval = publish, interval
         self.started_at = time.time()
         self._stop = threading.Event()
@@ -102,7 +103,7 @@ class ProgressWatcher:
     def poll(self, state: str = "running", force: bool = False) -> None:
         """Publish the progress if a batch committed since the last call (or ``force``)."""
         with self._lock:
-            reports = run_reports(self.cfg, self.run_id)
+            reports = self.reports.read()
             if force or len(reports) != self._seen:
                 self._seen = len(reports)
                 self.publish(progress(reports, self.planned, self.started_at, state=state))

@@ -114,10 +114,15 @@ def _run_key(run_id: str) -> str:
 
 
 class ReportLog:
-    """The batch reports of one query of one run: one object per committed micro-batch."""
+    """The batch reports of one query of one run: one object per committed micro-batch.
+
+    An object is never rewritten (its name holds the batch id and the commit time), so each is
+    fetched once per ``ReportLog``: a watcher that reads again only fetches the new ones.
+    """
 
     def __init__(self, cfg: PipelineConfig, run_id: str, query: str):
         self.store, self.key = StateStore(cfg), f"{_run_key(run_id)}/{query}"
+        self._read: dict[str, BatchReport] = {}
 
     def __str__(self) -> str:
         return self.store.uri(self.key)
@@ -126,10 +131,20 @@ class ReportLog:
         # The commit time in the name: a retry of a batch (a replay after a crash) adds its own report.
         self.store.put(f"{self.key}/{report.batch_id:08d}-{round(report.at * 1000):013d}.json", report.to_json())
 
+    def names(self) -> list[str]:
+        return [i.base_name for i in self.store.list(self.key) if i.is_file and i.base_name.endswith(".json")]
+
     def read(self) -> list[BatchReport]:
         """The reports, oldest batch first."""
-        return [BatchReport.from_json(text) for info in self.store.list(self.key)
-                if info.is_file and (text := self.store.get(f"{self.key}/{info.base_name}")) is not None]
+        for name in self.names():
+            if name not in self._read and (text := self.store.get(f"{self.key}/{name}")) is not None:
+                self._read[name] = BatchReport.from_json(text)
+        return [self._read[name] for name in sorted(self._read)]
+
+    def last_at(self) -> float | None:
+        """When the last report was written (from the names alone), or None without any."""
+        names = self.names()
+        return int(names[-1].removesuffix(".json").rpartition("-")[2]) / 1000 if names else None
 
 
 def report_file(cfg: PipelineConfig, run_id: str, query: str) -> ReportLog:
@@ -151,9 +166,23 @@ def run_queries(cfg: PipelineConfig, run_id: str) -> list[ReportLog]:
     return [ReportLog(cfg, run_id, i.base_name) for i in infos if i.type == pafs.FileType.Directory]
 
 
+class RunReports:
+    """Every batch report of one run, all its queries, read again as often as asked (each object once)."""
+
+    def __init__(self, cfg: PipelineConfig, run_id: str):
+        self.cfg, self.run_id = cfg, run_id
+        self._logs: dict[str, ReportLog] = {}
+
+    def read(self) -> list[BatchReport]:
+        """Oldest commit first."""
+        for log in run_queries(self.cfg, self.run_id):
+            self._logs.setdefault(log.key, log)
+        return sorted((r for log in self._logs.values() for r in log.read()), key=lambda r: r.at)
+
+
 def run_reports(cfg: PipelineConfig, run_id: str) -> list[BatchReport]:
     """Every batch report of a run (all its queries), oldest commit first."""
-    return sorted((r for log in run_queries(cfg, run_id) for r in log.read()), key=lambda r: r.at)
+    return RunReports(cfg, run_id).read()
 
 
 def run_exists(cfg: PipelineConfig, run_id: str) -> bool:
@@ -166,14 +195,12 @@ def run_ids(cfg: PipelineConfig) -> list[str]:
 
 
 def recent_reports(cfg: PipelineConfig, queries: int) -> list[BatchReport]:
-    """The batch reports of the ``queries`` report logs most recently written to, of any run."""
-    latest = []
-    for run in run_ids(cfg):
-        for log in run_queries(cfg, run):
-            reports = log.read()
-            if reports:
-                latest.append((max(r.at for r in reports), reports))
-    return [r for _, reports in sorted(latest, key=lambda x: x[0])[-queries:] for r in reports]
+    """The batch reports of the ``queries`` report logs most recently written to, of any run.
+
+    Chosen by their objects' names (listings only); only the chosen ones are read.
+    """
+    logs = [(at, log) for run in run_ids(cfg) for log in run_queries(cfg, run) if (at := log.last_at()) is not None]
+    return [r for _, log in sorted(logs, key=lambda x: x[0])[-queries:] for r in log.read()]
 
 
 # --- Airflow lanes and failures ---------------------------------------------------------------------

@@ -15,12 +15,12 @@ def cfg(tmp_path, monkeypatch):
     return load_pipeline("pipelines/demo.yaml")
 
 
-def write_batches(cfg, run: str, batches: list[tuple[int, float, bool]]) -> None:
+def write_batches(cfg, run: str, batches: list[tuple[int, float, bool]], at: float = 0.0) -> None:
     """Batch reports of ``(offsets, seconds, committed?)``; an uncommitted one is a skipped replay."""
     for i, (offsets, seconds, committed) in enumerate(batches):
         done = [OffsetRange("events", 0, 0, offsets)]
         append_report(report_file(cfg, run, "tail"), BatchReport(
-            batch_id=i, at=0.0, seconds=seconds, offsets=offsets, records=offsets, rows=offsets, quarantined=0,
+            batch_id=i, at=at, seconds=seconds, offsets=offsets, records=offsets, rows=offsets, quarantined=0,
             committed=done if committed else [], skipped=[] if committed else done))
 
 
@@ -49,3 +49,10 @@ def test_fast_measurements_are_capped_by_the_configured_maximum(cfg):
 def test_slow_measurements_keep_a_floor_of_a_thousand(cfg):
     write_batches(cfg, "r1", [(10, 100.0, True)])
     assert tuned_max_offsets(cfg, "tail").max_offsets_per_batch == 1_000
+
+
+def test_only_the_most_recent_runs_are_measured(cfg):
+    write_batches(cfg, "old", [(10, 100.0, True)], at=1_000.0)  # slow, long ago
+    for n in range(5):
+        write_batches(cfg, f"new{n}", [(1200, 4.0, True)], at=2_000.0 + n)
+    assert tuned_max_offsets(cfg, "tail").measured_rows_per_second == 300
