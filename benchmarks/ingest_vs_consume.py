@@ -128,15 +128,15 @@ def naive_script(bootstrap: str, topic: str, ends: dict[int, int], cfg, out: Pat
     return counts[0], counts[1]
 
 
-def stage_times(home: Path, pipeline: str) -> tuple[int, dict[str, float], float, float]:
+def stage_times(cfg) -> tuple[int, dict[str, float], float, float]:
     """(batches, seconds per stage summed over batches, steady state's start, last commit) from the reports.
 
     The steady state starts when the first batch's executors start: before that are spark-submit,
     the session and the streaming query's own start (the first batch's "plan").
     """
-    from tailfill.lake.batch_report import read_reports, runs_dir
+    from tailfill.state.store import run_ids, run_reports
 
-    reports = [r for path in runs_dir(pipeline).glob("*/*.jsonl") for r in read_reports(path)]
+    reports = [r for run in run_ids(cfg) for r in run_reports(cfg, run)]
     stages: dict[str, float] = {}
     for r in reports:
         for stage, secs in r.stages.items():
@@ -185,7 +185,7 @@ def run_once(events: int) -> Figures:
         backfill_s = time.perf_counter() - t0
         if done.returncode != 0:
             raise SystemExit(f"backfill failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-        batches, stages, first, last = stage_times(home, "bench")
+        batches, stages, first, last = stage_times(cfg)
         print(f"  (c) tailfill backfill: {backfill_s:.1f}s", flush=True)
 
         t0 = time.perf_counter()

@@ -10,11 +10,12 @@ from collections.abc import Callable
 from tailfill.config import PipelineConfig, resolve_pipeline, tailfill_home
 from tailfill.dev.broker import broker_down, broker_state, broker_up, resolve_bootstrap
 from tailfill.errors import TailfillError
-from tailfill.lake.batch_report import format_stages, runs_dir
 from tailfill.lake.freshness import Freshness
 from tailfill.offsets import PartitionOffsets
 from tailfill.redact import redact_text
 from tailfill.run.submit import IngestResult, JobSpec, backfill_spec, new_run_id, parse_conf, run_job
+from tailfill.state.records import format_stages
+from tailfill.state.store import StateStore
 
 
 def _say(line: str) -> None:
@@ -74,7 +75,7 @@ def _summarise(cfg: PipelineConfig, what: str, code: int, results: list[IngestRe
                  f"(objective p95 ≤ {cfg.tail.freshness_seconds:g}s)")
         for warning in r.warnings:
             _say(f"    WARNING: {warning}")
-    _say(f"  run id {results[0].run_id}; per-batch metrics in {runs_dir(cfg.name) / results[0].run_id}")
+    _say(f"  run id {results[0].run_id}; per-batch metrics in {StateStore(cfg).uri('runs/' + results[0].run_id)}")
     return 0
 
 
@@ -103,14 +104,14 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_stop_tail(args: argparse.Namespace) -> int:
-    from tailfill.run.tail_health import read_health, request_stop
+    from tailfill.state.store import read_health, request_stop
 
     cfg = resolve_pipeline(args.pipeline)
-    health = read_health(cfg.name)
+    health = read_health(cfg)
     if health is None or not health.live():
         _say(f"no tail of {cfg.name} is running")
         return 1
-    request_stop(cfg.name)
+    request_stop(cfg)
     _say(f"asked the tail of {cfg.name} to stop after its current batch")
     return 0
 
@@ -119,13 +120,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     from tailfill.proof.reports import read_latest
     from tailfill.run.plan import source_state
     from tailfill.run.status import format_status, pipeline_status, quarantined_rows
-    from tailfill.run.tail_health import describe, read_health
+    from tailfill.run.tail_health import describe, read_tail
 
     cfg = resolve_pipeline(args.pipeline)
     state = source_state(cfg)
     rows = pipeline_status(state)
     _say(format_status(cfg.name, rows, quarantined_rows(state)))
-    for line in describe(cfg, read_health(cfg.name)):
+    health, unknown = read_tail(cfg)
+    for line in describe(cfg, health, unknown=unknown):
         _say(line)
     latest = read_latest(cfg)
     if latest:

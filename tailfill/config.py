@@ -157,6 +157,11 @@ class TargetConfig(_Model):
     warehouse: str
     quarantine_table: str | None = None
     s3: S3Config | None = None
+    # Where the run state processes share lives (tail health, stop requests, batch reports, lanes,
+    # failures): <state_root>/<pipeline>/. None: <warehouse>/_tailfill. Every machine of a pipeline
+    # must reach it; it is on the warehouse's filesystem (a local path beside a local warehouse, an
+    # s3:// URI beside an s3:// one).
+    state_root: str | None = None
 
     @model_validator(mode="after")
     def _s3_needs_endpoint(self) -> TargetConfig:
@@ -167,6 +172,14 @@ class TargetConfig(_Model):
             )
         if not self.warehouse.startswith("s3://") and "://" in self.warehouse:
             raise ValueError("warehouse must be a local path or an s3:// URI")
+        if self.state_root is not None and (
+                self.state_root.startswith("s3://") != self.warehouse.startswith("s3://")
+                or (not self.state_root.startswith("s3://") and "://" in self.state_root)):
+            raise ValueError(
+                f"state_root {self.state_root!r} must be on the warehouse's filesystem: "
+                + ("an s3:// URI (same endpoint as the warehouse)" if self.warehouse.startswith("s3://")
+                   else "a local path (shared by every machine of the pipeline)")
+            )
         return self
 
     @property
@@ -186,6 +199,10 @@ class BackfillConfig(_Model):
     max_consecutive_failures: int = Field(ge=0)
     # Wait this long before restarting a failed attempt, doubling per consecutive failure (max 60 s).
     restart_backoff_seconds: float = Field(ge=0)
+    # When the governor cannot see the tail (no tail state published under the state root, or it
+    # cannot be read): "yield" runs short batches on half the cores as beside a live tail; "proceed"
+    # runs at full speed. Either way the progress line and `tailfill status` say the tail is unknown.
+    when_tail_unknown: Literal["yield", "proceed"]
 
 
 class TailConfig(_Model):

@@ -2,8 +2,9 @@
 the log and a record the pages can show.
 
 ``on_failure`` is every Tailfill task's ``on_failure_callback``. It logs one line (task, run,
-the error's first line — for an ingest task, the cause and its fix), appends the failure to
-``$TAILFILL_HOME/runs/<pipeline>/failures.jsonl`` and, when ``$TAILFILL_ON_FAILURE`` names a
+the error's first line — for an ingest task, the cause and its fix), records the failure in the
+pipeline's shared run state (``failures/`` under its state root, :mod:`tailfill.state.store`) and,
+when ``$TAILFILL_ON_FAILURE`` names a
 ``module:function``, calls it with the context and that record (alerting: mail, chat, pager).
 ``deadline_missed`` is the incremental DAG's deadline alert (``tail.run_deadline_seconds``, run by
 Airflow's triggerer): a run still going that long after it was queued is recorded the same way.
@@ -12,15 +13,16 @@ Airflow's triggerer): a run still going that long after it was queued is recorde
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import os
 import time
 from typing import Any
 
-from tailfill.durable import append_line
-from tailfill.lake.batch_report import runs_dir
+from tailfill.config import load_pipeline, pipelines_dir
+from tailfill.errors import TailfillError
 from tailfill.redact import redact_text
+from tailfill.state.records import FailureRecord
+from tailfill.state.store import record_failure
 from tailfill_airflow.naming import split_dag_id
 
 log = logging.getLogger(__name__)
@@ -58,9 +60,12 @@ async def deadline_missed(interval_seconds: float, context: dict | None = None) 
 
 
 def _record(context: Any, record: dict) -> None:
-    """Append ``record`` to its pipeline's ``failures.jsonl`` and call the alerting hook, if one is set."""
+    """Record the failure in its pipeline's run state and call the alerting hook, if one is set."""
     pipeline, _ = split_dag_id(record["dag_id"])
-    append_line(runs_dir(pipeline) / "failures.jsonl", json.dumps(record))
+    try:
+        record_failure(load_pipeline(pipelines_dir() / f"{pipeline}.yaml"), FailureRecord(**record))
+    except (TailfillError, OSError) as exc:  # the headline is logged already; the hook still runs
+        log.error("failure of %s not recorded in its run state: %s: %s", record["dag_id"], type(exc).__name__, exc)
     if target := os.environ.get(HOOK_ENV):
         module, _, name = target.partition(":")
         getattr(importlib.import_module(module), name)(context, record)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tailfill.lake.batch_report import BatchReport
 from tailfill.offsets import merge
+from tailfill.state.records import BatchReport
 
 _JOB_ERROR = re.compile(r"^error: (.+)$")
 _RESTART = re.compile(r"^\[[^\]]+\] batch failed .*$")

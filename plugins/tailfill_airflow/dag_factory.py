@@ -336,10 +336,10 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
 
         @task(doc_md=REPORT_DOC)
         def report(tuned: dict, checked: dict) -> dict:
-            from tailfill.run.tail_health import describe, read_health
+            from tailfill.run.tail_health import describe, read_tail
 
-            health = read_health(cfg.name)  # the tail's last batch: freshness, and whether it keeps up
-            lines = describe(cfg, health)
+            health, unknown = read_tail(cfg)  # the tail's last batch: freshness, and whether it keeps up
+            lines = describe(cfg, health, unknown=unknown)
             for line in lines:
                 (log.warning if line.startswith("WARNING") else log.info)(line)
             freshness = health.freshness.to_dict() if health and health.freshness else None

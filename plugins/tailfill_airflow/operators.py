@@ -29,17 +29,17 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.exceptions import AirflowException
 
-from tailfill.config import load_pipeline
+from tailfill.config import PipelineConfig, load_pipeline
 from tailfill.errors import TailfillError
-from tailfill.lake.batch_report import runs_dir
 from tailfill.offsets import total
 from tailfill.redact import redact_text
 from tailfill.run import runtime
 from tailfill.run.runtime import code_archive_path
+from tailfill.state.store import run_reports, write_lane
 from tailfill_airflow.causes import JobOutput, committed_summary, headline
 from tailfill_airflow.hooks import TailfillHook
 from tailfill_airflow.naming import lane_label
-from tailfill_airflow.progress import ProgressWatcher, run_reports, write_lane
+from tailfill_airflow.progress import ProgressWatcher
 
 log = logging.getLogger(__name__)
 PROGRESS_KEY, RESULT_KEY = "progress", "result"
@@ -154,7 +154,7 @@ class TailfillSubmitOperator(SparkSubmitOperator):
                    else int(self.planned_offsets) if self.planned_offsets is not None else None)
         label = lane_label([s.to_dict() for s in spec.slices]) if spec.slices else "tail"
         ti = context["ti"]
-        folder = runs_dir(cfg.name) / spec.run_id
+        folder = runtime.log_dir(cfg.name, spec.run_id)
         self._output = JobOutput()
         self._output_file = folder / f"spark-submit-try{ti.try_number}.log"
         self.py_files = str(runtime.code_archive())  # this worker's code, fresh (the path is the same)
@@ -165,19 +165,19 @@ class TailfillSubmitOperator(SparkSubmitOperator):
         def publish(p: dict) -> None:
             log.info("progress %s: %s", label, p["line"])
             ended = None if p["state"] == "running" else p["updated_at"]
-            write_lane(cfg.name, spec.run_id, state=p["state"], ended_at=ended)
+            write_lane(cfg, spec.run_id, state=p["state"], ended_at=ended)
             ti.xcom_push(key=PROGRESS_KEY, value=p)
             _show_in_grid(ti, f"{label} · {p['line']}")
 
-        watcher = ProgressWatcher(cfg.name, spec.run_id, planned, publish)
-        write_lane(cfg.name, spec.run_id, label=label, planned=planned, started_at=watcher.started_at,
+        watcher = ProgressWatcher(cfg, spec.run_id, planned, publish)
+        write_lane(cfg, spec.run_id, label=label, planned=planned, started_at=watcher.started_at,
                    try_number=ti.try_number, cause=None, state="running", ended_at=None)
         try:
             with watcher:
                 super().execute(context)
         except AirflowException as exc:
-            failure = self._failure(cfg.name, spec, label, exc)
-            write_lane(cfg.name, spec.run_id, cause=str(failure).splitlines()[0])
+            failure = self._failure(cfg, spec, label, exc)
+            write_lane(cfg, spec.run_id, cause=str(failure).splitlines()[0])
             raise failure from None
         result = self._result()
         if result is not None:
@@ -193,13 +193,13 @@ class TailfillSubmitOperator(SparkSubmitOperator):
                 return json.loads(line.removeprefix(RESULT_PREFIX))
         return None
 
-    def _failure(self, pipeline: str, spec: Any, label: str, exc: AirflowException) -> JobFailed:
+    def _failure(self, cfg: PipelineConfig, spec: Any, label: str, exc: AirflowException) -> JobFailed:
         assert self._output is not None
         code = getattr(self._hook, "_submit_sp", None)
         returncode = code.returncode if code is not None else "?"
-        what = f"ingest of {pipeline} ({spec.mode}, {label}, run {spec.run_id})"
+        what = f"ingest of {cfg.name} ({spec.mode}, {label}, run {spec.run_id})"
         first = headline(what, self._output, returncode)
-        committed = committed_summary(run_reports(pipeline, spec.run_id))
+        committed = committed_summary(run_reports(cfg, spec.run_id))
         if self._output.cause == "no cause printed":  # not the job's failure: spark-submit's own
             first += f" — spark-submit said: {redact_text(str(exc).splitlines()[0])[:300]}"
         log.error(first)

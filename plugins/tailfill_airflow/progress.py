@@ -1,11 +1,11 @@
 """Live progress of a Spark run, read from its batch reports while it runs.
 
-The job appends one JSON line per committed micro-batch under ``$TAILFILL_HOME/runs/<pipeline>/
-<run id>/`` (:mod:`tailfill.lake.batch_report`). :func:`progress` turns those lines into what a
-user asks while waiting: offsets done of planned, rows/s, ETA, the tail's freshness when the batch
-reports carry it. :class:`ProgressWatcher` polls them beside a running ``spark-submit`` and hands
-every change to a callback (the operator logs it and updates an XCom); the plugin pages call
-:func:`progress` on request.
+The job writes one report per committed micro-batch into the pipeline's shared run state
+(:mod:`tailfill.state.store`), which every machine that reaches the warehouse reads.
+:func:`progress` turns them into what a user asks while waiting: offsets done of planned, rows/s,
+ETA, the tail's freshness when the batch reports carry it. :class:`ProgressWatcher` polls them
+beside a running ``spark-submit`` and hands every change to a callback (the operator logs it and
+updates an XCom); the plugin pages call :func:`progress` on request.
 """
 
 from __future__ import annotations
@@ -15,33 +15,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from tailfill.durable import write_atomic
-from tailfill.lake.batch_report import BatchReport, read_reports, runs_dir
+from tailfill.config import PipelineConfig
 from tailfill.lake.freshness import Freshness
+from tailfill.state.records import BatchReport
+from tailfill.state.store import RunReports
 
 log = logging.getLogger(__name__)
-LANE_FILE = "airflow-lane.json"  # beside the batch reports: the lane's label, plan and last state
-
-
-def write_lane(pipeline: str, run_id: str, **fields) -> None:
-    """Merge ``fields`` into the run's lane file (what the plugin pages know beyond batch reports)."""
-    import json
-
-    write_atomic(runs_dir(pipeline) / run_id / LANE_FILE, json.dumps({**read_lane(pipeline, run_id), **fields}))
-
-
-def read_lane(pipeline: str, run_id: str) -> dict:
-    import json
-
-    path = runs_dir(pipeline) / run_id / LANE_FILE
-    return json.loads(path.read_text()) if path.exists() else {}  # written whole (write_atomic) or not at all
-
-
-def run_reports(pipeline: str, run_id: str) -> list[BatchReport]:
-    """Every batch report of a run (all its queries), oldest commit first."""
-    folder = runs_dir(pipeline) / run_id
-    reports = [r for path in sorted(folder.glob("*.jsonl")) for r in read_reports(path)]
-    return sorted(reports, key=lambda r: r.at)
 
 
 def _freshness(reports: list[BatchReport]) -> dict | None:
@@ -100,9 +79,10 @@ class ProgressWatcher:
     newly committed batch, and a last one when the watcher stops.
     """
 
-    def __init__(self, pipeline: str, run_id: str, planned: int | None, publish: Callable[[dict], None],
+    def __init__(self, cfg: PipelineConfig, run_id: str, planned: int | None, publish: Callable[[dict], None],
                  interval: float = 2.0):
-        self.pipeline, self.run_id, self.planned = pipeline, run_id, planned
+        self.cfg, self.run_id, self.planned = cfg, run_id, planned
+        self.reports = RunReports(cfg, run_id)  # fetches each batch report once
         self.publish, self.interval = publish, interval
         self.started_at = time.time()
         self._stop = threading.Event()
@@ -123,7 +103,7 @@ class ProgressWatcher:
     def poll(self, state: str = "running", force: bool = False) -> None:
         """Publish the progress if a batch committed since the last call (or ``force``)."""
         with self._lock:
-            reports = run_reports(self.pipeline, self.run_id)
+            reports = self.reports.read()
             if force or len(reports) != self._seen:
                 self._seen = len(reports)
                 self.publish(progress(reports, self.planned, self.started_at, state=state))

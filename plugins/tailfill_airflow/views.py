@@ -24,11 +24,12 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
 
 from tailfill.config import PipelineConfig, load_pipeline, pipelines_dir
-from tailfill.lake.batch_report import runs_dir
 from tailfill.lake.freshness import Freshness
 from tailfill.redact import redact_text
+from tailfill.run.runtime import log_dir
+from tailfill.state.store import read_lane, run_exists, run_reports
 from tailfill_airflow.naming import BACKFILL, split_dag_id, tailfill_run_id
-from tailfill_airflow.progress import progress, read_lane, run_reports
+from tailfill_airflow.progress import progress
 
 MAX_LANES = 1024
 STYLE = """<style>body{font:14px system-ui,sans-serif;margin:16px;color:#222}table{border-collapse:collapse}
@@ -74,16 +75,16 @@ def lane_run_id(pipeline: str, kind: str, run_id: str, map_index: str | int) -> 
     return tailfill_run_id(pipeline, kind, run_id, index if kind == BACKFILL and index >= 0 else None)
 
 
-def lane_progress(pipeline: str, tf_run: str) -> dict:
+def lane_progress(cfg: PipelineConfig, tf_run: str) -> dict:
     """A lane's progress as its task saw it last, recomputed from its batch reports now."""
-    info = read_lane(pipeline, tf_run)
-    reports = run_reports(pipeline, tf_run)
-    state = info.get("state", "running" if info else "not started")
-    ended = info.get("ended_at")
-    out = progress(reports, info.get("planned"), info.get("started_at", time.time()),
-                   now=ended or time.time(), state=state)
-    cause = info.get("cause") and redact_text(info["cause"])  # lane files written before redaction existed
-    return {"label": info.get("label", tf_run), "run_id": tf_run, "cause": cause, **out}
+    lane = read_lane(cfg, tf_run)
+    reports = run_reports(cfg, tf_run)
+    state = (lane.state if lane else None) or ("running" if lane else "not started")
+    ended = lane.ended_at if lane else None
+    started = lane.started_at if lane and lane.started_at is not None else time.time()
+    out = progress(reports, lane.planned if lane else None, started, now=ended or time.time(), state=state)
+    return {"label": (lane.label if lane else None) or tf_run, "run_id": tf_run,
+            "cause": redact_text(lane.cause) if lane and lane.cause else None, **out}
 
 
 def _page(title: str, body: str, refresh: bool = False) -> HTMLResponse:
@@ -121,9 +122,9 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     lanes = []
     for index in range(MAX_LANES if kind == BACKFILL else 1):
         tf_run = lane_run_id(cfg.name, kind, run_id, index)
-        if not (runs_dir(cfg.name) / tf_run).exists():
+        if not run_exists(cfg, tf_run):
             break
-        lanes.append(lane_progress(cfg.name, tf_run))
+        lanes.append(lane_progress(cfg, tf_run))
     if not lanes:
         return _page(f"{dag_id} · {run_id}", "<p>No lane has started yet.</p>", refresh=True)
     done = sum(p["offsets_done"] for p in lanes)
@@ -139,13 +140,13 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
 def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
     cfg, kind = pipeline_config(dag_id)
     tf_run = lane_run_id(cfg.name, kind, run_id, map_index)
-    p = lane_progress(cfg.name, tf_run)
+    p = lane_progress(cfg, tf_run)
     head = ("<tr><th>batch</th><th>committed at (UTC)</th><th>offsets</th><th>rows</th><th>quarantined</th>"
             "<th>seconds</th><th>commit ms</th><th>ranges</th></tr>")
     rows = [f"<tr><td>{r.batch_id}</td><td>{time.strftime('%H:%M:%S', time.gmtime(r.at))}</td><td>{r.offsets:,}</td>"
             f"<td>{r.rows:,}</td><td>{r.quarantined:,}</td><td>{r.seconds:.1f}</td><td>{r.commit_ms:.0f}</td>"
             f"<td class=l>{html.escape(', '.join(map(str, r.committed)) or 'replay: already committed')}</td></tr>"
-            for r in run_reports(cfg.name, tf_run)]
+            for r in run_reports(cfg, tf_run)]
     body = (f"<p class=muted>run {html.escape(tf_run)}</p>{_lane_rows([p])}<h3>Batches</h3>"
             f"<table>{head}{''.join(rows) or '<tr><td colspan=8>none committed yet</td></tr>'}</table>")
     return _page(f"{p['label']} · progress", body, refresh=p["state"] == "running")
@@ -182,7 +183,7 @@ def data_docs(dag_id: str, path: str) -> FileResponse:
 @app.get("/output/{dag_id}/{run_id}/{map_index}", response_class=PlainTextResponse, dependencies=[_authorized()])
 def job_output(dag_id: str, run_id: str, map_index: str) -> PlainTextResponse:
     cfg, kind = pipeline_config(dag_id)
-    folder = runs_dir(cfg.name) / lane_run_id(cfg.name, kind, run_id, map_index)
+    folder = log_dir(cfg.name, lane_run_id(cfg.name, kind, run_id, map_index))
     tries = sorted(folder.glob("spark-submit-try*.log"), key=lambda f: int(f.stem.removeprefix("spark-submit-try")))
     if not tries:
         raise HTTPException(404, f"no spark-submit output in {folder}")

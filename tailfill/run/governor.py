@@ -4,6 +4,11 @@ and a pause while the tail misses its freshness objective.
 Called between a backfill query's batches (after a commit, before the next batch is planned), so
 a pause never leaves anything half done. It decides the next batch's budget: how many offsets and
 how many tasks (cores). The tail's side is :mod:`tailfill.run.tail_health`.
+
+The governor is never blind in silence: when it cannot see the tail (no tail state under the
+pipeline's state root, or the state cannot be read) its state line says so and it follows
+``backfill.when_tail_unknown``: ``yield`` (short batches on half the cores, as beside a live tail)
+or ``proceed`` (full speed).
 """
 
 from __future__ import annotations
@@ -11,10 +16,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Literal
 
-from tailfill.run.tail_health import TailHealth
 from tailfill.run.tuning import next_batch_offsets
 from tailfill.source.budget import Budget
+from tailfill.state.records import TailHealth
 
 PAUSE_LOG_EVERY_S = 30.0
 MAX_PAUSE_INTERVALS = 10  # a tail still late after this many of its intervals is not late because of us
@@ -24,11 +30,15 @@ class Governor:
     """Between-batch decisions of one backfill query."""
 
     def __init__(self, *, max_offsets_per_batch: int, batch_seconds: float | None, max_offsets_per_second: int | None,
-                 cores: int, read_health: Callable[[], TailHealth | None], log: Callable[[str], None],
-                 stopping: threading.Event | None = None, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep):
+                 cores: int, read_tail: Callable[[], tuple[TailHealth | None, str | None]],
+                 when_tail_unknown: Literal["yield", "proceed"], tail_interval_seconds: float,
+                 log: Callable[[str], None], stopping: threading.Event | None = None,
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep):
+        """``read_tail``: the tail's health, or None and why it is unknown (:mod:`tailfill.run.tail_health`)."""
         self.ceiling, self.batch_seconds, self.rate_limit = max_offsets_per_batch, batch_seconds, max_offsets_per_second
-        self.cores, self.read_health, self.log = cores, read_health, log
+        self.cores, self.read_tail, self.log = cores, read_tail, log
+        self.when_tail_unknown, self.tail_interval = when_tail_unknown, tail_interval_seconds
+        self._unknown: str | None = None  # why the tail was unknown at the last look (logged once per change)
         self.stopping = stopping or threading.Event()
         self.clock, self.sleep = clock, sleep
         self.started = clock()
@@ -64,7 +74,7 @@ class Governor:
         began = last_log = self.clock()
         paused = False
         while not self.stopping.is_set():
-            health = self.read_health()
+            health = self._look()
             if health is None or not health.live(self.clock()) or health.healthy:
                 break
             why = (f"tail freshness p95 {health.freshness.p95:.0f}s > objective "
@@ -83,14 +93,28 @@ class Governor:
             self.log(f"tail healthy again: backfill resumes after {waited:.0f}s paused")
         return waited
 
+    def _look(self) -> TailHealth | None:
+        """The tail's health; when it is unknown, say why (once per change of reason) and return None."""
+        health, why = self.read_tail()
+        if why != self._unknown and why is not None:
+            act = ("yielding as if beside a live tail" if self.when_tail_unknown == "yield"
+                   else "proceeding at full speed")
+            self.log(f"tail state unknown: {why}; {act} (backfill.when_tail_unknown: {self.when_tail_unknown})")
+        elif why is None and self._unknown is not None:
+            self.log("tail state readable again")
+        self._unknown = why
+        return health
+
     def _budget(self, offsets: int | None, seconds: float | None) -> Budget:
-        health = self.read_health()
-        beside_tail = health is not None and health.live(self.clock())
+        health = self._look()
+        unknown_yield = self._unknown is not None and self.when_tail_unknown == "yield"
+        beside_tail = unknown_yield or (health is not None and health.live(self.clock()))
+        interval = health.trigger_interval_seconds if health is not None else self.tail_interval
         budget_s = self.batch_seconds
         tasks = None
         if beside_tail:
             # Short batches on half the cores: the tail always finds a core and never waits long.
-            budget_s = min(budget_s or health.trigger_interval_seconds, health.trigger_interval_seconds / 2)
+            budget_s = min(budget_s or interval, interval / 2)
             tasks = max(1, self.cores // 2)
         cap = self.ceiling
         if offsets is not None and seconds and budget_s is not None:
@@ -99,10 +123,14 @@ class Governor:
             cap = min(self.ceiling, 100_000)  # no rate measured yet: start small beside a tail
         if self.rate_limit is not None:
             cap = min(cap, max(1, int(self.rate_limit * (budget_s or 10.0))))
-        if beside_tail:
+        if unknown_yield:
+            self.state = f"tail state unknown, yielding: {tasks} of {self.cores} cores, ~{budget_s:g}s batches"
+        elif beside_tail:
             self.state = f"beside the live tail: {tasks} of {self.cores} cores, ~{budget_s:g}s batches"
         elif self.rate_limit is not None:
             self.state = f"rate-limited to {self.rate_limit:,}/s"
         else:
             self.state = "full speed"
+        if self._unknown is not None and not unknown_yield:
+            self.state = f"tail state unknown, proceeding: {self.state}"
         return Budget(cap, tasks)

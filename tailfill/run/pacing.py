@@ -14,14 +14,15 @@ from collections.abc import Callable
 from typing import Protocol
 
 from tailfill.config import PipelineConfig
-from tailfill.lake.batch_report import BatchReport
 from tailfill.lake.freshness import Freshness
 from tailfill.run.governor import Governor
 from tailfill.run.plan import IngestRequest
-from tailfill.run.tail_health import TailPace, mark_stopped, read_health, write_health
+from tailfill.run.tail_health import TailPace, mark_stopped, read_tail
 from tailfill.run.tuning import tail_batch_offsets
 from tailfill.source.budget import Budget
 from tailfill.source.kafka import consumer_config, shared_consumer, watermarks
+from tailfill.state.records import BatchReport
+from tailfill.state.store import write_health
 
 KEEP_UP_WARNING_EVERY_S = 60.0
 
@@ -61,8 +62,9 @@ class BackfillPacer:
                  log: Callable[[str], None]):
         self.governor = Governor(
             max_offsets_per_batch=req.max_offsets_per_batch, batch_seconds=req.batch_seconds,
-            max_offsets_per_second=req.max_offsets_per_second, cores=cores,
-            read_health=lambda: read_health(cfg.name), log=log, stopping=stopping)
+            max_offsets_per_second=req.max_offsets_per_second, cores=cores, read_tail=lambda: read_tail(cfg),
+            when_tail_unknown=cfg.backfill.when_tail_unknown, tail_interval_seconds=cfg.tail.trigger_interval_seconds,
+            log=log, stopping=stopping)
 
     def first_budget(self) -> Budget:
         return self.governor.first_budget()
@@ -92,7 +94,7 @@ class TailPacer:
         self.conf = consumer_config(cfg.source)
         self.position = dict(req.start.offsets)  # the end of what this tail has committed, per partition
         self._warned_at = 0.0
-        write_health(cfg.name, self.pace.health)
+        write_health(cfg, self.pace.health)
 
     def first_budget(self) -> Budget:
         return Budget(self.req.max_offsets_per_batch)
@@ -105,7 +107,7 @@ class TailPacer:
                           consumer=shared_consumer(self.conf)).high
         health = self.pace.observe(time.time(), sum(high.offsets.values()), sum(self.position.values()),
                                    report.offsets, report.seconds, fresh)
-        write_health(self.cfg.name, health)
+        write_health(self.cfg, health)
         problem = health.keep_up_problem()
         if problem and time.monotonic() - self._warned_at >= KEEP_UP_WARNING_EVERY_S:
             self.log(f"WARNING: {problem}")
@@ -116,7 +118,7 @@ class TailPacer:
                                          self.cfg.tail.min_offsets_per_batch, self.req.max_offsets_per_batch)), 0.0
 
     def heartbeat(self, caught_up: bool) -> None:
-        write_health(self.cfg.name, self.pace.heartbeat(caught_up))
+        write_health(self.cfg, self.pace.heartbeat(caught_up))
 
     def note(self) -> str:
         h = self.pace.health
@@ -130,7 +132,7 @@ class TailPacer:
         return [problem] if problem else []
 
     def stopped(self) -> None:
-        mark_stopped(self.cfg.name)  # no tail running any more: nothing for a backfill to yield to
+        mark_stopped(self.cfg)  # no tail running any more: nothing for a backfill to yield to
 
 
 def pacer_for(cfg: PipelineConfig, req: IngestRequest, cores: int, stopping: threading.Event,

@@ -12,7 +12,7 @@ from tailfill.errors import BrokerError, ConfigError, LakeError, PreflightError,
 from tailfill.lake.storage import filesystem, fs_path, warehouse_uri
 from tailfill.redact import redact_uri
 from tailfill.run.plan import SourceState, ensure_cutover, source_state, tail_start
-from tailfill.run.tail_health import describe, read_health
+from tailfill.run.tail_health import describe, read_tail
 
 
 def check_warehouse_writable(cfg: PipelineConfig) -> str:
@@ -61,5 +61,6 @@ def preflight(cfg: PipelineConfig, mode: str) -> list[str]:
     ensure_cutover(state)
     passed.append(check_retention(state, mode))
     if mode == "tail":  # what the last tail measured: can it keep up with the incoming rate?
-        passed += describe(cfg, read_health(cfg.name))
+        health, unknown = read_tail(cfg)
+        passed += describe(cfg, health, unknown=unknown)
     return passed

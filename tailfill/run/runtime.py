@@ -90,6 +90,14 @@ def spark_env() -> dict[str, str]:
     }
 
 
+def log_dir(pipeline: str, run_id: str) -> Path:
+    """Where a run's local logs go (each try's spark-submit output): ``$TAILFILL_HOME/logs/<pipeline>/<run>``.
+
+    Logs only: what other processes read about a run is shared state (:mod:`tailfill.state.store`).
+    """
+    return tailfill_home() / "logs" / pipeline / run_id
+
+
 def code_archive_path() -> Path:
     """Where :func:`code_archive` puts the archive: ``$TAILFILL_HOME/dist/tailfill-<version>.zip``."""
     return tailfill_home() / "dist" / f"tailfill-{tailfill.__version__}.zip"

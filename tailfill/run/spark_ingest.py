@@ -31,7 +31,6 @@ from tailfill.config import PipelineConfig
 from tailfill.dev import faults
 from tailfill.durable import write_atomic
 from tailfill.errors import IngestError, error_class, is_retryable
-from tailfill.lake.batch_report import BatchReport, append_report, format_stages, read_reports, report_file
 from tailfill.lake.commit import commit_prepared
 from tailfill.lake.freshness import LatencySample, freshness
 from tailfill.lake.prepare import PreparedRange
@@ -42,7 +41,8 @@ from tailfill.run import checkpoint
 from tailfill.run.pacing import pacer_for
 from tailfill.run.plan import IngestRequest
 from tailfill.run.submit import IngestResult
-from tailfill.run.tail_health import stop_file
+from tailfill.state.records import BatchReport, format_stages
+from tailfill.state.store import ReportLog, append_report, clear_stop, read_reports, report_file, stop_requested
 
 # The last line of a Python traceback: "package.module.ExceptionClass: message".
 _PY_EXCEPTION = re.compile(r"^(?:[a-z_]\w*\.)*([A-Z]\w*): (.+)$", re.MULTILINE)
@@ -116,7 +116,7 @@ class BatchWriter:
     reads before the next batch.
     """
 
-    def __init__(self, cfg: PipelineConfig, req: IngestRequest, tables: Tables, reports: Path, cores: int,
+    def __init__(self, cfg: PipelineConfig, req: IngestRequest, tables: Tables, reports: ReportLog, cores: int,
                  log: Callable[[str], None]):
         self.cfg, self.req, self.reports, self.log = cfg, req, reports, log
         self.tables = tables
@@ -242,10 +242,10 @@ def _run_query(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, wri
                 _stop_between_batches(query)
                 log(f"[{req.label}] stopped after {req.stop_after_seconds:.0f}s as asked")
                 continue
-            if req.end is None and stop_file(cfg.name).exists():
+            if req.end is None and stop_requested(cfg):
                 writer.stopping.set()
                 _stop_between_batches(query)
-                stop_file(cfg.name).unlink(missing_ok=True)
+                clear_stop(cfg)
                 log(f"[{req.label}] stopped between batches as asked (tailfill stop-tail)")
                 continue
             if time.monotonic() - beat_at >= HEARTBEAT_S / 3:
@@ -275,11 +275,11 @@ def run_ingest(
     """Run ``req`` to completion (availableNow) or until it is stopped (processing time)."""
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     tables = ensure_tables(cfg)
-    reports = report_file(cfg.name, req.run_id, req.name)
+    reports = report_file(cfg, req.run_id, req.name)
     _open_checkpoint(req, log)
     writer = BatchWriter(cfg, req, tables, reports, spark.sparkContext.defaultParallelism, log)
     if req.end is None:
-        stop_file(cfg.name).unlink(missing_ok=True)  # a stop asked of an earlier tail is not for this one
+        clear_stop(cfg)  # a stop asked of an earlier tail is not for this one
     started = time.monotonic()
     result = writer.done
     try:

@@ -2,7 +2,7 @@
 
 ``max offsets per batch = measured rate × trigger interval × safety factor``, bounded by the
 pipeline's configured maximum and a floor. The rate comes from the batch reports of earlier runs
-(:mod:`tailfill.lake.batch_report`): offsets of each committed batch over the time from its first
+(:mod:`tailfill.state.store`): offsets of each committed batch over the time from its first
 task starting to its commit.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from tailfill.config import PipelineConfig
-from tailfill.lake.batch_report import recent_reports
+from tailfill.state.store import recent_reports
 
 SAFETY_FACTOR = 0.5
 FLOOR = 1_000
@@ -33,7 +33,7 @@ class Tuning:
 
 def measured_rate(cfg: PipelineConfig) -> float | None:
     """Offsets per second over the committed batches of the most recent runs, or None."""
-    done = [b for b in recent_reports(cfg.name, RECENT_RUNS) if b.committed and b.seconds > 0]
+    done = [b for b in recent_reports(cfg, RECENT_RUNS) if b.committed and b.seconds > 0]
     seconds = sum(b.seconds for b in done)
     return sum(b.offsets for b in done) / seconds if seconds > 0 else None
 

@@ -20,8 +20,8 @@ from helpers import assert_exactly_once, backfill, high_watermarks, tail
 from tailfill import cli
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import IngestError
-from tailfill.lake.batch_report import read_reports, report_file
 from tailfill.run.plan import checkpoint_root, source_state, tail_request
+from tailfill.state.store import read_reports, report_file
 
 pytestmark = pytest.mark.integration
 
@@ -84,7 +84,7 @@ def test_a_planned_batch_is_still_replayed_after_a_kill_tore_its_commit_log(spar
     err = capsys.readouterr().err
     assert f"removed 2 partial file(s) a kill left in the Spark checkpoint {checkpoint.name}" in err
     assert "batch 0 is replayed with its recorded offsets" in err
-    reports = read_reports(report_file(cfg.name, results[0].run_id, checkpoint.name))
+    reports = read_reports(report_file(cfg, results[0].run_id, checkpoint.name))
     assert [r.batch_id for r in reports][:1] == [0]
     assert reports[0].offsets == 1_000, "batch 0 was planned anew instead of replayed with its recorded offsets"
     assert all(r.offsets <= 400 for r in reports[1:])

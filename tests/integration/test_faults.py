@@ -36,7 +36,6 @@ from tailfill.config import load_pipeline
 from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
 from tailfill.dev.postgres import LocalPostgres
 from tailfill.dev.sample import produce_sample
-from tailfill.lake.batch_report import read_reports, runs_dir
 from tailfill.lake.batch_summary import SUMMARY_RUN
 from tailfill.lake.files import written_by
 from tailfill.lake.ledger import batch_summaries, read_cutover, read_ledger
@@ -52,6 +51,7 @@ from tailfill.offsets import (
 )
 from tailfill.run.spark_job import run
 from tailfill.run.submit import JobSpec, backfill_spec, new_run_id, spark_submit_command, submit_env
+from tailfill.state.store import run_reports
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -65,9 +65,9 @@ def committed_in(cfg, spec: JobSpec) -> int:
     return total(intersect_all(read_ledger(data).committed, [r for s in spec.slices for r in s.ranges]))
 
 
-def batch_lines(reports: Path) -> int:
-    """Batch reports written so far under one run's folder."""
-    return sum(len(f.read_text().splitlines()) for f in reports.glob("*.jsonl")) if reports.exists() else 0
+def batch_lines(cfg, run_id: str) -> int:
+    """Batch reports written so far by one run."""
+    return len(run_reports(cfg, run_id))
 
 
 def total_planned(spec: JobSpec) -> int:
@@ -92,8 +92,8 @@ class Victim:
         self.spec, self.log_path, self.pause = spec, log_path, pause
         self.after_batches = rng.choice([None, None, 0, 1, 2]) if pause is None else -1
         self.delay = rng.uniform(1.0, 10.0) if self.after_batches is None else rng.uniform(0.0, 1.5)
-        self.reports = runs_dir(cfg.name) / spec.run_id
-        self.seen = batch_lines(self.reports)  # a rerun of the backfill keeps its run id: count from here
+        self.cfg = cfg
+        self.seen = batch_lines(cfg, spec.run_id)  # a rerun of the backfill keeps its run id: count from here
         tag = uuid.uuid4().hex
         self.marker, self.flags = f"TAILFILL_TEST_MARKER={tag}", log_path.with_suffix(".faults")
         env = env | {"TAILFILL_TEST_MARKER": tag}
@@ -113,7 +113,7 @@ class Victim:
             return True
         if self.pause is not None:
             return (self.flags / self.pause[0]).exists()
-        if self.kill_at is None and batch_lines(self.reports) >= self.seen + self.after_batches \
+        if self.kill_at is None and batch_lines(self.cfg, self.spec.run_id) >= self.seen + self.after_batches \
                 and " offsets (" in self.log_path.read_text():
             self.kill_at = time.monotonic() + self.delay
         return self.kill_at is not None and time.monotonic() >= self.kill_at
@@ -183,7 +183,7 @@ def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, t
                 running = victim.kill()
                 assert running or victim.pause is None, f"{kind} ended before its failpoint"
                 if running:
-                    killed.append((victim, batch_lines(victim.reports) > victim.seen))
+                    killed.append((victim, batch_lines(victim.cfg, victim.spec.run_id) > victim.seen))
                     on_disk, referenced = warehouse_files(cfg)
                     assert referenced <= on_disk, "a committed snapshot references a file that is not there"
                     # Its own files by their names (the run id): the other writer's prepared files are not its.
@@ -258,7 +258,7 @@ def test_broker_stopped_and_restarted_mid_run(spark, make_pipeline):
         assert committed(cfg) > down_at
         # Felt: the query failed and restarted, or a batch begun before the outage was half over ended
         # only after the broker was back (it waited; batches here take about a second).
-        batches = [b for f in (runs_dir(cfg.name) / result.run_id).glob("*.jsonl") for b in read_reports(f)]
+        batches = run_reports(cfg, result.run_id)
         waited = [b for b in batches if b.at - b.seconds < down_t + outage / 2 and b.at >= up_t]
         assert result.restarts >= 1 or waited, (
             "the outage went unnoticed: no restart, and no batch waited through it: "
@@ -393,8 +393,7 @@ def test_overlapping_backfills_and_the_tail_at_once(postgres, make_pipeline, tmp
     specs = [first, second, JobSpec(str(cfg.path), "tail", new_run_id("tail"), once=True)]
     results = [r for rs in submit_at_once(specs, tmp_path).values() for r in rs]
     overlap = (2 * per // 3 - per // 3) * PARTITIONS
-    reports = {spec.run_id: [b for f in (runs_dir(cfg.name) / spec.run_id).glob("*.jsonl") for b in read_reports(f)]
-               for spec in specs}
+    reports = {spec.run_id: run_reports(cfg, spec.run_id) for spec in specs}
     skipped = merge(r for batches in reports.values() for b in batches for r in b.skipped)
     outside = subtract(skipped, [OffsetRange(topic, p, per // 3, 2 * per // 3) for p in range(PARTITIONS)])
     assert not outside, f"a writer skipped offsets outside the overlap: {outside}"
@@ -475,8 +474,7 @@ def test_a_batch_committed_in_part_by_another_writer_commits_only_the_rest(spark
 
     kept = ranges((0, 0, 250), (0, 500, per), (1, 0, per), (3, 0, per))
     skipped = ranges((0, 250, 500), (2, 0, per))
-    [reports] = (runs_dir(cfg.name) / held.run_id).glob("*.jsonl")
-    [report] = read_reports(reports)
+    [report] = run_reports(cfg, held.run_id)
     assert (report.committed, report.skipped) == (kept, skipped)
     assert report.offsets == PARTITIONS * per and result.skipped_offsets == 0  # a partial commit is not a skip
     summary = next(s for s in batch_summaries(ensure_tables(cfg).data) if s[SUMMARY_RUN] == held.run_id)

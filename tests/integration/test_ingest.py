@@ -6,10 +6,10 @@ import pytest
 from helpers import assert_exactly_once, backfill, high_watermarks, tail
 
 from tailfill.dev.sample import BAD_VALUES, produce_sample
-from tailfill.lake.batch_report import read_reports
 from tailfill.lake.ledger import batch_summaries, read_cutover, read_ledger
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, ranges_from_json, total
+from tailfill.state.store import run_reports
 
 pytestmark = pytest.mark.integration
 
@@ -110,8 +110,7 @@ def test_a_batch_replayed_after_its_commit_commits_nothing(spark, make_pipeline,
     assert run.batches == 3 and run.offsets == 6_000 and run.skipped_offsets == 2_000
     assert snapshot_count(cfg) == before + 3  # the replay added no snapshot
     assert_exactly_once(cfg, high_watermarks(cfg))
-    [query] = (home / "runs" / cfg.name / run.run_id).iterdir()
-    reports = read_reports(query)
+    reports = run_reports(cfg, run.run_id)  # its one query
     replayed = reports[0]
     assert replayed.batch_id == 0 and replayed.committed == [] and total(replayed.skipped) == 2_000
     first_commit = next(s for s in batch_summaries(ensure_tables(cfg).data) if s["tailfill.run-id"] == run.run_id)

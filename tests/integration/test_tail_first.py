@@ -18,10 +18,9 @@ from helpers import assert_exactly_once, high_watermarks, kill_job_tree, tail
 
 from tailfill.cli import main as cli_main
 from tailfill.dev.sample import produce_live, produce_sample
-from tailfill.lake.batch_report import read_reports, runs_dir
 from tailfill.proof.validate import validate
 from tailfill.run.submit import JobSpec, backfill_spec, new_run_id, spark_submit_command, submit_env
-from tailfill.run.tail_health import read_health
+from tailfill.state.store import read_health, run_ids, run_reports
 
 # Its assertions are timings (batches inside their interval, freshness): it runs with the machine to itself.
 pytestmark = [pytest.mark.integration, pytest.mark.solo]
@@ -60,9 +59,9 @@ def test_backfill_beside_a_live_tail_keeps_the_tail_fresh(spark, make_pipeline, 
     backfill_proc = None
     try:
         # The tail records the cutover at its start: the history is the backfill's, the live events the tail's.
-        _wait(lambda: read_health(cfg.name) is not None, 240, "the tail's start", tail_proc, tail_log)
+        _wait(lambda: read_health(cfg) is not None, 240, "the tail's start", tail_proc, tail_log)
         producer.start()
-        _wait(lambda: (h := read_health(cfg.name)) is not None and h.batch_at is not None, 120,
+        _wait(lambda: (h := read_health(cfg)) is not None and h.batch_at is not None, 120,
               "the tail's first batch", tail_proc, tail_log)
         time.sleep(INTERVAL)  # the tail settles into the live rate
         spec = backfill_spec(cfg)
@@ -82,8 +81,8 @@ def test_backfill_beside_a_live_tail_keeps_the_tail_fresh(spark, make_pipeline, 
             if proc is not None:
                 kill_job_tree(proc, marker.encode())  # whatever is left of either job
 
-    [tail_run] = [d for d in runs_dir(cfg.name).iterdir() if d.is_dir() and d.name.startswith("tail-")]
-    batches = [b for f in tail_run.glob("*.jsonl") for b in read_reports(f)]
+    [tail_run] = [r for r in run_ids(cfg) if r.startswith("tail-")]
+    batches = run_reports(cfg, tail_run)
     beside = [b for b in batches if backfill_started <= b.at <= backfill_ended + INTERVAL]
     log = tail_log.read_text()[-4000:]
     assert len(beside) >= 2, f"only {len(beside)} tail batches while the backfill ran:\n{log}"

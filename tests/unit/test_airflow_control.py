@@ -19,11 +19,13 @@ from tailfill_airflow.naming import (  # noqa: E402
     split_dag_id,
     tailfill_run_id,
 )
-from tailfill_airflow.progress import ProgressWatcher, progress, run_reports  # noqa: E402
+from tailfill_airflow.progress import ProgressWatcher, progress  # noqa: E402
 
-from tailfill.lake.batch_report import BatchReport, append_report, report_file  # noqa: E402
+from tailfill.config import load_pipeline  # noqa: E402
 from tailfill.lake.freshness import Freshness  # noqa: E402
 from tailfill.offsets import OffsetRange, TopicPartition  # noqa: E402
+from tailfill.state.records import BatchReport  # noqa: E402
+from tailfill.state.store import append_report, read_failures, report_file, run_reports  # noqa: E402
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
@@ -93,14 +95,15 @@ def test_progress_counts_an_earlier_try_as_done_but_not_as_speed():
 
 def test_watcher_publishes_at_once_then_each_new_batch_then_its_end(home):
     seen: list[dict] = []
-    path = report_file("p", "run1", "q0")
-    with ProgressWatcher("p", "run1", 400, seen.append, interval=3600) as watcher:
+    cfg = load_pipeline(REPO / "pipelines" / "demo.yaml")
+    path = report_file(cfg, "run1", "q0")
+    with ProgressWatcher(cfg, "run1", 400, seen.append, interval=3600) as watcher:
         assert [s["batches"] for s in seen] == [0]  # the first line before any batch committed
         append_report(path, report(0, 1.0, 0, 100))
         watcher.poll()
         watcher.poll()  # nothing new: nothing published
     assert [(s["state"], s["batches"]) for s in seen] == [("running", 0), ("running", 1), ("finished", 1)]
-    assert [r.batch_id for r in run_reports("p", "run1")] == [0]
+    assert [r.batch_id for r in run_reports(cfg, "run1")] == [0]
 
 
 def test_failure_headline_names_cause_and_fix_and_the_java_stack_is_not_the_cause():
@@ -145,6 +148,7 @@ def test_a_failed_task_of_every_tailfill_dag_is_recorded(kind, tmp_path, monkeyp
     from tailfill.config import load_pipeline
 
     monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
+    monkeypatch.setenv("TAILFILL_PIPELINES", str(REPO / "pipelines"))
     dag = getattr(dag_factory, f"{kind}_dag")(load_pipeline(REPO / "pipelines" / "demo.yaml"))
     assert dag.dag_id == f"demo_{kind}" and dag.tasks
     for t in dag.tasks:
@@ -154,11 +158,10 @@ def test_a_failed_task_of_every_tailfill_dag_is_recorded(kind, tmp_path, monkeyp
         ti = SimpleNamespace(dag_id=dag.dag_id, run_id="manual__1", task_id=t.task_id, map_index=-1, try_number=2)
         for callback in callbacks:
             callback({"ti": ti, "exception": RuntimeError(f"{t.task_id} broke\nstack")})
-    lines = (tmp_path / "runs" / "demo" / "failures.jsonl").read_text().splitlines()
-    records = [json.loads(line) for line in lines]
-    assert sorted((r["task_id"], r["error"]) for r in records) == sorted(
+    records = read_failures(load_pipeline(REPO / "pipelines" / "demo.yaml"))  # the demo's state root
+    assert sorted((r.task_id, r.error) for r in records) == sorted(
         (t.task_id, f"{t.task_id} broke") for t in dag.tasks)
-    assert {(r["dag_id"], r["try_number"]) for r in records} == {(f"demo_{kind}", 2)}
+    assert {(r.dag_id, r.try_number) for r in records} == {(f"demo_{kind}", 2)}
 
 
 def test_a_failure_record_keeps_the_user_but_not_the_password_of_a_uri(tmp_path, monkeypatch):
@@ -167,13 +170,15 @@ def test_a_failure_record_keeps_the_user_but_not_the_password_of_a_uri(tmp_path,
     from tailfill_airflow.callbacks import on_failure
 
     monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
+    monkeypatch.setenv("TAILFILL_PIPELINES", str(REPO / "pipelines"))
     ti = SimpleNamespace(dag_id="demo_incremental", run_id="manual__1", task_id="preflight", map_index=-1,
                          try_number=1)
     error = "catalog: cannot open the Iceberg catalog at postgresql+psycopg2://u:pw-in-uri@127.0.0.1:9/none: refused"
     on_failure({"ti": ti, "exception": RuntimeError(error)})
-    text = (tmp_path / "runs" / "demo" / "failures.jsonl").read_text()
-    assert "pw-in-uri" not in text
-    assert json.loads(text)["error"] == error.replace("u:pw-in-uri@", "u:***@")
+    [record] = read_failures(load_pipeline(REPO / "pipelines" / "demo.yaml"))  # the demo's state root
+    assert record.error == error.replace("u:pw-in-uri@", "u:***@")
+    stored = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert stored and not [p for p in stored if b"pw-in-uri" in p.read_bytes()]
 
 
 def test_the_incremental_dag_has_the_deadline_its_pipeline_asks_for_and_no_other_dag_one(tmp_path):
@@ -204,11 +209,11 @@ def test_a_missed_deadline_is_recorded_with_its_run_and_the_fix(tmp_path, monkey
     from tailfill_airflow.callbacks import deadline_missed
 
     monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
+    monkeypatch.setenv("TAILFILL_PIPELINES", str(REPO / "pipelines"))
     context = {"dag_run": {"dag_id": "demo_incremental", "dag_run_id": "scheduled__2026-11-23T10:00"},
                "deadline": {"id": "d1", "deadline_time": "2026-11-23T10:10:00+00:00"}}
     asyncio.run(deadline_missed(interval_seconds=600.0, context=context))
-    [line] = (tmp_path / "runs" / "demo" / "failures.jsonl").read_text().splitlines()
-    record = json.loads(line)
-    assert (record["dag_id"], record["run_id"]) == ("demo_incremental", "scheduled__2026-11-23T10:00")
-    assert record["error"].startswith("deadline missed: the run was not finished 600s after it was queued")
-    assert "fix:" in record["error"]
+    [record] = read_failures(load_pipeline(REPO / "pipelines" / "demo.yaml"))
+    assert (record.dag_id, record.run_id) == ("demo_incremental", "scheduled__2026-11-23T10:00")
+    assert record.error.startswith("deadline missed: the run was not finished 600s after it was queued")
+    assert "fix:" in record.error

@@ -98,6 +98,10 @@ def _rename(section, old, new):
          "'a week' is not a duration"),
         (_set("maintenance", "keep_last", 0), "maintenance.keep_last", "greater than or equal to 1"),
         (_delete("maintenance", "orphan_min_age"), "maintenance.orphan_min_age", "Field required"),
+        (_delete("backfill", "when_tail_unknown"), "backfill.when_tail_unknown", "Field required"),
+        (_set("backfill", "when_tail_unknown", "wait"), "backfill.when_tail_unknown", "allowed values"),
+        (_set("target", "state_root", "s3://bucket/state"), "target", "must be on the warehouse's filesystem"),
+        (_set("target", "state_root", "gs://bucket/state"), "target", "must be on the warehouse's filesystem"),
     ],
 )
 def test_malformed_pipeline_names_file_and_field(tmp_path, edit, field, hint):
@@ -114,6 +118,22 @@ def test_s3_warehouse_with_endpoint_is_accepted(tmp_path):
         data["target"].update(warehouse="s3://bucket/wh", s3={"endpoint": "http://127.0.0.1:9000"})
 
     assert load_pipeline(write_variant(tmp_path, edit)).target.s3.endpoint == "http://127.0.0.1:9000"
+
+
+def test_the_shared_run_state_is_beside_the_table_unless_a_state_root_says_where(tmp_path):
+    from tailfill.state.store import state_root
+
+    def s3(root):
+        def edit(data):
+            data["target"].update(warehouse="s3://bucket/wh/", s3={"endpoint": "http://127.0.0.1:9000"})
+            if root:
+                data["target"]["state_root"] = root
+        return edit
+
+    assert state_root(load_pipeline(write_variant(tmp_path, s3(None)))) == "s3://bucket/wh/_tailfill/demo"
+    assert state_root(load_pipeline(write_variant(tmp_path, s3("s3://ops/state/")))) == "s3://ops/state/demo"
+    local = load_pipeline(write_variant(tmp_path, _set("target", "state_root", str(tmp_path / "shared"))))
+    assert state_root(local) == f"{tmp_path}/shared/demo"
 
 
 @pytest.mark.parametrize(

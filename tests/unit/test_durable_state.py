@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pandas as pd
 
-from tailfill.durable import append_line, complete_lines, write_atomic
-from tailfill.lake.batch_report import BatchReport, append_report, read_reports
+from tailfill.config import load_pipeline
+from tailfill.durable import write_atomic
 from tailfill.proof.expectations import run_suites
 from tailfill.run import checkpoint
+from tailfill.state.records import BatchReport
+from tailfill.state.store import report_file
 
 # What Spark 4 said when it refused the wedged checkpoint (from the soak's log).
 REFUSAL = ("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
@@ -32,28 +35,21 @@ def torn_write(folder, batch: int) -> list:
     return [tmp, crc]
 
 
-def test_a_torn_line_is_ended_before_the_next_append(tmp_path):
-    path = tmp_path / "log.jsonl"
-    append_line(path, '{"a": 1}')
-    with path.open("a") as f:
-        f.write('{"a": 2, "b"')  # the writer was killed here
-    assert complete_lines(path) == ['{"a": 1}']  # a line without its newline is not a line yet
-
-    append_line(path, '{"a": 3}')
-
-    assert complete_lines(path) == ['{"a": 1}', '{"a": 2, "b"', '{"a": 3}']
-
-
-def test_batch_reports_survive_a_torn_line_between_two_tries(tmp_path):
-    path = tmp_path / "q.jsonl"
+def test_a_batch_report_killed_mid_write_is_not_read_and_a_retry_adds_its_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
+    cfg = load_pipeline(Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml")
+    log = report_file(cfg, "run1", "q0")
     first, second = (BatchReport(batch_id=b, at=1.0 + b, seconds=1.0, offsets=10, records=10, rows=10, quarantined=0)
                      for b in (0, 1))
-    append_report(path, first)
-    with path.open("a") as f:
-        f.write(second.to_json()[:25])  # the first try died mid-append
-    append_report(path, second)  # the retry appends again
+    log.append(first)
+    folder = Path(str(log))
+    (folder / ".00000001-0000000002000.json.0a1b.tmp").write_text(second.to_json()[:25])  # the try died mid-write
+    assert [r.batch_id for r in log.read()] == [0]
 
-    assert [r.batch_id for r in read_reports(path)] == [0, 1]
+    log.append(second)  # the retry writes the batch's report whole
+    log.append(BatchReport(**{**second.__dict__, "at": 9.0, "committed": [], "skipped": []}))  # a replay of it
+
+    assert [(r.batch_id, r.at) for r in log.read()] == [(0, 1.0), (1, 2.0), (1, 9.0)]
 
 
 def test_write_atomic_replaces_whole_and_leaves_nothing_on_failure(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 from tailfill.config import load_pipeline
 from tailfill.lake.freshness import Freshness, LatencySample, TimestampSketch, freshness
 from tailfill.run.governor import Governor
-from tailfill.run.tail_health import TailHealth, TailPace, describe
+from tailfill.run.tail_health import TailHealth, TailPace, describe, read_tail
 from tailfill.run.tuning import tail_batch_offsets
 from tailfill.schema import TIMESTAMP
 
@@ -122,10 +122,20 @@ class FakeClock:
         self.now += s
 
 
-def governor(clock: FakeClock, tail: list, rate: int | None = None, logs: list | None = None) -> Governor:
+def seen(health: TailHealth | None) -> tuple[TailHealth | None, str | None]:
+    """What ``read_tail`` returns: a stopped tail's record (alive_at 0) stands for "no tail running"."""
+    return health or health_stopped(), None
+
+
+def health_stopped() -> TailHealth:
+    return health(alive_at=0.0)
+
+
+def governor(clock: FakeClock, tail: list, rate: int | None = None, logs: list | None = None,
+             when_tail_unknown: str = "proceed") -> Governor:
     return Governor(max_offsets_per_batch=2_000_000, batch_seconds=30.0, max_offsets_per_second=rate, cores=2,
-                    read_health=lambda: tail[0], log=(logs if logs is not None else []).append,
-                    clock=clock, sleep=clock.sleep)
+                    read_tail=lambda: seen(tail[0]), when_tail_unknown=when_tail_unknown, tail_interval_seconds=10.0,
+                    log=(logs if logs is not None else []).append, clock=clock, sleep=clock.sleep)
 
 
 def test_without_a_tail_the_backfill_runs_at_full_speed():
@@ -157,7 +167,7 @@ def test_the_backfill_pauses_while_the_tail_misses_its_objective_and_resumes():
         fresh = late.freshness if i < 5 else Freshness(2.0, 8.0, 9.0, 1000)
         return TailHealth(**{**late.__dict__, "alive_at": clock.now, "freshness": fresh})
 
-    g.read_health = read
+    g.read_tail = lambda: seen(read())
     _, waited = g.after_batch(100_000, 2.0)
     assert waited == pytest.approx(5.0)  # five polls a second apart found it late
     assert logs[0].startswith("yielding to the tail: tail freshness p95 35s > objective 20s")
@@ -187,7 +197,44 @@ def test_a_tail_late_for_other_reasons_does_not_stop_the_backfill_for_ever():
     clock, logs = FakeClock(), []
     tail = [health(alive_at=clock.now, freshness=Freshness(50.0, 90.0, 99.0, 10))]
     g = governor(clock, tail, logs=logs)
-    g.read_health = lambda: TailHealth(**{**tail[0].__dict__, "alive_at": clock.now})  # alive, and always late
+    g.read_tail = lambda: seen(TailHealth(**{**tail[0].__dict__, "alive_at": clock.now}))  # alive, always late
     _, waited = g.after_batch(100_000, 2.0)
     assert waited == pytest.approx(100.0)  # ten of the tail's 10 s intervals
     assert "the backfill is not what holds it back" in logs[-1]
+
+
+@pytest.mark.parametrize("why", ["no tail state at s3://b/_tailfill/demo/tail/health.json",
+                                 "cannot read the tail's state at /w/_tailfill/demo/tail/health.json: OSError: gone"])
+def test_a_governor_that_cannot_see_the_tail_says_so_and_yields_when_told(why):
+    clock, logs = FakeClock(), []
+    g = Governor(max_offsets_per_batch=2_000_000, batch_seconds=30.0, max_offsets_per_second=None, cores=2,
+                 read_tail=lambda: (None, why), when_tail_unknown="yield", tail_interval_seconds=10.0,
+                 log=logs.append, clock=clock, sleep=clock.sleep)
+    assert g.first_budget().tasks == 1  # half the cores, as beside a live tail
+    budget, waited = g.after_batch(100_000, 2.0)
+    assert waited == 0 and budget.tasks == 1 and budget.max_offsets == 250_000  # ~5 s batches: half the interval
+    assert g.state.startswith("tail state unknown, yielding")
+    assert logs == [f"tail state unknown: {why}; yielding as if beside a live tail (backfill.when_tail_unknown: yield)"]
+
+
+def test_a_governor_told_to_proceed_runs_at_full_speed_and_still_says_it_is_blind():
+    clock, logs = FakeClock(), []
+    g = governor(clock, [None], logs=logs)
+    g.read_tail = lambda: (None, "no tail state at /w/_tailfill/demo/tail/health.json")
+    budget, _ = g.after_batch(500_000, 5.0)
+    assert budget.tasks is None and budget.max_offsets == 2_000_000
+    assert g.state == "tail state unknown, proceeding: full speed"
+    assert logs[0].startswith("tail state unknown: no tail state at") and "proceeding at full speed" in logs[0]
+    g.read_tail = lambda: seen(None)  # the tail published its state (stopped): known again
+    g.after_batch(500_000, 5.0)
+    assert g.state == "full speed" and logs[-1] == "tail state readable again"
+
+
+def test_status_says_the_tail_is_unknown_and_what_a_backfill_does(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
+    cfg = load_pipeline("pipelines/demo.yaml")
+    health, why = read_tail(cfg)  # nothing published under the demo's state root yet
+    assert health is None and f"{tmp_path}/warehouse/_tailfill/demo/tail/health.json" in why
+    lines = describe(cfg, health, unknown=why)
+    assert lines[1].startswith("tail state unknown: no tail state at")
+    assert lines[1].endswith("a backfill proceeds at full speed (backfill.when_tail_unknown: proceed)")

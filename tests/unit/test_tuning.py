@@ -3,9 +3,10 @@
 import pytest
 
 from tailfill.config import load_pipeline
-from tailfill.lake.batch_report import BatchReport, append_report, report_file
 from tailfill.offsets import OffsetRange
 from tailfill.run.tuning import tuned_max_offsets
+from tailfill.state.records import BatchReport
+from tailfill.state.store import append_report, report_file
 
 
 @pytest.fixture
@@ -14,12 +15,12 @@ def cfg(tmp_path, monkeypatch):
     return load_pipeline("pipelines/demo.yaml")
 
 
-def write_batches(run: str, batches: list[tuple[int, float, bool]]) -> None:
+def write_batches(cfg, run: str, batches: list[tuple[int, float, bool]], at: float = 0.0) -> None:
     """Batch reports of ``(offsets, seconds, committed?)``; an uncommitted one is a skipped replay."""
     for i, (offsets, seconds, committed) in enumerate(batches):
         done = [OffsetRange("events", 0, 0, offsets)]
-        append_report(report_file("demo", run, "tail"), BatchReport(
-            batch_id=i, at=0.0, seconds=seconds, offsets=offsets, records=offsets, rows=offsets, quarantined=0,
+        append_report(report_file(cfg, run, "tail"), BatchReport(
+            batch_id=i, at=at, seconds=seconds, offsets=offsets, records=offsets, rows=offsets, quarantined=0,
             committed=done if committed else [], skipped=[] if committed else done))
 
 
@@ -31,7 +32,7 @@ def test_without_measurements_the_configured_maximum_is_used(cfg):
 
 def test_rate_times_interval_times_safety_factor(cfg):
     # 300 offsets/s measured over two committed batches; a skipped (replayed) batch is ignored.
-    write_batches("r1", [(1200, 4.0, True), (600, 2.0, True), (9999, 0.1, False)])
+    write_batches(cfg, "r1", [(1200, 4.0, True), (600, 2.0, True), (9999, 0.1, False)])
     tuning = tuned_max_offsets(cfg, "tail")
     assert tuning.measured_rows_per_second == 300
     # 300 offsets/s × the demo's 30 s trigger × 0.5 headroom: each batch takes half its interval.
@@ -41,7 +42,7 @@ def test_rate_times_interval_times_safety_factor(cfg):
 
 
 def test_fast_measurements_are_capped_by_the_configured_maximum(cfg):
-    write_batches("r1", [(10_000_000, 1.0, True)])
+    write_batches(cfg, "r1", [(10_000_000, 1.0, True)])
     tuning = tuned_max_offsets(cfg, "backfill")
     # Measured (not the no-measurement default): 10M offsets/s × 30 s × 0.5 = 150M, bounded by the maximum.
     assert tuning.measured_rows_per_second == 10_000_000
@@ -50,7 +51,7 @@ def test_fast_measurements_are_capped_by_the_configured_maximum(cfg):
 
 
 def test_slow_measurements_keep_a_floor_of_a_thousand(cfg):
-    write_batches("r1", [(10, 100.0, True)])
+    write_batches(cfg, "r1", [(10, 100.0, True)])
     tuning = tuned_max_offsets(cfg, "tail")
     assert tuning.measured_rows_per_second == 0.1  # 0.1 offsets/s × 30 s × 0.5 = 1, raised to the floor
     assert tuning.max_offsets_per_batch == cfg.tail.min_offsets_per_batch == 1_000

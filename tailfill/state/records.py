@@ -1,0 +1,174 @@
+"""The typed records of the shared run state, each with ``to_json``/``from_json``.
+
+:class:`BatchReport` (one per committed micro-batch), :class:`TailHealth` (the tail's last
+measurements), :class:`StopRequest` (``tailfill stop-tail``), :class:`LaneRecord` (what the
+Airflow pages know of a lane beyond its batch reports) and :class:`FailureRecord` (a failed task or
+a missed deadline). Where each is stored: :mod:`tailfill.state.store`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from tailfill.lake.freshness import Freshness
+from tailfill.offsets import OffsetRange, ranges_from_json, ranges_to_json
+
+KEEP_UP_TOLERANCE = 1.05  # incoming may exceed capacity by this much before it is called a problem
+MIN_LIVE_SECONDS = 15.0  # a heartbeat older than max(this, 3 intervals) means no tail is running
+
+
+class _Plain:
+    """``to_json``/``from_json`` for a record of plain JSON values."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))  # type: ignore[call-overload]
+
+    @classmethod
+    def from_json(cls, text: str):
+        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in json.loads(text).items() if k in known})
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """One micro-batch: its offsets, what became rows or quarantine, what the commit did, how long it took."""
+
+    batch_id: int
+    at: float  # when the commit finished (unix seconds)
+    seconds: float  # from the batch's trigger (or the previous batch's end) to the end of this commit
+    offsets: int
+    records: int  # what the source read (offsets minus absent or expired ones)
+    rows: int
+    quarantined: int
+    committed: list[OffsetRange] = field(default_factory=list)
+    skipped: list[OffsetRange] = field(default_factory=list)  # already committed (a replay)
+    snapshot_id: int | None = None
+    commit_ms: float = 0.0
+    # Where the time went: plan (Spark, between batches), prepare (wall), read/parse/write (summed
+    # over the batch's tasks, which run in parallel), commit; yield: a backfill's wait for its rate
+    # limit or the tail, after the commit.
+    stages: dict[str, float] = field(default_factory=dict)
+    # Produce-to-commit latency of the batch's records (p50, p95, max seconds; records): Kafka
+    # timestamp to this commit. The tail's freshness; for a backfill, how old the history is.
+    freshness: dict | None = None
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["committed"], data["skipped"] = ranges_to_json(self.committed), ranges_to_json(self.skipped)
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, line: str) -> BatchReport:
+        data = json.loads(line)
+        data["committed"], data["skipped"] = ranges_from_json(data["committed"]), ranges_from_json(data["skipped"])
+        return cls(**data)
+
+
+
+def format_stages(stages: dict[str, float]) -> str:
+    """``plan 0.6s, prepare 1.2s, …``: where a batch's (or a run's) time went."""
+    return ", ".join(f"{k} {v:.1f}s" for k, v in stages.items())
+
+
+@dataclass(frozen=True)
+class TailHealth:
+    """What the tail measured at its last batch (and when it last said it was alive)."""
+
+    alive_at: float  # unix seconds of the last heartbeat or batch
+    trigger_interval_seconds: float
+    freshness_objective_seconds: float
+    max_offsets_per_batch: int
+    freshness: Freshness | None = None  # of the last batch
+    batch_at: float | None = None  # when the last batch committed
+    caught_up: bool = False  # the source had nothing more to read at the last heartbeat
+    incoming_per_s: float | None = None  # the topic's growth, offsets/s (smoothed)
+    processing_per_s: float | None = None  # the tail's own rate while a batch runs, offsets/s (smoothed)
+    backlog: int | None = None  # offsets on the broker not yet committed, after the last batch
+
+    def live(self, now: float | None = None) -> bool:
+        """A tail is running: its heartbeat is recent."""
+        age = (now or time.time()) - self.alive_at
+        return age <= max(MIN_LIVE_SECONDS, 3 * self.trigger_interval_seconds)
+
+    @property
+    def healthy(self) -> bool:
+        """The tail meets its freshness objective (or has nothing left to read)."""
+        if self.caught_up or self.freshness is None:
+            return True
+        return self.freshness.p95 <= self.freshness_objective_seconds
+
+    @property
+    def capacity_per_s(self) -> float | None:
+        """The most offsets/s the tail can take: its cap per trigger, or its measured rate if lower."""
+        by_cap = self.max_offsets_per_batch / self.trigger_interval_seconds
+        return min(by_cap, self.processing_per_s) if self.processing_per_s else None
+
+    def keep_up_problem(self) -> str | None:
+        """One line when the incoming rate is above what the tail can take: the numbers and the fix."""
+        capacity = self.capacity_per_s
+        if self.incoming_per_s is None or capacity is None or self.incoming_per_s <= capacity * KEEP_UP_TOLERANCE:
+            return None
+        by_cap = self.max_offsets_per_batch / self.trigger_interval_seconds
+        if capacity >= by_cap:
+            needed = math.ceil(self.incoming_per_s * self.trigger_interval_seconds * 1.2)
+            limit = (f"tail.max_offsets_per_batch {self.max_offsets_per_batch:,} per "
+                     f"{self.trigger_interval_seconds:g}s trigger")
+            fix = f"raise tail.max_offsets_per_batch to at least {needed:,}"
+        else:
+            limit = f"its measured processing rate {self.processing_per_s:,.0f} offsets/s"
+            fix = "give the tail more cores or executors (--master, --conf), or a longer trigger_interval_seconds"
+        return (f"the tail cannot keep up: incoming {self.incoming_per_s:,.0f} offsets/s, the most the tail "
+                f"can take is {capacity:,.0f} offsets/s ({limit}); fix: {fix}")
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["freshness"] = self.freshness.to_dict() if self.freshness else None
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> TailHealth:
+        data = json.loads(text)
+        data["freshness"] = Freshness.from_dict(data["freshness"])
+        return cls(**data)
+
+    def beat(self, caught_up: bool, now: float | None = None) -> TailHealth:
+        return replace(self, alive_at=now or time.time(), caught_up=caught_up)
+
+
+@dataclass(frozen=True)
+class StopRequest(_Plain):
+    """``tailfill stop-tail`` asked the running tail to stop between batches."""
+
+    at: float
+
+
+@dataclass(frozen=True)
+class LaneRecord(_Plain):
+    """One lane of an Airflow run as its task last wrote it: label, plan, state and failure cause."""
+
+    label: str | None = None
+    planned: int | None = None
+    started_at: float | None = None
+    try_number: int | None = None
+    state: str | None = None
+    ended_at: float | None = None
+    cause: str | None = None
+
+    def merged(self, **changes) -> LaneRecord:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class FailureRecord(_Plain):
+    """A failed Tailfill task (or a scheduled run that missed its deadline): where, which try, the error."""
+
+    at: float
+    dag_id: str | None
+    run_id: str | None
+    task_id: str | None
+    map_index: int | None
+    try_number: int | None
+    error: str
