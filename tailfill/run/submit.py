@@ -1,8 +1,9 @@
 """The ingest job's contract and its submission: what goes in (:class:`JobSpec`), what comes out
-(:class:`IngestResult`), and the ``spark-submit`` command that runs it. No pyspark here.
+(:class:`JobResult`, one JSON document), and the ``spark-submit`` command that runs it. No pyspark here.
 
-The CLI and the Airflow DAGs both build a :class:`JobSpec` and pass ``spec.argv()``; the job parses
-it back with :meth:`JobSpec.parse`, so the two sides cannot disagree on an argument. A backfill
+The planner (:mod:`tailfill.run.planner`) builds every :class:`JobSpec` the CLI and the Airflow DAGs
+pass as ``spec.argv()``; the job parses it back with :meth:`JobSpec.parse`, so the two sides cannot
+disagree on an argument; its result comes back through :func:`parse_result`. A backfill
 spec carries its slices' exact bounds: the job runs what was planned, nothing else.
 """
 
@@ -14,14 +15,15 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 from tailfill.config import PipelineConfig
-from tailfill.errors import ConfigError
+from tailfill.errors import ConfigError, error_class
 from tailfill.offsets import PartitionOffsets
 from tailfill.run import runtime
-from tailfill.run.plan import Mode, Slice, plan_backfill, source_state
+from tailfill.run.plan import Mode, Slice
 
 RESULT_PREFIX = "TAILFILL_RESULT "
 
@@ -80,12 +82,14 @@ class JobSpec:
 def backfill_spec(cfg: PipelineConfig, start: PartitionOffsets | None = None, end: PartitionOffsets | None = None,
                   slices: int | None = None, run_id: str | None = None,
                   max_offsets_per_second: int | None = None) -> JobSpec | None:
-    """Plan a backfill of ``[start, end)`` (default ``[earliest, cutover)``) once; None if all is committed."""
-    planned = plan_backfill(source_state(cfg), start, end, slices)
-    if not planned:
-        return None
-    return JobSpec(cfg.path or cfg.name, "backfill", run_id or new_run_id("backfill"), tuple(planned),
-                   max_offsets_per_second=max_offsets_per_second)
+    """A one-lane backfill of ``[start, end)`` (default ``[earliest, cutover)``), planned by
+    :func:`tailfill.run.planner.plan_backfill_lanes`; None if all is committed."""
+    from tailfill.run.planner import BackfillRequest, plan_backfill_lanes  # the planner builds JobSpecs
+
+    run_id = run_id or new_run_id("backfill")
+    request = BackfillRequest(start, end, slices, max_offsets_per_second=max_offsets_per_second)
+    specs = plan_backfill_lanes(cfg, request, lambda _lane: run_id).specs
+    return specs[0] if specs else None
 
 
 @dataclass
@@ -111,9 +115,44 @@ class IngestResult:
         return (self.rows + self.quarantined) / self.seconds if self.seconds else 0.0
 
 
-def results_line(results: list[IngestResult]) -> str:
-    """The job's last stdout line: its results for the process that submitted it."""
-    return RESULT_PREFIX + json.dumps([asdict(r) for r in results])
+@dataclass
+class JobResult:
+    """What one run of the job hands back to its caller, as ONE JSON document (:meth:`line`).
+
+    ``results``: one :class:`IngestResult` per streaming query that finished; ``error``: the cause
+    when the run could not complete, with the error's class name and that class's fix.
+    """
+
+    results: list[IngestResult] = field(default_factory=list)
+    error: str | None = None
+    error_class: str | None = None
+
+    @property
+    def fix(self) -> str | None:
+        """The fix the error's class carries (None for a success or an error that is not Tailfill's)."""
+        cls = error_class(self.error_class) if self.error_class else None
+        return cls.fix if cls is not None else None
+
+    def asdict(self) -> dict:
+        return {"results": [asdict(r) for r in self.results], "error": self.error, "error_class": self.error_class,
+                "fix": self.fix}
+
+    def line(self) -> str:
+        """The job's last stdout line: this document for the process that submitted it."""
+        return RESULT_PREFIX + json.dumps(self.asdict())
+
+    @classmethod
+    def from_dict(cls, data: dict) -> JobResult:
+        return cls([IngestResult(**r) for r in data.get("results", [])], data.get("error"), data.get("error_class"))
+
+
+def parse_result(lines: Iterable[str]) -> JobResult | None:
+    """The job's result document from its output lines (the last ``TAILFILL_RESULT`` one), or None."""
+    found = None
+    for line in lines:
+        if line.startswith(RESULT_PREFIX):
+            found = line
+    return JobResult.from_dict(json.loads(found[len(RESULT_PREFIX):])) if found else None
 
 
 def parse_conf(pairs: list[str] | None) -> dict[str, str]:
@@ -151,11 +190,12 @@ def run_job(spec: JobSpec, master: str | None = None,
     """Run the job (see :func:`spark_submit_command`), streaming its progress through; returns (exit code, results)."""
     proc = subprocess.Popen(spark_submit_command(spec, master, conf), env=submit_env(), stdout=subprocess.PIPE,
                             text=True)
-    results: list[IngestResult] = []
     assert proc.stdout is not None
+    documents = []
     for line in proc.stdout:
         if line.startswith(RESULT_PREFIX):
-            results = [IngestResult(**r) for r in json.loads(line[len(RESULT_PREFIX):])]
+            documents.append(line)
         else:
             sys.stdout.write(line)
-    return proc.wait(), results
+    document = parse_result(documents)
+    return proc.wait(), document.results if document else []
