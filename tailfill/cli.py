@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from tailfill.config import PipelineConfig, resolve_pipeline, tailfill_home
 from tailfill.dev.broker import broker_down, broker_state, broker_up, resolve_bootstrap
@@ -13,7 +14,8 @@ from tailfill.errors import TailfillError
 from tailfill.lake.batch_report import format_stages, runs_dir
 from tailfill.lake.freshness import Freshness
 from tailfill.offsets import PartitionOffsets
-from tailfill.run.submit import IngestResult, JobSpec, backfill_spec, new_run_id, parse_conf, run_job
+from tailfill.run.planner import BackfillPlan, BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
+from tailfill.run.submit import IngestResult, new_run_id, parse_conf, run_job
 
 
 def _say(line: str) -> None:
@@ -81,23 +83,33 @@ def _offsets(text: str | None) -> PartitionOffsets | None:
     return PartitionOffsets.from_json(text) if text else None
 
 
+def backfill_plan(cfg: PipelineConfig, args: argparse.Namespace) -> BackfillPlan:
+    """``tailfill backfill``'s flags planned by :mod:`tailfill.run.planner` (the backfill DAG's form is too)."""
+    request = BackfillRequest(_offsets(args.start), _offsets(args.end), args.slices,
+                              lanes=getattr(args, "lanes", None) or 1,
+                              max_offsets_per_second=getattr(args, "max_rate", None),
+                              on_committed=getattr(args, "on_committed", None) or "skip")
+    run_id = new_run_id("backfill")  # every lane of a command-line backfill is one run
+    return plan_backfill_lanes(cfg, request, lambda _lane: run_id)
+
+
 def cmd_backfill(args: argparse.Namespace) -> int:
     cfg = resolve_pipeline(args.pipeline)
     conf = parse_conf(args.conf)  # before planning: a typo fails at once
-    spec = backfill_spec(cfg, _offsets(args.start), _offsets(args.end), args.slices,
-                         max_offsets_per_second=getattr(args, "max_rate", None))
-    if spec is None:
+    specs = backfill_plan(cfg, args).specs
+    if not specs:
         return _summarise(cfg, "backfill", 0, [])
-    code, results = run_job(spec, args.master, conf)
-    return _summarise(cfg, "backfill", code, results)
+    with ThreadPoolExecutor(max_workers=len(specs)) as pool:  # lanes run side by side, as in the DAG
+        runs = list(pool.map(lambda spec: run_job(spec, args.master, conf), specs))
+    code = next((c for c, _ in runs if c != 0), 0)
+    return _summarise(cfg, "backfill", code, [r for _, results in runs for r in results])
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
     conf = parse_conf(args.conf)
     cfg = resolve_pipeline(args.pipeline)
-    spec = JobSpec(cfg.path or args.pipeline, "tail", new_run_id("tail"), once=args.once,
-                   stop_after_seconds=getattr(args, "stop_after", None))
-    code, results = run_job(spec, args.master, conf)
+    plan = plan_tail(cfg, TailRequest(args.once, getattr(args, "stop_after", None)), new_run_id("tail"))
+    code, results = run_job(plan.spec, args.master, conf)
     return _summarise(cfg, "tail", code, results)
 
 
@@ -249,6 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
     bf.add_argument("--slices", type=int)
     bf.add_argument("--max-rate", type=int, metavar="OFFSETS_PER_S",
                     help="rate limit for this backfill (default: the pipeline's backfill.max_offsets_per_second)")
+    bf.add_argument("--lanes", type=int, default=1, metavar="N",
+                    help="parallel spark-submit jobs sharing the slices (as the backfill DAG's lanes; default 1)")
+    bf.add_argument("--on-committed", choices=("skip", "fail"), default="skip",
+                    help="offsets of the range already committed: skip them (default) or fail")
     _spark_options(bf)
     bf.set_defaults(func=cmd_backfill)
 

@@ -12,7 +12,7 @@ gets the same specs whichever way it arrives. Planning records the cutover when 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from tailfill.config import PipelineConfig
@@ -101,7 +101,8 @@ def plan_backfill_lanes(cfg: PipelineConfig, request: BackfillRequest,
     overlap = _overlap(state, start, end)
     if overlap and request.on_committed == "fail":
         raise ConfigError(f"requested range overlaps committed offsets in {', '.join(map(str, overlap))} "
-                          "(fix: trigger with committed_ranges=skip, or a range after them)")
+                          "(fix: skip committed ranges (committed_ranges=skip in the form, --on-committed skip on the "
+                          "command line), or request a range after them)")
     tuning = tuned_max_offsets(cfg, "backfill")
     todo = plan_backfill(state, start, end, request.slices)
     if not todo:
@@ -115,10 +116,17 @@ def plan_backfill_lanes(cfg: PipelineConfig, request: BackfillRequest,
 
 
 def plan_tail(cfg: PipelineConfig, request: TailRequest, run_id: str) -> TailPlan:
-    """Plan the tail from its committed position (recording the cutover on its first run), the cap tuned."""
+    """Plan the tail from its committed position (recording the cutover on its first run).
+
+    A tail that runs to the broker's current end (``once``, or the ``available_now`` trigger) gets the
+    cap tuned from measurements; the processing-time tail sizes its batches itself within the maximum.
+    """
     state = source_state(cfg)
     start = tail_start(state)
     tuning = tuned_max_offsets(cfg, "tail")
+    if not request.once and cfg.tail.trigger == "processing_time":  # it sizes each batch itself, up to the maximum
+        tuning = replace(tuning, max_offsets_per_batch=tuning.configured_max,
+                         reason="the adaptive tail sizes each batch from its last one, up to the configured maximum")
     spec = JobSpec(cfg.path or cfg.name, "tail", run_id, once=request.once,
                    stop_after_seconds=request.stop_after_seconds, max_offsets_per_batch=tuning.max_offsets_per_batch)
     return TailPlan(spec, tuning, start, state.marks.high, total(ranges_between(start, state.marks.high)))

@@ -48,3 +48,11 @@ def test_fast_measurements_are_capped_by_the_configured_maximum(cfg):
 def test_slow_measurements_keep_a_floor_of_a_thousand(cfg):
     write_batches("r1", [(10, 100.0, True)])
     assert tuned_max_offsets(cfg, "tail").max_offsets_per_batch == 1_000
+
+
+def test_a_backfill_keeps_its_own_cap_whatever_the_tail_measured(cfg):
+    # Slow tail batches would tune the tail's cap down; the backfill sizes its batches itself.
+    write_batches("r1", [(10, 100.0, True)])
+    tuning = tuned_max_offsets(cfg, "backfill")
+    assert tuning.max_offsets_per_batch == cfg.backfill.max_offsets_per_batch
+    assert "backfill" in tuning.reason
