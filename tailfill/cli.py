@@ -140,9 +140,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         _say(line)
     latest = read_latest(cfg)
     if latest:
-        verdict = "complete" if latest["success"] else f"INCOMPLETE ({len(latest['problems'])} problems)"
-        _say(f"latest validation: {latest['scope']}, {verdict}, at {latest['validated_at']}\n"
-             f"  report: {latest['paths']['html']}")
+        verdict = "complete" if latest.success else f"INCOMPLETE ({len(latest.problems)} problems)"
+        _say(f"latest validation: {latest.scope}, {verdict}, at {latest.validated_at}\n  report: {latest.html}")
     else:
         _say(f"latest validation: none yet (run `tailfill validate {cfg.name}`)")
     return 1 if any(r.gaps for r in rows) else 0
@@ -167,23 +166,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from tailfill.proof.validate import validate
 
     cfg = resolve_pipeline(args.pipeline)
-    report = validate(cfg, run_id=args.run, all_runs=args.all)
-    verdict = "COMPLETE" if report["success"] else "INCOMPLETE"
-    _say(f"validation of {cfg.name}, {report['scope']}: {verdict} "
-         f"({report['offsets_checked']:,} offsets checked in {report['timings_s']['total']:.1f}s)")
-    _say(f"  {'partition':<24} {'expected':>10} {'found':>10} {'rows':>10} {'quarantined':>11} "
-         f"{'missing':>8} {'duplicated':>10}")
-    for p in report["partitions"]:
-        _say(f"  {p['topic'] + '[' + str(p['partition']) + ']':<24} {p['expected']:>10,} {p['found']:>10,} "
-             f"{p['rows']:>10,} {p['quarantined']:>11,} {p['missing']:>8,} {p['duplicated']:>10,}")
-    for s in report["suites"]:
-        _say(f"  suite {s['suite']}: {'passed' if s['success'] else 'FAILED'}")
-    for problem in report["problems"]:
-        _say(f"  problem: {problem}")
-    _say(f"  report: {report['paths']['html']}\n  json:   {report['paths']['json']}")
-    if report["paths"].get("data_docs"):
-        _say(f"  Great Expectations Data Docs: {report['paths']['data_docs']}")
-    return 0 if report["success"] else 1
+    result = validate(cfg, run_id=args.run, all_runs=args.all)
+    _say(result.asstr())
+    return 0 if result.success else 1
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:
@@ -191,16 +176,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
 
     cfg = resolve_pipeline(args.pipeline)
     settings = maintenance_settings(cfg, args.expire_older_than, args.keep_last)
-    report = maintain(cfg, settings)
-    _say(f"maintenance of {cfg.name} (target file {settings.target_file_bytes:,} B, expire older than "
-         f"{settings.expire_older_than} keeping the last {settings.keep_last}, orphans older than "
-         f"{settings.orphan_min_age}) in {report['seconds']:.1f}s")
-    for t in report["tables"]:
-        c, e, o = t["compaction"], t["expiry"], t["orphans"]
-        _say(f"  {t['table']}: compacted {c['files_removed']} files into {c['files_added']} "
-             f"({c['data_files']} data files, {c['data_bytes']:,} B live); expired {e['expired']} snapshots "
-             f"({e['archived']} batch audits archived, {e['snapshots_left']} left); removed {o['deleted']} "
-             f"orphaned files ({o['deleted_bytes']:,} B, {o['kept_too_young']} too young to remove)")
+    _say(maintain(cfg, settings).asstr())
     return 0
 
 

@@ -74,23 +74,19 @@ def _preflight_task(cfg: PipelineConfig, mode: str):
 
 
 def _validate(cfg: PipelineConfig, run_id: str) -> dict:
-    """Validate one run; on success record an asset event with its offsets and rows."""
+    """Validate one run; on success record an asset event with its offsets and rows. Returns the XCom."""
     from tailfill.proof.validate import validate
 
-    report = validate(cfg, run_id=run_id)
-    verdict = "complete" if report["success"] else "INCOMPLETE"
-    log.info("validation of %s: %s (%s offsets) report %s", run_id, verdict, report["offsets_checked"],
-             report["paths"]["html"])
-    if not report["success"]:
-        raise RuntimeError(f"run {run_id} of {cfg.name} is incomplete: " + "; ".join(report["problems"])
-                           + f" (fix: see the completeness report {report['paths']['html']})")
-    rows = sum(p["rows"] for p in report["partitions"])
-    quarantined = sum(p["quarantined"] for p in report["partitions"])
-    get_current_context()["outlet_events"][table_asset(cfg)].extra = {
-        "pipeline": cfg.name, "run_id": run_id, "offsets": report["offsets_checked"], "rows": rows,
-        "quarantined": quarantined, "report": report["paths"]["html"]}
-    return {"run_id": run_id, "offsets": report["offsets_checked"], "rows": rows, "quarantined": quarantined,
-            "report": report["paths"]["html"], "partitions": report["partitions"]}
+    result = validate(cfg, run_id=run_id)
+    verdict = "complete" if result.success else "INCOMPLETE"
+    log.info("validation of %s: %s (%s offsets) report %s", run_id, verdict, result.offsets_checked, result.html)
+    if not result.success:
+        raise RuntimeError(f"run {run_id} of {cfg.name} is incomplete: " + "; ".join(result.problems)
+                           + f" (fix: see the completeness report {result.html})")
+    summary = {"run_id": run_id, "offsets": result.offsets_checked, "rows": result.rows,
+               "quarantined": result.quarantined, "report": result.html}
+    get_current_context()["outlet_events"][table_asset(cfg)].extra = {"pipeline": cfg.name, **summary}
+    return summary | {"partitions": result.partitions}
 
 
 # --- the planning tasks: thin adapters of tailfill.run.planner -----------------------------------
@@ -366,11 +362,11 @@ def maintenance_dag(cfg: PipelineConfig) -> DAG:
             from tailfill.run.maintain import maintain as run_upkeep
             from tailfill.run.maintain import maintenance_settings
 
-            report = run_upkeep(cfg, maintenance_settings(cfg))
-            for t in report["tables"]:
+            result = run_upkeep(cfg, maintenance_settings(cfg))
+            for t in result.asdict()["tables"]:
                 log.info("%s: compaction %s, expiry %s, orphans %s", t["table"], t["compaction"], t["expiry"],
                          t["orphans"])
-            return report
+            return result.asdict()  # an XCom: plain JSON
 
         maintain()
     return dag

@@ -95,3 +95,15 @@ def test_preflight_only_checks_it_records_no_cutover(make_pipeline):
     assert cli.main(["backfill", cfg.path, "--to", f'{{"{cfg.source.topic}": {{"0": 0}}}}']) == 0
     assert read_cutover(ensure_tables(cfg)[0]) is None  # an explicit end needs no cutover either
 
+
+
+def test_the_cli_runs_its_lanes_side_by_side_and_reads_back_each_jobs_result(make_pipeline, capsys):
+    """Through real ``spark-submit``s: the summary comes from the jobs' result documents."""
+    cfg = make_pipeline(backfill__slices=4)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, 4)
+    assert cli.main(["backfill", cfg.path, "--lanes", "2", "--master", "local[1]"]) == 0
+    out = capsys.readouterr().out
+    parts = [line.split() for line in out.splitlines() if line.startswith("  slices ")]
+    assert len(parts) == 2, out  # one row per lane, from each job's TAILFILL_RESULT document
+    assert sum(int(p[-5].replace(",", "")) for p in parts) == 2_000  # the offsets column
+    assert cli.main(["validate", cfg.path, "--all"]) == 0
