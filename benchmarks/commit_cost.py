@@ -80,8 +80,8 @@ def run(label: str, batches: int, offsets: int, every: int | None, target_bytes:
            "data_files": len(files), "data_bytes": sum(t.file.file_size_in_bytes for t in files),
            "upkeep_s": upkeep_s, "seconds": time.perf_counter() - started}
     if every:
-        c = last_upkeep["tables"][0]["compaction"]
-        out["after_compaction"] = (c["data_files"], c["data_bytes"])
+        c = last_upkeep.tables[0].compaction
+        out["after_compaction"] = (c.data_files, c.data_bytes)
     return out
 
 
@@ -125,10 +125,10 @@ def main() -> int:
     os.environ["TAILFILL_HOME"] = str(Path(upkeep["cfg"].target.warehouse).parent)
     report = validate(upkeep["cfg"], all_runs=True)
     expected = args.batches * args.offsets * PARTITIONS
-    print(f"validate --all after upkeep: {'COMPLETE' if report['success'] else 'INCOMPLETE'}, "
-          f"{report['offsets_checked']:,} of {expected:,} offsets checked"
-          + "".join(f"\n  problem: {p}" for p in report["problems"][:10]))
-    return 0 if report["success"] and report["offsets_checked"] == expected else 1
+    print(f"validate --all after upkeep: {'COMPLETE' if report.success else 'INCOMPLETE'}, "
+          f"{report.offsets_checked:,} of {expected:,} offsets checked"
+          + "".join(f"\n  problem: {p}" for p in report.problems[:10]))
+    return 0 if report.success and report.offsets_checked == expected else 1
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from tailfill.config import PipelineConfig, resolve_pipeline, tailfill_home
 from tailfill.dev.broker import broker_down, broker_state, broker_up, resolve_bootstrap
@@ -13,7 +14,8 @@ from tailfill.errors import TailfillError
 from tailfill.lake.freshness import Freshness
 from tailfill.offsets import PartitionOffsets
 from tailfill.redact import redact_text
-from tailfill.run.submit import IngestResult, JobSpec, backfill_spec, new_run_id, parse_conf, run_job
+from tailfill.run.planner import BackfillPlan, BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
+from tailfill.run.submit import IngestResult, new_run_id, parse_conf, run_job
 from tailfill.state.records import format_stages
 from tailfill.state.store import StateStore
 
@@ -83,23 +85,33 @@ def _offsets(text: str | None) -> PartitionOffsets | None:
     return PartitionOffsets.from_json(text) if text else None
 
 
+def backfill_plan(cfg: PipelineConfig, args: argparse.Namespace) -> BackfillPlan:
+    """``tailfill backfill``'s flags planned by :mod:`tailfill.run.planner` (the backfill DAG's form is too)."""
+    request = BackfillRequest(_offsets(args.start), _offsets(args.end), args.slices,
+                              lanes=getattr(args, "lanes", None) or 1,
+                              max_offsets_per_second=getattr(args, "max_rate", None),
+                              on_committed=getattr(args, "on_committed", None) or "skip")
+    run_id = new_run_id("backfill")  # every lane of a command-line backfill is one run
+    return plan_backfill_lanes(cfg, request, lambda _lane: run_id)
+
+
 def cmd_backfill(args: argparse.Namespace) -> int:
     cfg = resolve_pipeline(args.pipeline)
     conf = parse_conf(args.conf)  # before planning: a typo fails at once
-    spec = backfill_spec(cfg, _offsets(args.start), _offsets(args.end), args.slices,
-                         max_offsets_per_second=getattr(args, "max_rate", None))
-    if spec is None:
+    specs = backfill_plan(cfg, args).specs
+    if not specs:
         return _summarise(cfg, "backfill", 0, [])
-    code, results = run_job(spec, args.master, conf)
-    return _summarise(cfg, "backfill", code, results)
+    with ThreadPoolExecutor(max_workers=len(specs)) as pool:  # lanes run side by side, as in the DAG
+        runs = list(pool.map(lambda spec: run_job(spec, args.master, conf), specs))
+    code = next((c for c, _ in runs if c != 0), 0)
+    return _summarise(cfg, "backfill", code, [r for _, results in runs for r in results])
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
     conf = parse_conf(args.conf)
     cfg = resolve_pipeline(args.pipeline)
-    spec = JobSpec(cfg.path or args.pipeline, "tail", new_run_id("tail"), once=args.once,
-                   stop_after_seconds=getattr(args, "stop_after", None))
-    code, results = run_job(spec, args.master, conf)
+    plan = plan_tail(cfg, TailRequest(args.once, getattr(args, "stop_after", None)), new_run_id("tail"))
+    code, results = run_job(plan.spec, args.master, conf)
     return _summarise(cfg, "tail", code, results)
 
 
@@ -131,9 +143,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         _say(line)
     latest = read_latest(cfg)
     if latest:
-        verdict = "complete" if latest["success"] else f"INCOMPLETE ({len(latest['problems'])} problems)"
-        _say(f"latest validation: {latest['scope']}, {verdict}, at {latest['validated_at']}\n"
-             f"  report: {latest['paths']['html']}")
+        verdict = "complete" if latest.success else f"INCOMPLETE ({len(latest.problems)} problems)"
+        _say(f"latest validation: {latest.scope}, {verdict}, at {latest.validated_at}\n  report: {latest.html}")
     else:
         _say(f"latest validation: none yet (run `tailfill validate {cfg.name}`)")
     return 1 if any(r.gaps for r in rows) else 0
@@ -158,23 +169,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from tailfill.proof.validate import validate
 
     cfg = resolve_pipeline(args.pipeline)
-    report = validate(cfg, run_id=args.run, all_runs=args.all)
-    verdict = "COMPLETE" if report["success"] else "INCOMPLETE"
-    _say(f"validation of {cfg.name}, {report['scope']}: {verdict} "
-         f"({report['offsets_checked']:,} offsets checked in {report['timings_s']['total']:.1f}s)")
-    _say(f"  {'partition':<24} {'expected':>10} {'found':>10} {'rows':>10} {'quarantined':>11} "
-         f"{'missing':>8} {'duplicated':>10}")
-    for p in report["partitions"]:
-        _say(f"  {p['topic'] + '[' + str(p['partition']) + ']':<24} {p['expected']:>10,} {p['found']:>10,} "
-             f"{p['rows']:>10,} {p['quarantined']:>11,} {p['missing']:>8,} {p['duplicated']:>10,}")
-    for s in report["suites"]:
-        _say(f"  suite {s['suite']}: {'passed' if s['success'] else 'FAILED'}")
-    for problem in report["problems"]:
-        _say(f"  problem: {problem}")
-    _say(f"  report: {report['paths']['html']}\n  json:   {report['paths']['json']}")
-    if report["paths"].get("data_docs"):
-        _say(f"  Great Expectations Data Docs: {report['paths']['data_docs']}")
-    return 0 if report["success"] else 1
+    result = validate(cfg, run_id=args.run, all_runs=args.all)
+    _say(result.asstr())
+    return 0 if result.success else 1
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:
@@ -182,16 +179,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
 
     cfg = resolve_pipeline(args.pipeline)
     settings = maintenance_settings(cfg, args.expire_older_than, args.keep_last)
-    report = maintain(cfg, settings)
-    _say(f"maintenance of {cfg.name} (target file {settings.target_file_bytes:,} B, expire older than "
-         f"{settings.expire_older_than} keeping the last {settings.keep_last}, orphans older than "
-         f"{settings.orphan_min_age}) in {report['seconds']:.1f}s")
-    for t in report["tables"]:
-        c, e, o = t["compaction"], t["expiry"], t["orphans"]
-        _say(f"  {t['table']}: compacted {c['files_removed']} files into {c['files_added']} "
-             f"({c['data_files']} data files, {c['data_bytes']:,} B live); expired {e['expired']} snapshots "
-             f"({e['archived']} batch audits archived, {e['snapshots_left']} left); removed {o['deleted']} "
-             f"orphaned files ({o['deleted_bytes']:,} B, {o['kept_too_young']} too young to remove)")
+    _say(maintain(cfg, settings).asstr())
     return 0
 
 
@@ -252,6 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
     bf.add_argument("--slices", type=int)
     bf.add_argument("--max-rate", type=int, metavar="OFFSETS_PER_S",
                     help="rate limit for this backfill (default: the pipeline's backfill.max_offsets_per_second)")
+    bf.add_argument("--lanes", type=int, default=1, metavar="N",
+                    help="parallel spark-submit jobs sharing the slices (as the backfill DAG's lanes; default 1)")
+    bf.add_argument("--on-committed", choices=("skip", "fail"), default="skip",
+                    help="offsets of the range already committed: skip them (default) or fail")
     _spark_options(bf)
     bf.set_defaults(func=cmd_backfill)
 

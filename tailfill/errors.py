@@ -2,7 +2,8 @@
 
 A run that fails inside Spark only sees its cause as text (the Python traceback travels through the
 JVM), so :func:`error_class` maps a class name found there back to its class, and the restart
-policy asks the class, never a list of names kept somewhere else.
+policy and the fix shown to the person running the pipeline ask the class (``retryable``, ``fix``),
+never a list of names kept somewhere else.
 """
 
 from __future__ import annotations
@@ -11,29 +12,41 @@ from typing import ClassVar
 
 
 class TailfillError(RuntimeError):
-    """Base of Tailfill's errors; ``retryable`` says whether running the same work again can succeed."""
+    """Base of Tailfill's errors; ``retryable`` says whether running the same work again can succeed,
+    ``fix`` what the person running the pipeline should do, and ``then_resume`` whether running again
+    after the fix resumes the work (a fix that cannot bring data back does not)."""
 
     retryable: ClassVar[bool] = False
+    fix: ClassVar[str] = "read the cause in the job output, fix it"
+    then_resume: ClassVar[bool] = True
 
 
 class ConfigError(TailfillError, ValueError):
     """A pipeline definition is malformed or disagrees with the world; the message names file, field and fix."""
 
+    fix = "correct the pipeline YAML as the message says"
+
 
 class BrokerError(TailfillError):
     """The embedded broker could not be found, started or reached."""
+
+    fix = "check that the brokers in source.bootstrap_servers are up and reachable"
 
 
 class SourceError(TailfillError):
     """The broker could not be reached or did not return what was asked for (often transient)."""
 
     retryable = True
+    fix = BrokerError.fix
 
 
 class ExpiredOffsetsError(SourceError):
     """Requested offsets are no longer in the topic (retention or deletion): no restart brings them back."""
 
     retryable = False
+    fix = ("offsets expired before they were read: see the named gap, and raise the topic's retention or accept "
+           "the loss with completeness.absent_offsets")
+    then_resume = False
 
     def __init__(self, lost: object, earliest: int):
         self.lost = lost
@@ -50,6 +63,8 @@ class RecordError(TailfillError, ValueError):
 
 class LakeError(TailfillError):
     """The catalog or warehouse is unreachable or misconfigured."""
+
+    fix = "check the catalog and the warehouse storage (target.*)"
 
 
 class CommitConflictError(LakeError):

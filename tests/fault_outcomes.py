@@ -50,9 +50,9 @@ def prove(cfg: PipelineConfig, scenario: str, injected: str, behaviour: str, res
     report = validate(cfg, all_runs=True)
     high = high_watermarks(cfg)
     rows, bad = assert_exactly_once(cfg, high)
-    assert report["success"], f"{scenario}: validation failed: {report['problems']}"
-    assert report["offsets_checked"] == sum(high.values()) == len(rows) + len(bad)
-    outcome = Outcome(scenario, injected, behaviour, restarts, report["offsets_checked"],
+    assert report.success, f"{scenario}: validation failed: {report.problems}"
+    assert report.offsets_checked == sum(high.values()) == len(rows) + len(bad)
+    outcome = Outcome(scenario, injected, behaviour, restarts, report.offsets_checked,
                       "COMPLETE: 0 lost, 0 duplicated")
     _PENDING.append(asdict(outcome))
     return outcome

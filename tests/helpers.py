@@ -22,7 +22,7 @@ from tailfill.run.submit import (
     JobSpec,
     backfill_spec,
     new_run_id,
-    parse_results_line,
+    parse_result,
     spark_submit_command,
     submit_env,
 )
@@ -113,9 +113,9 @@ def submit_at_once(specs: list[JobSpec], logs: Path, master: str = "local[1]") -
     for spec in specs:
         output = (logs / f"{spec.run_id}.log").read_text()
         assert codes[spec.run_id] == 0, output[-5000:]
-        printed = [r for line in output.splitlines() if (r := parse_results_line(line)) is not None]
-        assert printed, f"{spec.run_id} printed no results line:\n{output[-3000:]}"
-        results[spec.run_id] = printed[-1]
+        document = parse_result(output.splitlines())
+        assert document is not None, f"{spec.run_id} printed no result document:\n{output[-3000:]}"
+        results[spec.run_id] = document.results
     return results
 
 

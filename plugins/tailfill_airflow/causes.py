@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tailfill.errors import BrokerError, ConfigError, ExpiredOffsetsError, LakeError, TailfillError, error_class
 from tailfill.offsets import merge
 from tailfill.state.records import BatchReport
 
@@ -19,21 +20,18 @@ _RESTART = re.compile(r"^\[[^\]]+\] batch failed .*$")
 _PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): (.+)$")
 _OWN = re.compile(r"^(\[[^\]]+\] |error: |TAILFILL_RESULT |preflight |warning: )")
 
-# Fixes by what the cause names; the first match wins. Every fix ends with how to resume.
-_RESUME = "then clear this task: it resumes at the first uncommitted offset"
-FIXES: tuple[tuple[re.Pattern, str], ...] = (
-    (re.compile(r"ALL_BROKERS_DOWN|BrokerError|TRANSPORT|Connection refused|broker", re.I),
-     f"check that the brokers in source.bootstrap_servers are up and reachable, {_RESUME}"),
-    (re.compile(r"ExpiredOffsets|retention|OFFSET_OUT_OF_RANGE", re.I),
-     "offsets expired before they were read: see the named gap, and raise the topic's retention or accept "
-     "the loss with completeness.absent_offsets"),
-    (re.compile(r"ConfigError|config", re.I), f"correct the pipeline YAML as the message says, {_RESUME}"),
-    (re.compile(r"CommitConflict|LakeError|catalog|S3|NoSuchBucket|AccessDenied", re.I),
-     f"check the catalog and the warehouse storage (target.*), {_RESUME}"),
-    (re.compile(r"OutOfMemory|Java heap|memory", re.I),
-     f"lower the batch cap (max_offsets_per_batch) or give the driver more memory, {_RESUME}"),
+# A Tailfill error carries its own fix (``tailfill.errors``); a cause from elsewhere (Kafka, the JVM,
+# the storage) gets the fix of the error class it amounts to, by what it names. The first match wins.
+_CLASS_NAME = re.compile(r"\b([A-Z]\w*(?:Error|Fault))\b")
+_OOM_FIX = "lower the batch cap (max_offsets_per_batch) or give the driver more memory"
+FOREIGN: tuple[tuple[re.Pattern, type[TailfillError] | str], ...] = (
+    (re.compile(r"ALL_BROKERS_DOWN|TRANSPORT|Connection refused|broker", re.I), BrokerError),
+    (re.compile(r"retention|OFFSET_OUT_OF_RANGE", re.I), ExpiredOffsetsError),
+    (re.compile(r"config", re.I), ConfigError),
+    (re.compile(r"catalog|S3|NoSuchBucket|AccessDenied", re.I), LakeError),
+    (re.compile(r"OutOfMemory|Java heap|memory", re.I), _OOM_FIX),
 )
-GENERIC_FIX = f"read the cause in the job output, fix it, {_RESUME}"
+_RESUME = "then clear this task: it resumes at the first uncommitted offset"
 
 
 @dataclass
@@ -44,13 +42,19 @@ class JobOutput:
     restarts: list[str] = field(default_factory=list)
     error: str | None = None  # the job's ``error: …`` line (its deliberate exit)
     python_error: str | None = None  # the last ``SomeError: message`` (an unexpected crash)
+    error_class: str | None = None  # the class of the job's error, from its result document
     lines: int = 0
 
     def observe(self, line: str) -> bool:
         """Record one output line; True when it is one of the job's own lines (worth the task log)."""
         line = line.rstrip()
         self.lines += 1
-        if m := _JOB_ERROR.match(line):
+        if line.startswith("TAILFILL_RESULT "):
+            from tailfill.run.submit import parse_result  # not at parse time: it imports the planner
+
+            document = parse_result([line])
+            self.error_class = document.error_class if document else None
+        elif m := _JOB_ERROR.match(line):
             self.error = m.group(1)
         elif _RESTART.match(line):
             self.restarts.append(line)
@@ -66,11 +70,18 @@ class JobOutput:
         return self.error or self.python_error or (self.restarts[-1] if self.restarts else "") or "no cause printed"
 
 
-def fix_for(cause: str) -> str:
-    """The fix to suggest for a cause, unless the cause already names one."""
+def fix_for(cause: str, error_class_name: str | None = None) -> str:
+    """The fix to suggest for a cause (of the error class named, if known), unless the cause already names one."""
     if "(fix:" in cause:
         return ""
-    return next((fix for pattern, fix in FIXES if pattern.search(cause)), GENERIC_FIX)
+    # The job's error class, then the classes the cause names (a wrapper's message names its root cause):
+    # the first that knows a fix of its own.
+    named = [error_class(n) for n in ([error_class_name] if error_class_name else []) + _CLASS_NAME.findall(cause)]
+    cls = next((c for c in named if c is not None and c.fix != TailfillError.fix), None)
+    fix: type[TailfillError] | str = cls or next((f for pattern, f in FOREIGN if pattern.search(cause)), TailfillError)
+    if isinstance(fix, str):
+        return f"{fix}, {_RESUME}"
+    return f"{fix.fix}, {_RESUME}" if fix.then_resume else fix.fix
 
 
 def committed_summary(reports: list[BatchReport]) -> str:
@@ -89,5 +100,5 @@ def committed_summary(reports: list[BatchReport]) -> str:
 def headline(what: str, output: JobOutput, returncode: int | str | None) -> str:
     """``<what> failed (exit N): <cause> (fix: …)`` — one line."""
     cause = " ".join(output.cause.split())
-    fix = fix_for(cause)
+    fix = fix_for(cause, output.error_class)
     return f"{what} failed (exit {returncode}): {cause}" + (f" (fix: {fix})" if fix else "")

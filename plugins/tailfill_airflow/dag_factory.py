@@ -14,8 +14,10 @@ written for the person running the pipeline, not for its developers.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from airflow.sdk import DAG, Asset, Param, get_current_context, task
 from airflow.sdk.definitions.callback import AsyncCallback
@@ -72,23 +74,59 @@ def _preflight_task(cfg: PipelineConfig, mode: str):
 
 
 def _validate(cfg: PipelineConfig, run_id: str) -> dict:
-    """Validate one run; on success record an asset event with its offsets and rows."""
+    """Validate one run; on success record an asset event with its offsets and rows. Returns the XCom."""
     from tailfill.proof.validate import validate
 
-    report = validate(cfg, run_id=run_id)
-    verdict = "complete" if report["success"] else "INCOMPLETE"
-    log.info("validation of %s: %s (%s offsets) report %s", run_id, verdict, report["offsets_checked"],
-             report["paths"]["html"])
-    if not report["success"]:
-        raise RuntimeError(f"run {run_id} of {cfg.name} is incomplete: " + "; ".join(report["problems"])
-                           + f" (fix: see the completeness report {report['paths']['html']})")
-    rows = sum(p["rows"] for p in report["partitions"])
-    quarantined = sum(p["quarantined"] for p in report["partitions"])
-    get_current_context()["outlet_events"][table_asset(cfg)].extra = {
-        "pipeline": cfg.name, "run_id": run_id, "offsets": report["offsets_checked"], "rows": rows,
-        "quarantined": quarantined, "report": report["paths"]["html"]}
-    return {"run_id": run_id, "offsets": report["offsets_checked"], "rows": rows, "quarantined": quarantined,
-            "report": report["paths"]["html"], "partitions": report["partitions"]}
+    result = validate(cfg, run_id=run_id)
+    verdict = "complete" if result.success else "INCOMPLETE"
+    log.info("validation of %s: %s (%s offsets) report %s", run_id, verdict, result.offsets_checked, result.html)
+    if not result.success:
+        raise RuntimeError(f"run {run_id} of {cfg.name} is incomplete: " + "; ".join(result.problems)
+                           + f" (fix: see the completeness report {result.html})")
+    summary = {"run_id": run_id, "offsets": result.offsets_checked, "rows": result.rows,
+               "quarantined": result.quarantined, "report": result.html}
+    get_current_context()["outlet_events"][table_asset(cfg)].extra = {"pipeline": cfg.name, **summary}
+    return summary | {"partitions": result.partitions}
+
+
+# --- the planning tasks: thin adapters of tailfill.run.planner -----------------------------------
+
+
+def plan_lanes(cfg: PipelineConfig, params: Mapping[str, Any], airflow_run_id: str) -> list[dict]:
+    """The backfill DAG's ``plan`` task: the form's ``params`` planned as ``tailfill backfill`` plans its flags.
+
+    One XCom entry per lane: its run id, label, slice indexes and the job's arguments.
+    """
+    from tailfill.run.planner import BackfillRequest, plan_backfill_lanes
+
+    with TailfillHook(cfg).credentials_exported():
+        plan = plan_backfill_lanes(cfg, BackfillRequest.from_params(params),
+                                   lambda lane: tailfill_run_id(cfg.name, BACKFILL, airflow_run_id, lane))
+    for line in plan.lines:
+        log.info(line)
+    out = []
+    for lane, spec in enumerate(plan.specs):
+        out.append({"run_id": spec.run_id, "label": lane_label([s.to_dict() for s in spec.slices]),
+                    "slices": [s.index for s in spec.slices], "args": spec.argv()})
+        log.info("lane %s: %s", lane, out[-1]["label"])
+    return out
+
+
+def tune_tail(cfg: PipelineConfig, airflow_run_id: str) -> dict | None:
+    """The incremental DAG's ``tune`` task: the tail planned as ``tailfill tail --once`` plans it; None
+    (downstream skipped) when nothing is waiting."""
+    from tailfill.run.planner import TailRequest, plan_tail
+
+    with TailfillHook(cfg).credentials_exported():
+        plan = plan_tail(cfg, TailRequest(once=True), tailfill_run_id(cfg.name, INCREMENTAL, airflow_run_id))
+    log.info("tail position %s, broker end %s: %s offsets waiting", plan.start.to_dict(), plan.high.to_dict(),
+             f"{plan.pending:,}")
+    if not plan.pending:
+        log.info("nothing new since the committed position: skipping Spark and validation")
+        return None
+    log.info("max offsets per batch: %s (%s)", plan.tuning.max_offsets_per_batch, plan.tuning.reason)
+    return {"run_id": plan.spec.run_id, "tuning": plan.tuning.to_dict(), "args": plan.spec.argv(),
+            "pending": plan.pending}
 
 
 # --- user-facing docs ---------------------------------------------------------------------------
@@ -208,43 +246,7 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
         @task(doc_md=PLAN_DOC)
         def plan() -> list[dict]:
             """The slices to run, planned once: each lane gets its slices' exact bounds."""
-            from tailfill.offsets import PartitionOffsets, ranges_between, subtract
-            from tailfill.run.plan import ensure_cutover, plan_backfill, source_state
-            from tailfill.run.submit import JobSpec
-            from tailfill.run.tuning import tuned_max_offsets
-
-            params = get_current_context()["params"]
-            with TailfillHook(cfg).credentials_exported():
-                state = source_state(cfg)
-                start = (state.marks.low if params["from_offsets"] == "earliest"
-                         else PartitionOffsets.from_json(params["from_offsets"]))
-                end = (ensure_cutover(state) if params["to_offsets"] == "cutover"
-                       else PartitionOffsets.from_json(params["to_offsets"]))
-            log.info("earliest %s, cutover %s, committed %s offsets; this run covers [%s, %s)",
-                     state.marks.low.to_dict(), (state.cutover or end).to_dict(),
-                     f"{sum(r.size for r in state.ledger.committed):,}", start.to_dict(), end.to_dict())
-            overlap = [r for r in ranges_between(start, end) if subtract([r], state.ledger.committed) != [r]]
-            if overlap and params["committed_ranges"] == "fail":
-                raise ValueError(f"requested range overlaps committed offsets in {', '.join(map(str, overlap))} "
-                                 "(fix: trigger with committed_ranges=skip, or a range after them)")
-            todo = plan_backfill(state, start, end, params["slices"])
-            if not todo:
-                log.info("nothing to backfill: every offset of the range is committed")
-                return []
-            lanes = min(params["max_parallel_slices"], len(todo))
-            tuning = tuned_max_offsets(cfg, "backfill")
-            log.info("max offsets per batch: %s (%s)", tuning.max_offsets_per_batch, tuning.reason)
-            out = []
-            for lane in range(lanes):  # each lane a block of adjacent slices: the job runs it as one query
-                block = todo[lane * len(todo) // lanes:(lane + 1) * len(todo) // lanes]
-                spec = JobSpec(str(cfg.path), "backfill", tailfill_run_id(cfg.name, BACKFILL, _airflow_run_id(), lane),
-                               tuple(block), max_offsets_per_batch=tuning.max_offsets_per_batch,
-                               max_offsets_per_second=params.get("max_offsets_per_second"))
-                slices = [s.to_dict() for s in spec.slices]
-                out.append({"run_id": spec.run_id, "label": lane_label(slices),
-                            "slices": [s.index for s in spec.slices], "args": spec.argv()})
-                log.info("lane %s: %s", lane, out[-1]["label"])
-            return out
+            return plan_lanes(cfg, get_current_context()["params"], _airflow_run_id())
 
         @task(doc_md=VALIDATE_DOC, outlets=[table_asset(cfg)], map_index_template="{{ lane_label }}", **RETRIES)
         def validate_slice(lane: dict) -> dict:
@@ -310,25 +312,7 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
 
         @task.short_circuit(doc_md=TUNE_DOC, multiple_outputs=True)  # downstream reads tuned["args"]
         def tune() -> dict | None:
-            from tailfill.offsets import ranges_between, total
-            from tailfill.run.plan import source_state, tail_start
-            from tailfill.run.submit import JobSpec
-            from tailfill.run.tuning import tuned_max_offsets
-
-            with TailfillHook(cfg).credentials_exported():
-                state = source_state(cfg)
-                start = tail_start(state)
-            pending = total(ranges_between(start, state.marks.high))
-            log.info("tail position %s, broker end %s: %s offsets waiting", start.to_dict(),
-                     state.marks.high.to_dict(), f"{pending:,}")
-            if not pending:
-                log.info("nothing new since the committed position: skipping Spark and validation")
-                return None
-            tuning = tuned_max_offsets(cfg, "tail")
-            log.info("max offsets per batch: %s (%s)", tuning.max_offsets_per_batch, tuning.reason)
-            spec = JobSpec(str(cfg.path), "tail", tailfill_run_id(cfg.name, INCREMENTAL, _airflow_run_id()),
-                           once=True, max_offsets_per_batch=tuning.max_offsets_per_batch)
-            return {"run_id": spec.run_id, "tuning": tuning.to_dict(), "args": spec.argv(), "pending": pending}
+            return tune_tail(cfg, _airflow_run_id())
 
         @task(doc_md=VALIDATE_DOC, outlets=[table_asset(cfg)], **RETRIES)
         def validate(tuned: dict) -> dict:
@@ -378,11 +362,11 @@ def maintenance_dag(cfg: PipelineConfig) -> DAG:
             from tailfill.run.maintain import maintain as run_upkeep
             from tailfill.run.maintain import maintenance_settings
 
-            report = run_upkeep(cfg, maintenance_settings(cfg))
-            for t in report["tables"]:
+            result = run_upkeep(cfg, maintenance_settings(cfg))
+            for t in result.asdict()["tables"]:
                 log.info("%s: compaction %s, expiry %s, orphans %s", t["table"], t["compaction"], t["expiry"],
                          t["orphans"])
-            return report
+            return result.asdict()  # an XCom: plain JSON
 
         maintain()
     return dag

@@ -6,7 +6,7 @@ Read from the broker and the table when asked (a task, a plugin page), never whe
 from __future__ import annotations
 
 from tailfill.config import PipelineConfig
-from tailfill.offsets import ranges_between, subtract, total
+from tailfill.offsets import total
 
 
 def live_context(cfg: PipelineConfig) -> dict:
@@ -17,18 +17,15 @@ def live_context(cfg: PipelineConfig) -> dict:
     (None before a cutover is recorded: nothing here records one).
     """
     from tailfill.run.plan import source_state
+    from tailfill.run.planner import pending_offsets
     from tailfill.run.status import format_status, pipeline_status, quarantined_rows
 
     state = source_state(cfg)
-    committed = state.ledger.committed
-    history_end = state.cutover or state.marks.high
-    backfill = total(subtract(ranges_between(state.marks.low, history_end), committed))
-    tail = (total(subtract(ranges_between(state.cutover, state.marks.high), committed))
-            if state.cutover is not None else None)
+    backfill, tail = pending_offsets(state)
     text = format_status(cfg.name, pipeline_status(state), quarantined_rows(state))
     text += (f"\nbackfill would cover: {backfill:,} offsets"
              f"{'' if state.cutover else ' (no cutover yet: the first backfill records it at the current end)'}"
              f"\ntail would cover: {'-' if tail is None else f'{tail:,}'} offsets")
     return {"earliest": state.marks.low.to_dict(), "high": state.marks.high.to_dict(),
-            "cutover": state.cutover.to_dict() if state.cutover else None, "committed": total(committed),
+            "cutover": state.cutover.to_dict() if state.cutover else None, "committed": total(state.ledger.committed),
             "backfill_pending": backfill, "tail_pending": tail, "text": text}

@@ -18,7 +18,6 @@ What it adds for the person watching the run:
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterator
@@ -184,14 +183,14 @@ class TailfillSubmitOperator(SparkSubmitOperator):
             ti.xcom_push(key=RESULT_KEY, value=result)
 
     def _result(self) -> list[dict] | None:
-        """The job's ``TAILFILL_RESULT`` line: one IngestResult per query."""
-        from tailfill.run.submit import RESULT_PREFIX
+        """The job's result document (:func:`tailfill.run.submit.parse_result`): one IngestResult per query."""
+        from dataclasses import asdict
+
+        from tailfill.run.submit import parse_result
 
         assert self._output is not None
-        for line in reversed(self._output.own):
-            if line.startswith(RESULT_PREFIX):
-                return json.loads(line.removeprefix(RESULT_PREFIX))
-        return None
+        document = parse_result(self._output.own)
+        return [asdict(r) for r in document.results] if document is not None else None
 
     def _failure(self, cfg: PipelineConfig, spec: Any, label: str, exc: AirflowException) -> JobFailed:
         assert self._output is not None

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import html
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from tailfill.config import PipelineConfig, tailfill_home
 from tailfill.lake.storage import filesystem, fs_path, warehouse_uri, write_whole
+from tailfill.proof.result import ValidationResult
 from tailfill.redact import redact_data
 
 
@@ -36,26 +38,27 @@ def _write(cfg: PipelineConfig, name: str, text: str) -> str:
     return uri
 
 
-def read_latest(cfg: PipelineConfig) -> dict | None:
-    """The most recent validation report of a pipeline, or None."""
+def read_latest(cfg: PipelineConfig) -> ValidationResult | None:
+    """The most recent validation of a pipeline, or None."""
     fs = filesystem(cfg.target)
     try:
         with fs.open_input_stream(fs_path(f"{results_uri(cfg)}/latest.json")) as f:
-            return json.loads(f.read())
+            return ValidationResult.from_dict(json.loads(f.read()))
     except (FileNotFoundError, OSError):
         return None
 
 
-def persist(cfg: PipelineConfig, report: dict) -> dict:
-    """Write ``<key>.json``, ``<key>.html`` and ``latest.json``; returns their URIs."""
-    key = report["key"]
-    paths = {"json": f"{results_uri(cfg)}/{key}.json", "html": f"{results_uri(cfg)}/{key}.html"}
-    report = redact_data({**report, "paths": {**report.get("paths", {}), **paths}})  # errors may quote a setting
-    _write(cfg, f"{key}.html", render_html(report))
-    text = json.dumps(report, indent=2, default=str)
+def persist(cfg: PipelineConfig, result: ValidationResult) -> dict:
+    """Write ``<key>.json``, ``<key>.html`` and ``latest.json`` of a validation; returns its ``paths``."""
+    key = result.key
+    paths = {**result.paths, "json": f"{results_uri(cfg)}/{key}.json", "html": f"{results_uri(cfg)}/{key}.html"}
+    # Errors may quote a setting: what is written is redacted.
+    result = ValidationResult.from_dict(redact_data(replace(result, paths=paths).asdict()))
+    _write(cfg, f"{key}.html", render_html(result))
+    text = json.dumps(result.asdict(), indent=2, default=str)
     _write(cfg, f"{key}.json", text)
     _write(cfg, "latest.json", text)
-    return report["paths"]
+    return paths
 
 
 def _chart(partitions: list[dict]) -> str:
@@ -80,22 +83,22 @@ def _chart(partitions: list[dict]) -> str:
             + "".join(parts) + "</svg>")
 
 
-def render_html(report: dict) -> str:
+def render_html(report: ValidationResult) -> str:
     """A one-page completeness report."""
     esc = html.escape
-    verdict = "COMPLETE" if report["success"] else "INCOMPLETE"
-    colour = "#1a7f37" if report["success"] else "#cf222e"
+    verdict = "COMPLETE" if report.success else "INCOMPLETE"
+    colour = "#1a7f37" if report.success else "#cf222e"
     rows = "".join(
         f"<tr><td>{esc(p['topic'])}</td><td>{p['partition']}</td><td>{p['expected']:,}</td><td>{p['found']:,}</td>"
         f"<td>{p['rows']:,}</td><td>{p['quarantined']:,}</td><td>{p['missing']:,}</td><td>{p['duplicated']:,}</td>"
         f"<td>{'ok' if p['ok'] else 'FAIL'}</td></tr>"
-        for p in report["partitions"]
+        for p in report.partitions
     )
-    problems = "".join(f"<li>{esc(p)}</li>" for p in report["problems"]) or "<li>none</li>"
+    problems = "".join(f"<li>{esc(p)}</li>" for p in report.problems) or "<li>none</li>"
     damaged = "".join(
         f"<tr><td>{esc(d['table'])}</td><td style='text-align:left'><code>{esc(d['path'])}</code></td>"
         f"<td>{esc(', '.join(d['ranges']) or 'unknown')}</td><td style='text-align:left'>{esc(d['error'])}</td></tr>"
-        for d in report.get("damaged_files", [])
+        for d in report.damaged_files
     )
     damaged_section = (
         "<h2>Damaged files</h2><p>Referenced by the table but missing or unreadable; their offsets are missing."
@@ -105,23 +108,23 @@ def render_html(report: dict) -> str:
         f"<tr><td>{esc(c['check'])}</td><td>{esc(c['column'])}</td><td>{c['evaluated']:,}</td>"
         f"<td>{c['unexpected']:,}</td><td>{c['allowed_fraction']:.1%}</td>"
         f"<td>{'FAIL' if c['unexpected_fraction'] > c['allowed_fraction'] else 'ok'}</td></tr>"
-        for c in report.get("data_checks", [])
+        for c in report.data_checks
     )
     suites = "".join(
         f"<li>{esc(s['suite'])}: {'passed' if s['success'] else 'FAILED'}"
         + "".join(f"<br><code>{esc(json.dumps(f, default=str))}</code>" for f in s["failed"]) + "</li>"
-        for s in report["suites"]
+        for s in report.suites
     )
-    docs = report.get("paths", {}).get("data_docs")
+    docs = report.paths.get("data_docs")
     docs_link = f'<p>Great Expectations Data Docs: <a href="file://{esc(docs)}">{esc(docs)}</a></p>' if docs else ""
     return f"""<!doctype html><html><head><meta charset="utf-8">
-<title>tailfill completeness: {esc(report['pipeline'])} {esc(report['key'])}</title>
+<title>tailfill completeness: {esc(report.pipeline)} {esc(report.key)}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:60em}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:right}}</style></head><body>
-<h1>{esc(report['pipeline'])}: <span style="color:{colour}">{verdict}</span></h1>
-<p>Scope: {esc(report['scope'])} &middot; runs: {esc(', '.join(report['runs']) or 'none')} &middot;
-validated {esc(report['validated_at'])} &middot; {report['offsets_checked']:,} offsets checked</p>
-{_chart(report['partitions'])}
+<h1>{esc(report.pipeline)}: <span style="color:{colour}">{verdict}</span></h1>
+<p>Scope: {esc(report.scope)} &middot; runs: {esc(', '.join(report.runs) or 'none')} &middot;
+validated {esc(report.validated_at)} &middot; {report.offsets_checked:,} offsets checked</p>
+{_chart(report.partitions)}
 <h2>Per partition</h2><table><tr><th>topic</th><th>partition</th><th>expected</th><th>found</th><th>rows</th>
 <th>quarantined</th><th>missing</th><th>duplicated</th><th></th></tr>{rows}</table>
 <h2>Data checks</h2><table><tr><th>check</th><th>column</th><th>values</th><th>unexpected</th>

@@ -32,6 +32,7 @@ from tailfill.proof.completeness import (
 from tailfill.proof.data_checks import DATA_COLUMNS, check_rows, expectation_columns
 from tailfill.proof.expectations import DATA_SUITE, RUN_SUITE, TILING_SUITE, exclusive, run_suites
 from tailfill.proof.reports import gx_root, persist
+from tailfill.proof.result import ValidationResult
 
 
 def _spans(ranges: list[OffsetRange]) -> list[OffsetRange]:
@@ -57,11 +58,11 @@ def _summary_frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)[columns] if rows else pd.DataFrame(columns=columns)
 
 
-def validate(cfg: PipelineConfig, run_id: str | None = None, all_runs: bool = False) -> dict:
+def validate(cfg: PipelineConfig, run_id: str | None = None, all_runs: bool = False) -> ValidationResult:
     """Validate one run (default: the latest that committed) or, with ``all_runs``, the whole table.
 
-    Returns the persisted report (``success``, ``problems``, per-partition and per-suite results,
-    timings, paths). A run that committed nothing (an idle tail) has no ranges to check; the
+    Returns the persisted :class:`ValidationResult` (``success``, ``problems``, per-partition and
+    per-suite results, timings, paths). A run that committed nothing (an idle tail) has no ranges to check; the
     table-wide tiling is checked all the same.
     """
     started = time.perf_counter()
@@ -96,28 +97,28 @@ def validate(cfg: PipelineConfig, run_id: str | None = None, all_runs: bool = Fa
     success = not found and all(s.success for s in suites)
     if not success and not found:  # a suite failed on something the exact accounting did not name
         found = [f"expectation suite {s.suite} failed: {s.failed}" for s in suites if not s.success]
-    report = {
-        "pipeline": cfg.name,
-        "key": run_name if not all_runs else f"all-{datetime.now(UTC):%Y%m%dT%H%M%S}",
-        "scope": scope,
-        "runs": runs,
-        "validated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "success": success,
-        "problems": found,
-        "offsets_checked": sum(r.size for r in claimed),
-        "partitions": _partition_rows(range_checks),
-        "damaged_files": [d.to_dict() for d in damaged],
-        "lost": [str(r) for c in range_checks for r in c.lost],
-        "absent": [str(r) for c in range_checks for r in c.absent],
-        "ranges": range_rows,
-        "tiling": [t.summary_row() for t in tiling],
-        "data_checks": [c.summary_row() for c in data_checks],
-        "suites": [s.to_dict() for s in suites],
-        "timings_s": {"offset_accounting": round(core_s, 3), "great_expectations": round(ge_s, 3),
-                      "data_docs_and_reports": round(time.perf_counter() - started - core_s - ge_s, 3),
-                      "total": round(time.perf_counter() - started, 3)},
-        "paths": {"data_docs": str(docs) if docs else None},
-    }
+    result = ValidationResult(
+        pipeline=cfg.name,
+        key=run_name if not all_runs else f"all-{datetime.now(UTC):%Y%m%dT%H%M%S}",
+        scope=scope,
+        runs=runs,
+        validated_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        success=success,
+        problems=found,
+        offsets_checked=sum(r.size for r in claimed),
+        partitions=_partition_rows(range_checks),
+        damaged_files=[d.to_dict() for d in damaged],
+        lost=[str(r) for c in range_checks for r in c.lost],
+        absent=[str(r) for c in range_checks for r in c.absent],
+        ranges=range_rows,
+        tiling=[t.summary_row() for t in tiling],
+        data_checks=[c.summary_row() for c in data_checks],
+        suites=[s.to_dict() for s in suites],
+        timings_s={"offset_accounting": round(core_s, 3), "great_expectations": round(ge_s, 3),
+                   "data_docs_and_reports": round(time.perf_counter() - started - core_s - ge_s, 3),
+                   "total": round(time.perf_counter() - started, 3)},
+        paths={"data_docs": str(docs) if docs else None},
+    )
     with exclusive(gx_root(cfg)):  # latest.json is rewritten in place
-        report["paths"] = persist(cfg, report)
-    return report
+        result.paths = persist(cfg, result)
+    return result

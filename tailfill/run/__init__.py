@@ -1,2 +1,3 @@
-"""Run: plans (``plan``), batch sizing (``tuning``), checks (``preflight``), ``status``, the job's contract and
-``spark-submit`` (``submit``), Spark's settings (``runtime``), and the Spark job itself (``spark_*``)."""
+"""Run: bounds and slices (``plan``), requests into job specs (``planner``), batch sizing (``tuning``), checks
+(``preflight``), ``status``, the job's contract, result and ``spark-submit`` (``submit``), Spark's settings
+(``runtime``), and the Spark job itself (``spark_*``)."""

@@ -9,13 +9,14 @@ concurrency and retries conflicts, so it can run beside a tail and a backfill th
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from tailfill.config import MaintenanceConfig, PipelineConfig, duration_seconds
 from tailfill.errors import ConfigError
-from tailfill.lake.compact import compact
-from tailfill.lake.expire import expire
-from tailfill.lake.orphans import remove_orphans
+from tailfill.lake.compact import CompactionResult, compact
+from tailfill.lake.expire import ExpiryResult, expire
+from tailfill.lake.orphans import OrphanResult, remove_orphans
 from tailfill.lake.storage import filesystem
 from tailfill.lake.tables import ensure_tables
 
@@ -40,17 +41,58 @@ def maintenance_settings(cfg: PipelineConfig, expire_older_than: str | None = No
     return cfg.maintenance.model_copy(update=changes)
 
 
-def maintain(cfg: PipelineConfig, settings: MaintenanceConfig) -> dict:
+@dataclass(frozen=True)
+class TableUpkeep:
+    """What compaction, expiry and the orphan cleanup did to one table."""
+
+    table: str
+    compaction: CompactionResult
+    expiry: ExpiryResult
+    orphans: OrphanResult
+
+    def asdict(self) -> dict:
+        return {"table": self.table, "compaction": self.compaction.to_dict(), "expiry": self.expiry.to_dict(),
+                "orphans": self.orphans.to_dict()}
+
+    def asstr(self) -> str:
+        c, e, o = self.compaction, self.expiry, self.orphans
+        return (f"{self.table}: compacted {c.files_removed} files into {c.files_added} ({c.data_files} data files, "
+                f"{c.data_bytes:,} B live); expired {e.expired} snapshots ({e.archived} batch audits archived, "
+                f"{e.snapshots_left} left); removed {len(o.deleted)} orphaned files ({o.deleted_bytes:,} B, "
+                f"{o.kept_too_young} too young to remove)")
+
+
+@dataclass
+class MaintenanceResult:
+    """One upkeep of a pipeline's tables: ``asdict()`` for machines (the DAG's XCom), ``asstr()`` for people."""
+
+    pipeline: str
+    settings: MaintenanceConfig
+    tables: list[TableUpkeep] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def asdict(self) -> dict:
+        return {"pipeline": self.pipeline, "settings": self.settings.model_dump(),
+                "tables": [t.asdict() for t in self.tables], "seconds": self.seconds}
+
+    def asstr(self) -> str:
+        s = self.settings
+        head = (f"maintenance of {self.pipeline} (target file {s.target_file_bytes:,} B, expire older than "
+                f"{s.expire_older_than} keeping the last {s.keep_last}, orphans older than {s.orphan_min_age}) "
+                f"in {self.seconds:.1f}s")
+        return "\n".join([head, *(f"  {t.asstr()}" for t in self.tables)])
+
+
+def maintain(cfg: PipelineConfig, settings: MaintenanceConfig) -> MaintenanceResult:
     """Compact, expire and clean both tables of ``cfg``; returns what each step did per table."""
     started = time.perf_counter()
     fs = filesystem(cfg.target)
     older_than = datetime.now(UTC) - timedelta(seconds=duration_seconds(settings.expire_older_than))
-    report: dict = {"pipeline": cfg.name, "settings": settings.model_dump(), "tables": []}
+    result = MaintenanceResult(cfg.name, settings)
     for table in ensure_tables(cfg):
         compacted = compact(table, fs, settings.target_file_bytes)
         expired = expire(table, fs, older_than, settings.keep_last)
         orphans = remove_orphans(table, fs, duration_seconds(settings.orphan_min_age))
-        report["tables"].append({"table": ".".join(table.name()), "compaction": compacted.to_dict(),
-                                 "expiry": expired.to_dict(), "orphans": orphans.to_dict()})
-    report["seconds"] = round(time.perf_counter() - started, 3)
-    return report
+        result.tables.append(TableUpkeep(".".join(table.name()), compacted, expired, orphans))
+    result.seconds = round(time.perf_counter() - started, 3)
+    return result

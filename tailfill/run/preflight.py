@@ -1,6 +1,7 @@
 """Checks before a run: broker, topic, partitions, warehouse, catalog, retention.
 
 Each failure is one clear message naming what and where, raised as :class:`PreflightError`.
+Checks only read: the cutover is recorded by the planner (:mod:`tailfill.run.planner`), never here.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from tailfill.config import PipelineConfig
 from tailfill.errors import BrokerError, ConfigError, LakeError, PreflightError, SourceError
 from tailfill.lake.storage import filesystem, fs_path, warehouse_uri
 from tailfill.redact import redact_uri
-from tailfill.run.plan import SourceState, ensure_cutover, source_state, tail_start
+from tailfill.run.plan import SourceState, source_state, tail_start
 from tailfill.run.tail_health import describe, read_tail
 
 
@@ -30,8 +31,12 @@ def check_warehouse_writable(cfg: PipelineConfig) -> str:
 
 def check_retention(state: SourceState, mode: str) -> str:
     """The broker still holds every offset the next run needs (or the pipeline records gaps)."""
-    # A backfill plans from the earliest offset, so only the tail can find its start expired.
-    start = tail_start(state) if mode == "tail" else state.marks.low
+    # A backfill plans from the earliest offset, so only the tail can find its start expired; a tail
+    # with no cutover yet starts where the planner will record it, at the broker's end.
+    if mode == "tail":
+        start = tail_start(state) if state.cutover is not None else state.marks.high
+    else:
+        start = state.marks.low
     expired = [f"{tp} [{start[tp]}, {state.marks.low[tp]})" for tp in start
                if start[tp] < (state.marks.low.get(tp) or 0)]
     if expired and state.cfg.source.on_expired_offsets == "fail":
@@ -58,7 +63,6 @@ def preflight(cfg: PipelineConfig, mode: str) -> list[str]:
     tables = f"{cfg.target.namespace}.{cfg.target.table}"
     passed.append(f"catalog {redact_uri(cfg.target.catalog.uri)} reachable, tables {tables} ready")
     passed.append(check_warehouse_writable(cfg))
-    ensure_cutover(state)
     passed.append(check_retention(state, mode))
     if mode == "tail":  # what the last tail measured: can it keep up with the incoming rate?
         health, unknown = read_tail(cfg)

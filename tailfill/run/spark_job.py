@@ -1,7 +1,8 @@
 """The Spark job behind ``spark_jobs/ingest.py``: a backfill's planned slices, or the tail.
 
-Prints progress to stderr and, last, one ``TAILFILL_RESULT [...]`` line to stdout; exits 2 with
-the cause on stderr when the run cannot complete.
+Prints progress to stderr and, last, one ``TAILFILL_RESULT {...}`` line to stdout: the run's
+:class:`~tailfill.run.submit.JobResult` as one JSON document. When the run cannot complete it also
+prints the cause on stderr (``error: …``), puts it in the document with its error class, and exits 2.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from tailfill.lake.spark_writer import warm_executors
 from tailfill.redact import redact_text
 from tailfill.run.plan import backfill_requests, source_state, tail_request
 from tailfill.run.spark_ingest import run_ingest
-from tailfill.run.submit import IngestResult, JobSpec, results_line
+from tailfill.run.submit import IngestResult, JobResult, JobSpec
 
 
 def run(spec: JobSpec, spark: SparkSession | Future[SparkSession]) -> list[IngestResult]:
@@ -47,6 +48,7 @@ def main(argv: list[str] | None, spark: SparkSession | Future[SparkSession]) -> 
         results = run(spec, spark)
     except (TailfillError, ValueError) as exc:  # ValueError: malformed offsets
         print(redact_text(f"error: {exc}"), file=sys.stderr, flush=True)
+        print(JobResult(error=redact_text(str(exc)), error_class=type(exc).__name__).line(), flush=True)
         return 2
-    print(results_line(results), flush=True)
+    print(JobResult(results).line(), flush=True)
     return 0

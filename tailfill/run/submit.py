@@ -1,8 +1,9 @@
 """The ingest job's contract and its submission: what goes in (:class:`JobSpec`), what comes out
-(:class:`IngestResult`), and the ``spark-submit`` command that runs it. No pyspark here.
+(:class:`JobResult`, one JSON document), and the ``spark-submit`` command that runs it. No pyspark here.
 
-The CLI and the Airflow DAGs both build a :class:`JobSpec` and pass ``spec.argv()``; the job parses
-it back with :meth:`JobSpec.parse`, so the two sides cannot disagree on an argument. A backfill
+The planner (:mod:`tailfill.run.planner`) builds every :class:`JobSpec` the CLI and the Airflow DAGs
+pass as ``spec.argv()``; the job parses it back with :meth:`JobSpec.parse`, so the two sides cannot
+disagree on an argument; its result comes back through :func:`parse_result`. A backfill
 spec carries its slices' exact bounds: the job runs what was planned, nothing else.
 """
 
@@ -21,11 +22,11 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from tailfill.config import PipelineConfig
-from tailfill.errors import ConfigError
+from tailfill.errors import ConfigError, error_class
 from tailfill.offsets import PartitionOffsets
 from tailfill.redact import redact_data, redact_text
 from tailfill.run import runtime
-from tailfill.run.plan import Mode, Slice, plan_backfill, source_state
+from tailfill.run.plan import Mode, Slice
 
 RESULT_PREFIX = "TAILFILL_RESULT "
 
@@ -84,12 +85,14 @@ class JobSpec:
 def backfill_spec(cfg: PipelineConfig, start: PartitionOffsets | None = None, end: PartitionOffsets | None = None,
                   slices: int | None = None, run_id: str | None = None,
                   max_offsets_per_second: int | None = None) -> JobSpec | None:
-    """Plan a backfill of ``[start, end)`` (default ``[earliest, cutover)``) once; None if all is committed."""
-    planned = plan_backfill(source_state(cfg), start, end, slices)
-    if not planned:
-        return None
-    return JobSpec(cfg.path or cfg.name, "backfill", run_id or new_run_id("backfill"), tuple(planned),
-                   max_offsets_per_second=max_offsets_per_second)
+    """A one-lane backfill of ``[start, end)`` (default ``[earliest, cutover)``), planned by
+    :func:`tailfill.run.planner.plan_backfill_lanes`; None if all is committed."""
+    from tailfill.run.planner import BackfillRequest, plan_backfill_lanes  # the planner builds JobSpecs
+
+    run_id = run_id or new_run_id("backfill")
+    request = BackfillRequest(start, end, slices, max_offsets_per_second=max_offsets_per_second)
+    specs = plan_backfill_lanes(cfg, request, lambda _lane: run_id).specs
+    return specs[0] if specs else None
 
 
 @dataclass
@@ -115,16 +118,44 @@ class IngestResult:
         return (self.rows + self.quarantined) / self.seconds if self.seconds else 0.0
 
 
-def results_line(results: list[IngestResult]) -> str:
-    """The job's last stdout line: its results for the process that submitted it."""
-    return RESULT_PREFIX + json.dumps(redact_data([asdict(r) for r in results]))
+@dataclass
+class JobResult:
+    """What one run of the job hands back to its caller, as ONE JSON document (:meth:`line`).
+
+    ``results``: one :class:`IngestResult` per streaming query that finished; ``error``: the cause
+    when the run could not complete, with the error's class name and that class's fix.
+    """
+
+    results: list[IngestResult] = field(default_factory=list)
+    error: str | None = None
+    error_class: str | None = None
+
+    @property
+    def fix(self) -> str | None:
+        """The fix the error's class carries (None for a success or an error that is not Tailfill's)."""
+        cls = error_class(self.error_class) if self.error_class else None
+        return cls.fix if cls is not None else None
+
+    def asdict(self) -> dict:
+        return {"results": [asdict(r) for r in self.results], "error": self.error, "error_class": self.error_class,
+                "fix": self.fix}
+
+    def line(self) -> str:
+        """The job's last stdout line: this document for the process that submitted it."""
+        return RESULT_PREFIX + json.dumps(redact_data(self.asdict()))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> JobResult:
+        return cls([IngestResult(**r) for r in data.get("results", [])], data.get("error"), data.get("error_class"))
 
 
-def parse_results_line(line: str) -> list[IngestResult] | None:
-    """The results a job's :func:`results_line` carries, or None for any other line of its output."""
-    if not line.startswith(RESULT_PREFIX):
-        return None
-    return [IngestResult(**r) for r in json.loads(line[len(RESULT_PREFIX):])]
+def parse_result(lines: Iterable[str]) -> JobResult | None:
+    """The job's result document from its output lines (the last ``TAILFILL_RESULT`` one), or None."""
+    found = None
+    for line in lines:
+        if line.startswith(RESULT_PREFIX):
+            found = line
+    return JobResult.from_dict(json.loads(found[len(RESULT_PREFIX):])) if found else None
 
 
 def parse_conf(pairs: list[str] | None) -> dict[str, str]:
@@ -172,15 +203,16 @@ def run_job(spec: JobSpec, master: str | None = None,
     """
     proc = subprocess.Popen(spark_submit_command(spec, master, conf), env=submit_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, errors="replace")
-    results: list[IngestResult] = []
     assert proc.stdout is not None and proc.stderr is not None
     errors = threading.Thread(target=_relay, args=(proc.stderr, sys.stderr), name="spark-submit-stderr", daemon=True)
     errors.start()
+    documents = []
     for line in proc.stdout:
-        if (parsed := parse_results_line(line)) is not None:
-            results = parsed
+        if line.startswith(RESULT_PREFIX):
+            documents.append(line)
         else:
             _relay([line], sys.stdout)
     code = proc.wait()
     errors.join(timeout=30)  # a worker the job left behind may hold the pipe; never wait on it for ever
-    return code, results
+    document = parse_result(documents)
+    return code, document.results if document else []

@@ -39,9 +39,20 @@ def measured_rate(cfg: PipelineConfig) -> float | None:
 
 
 def tuned_max_offsets(cfg: PipelineConfig, mode: str) -> Tuning:
-    """The cap for the next ``mode`` run, with the reason, for the run's report."""
-    configured = cfg.tail.max_offsets_per_batch if mode == "tail" else cfg.backfill.max_offsets_per_batch
-    floor = cfg.tail.min_offsets_per_batch if mode == "tail" else min(FLOOR, configured)
+    """The cap for the next ``mode`` run, with the reason, for the run's report.
+
+    A tail's comes from the measured rate and its trigger interval. A backfill's is its own
+    ``backfill.max_offsets_per_batch``: a backfill has no trigger, and sizes each batch while it
+    runs (``backfill.batch_seconds``, the governor), so the tail's interval says nothing about it.
+    """
+    if mode != "tail":
+        configured = cfg.backfill.max_offsets_per_batch
+        budget = cfg.backfill.batch_seconds
+        return Tuning(configured, None, budget or 0.0, configured,
+                      "the backfill's configured maximum" + (f"; each batch sized to about {budget:g}s while it runs"
+                                                             if budget else ""))
+    configured = cfg.tail.max_offsets_per_batch
+    floor = cfg.tail.min_offsets_per_batch
     interval = cfg.tail.trigger_interval_seconds
     rate = measured_rate(cfg)
     if rate is None:

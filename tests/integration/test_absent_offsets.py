@@ -112,24 +112,24 @@ def test_markers_are_missing_by_default(spark, marker_topic):
     cfg, markers = marker_topic()
     assert cfg.completeness.absent_offsets == "none"
     report = validate(cfg, all_runs=True)
-    assert not report["success"]
-    missing = sorted(p.split(" (run")[0] for p in report["problems"] if p.startswith("missing"))
-    assert missing == sorted(f"missing {m}" for m in markers), report["problems"]
-    assert report["absent"] == []
+    assert not report.success
+    missing = sorted(p.split(" (run")[0] for p in report.problems if p.startswith("missing"))
+    assert missing == sorted(f"missing {m}" for m in markers), report.problems
+    assert report.absent == []
     # Nothing else is wrong: the ledger tiles [0, end) and no offset is duplicated.
-    others = [p for p in report["problems"] if not p.startswith(("missing", "expectation suite"))]
+    others = [p for p in report.problems if not p.startswith(("missing", "expectation suite"))]
     assert others == [], others
-    assert report["offsets_checked"] == TRANSACTIONS * (PER_TRANSACTION + 1)
+    assert report.offsets_checked == TRANSACTIONS * (PER_TRANSACTION + 1)
 
 
 def test_markers_are_absent_when_allowed(spark, marker_topic):
     cfg, markers = marker_topic(completeness__absent_offsets="allowed")
     report = validate(cfg, all_runs=True)
-    assert report["success"], report["problems"]
-    assert report["problems"] == []
-    assert sorted(report["absent"]) == sorted(str(m) for m in markers)
+    assert report.success, report.problems
+    assert report.problems == []
+    assert sorted(report.absent) == sorted(str(m) for m in markers)
     # Batches of 40: [0, 40), [40, 80), [80, 104) -- the last one ends on a marker.
-    assert [(r["start"], r["end"], r["absent_offsets"]) for r in report["ranges"]] == [
+    assert [(r["start"], r["end"], r["absent_offsets"]) for r in report.ranges] == [
         (0, 40, 1), (40, 80, 2), (80, 104, 1)]
-    assert report["offsets_checked"] == TRANSACTIONS * (PER_TRANSACTION + 1)
-    assert sum(p["rows"] + p["quarantined"] for p in report["partitions"]) == TRANSACTIONS * PER_TRANSACTION
+    assert report.offsets_checked == TRANSACTIONS * (PER_TRANSACTION + 1)
+    assert sum(p["rows"] + p["quarantined"] for p in report.partitions) == TRANSACTIONS * PER_TRANSACTION

@@ -86,5 +86,5 @@ def test_dags_test_of_the_maintenance_dag_keeps_the_proof(airflow_env, spark):
     assert len(list(data.scan().plan_files())) < files_before
     assert_exactly_once(cfg, high_watermarks(cfg))
     everything = validate(cfg, all_runs=True)
-    assert everything["success"], everything["problems"]
-    assert everything["offsets_checked"] == 4_000
+    assert everything.success, everything.problems
+    assert everything.offsets_checked == 4_000

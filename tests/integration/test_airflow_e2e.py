@@ -171,9 +171,9 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
     assert bad, "the sample's bad records should be quarantined"
     latest = read_latest(cfg)
     assert latest is not None, "no validation report written"
-    assert latest["success"], latest["problems"]
-    assert len(latest["runs"]) == 1 and latest["runs"][0].startswith(f"af-{NAME}-tail-"), latest["runs"]
-    assert latest["offsets_checked"] == LIVE
+    assert latest.success, latest.problems
+    assert len(latest.runs) == 1 and latest.runs[0].startswith(f"af-{NAME}-tail-"), latest.runs
+    assert latest.offsets_checked == LIVE
 
     # Nothing new: the next incremental run stops after ``tune``, without Spark.
     idle_id = airflow.trigger_dag(INCREMENTAL, {})

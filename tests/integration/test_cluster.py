@@ -109,5 +109,5 @@ def test_backfill_slices_survive_a_killed_worker_and_the_tail_runs_on_a_standalo
     _, bad = assert_exactly_once(cfg, high)
     assert bad, "the sample's bad records should be quarantined"
     report = validate(cfg, all_runs=True)
-    assert report["success"], report["problems"]
-    assert report["offsets_checked"] == count + 4_000
+    assert report.success, report.problems
+    assert report.offsets_checked == count + 4_000

@@ -105,18 +105,18 @@ def test_maintain_compacts_expires_and_the_proof_survives(committed, capsys):
     assert sorted(int(s["tailfill.batch-id"]) for s in archived) == list(range(BATCHES - 1))
 
     everything = validate(cfg, all_runs=True)
-    assert everything["success"], everything["problems"]
-    assert everything["offsets_checked"] == BATCHES * PARTITIONS * PER_BATCH
-    assert everything["runs"] == ["run-a", "run-b"]
+    assert everything.success, everything.problems
+    assert everything.offsets_checked == BATCHES * PARTITIONS * PER_BATCH
+    assert everything.runs == ["run-a", "run-b"]
     # A run whose snapshots are all gone is still checked, offset by offset.
     first_run = validate(cfg, run_id="run-a")
-    assert first_run["success"] and first_run["offsets_checked"] == BATCHES // 2 * PARTITIONS * PER_BATCH
+    assert first_run.success and first_run.offsets_checked == BATCHES // 2 * PARTITIONS * PER_BATCH
     assert_exactly_once(cfg, {p: BATCHES * PER_BATCH for p in range(PARTITIONS)})
 
     # Maintenance again: nothing left to compact or expire, nothing lost.
     assert cli.main(["maintain", cfg.path, "--expire-older-than", "0s", "--keep-last", "2"]) == 0
     assert "compacted 0 files" in capsys.readouterr().out
-    assert validate(cfg, all_runs=True)["success"]
+    assert validate(cfg, all_runs=True).success
 
 
 def test_damaged_files_are_named_by_the_ranges_they_held(committed, capsys):
@@ -136,17 +136,17 @@ def test_damaged_files_are_named_by_the_ranges_they_held(committed, capsys):
         f.write(b"not a parquet file")
 
     report = validate(cfg, all_runs=True)
-    assert not report["success"]
+    assert not report.success
     held = OffsetRange(cfg.source.topic, partition, lo, hi + 1)
-    [data_line] = [p for p in report["problems"] if p.startswith("unreadable data file")]
+    [data_line] = [p for p in report.problems if p.startswith("unreadable data file")]
     assert data_line.startswith(f"unreadable data file {gone.file_path} held {held}: ")
-    [q_line] = [p for p in report["problems"] if p.startswith("unreadable quarantine file")]
+    [q_line] = [p for p in report.problems if p.startswith("unreadable quarantine file")]
     assert q_line.startswith(f"unreadable quarantine file {bad.file_path} held ")
     # The offsets they held are missing, each named with its run and batch.
-    missing = sum(p["missing"] for p in report["partitions"])
+    missing = sum(p["missing"] for p in report.partitions)
     assert missing == offsets.num_rows + bad_rows.num_rows
-    assert any(p.startswith(f"missing {cfg.source.topic}[{partition}]") for p in report["problems"])
-    page = fs.open_input_stream(fs_path(report["paths"]["html"])).read().decode()
+    assert any(p.startswith(f"missing {cfg.source.topic}[{partition}]") for p in report.problems)
+    page = fs.open_input_stream(fs_path(report.paths["html"])).read().decode()
     assert "Damaged files" in page and gone.file_path in page and str(held) in page
 
     # The command line: exit 1, the same lines, no traceback.
@@ -186,8 +186,8 @@ def test_orphan_cleanup_beside_commits_never_deletes_a_referenced_file(make_pipe
     assert all(fs.get_file_info(fs_path(u)).type.name == "NotFound" for u in orphans)
     assert_exactly_once(cfg, {p: b * PER_BATCH for p in range(PARTITIONS)})
     report = validate(cfg, all_runs=True)
-    assert report["success"], report["problems"]
-    assert report["offsets_checked"] == b * PARTITIONS * PER_BATCH
+    assert report.success, report.problems
+    assert report.offsets_checked == b * PARTITIONS * PER_BATCH
 
 
 class DeletedMeanwhile:
@@ -247,12 +247,12 @@ def test_maintenance_beside_a_backfill_and_a_tail(spark, make_pipeline):
         produce_sample(bs, topic, 1_500, PARTITIONS, bad_every=97)
         tailed = tail(spark, cfg)
     assert sum(r.offsets for r in backfilled) == 4_000 and sum(r.offsets for r in tailed) == 1_500
-    assert any(t["compaction"]["files_removed"] for r in runs for t in r["tables"])
-    assert any(t["expiry"]["expired"] for r in runs for t in r["tables"])
+    assert any(t.compaction.files_removed for r in runs for t in r.tables)
+    assert any(t.expiry.expired for r in runs for t in r.tables)
     assert_exactly_once(cfg, high_watermarks(cfg))
     report = validate(cfg, all_runs=True)
-    assert report["success"], report["problems"]
-    assert report["offsets_checked"] == 5_500
+    assert report.success, report.problems
+    assert report.offsets_checked == 5_500
 
 
 def test_maintain_on_an_s3_warehouse(make_pipeline, s3_endpoint):
@@ -261,15 +261,15 @@ def test_maintain_on_an_s3_warehouse(make_pipeline, s3_endpoint):
     for b in range(12):
         commit_sample_batch(cfg, "s3-run", b, batch_ranges(cfg, b), bad_every=97)
     report = maintain(cfg, maintenance_settings(cfg, "0s", 2))
-    data_report = report["tables"][0]
+    data_report = report.asdict()["tables"][0]  # as the maintenance DAG's XCom has it
     assert data_report["compaction"]["files_removed"] == 12 * PARTITIONS
     assert data_report["expiry"]["archived"] == 11 and data_report["expiry"]["archive"].startswith("s3://")
     assert data_report["orphans"]["files_seen"] > 0
     data, _ = ensure_tables(cfg)
     assert len(archived_summaries(filesystem(cfg.target), data)) == 11
     everything = validate(cfg, all_runs=True)
-    assert everything["success"], everything["problems"]
-    assert everything["offsets_checked"] == 12 * PARTITIONS * PER_BATCH
+    assert everything.success, everything.problems
+    assert everything.offsets_checked == 12 * PARTITIONS * PER_BATCH
 
 
 def test_maintain_stops_with_one_line_on_a_missing_file(committed, capsys):

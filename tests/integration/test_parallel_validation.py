@@ -24,7 +24,7 @@ def _validate_lane(path: str, run_id: str) -> dict | str:
 
     try:
         report = validate(load_pipeline(path), run_id=run_id)
-        return {"run": report["runs"], "success": report["success"], "problems": report["problems"]}
+        return {"run": report.runs, "success": report.success, "problems": report.problems}
     except Exception:  # the parent reports every lane's failure, not just the first
         return traceback.format_exc()
 

@@ -95,4 +95,4 @@ def test_backfill_beside_a_live_tail_keeps_the_tail_fresh(spark, make_pipeline, 
 
     tail(spark, cfg, once=True)  # what the stopped tail had not reached yet
     assert_exactly_once(cfg, high_watermarks(cfg))
-    assert validate(cfg, all_runs=True)["success"]
+    assert validate(cfg, all_runs=True).success

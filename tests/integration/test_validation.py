@@ -21,6 +21,7 @@ from tailfill.lake.storage import filesystem, fs_path
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, TopicPartition, ranges_to_json
 from tailfill.proof.completeness import islands
+from tailfill.proof.result import ValidationResult
 from tailfill.proof.validate import validate
 
 pytestmark = pytest.mark.integration
@@ -48,11 +49,11 @@ def data_file_offsets(cfg, table) -> tuple[object, TopicPartition, np.ndarray]:
     return task.file, TopicPartition(cfg.source.topic, parts.pop()), np.sort(rows["kafka_offset"].to_numpy())
 
 
-def assert_fails_naming(cfg, expected: list[str], capsys, all_runs: bool = True) -> dict:
+def assert_fails_naming(cfg, expected: list[str], capsys, all_runs: bool = True) -> ValidationResult:
     report = validate(cfg, all_runs=all_runs)
-    assert not report["success"]
+    assert not report.success
     for line in expected:
-        assert line in report["problems"], (line, report["problems"])
+        assert line in report.problems, (line, report.problems)
     # The CLI says the same and exits 1.
     assert cli.main(["validate", cfg.path, "--all"]) == 1
     out = capsys.readouterr().out
@@ -60,9 +61,9 @@ def assert_fails_naming(cfg, expected: list[str], capsys, all_runs: bool = True)
     return report
 
 
-def failed_expectations(report: dict, suite: str) -> set[tuple[str, str]]:
+def failed_expectations(report: ValidationResult, suite: str) -> set[tuple[str, str]]:
     """(expectation, column) of each expectation that the Great Expectations suite itself failed."""
-    [result] = [r for r in report["suites"] if r["suite"] == suite]
+    [result] = [r for r in report.suites if r["suite"] == suite]
     assert not result["success"], f"suite {suite} passed on a tampered table"
     return {(f["expectation"], f["kwargs"].get("column") or f["kwargs"]["column_A"]) for f in result["failed"]}
 
@@ -74,20 +75,20 @@ BETWEEN = "expect_column_values_to_be_between"
 def test_untampered_table_passes_and_reports_are_written(spark, ingested, capsys):
     cfg = ingested
     report = validate(cfg)  # the latest run: the tail
-    assert report["success"], report["problems"]
-    assert report["scope"].startswith("run tail-") and report["offsets_checked"] == 800
+    assert report.success, report.problems
+    assert report.scope.startswith("run tail-") and report.offsets_checked == 800
     everything = validate(cfg, all_runs=True)
-    assert everything["success"] and everything["offsets_checked"] == 2_800
-    assert {s["suite"] for s in everything["suites"]} == {"tailfill_run_completeness", "tailfill_table_tiling",
+    assert everything.success and everything.offsets_checked == 2_800
+    assert {s["suite"] for s in everything.suites} == {"tailfill_run_completeness", "tailfill_table_tiling",
                                                          "tailfill_data_checks"}
-    assert sum(p["rows"] + p["quarantined"] for p in everything["partitions"]) == 2_800
+    assert sum(p["rows"] + p["quarantined"] for p in everything.partitions) == 2_800
 
     fs = filesystem(cfg.target)
-    saved = json.loads(fs.open_input_stream(fs_path(everything["paths"]["json"])).read())
-    assert saved["success"] and saved["partitions"] == everything["partitions"]
-    page = fs.open_input_stream(fs_path(everything["paths"]["html"])).read().decode()
+    saved = json.loads(fs.open_input_stream(fs_path(everything.paths["json"])).read())
+    assert saved["success"] and saved["partitions"] == everything.partitions
+    page = fs.open_input_stream(fs_path(everything.paths["html"])).read().decode()
     assert "COMPLETE" in page and "<svg" in page
-    assert (everything["paths"]["data_docs"] or "").endswith("index.html")
+    assert (everything.paths["data_docs"] or "").endswith("index.html")
 
     assert cli.main(["validate", cfg.path, "--all"]) == 0
     assert cli.main(["status", cfg.path]) == 0
@@ -104,7 +105,7 @@ def test_deleted_data_file_is_named_as_missing(spark, ingested, capsys):
     assert data_file.file_path not in {t.file.file_path for t in data.scan().plan_files()}
     expected = islands(tp, offsets)
     report = assert_fails_naming(cfg, [], capsys)
-    missing = [p for p in report["problems"] if p.startswith("missing")]
+    missing = [p for p in report.problems if p.startswith("missing")]
     assert [m.split(" (run")[0] for m in missing] == [f"missing {r}" for r in expected]
     assert {(BETWEEN, "missing_offsets"), ("expect_column_pair_values_to_be_equal", "stored")} <= failed_expectations(
         report, RUN)
@@ -116,7 +117,7 @@ def test_duplicated_data_file_is_named_as_duplicated(spark, ingested, capsys):
     data_file, tp, offsets = data_file_offsets(cfg, data)
     data.add_files([data_file.file_path], check_duplicate_files=False)
     report = assert_fails_naming(cfg, [], capsys)
-    duplicated = [p.split(" (run")[0] for p in report["problems"] if p.startswith("duplicated")]
+    duplicated = [p.split(" (run")[0] for p in report.problems if p.startswith("duplicated")]
     assert duplicated == [f"duplicated {r}" for r in islands(tp, offsets)]
     assert (BETWEEN, "duplicated_offsets") in failed_expectations(report, RUN)
 
@@ -130,7 +131,7 @@ def test_deleted_quarantine_rows_are_named_as_missing(spark, ingested, capsys):
     quarantine.delete(And(EqualTo("kafka_partition", partition), EqualTo("kafka_offset", offset)))
     gone = OffsetRange(cfg.source.topic, partition, offset, offset + 1)
     report = assert_fails_naming(cfg, [], capsys)
-    assert [p.split(" (run")[0] for p in report["problems"]] == [f"missing {gone}"]
+    assert [p.split(" (run")[0] for p in report.problems] == [f"missing {gone}"]
     assert (BETWEEN, "missing_offsets") in failed_expectations(report, RUN)
 
 
@@ -166,8 +167,8 @@ def test_failing_data_expectation_fails_validation(spark, ingested):
         ingested.expectations[0].model_copy(update={"column": "kind", "not_null": False,
                                                    "accepted_values": ["view"]})]})
     report = validate(cfg)
-    assert not report["success"]
-    [problem] = report["problems"]
+    assert not report.success
+    [problem] = report.problems
     assert problem.startswith("data expectation failed: kind in ['view']:")
     assert problem.endswith("values unexpected, e.g. 'click', 'purchase', 'refund'")  # the sample's other kinds
     assert failed_expectations(report, "tailfill_data_checks") == {

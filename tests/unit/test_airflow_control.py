@@ -131,6 +131,21 @@ def test_a_cause_that_names_its_fix_gets_no_second_one_and_a_crash_names_its_exc
     assert "fix: read the cause in the job output" in headline("x", out, 1)
 
 
+def test_the_fix_comes_from_the_error_class_in_the_jobs_result_document():
+    from tailfill.errors import ConfigError, ExpiredOffsetsError
+    from tailfill.run.submit import JobResult
+
+    out = JobOutput()
+    cause = "demo.yaml: source.topic: no such topic"  # names neither the class nor "config"
+    for line in (f"error: {cause}", JobResult(error=cause, error_class="ConfigError").line()):
+        out.observe(line)
+    assert out.error_class == "ConfigError"
+    assert headline("x", out, 2).endswith(f"(fix: {ConfigError.fix}, then clear this task: it resumes at the "
+                                          "first uncommitted offset)")
+    # a fix that cannot bring data back does not promise a resume
+    assert fix_for("offsets gone", "ExpiredOffsetsError") == ExpiredOffsetsError.fix
+
+
 def test_committed_summary_lists_what_was_kept():
     assert committed_summary([]) == "committed before the failure: nothing (no batch of this run finished)"
     text = committed_summary([report(0, 1.0, 0, 100, quarantined=2), report(1, 2.0, 100, 150)])

@@ -18,10 +18,10 @@ from tailfill.run import runtime
 from tailfill.run.plan import Slice
 from tailfill.run.submit import (
     IngestResult,
+    JobResult,
     JobSpec,
     parse_conf,
-    parse_results_line,
-    results_line,
+    parse_result,
     spark_submit_command,
 )
 
@@ -141,5 +141,6 @@ def test_the_job_reads_back_every_field_a_planner_writes(spec):
 def test_the_submitter_reads_back_the_results_the_job_prints():
     results = [IngestResult("backfill-1", "demo backfill", batches=3, offsets=900, rows=890, quarantined=10,
                             restarts=1, causes=["InjectedFault: x"], stages={"commit": 0.4}, freshness={"p95": 2.0})]
-    assert parse_results_line(results_line(results) + "\n") == results
-    assert parse_results_line("[demo backfill] 900/900 offsets (100%)") is None
+    lines = ["[demo backfill] 900/900 offsets (100%)", JobResult(results).line() + "\n"]
+    assert parse_result(lines).results == results
+    assert parse_result(lines[:1]) is None

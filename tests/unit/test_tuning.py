@@ -43,11 +43,11 @@ def test_rate_times_interval_times_safety_factor(cfg):
 
 def test_fast_measurements_are_capped_by_the_configured_maximum(cfg):
     write_batches(cfg, "r1", [(10_000_000, 1.0, True)])
-    tuning = tuned_max_offsets(cfg, "backfill")
-    # Measured (not the no-measurement default): 10M offsets/s × 30 s × 0.5 = 150M, bounded by the maximum.
+    tuning = tuned_max_offsets(cfg, "tail")
+    # Measured (not the no-measurement default): 10M offsets/s × interval × 0.5, bounded by the maximum.
     assert tuning.measured_rows_per_second == 10_000_000
-    assert tuning.max_offsets_per_batch == cfg.backfill.max_offsets_per_batch
-    assert "150,000,000" in tuning.reason
+    assert tuning.max_offsets_per_batch == cfg.tail.max_offsets_per_batch
+    assert f"{int(10_000_000 * cfg.tail.trigger_interval_seconds * 0.5):,}" in tuning.reason
 
 
 def test_slow_measurements_keep_a_floor_of_a_thousand(cfg):
@@ -55,3 +55,9 @@ def test_slow_measurements_keep_a_floor_of_a_thousand(cfg):
     tuning = tuned_max_offsets(cfg, "tail")
     assert tuning.measured_rows_per_second == 0.1  # 0.1 offsets/s × 30 s × 0.5 = 1, raised to the floor
     assert tuning.max_offsets_per_batch == cfg.tail.min_offsets_per_batch == 1_000
+def test_a_backfill_keeps_its_own_cap_whatever_the_tail_measured(cfg):
+    # Slow tail batches would tune the tail's cap down; the backfill sizes its batches itself.
+    write_batches(cfg, "r1", [(10, 100.0, True)])
+    tuning = tuned_max_offsets(cfg, "backfill")
+    assert tuning.max_offsets_per_batch == cfg.backfill.max_offsets_per_batch
+    assert "backfill" in tuning.reason

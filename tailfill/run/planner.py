@@ -1,0 +1,145 @@
+"""The one planner: a request (the CLI's flags or the backfill form's params) becomes the job specs.
+
+A backfill request says ``[from, to)``, how many slices and lanes, a rate limit and what to do
+with offsets already committed; the plan is one :class:`~tailfill.run.submit.JobSpec` per lane, each
+with its slices' exact bounds and the batch cap. A tail request (once, stop after) becomes the
+tail's spec and what it will find waiting. ``tailfill backfill``/``tail`` and the DAGs' ``plan`` and
+``tune`` tasks only turn their input into a request and run what comes out, so the same request
+gets the same specs whichever way it arrives. Planning records the cutover when there is none yet
+(the first run's job, never a check's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from tailfill.config import PipelineConfig
+from tailfill.errors import ConfigError
+from tailfill.offsets import OffsetRange, PartitionOffsets, ranges_between, subtract, total
+from tailfill.run.plan import Slice, SourceState, ensure_cutover, plan_backfill, source_state, tail_start
+from tailfill.run.submit import JobSpec
+from tailfill.run.tuning import Tuning, tuned_max_offsets
+
+OnCommitted = Literal["skip", "fail"]
+
+
+@dataclass(frozen=True)
+class BackfillRequest:
+    """What a backfill should cover and how: ``None`` bounds are ``earliest`` and the ``cutover``."""
+
+    start: PartitionOffsets | None = None
+    end: PartitionOffsets | None = None
+    slices: int | None = None  # None: the pipeline's backfill.slices
+    lanes: int = 1  # parallel jobs sharing the slices (never more than there are slices)
+    max_offsets_per_second: int | None = None  # None: the pipeline's backfill.max_offsets_per_second
+    on_committed: OnCommitted = "skip"  # offsets of the range already committed: leave them, or refuse
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> BackfillRequest:
+        """The backfill DAG's form: ``from_offsets``/``to_offsets`` (``earliest``/``cutover`` or offsets JSON),
+        ``slices``, ``max_parallel_slices``, ``max_offsets_per_second``, ``committed_ranges``."""
+        start, end = params.get("from_offsets", "earliest"), params.get("to_offsets", "cutover")
+        return cls(start=None if start in (None, "", "earliest") else PartitionOffsets.from_json(start),
+                   end=None if end in (None, "", "cutover") else PartitionOffsets.from_json(end),
+                   slices=params.get("slices"), lanes=params.get("max_parallel_slices") or 1,
+                   max_offsets_per_second=params.get("max_offsets_per_second"),
+                   on_committed=params.get("committed_ranges") or "skip")
+
+
+@dataclass(frozen=True)
+class TailRequest:
+    """A tail run: ``once`` (what is there now) or on the pipeline's trigger, optionally stopping after a while."""
+
+    once: bool = False
+    stop_after_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    """The lanes of a backfill (empty: every offset of the range is committed) and how they were sized."""
+
+    specs: list[JobSpec]
+    tuning: Tuning
+    lines: list[str] = field(default_factory=list)  # what the planner read and decided, for the log
+
+
+@dataclass(frozen=True)
+class TailPlan:
+    """The tail's spec and what it will find: ``pending`` offsets from its position to the broker's end."""
+
+    spec: JobSpec
+    tuning: Tuning
+    start: PartitionOffsets
+    high: PartitionOffsets
+    pending: int
+
+
+def _overlap(state: SourceState, start: PartitionOffsets, end: PartitionOffsets) -> list[OffsetRange]:
+    return [r for r in ranges_between(start, end) if subtract([r], state.ledger.committed) != [r]]
+
+
+def lanes_of(todo: list[Slice], lanes: int) -> list[list[Slice]]:
+    """``todo`` dealt into at most ``lanes`` blocks of adjacent slices (each block runs as one query)."""
+    n = max(1, min(lanes, len(todo)))
+    return [todo[i * len(todo) // n:(i + 1) * len(todo) // n] for i in range(n)] if todo else []
+
+
+def plan_backfill_lanes(cfg: PipelineConfig, request: BackfillRequest,
+                        run_id: Callable[[int], str]) -> BackfillPlan:
+    """Plan ``request``: one spec per lane (``run_id(lane)`` names each), bounds as planned, the cap tuned once.
+
+    Raises :class:`ConfigError` when ``on_committed`` is ``fail`` and the range overlaps committed offsets.
+    """
+    state = source_state(cfg)
+    start = request.start or state.marks.low
+    end = request.end or ensure_cutover(state)
+    lines = [f"earliest {state.marks.low.to_dict()}, cutover {(state.cutover or end).to_dict()}, committed "
+             f"{sum(r.size for r in state.ledger.committed):,} offsets; this run covers "
+             f"[{start.to_dict()}, {end.to_dict()})"]
+    overlap = _overlap(state, start, end)
+    if overlap and request.on_committed == "fail":
+        raise ConfigError(f"requested range overlaps committed offsets in {', '.join(map(str, overlap))} "
+                          "(fix: skip committed ranges (committed_ranges=skip in the form, --on-committed skip on the "
+                          "command line), or request a range after them)")
+    tuning = tuned_max_offsets(cfg, "backfill")
+    todo = plan_backfill(state, start, end, request.slices)
+    if not todo:
+        return BackfillPlan([], tuning, [*lines, "nothing to backfill: every offset of the range is committed"])
+    lines.append(f"max offsets per batch: {tuning.max_offsets_per_batch} ({tuning.reason})")
+    rate = request.max_offsets_per_second or cfg.backfill.max_offsets_per_second
+    specs = [JobSpec(cfg.path or cfg.name, "backfill", run_id(lane), tuple(block),
+                     max_offsets_per_batch=tuning.max_offsets_per_batch, max_offsets_per_second=rate)
+             for lane, block in enumerate(lanes_of(todo, request.lanes))]
+    return BackfillPlan(specs, tuning, lines)
+
+
+def plan_tail(cfg: PipelineConfig, request: TailRequest, run_id: str) -> TailPlan:
+    """Plan the tail from its committed position (recording the cutover on its first run).
+
+    A tail that runs to the broker's current end (``once``, or the ``available_now`` trigger) gets the
+    cap tuned from measurements; the processing-time tail sizes its batches itself within the maximum.
+    """
+    state = source_state(cfg)
+    start = tail_start(state)
+    tuning = tuned_max_offsets(cfg, "tail")
+    if not request.once and cfg.tail.trigger == "processing_time":  # it sizes each batch itself, up to the maximum
+        tuning = replace(tuning, max_offsets_per_batch=tuning.configured_max,
+                         reason="the adaptive tail sizes each batch from its last one, up to the configured maximum")
+    spec = JobSpec(cfg.path or cfg.name, "tail", run_id, once=request.once,
+                   stop_after_seconds=request.stop_after_seconds, max_offsets_per_batch=tuning.max_offsets_per_batch)
+    return TailPlan(spec, tuning, start, state.marks.high, total(ranges_between(start, state.marks.high)))
+
+
+def pending_offsets(state: SourceState) -> tuple[int, int | None]:
+    """Uncommitted offsets a backfill and a tail would cover now, recording nothing.
+
+    The backfill's: of ``[earliest, cutover)`` (all of history while no cutover is recorded); the
+    tail's: from the cutover to the broker's end (None before a cutover is recorded).
+    """
+    committed = state.ledger.committed
+    backfill = total(subtract(ranges_between(state.marks.low, state.cutover or state.marks.high), committed))
+    tail = (total(subtract(ranges_between(state.cutover, state.marks.high), committed))
+            if state.cutover is not None else None)
+    return backfill, tail

@@ -1,0 +1,109 @@
+"""One planner: the same request through the CLI and through the DAG's tasks gets the same job specs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tailfill import cli
+from tailfill.dev.batches import commit_sample_batch
+from tailfill.dev.sample import produce_sample
+from tailfill.errors import ConfigError
+from tailfill.lake.ledger import read_cutover
+from tailfill.lake.tables import ensure_tables
+from tailfill.offsets import OffsetRange, PartitionOffsets
+from tailfill.run.preflight import preflight
+from tailfill.run.submit import JobSpec
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def dag_factory(tmp_path, monkeypatch):
+    """The DAG factory module, with Airflow's home in the test's directory."""
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.syspath_prepend(str(REPO / "plugins"))
+    from tailfill_airflow import dag_factory
+
+    return dag_factory
+
+
+def _planned(specs: list[JobSpec]) -> list[tuple]:
+    """What a lane runs, without its run id (the CLI and Airflow name runs differently)."""
+    return [(s.pipeline, s.mode, [sl.to_dict() for sl in s.slices], s.once, s.stop_after_seconds,
+             s.max_offsets_per_batch, s.max_offsets_per_second) for s in specs]
+
+
+def test_a_backfill_request_plans_the_same_lanes_from_the_cli_and_the_dag(make_pipeline, dag_factory):
+    cfg = make_pipeline(backfill__slices=8, backfill__max_offsets_per_batch=700)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 4_000, 4)
+    topic = cfg.source.topic
+    start, end = f'{{"{topic}": {{"0": 100, "1": 0, "2": 0, "3": 0}}}}', f'{{"{topic}": {{"0": 900, "1": 800}}}}'
+
+    args = cli.build_parser().parse_args(["backfill", cfg.path, "--from", start, "--to", end, "--slices", "6",
+                                          "--lanes", "3", "--max-rate", "5000"])
+    from_cli = cli.backfill_plan(cfg, args).specs
+    params = {"from_offsets": start, "to_offsets": end, "slices": 6, "max_parallel_slices": 3,
+              "max_offsets_per_second": 5000, "committed_ranges": "skip"}
+    from_dag = [JobSpec.parse(lane["args"]) for lane in dag_factory.plan_lanes(cfg, params, "manual__1")]
+
+    assert _planned(from_cli) == _planned(from_dag)
+    assert len(from_cli) == 3 and sum(len(s.slices) for s in from_cli) == 6
+    assert {s.max_offsets_per_batch for s in from_dag} == {700}  # the backfill's own cap, not the tail's tuning
+    assert {s.max_offsets_per_second for s in from_dag} == {5000}
+    p0 = next(tp for tp in PartitionOffsets.from_json(start).offsets if tp.partition == 0)
+    assert from_cli[0].slices[0].start[p0] == 100 and from_cli[-1].slices[-1].end[p0] == 900  # the bounds asked
+
+
+def test_the_tail_plans_the_same_spec_from_the_cli_and_the_dag(make_pipeline, dag_factory):
+    cfg = make_pipeline()
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 1_000, 4)  # history, before the cutover
+    from tailfill.run.planner import TailRequest, plan_tail
+
+    plan_tail(cfg, TailRequest(once=True), "tail-0")  # the first plan records the cutover at the end
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 1_000, 4)
+    args = cli.build_parser().parse_args(["tail", cfg.path, "--once"])
+    from_cli = plan_tail(cfg, TailRequest(args.once, args.stop_after), "tail-1").spec
+    tuned = dag_factory.tune_tail(cfg, "scheduled__1")
+    assert tuned is not None and tuned["pending"] == 1_000
+    assert _planned([from_cli]) == _planned([JobSpec.parse(tuned["args"])])
+
+
+def test_fail_on_committed_refuses_an_overlapping_range_from_either_side(make_pipeline, dag_factory):
+    cfg = make_pipeline()
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 400, 4)
+    commit_sample_batch(cfg, "earlier", 0, [OffsetRange(cfg.source.topic, 0, 0, 50)])
+
+    args = cli.build_parser().parse_args(["backfill", cfg.path, "--on-committed", "fail"])
+    with pytest.raises(ConfigError, match=r"overlaps committed offsets in .*\[0\] \[0, 100\)"):
+        cli.backfill_plan(cfg, args)
+    params = {"from_offsets": "earliest", "to_offsets": "cutover", "slices": 2, "max_parallel_slices": 1,
+              "max_offsets_per_second": None, "committed_ranges": "fail"}
+    with pytest.raises(ConfigError, match=r"overlaps committed offsets"):
+        dag_factory.plan_lanes(cfg, params, "manual__1")
+
+
+def test_preflight_only_checks_it_records_no_cutover(make_pipeline):
+    cfg = make_pipeline()
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 100, 4)
+    for mode in ("backfill", "tail"):
+        preflight(cfg, mode)
+    assert read_cutover(ensure_tables(cfg)[0]) is None
+    assert cli.main(["backfill", cfg.path, "--to", f'{{"{cfg.source.topic}": {{"0": 0}}}}']) == 0
+    assert read_cutover(ensure_tables(cfg)[0]) is None  # an explicit end needs no cutover either
+
+
+
+def test_the_cli_runs_its_lanes_side_by_side_and_reads_back_each_jobs_result(make_pipeline, capsys):
+    """Through real ``spark-submit``s: the summary comes from the jobs' result documents."""
+    cfg = make_pipeline(backfill__slices=4)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, 4)
+    assert cli.main(["backfill", cfg.path, "--lanes", "2", "--master", "local[1]"]) == 0
+    out = capsys.readouterr().out
+    parts = [line.split() for line in out.splitlines() if line.startswith("  slices ")]
+    assert len(parts) == 2, out  # one row per lane, from each job's TAILFILL_RESULT document
+    assert sum(int(p[-5].replace(",", "")) for p in parts) == 2_000  # the offsets column
+    assert cli.main(["validate", cfg.path, "--all"]) == 0
