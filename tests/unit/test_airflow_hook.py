@@ -117,3 +117,29 @@ def test_the_spark_job_s_output_reaches_the_task_log_and_its_file_redacted(sasl_
     assert shown == [redacted]
     assert op._output.cause == redacted.removeprefix("error: ")
     assert op._output_file.read_text().splitlines() == [job[0], redacted]
+
+
+def test_the_operator_s_adapter_fails_here_the_day_the_provider_s_private_log_parser_changes(
+        sasl_pipeline, tmp_path, monkeypatch):
+    """The operator diverts the job's output by wrapping the provider's private
+    ``SparkSubmitHook._process_spark_submit_log`` (there is no public hook for it). This pins what it
+    relies on: the method's signature, that ``submit`` feeds it the job's lines, and that the hook the
+    operator builds hands them to :meth:`TailfillSubmitOperator._divert`."""
+    import inspect
+
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+    from tailfill_airflow.causes import JobOutput
+    from tailfill_airflow.operators import TailfillSubmitOperator
+
+    assert list(inspect.signature(SparkSubmitHook._process_spark_submit_log).parameters) == ["self", "itr"]
+    assert "self._process_spark_submit_log(" in inspect.getsource(SparkSubmitHook.submit)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    op = TailfillSubmitOperator(task_id="tail", pipeline=str(sasl_pipeline.path), application_args=[])
+    op._output, op._output_file = JobOutput(), tmp_path / "spark-submit-try1.log"
+
+    hook = op._get_hook()
+    hook._process_spark_submit_log(iter(["26/11/24 INFO SparkContext: Running Spark\n", "error: broker gone\n"]))
+
+    assert op._output_file.read_text().splitlines() == ["26/11/24 INFO SparkContext: Running Spark",
+                                                        "error: broker gone"]
+    assert op._output.cause == "broker gone"
