@@ -18,6 +18,7 @@ import yaml
 from helpers import assert_exactly_once, backfill, high_watermarks, tail
 
 from tailfill import cli
+from tailfill.config import load_pipeline
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import IngestError
 from tailfill.run.plan import checkpoint_root, source_state, tail_request
@@ -76,6 +77,7 @@ def test_a_planned_batch_is_still_replayed_after_a_kill_tore_its_commit_log(spar
     data = yaml.safe_load(Path(cfg.path).read_text())
     data["backfill"]["max_offsets_per_batch"] = 400
     Path(cfg.path).write_text(yaml.safe_dump(data))
+    cfg = load_pipeline(cfg.path)  # the planner gives the new request the new cap
     capsys.readouterr()
 
     results = backfill(spark, cfg)

@@ -231,7 +231,7 @@ def test_orphan_cleanup_racing_a_deletion_succeeds(make_pipeline, request, wareh
     assert sum(len(r.deleted) for r in results) == len(orphans) // 2
     assert_exactly_once(cfg, {p: 3 * PER_BATCH for p in range(PARTITIONS)})
     report = validate(cfg, all_runs=True)
-    assert report["success"], report["problems"]
+    assert report.success, report.problems
 
 
 def test_maintenance_beside_a_backfill_and_a_tail(spark, make_pipeline):
