@@ -9,13 +9,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from tailfill.config import PipelineConfig, resolve_pipeline, tailfill_home
-from tailfill.dev.broker import broker_down, broker_state, broker_up, resolve_bootstrap
+from tailfill.dev.broker import broker_down, broker_up
 from tailfill.errors import TailfillError
-from tailfill.lake.freshness import Freshness
 from tailfill.offsets import PartitionOffsets
 from tailfill.redact import redact_text
 from tailfill.run.planner import BackfillPlan, BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
 from tailfill.run.submit import IngestResult, new_run_id, parse_conf, run_job
+from tailfill.source.embedded import broker_state, resolve_bootstrap
+from tailfill.state.freshness import Freshness
 from tailfill.state.records import format_stages
 from tailfill.state.store import StateStore
 

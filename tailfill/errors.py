@@ -86,7 +86,7 @@ class IngestError(TailfillError):
 
 
 class InjectedFault(TailfillError):
-    """A failure a test asked for (see :mod:`tailfill.dev.faults`)."""
+    """A failure a test asked for (see :mod:`tailfill.failpoints`)."""
 
     retryable = True
 

@@ -26,7 +26,7 @@ os.environ.update(
         "AWS_EC2_METADATA_DISABLED": "true",
         "AWS_ACCESS_KEY_ID": "tailfill-test",
         "AWS_SECRET_ACCESS_KEY": "tailfill-test",
-        # File-based failpoints (tailfill.dev.faults.maybe_fail) are armed in here by tests.
+        # File-based failpoints (tailfill.failpoints.maybe_fail) are armed in here by tests.
         "TAILFILL_FAULT_DIR": tempfile.mkdtemp(prefix="tailfill-faults-"),
     }
 )
@@ -196,7 +196,7 @@ def make_pipeline(tmp_path, broker, home):
 
 @pytest.fixture
 def arm_fault():
-    """Arm ``tailfill.dev.faults.maybe_fail(point)`` to fail ``count`` times; disarmed after the test."""
+    """Arm ``tailfill.failpoints.maybe_fail(point)`` to fail ``count`` times; disarmed after the test."""
     armed = []
 
     def arm(point: str, count: int) -> None:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 from tailfill.config import PipelineConfig
-from tailfill.lake.freshness import Freshness
+from tailfill.state.freshness import Freshness
 from tailfill.state.records import BatchReport
 from tailfill.state.store import RunReports
 

@@ -24,9 +24,9 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
 
 from tailfill.config import PipelineConfig, load_pipeline, pipelines_dir
-from tailfill.lake.freshness import Freshness
 from tailfill.redact import redact_text
 from tailfill.run.runtime import log_dir
+from tailfill.state.freshness import Freshness
 from tailfill.state.store import read_lane, run_exists, run_reports
 from tailfill_airflow.naming import BACKFILL, split_dag_id, tailfill_run_id
 from tailfill_airflow.progress import progress

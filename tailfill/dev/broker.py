@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tailfill.config import EMBEDDED, PipelineConfig, tailfill_home
+from tailfill.config import tailfill_home
 from tailfill.errors import BrokerError
+from tailfill.source.embedded import alive, broker_state, state_file
 
 
 def free_port() -> int:
@@ -93,29 +94,6 @@ class EmbeddedBroker:
                 self.proc.wait()
 
 
-def _state_file(home: Path) -> Path:
-    return home / "broker.json"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def broker_state(home: Path | None = None) -> dict | None:
-    """The running detached broker's ``{pid, port, bootstrap_servers}``, or None."""
-    path = _state_file(home or tailfill_home())
-    if not path.exists():
-        return None
-    state = json.loads(path.read_text())
-    return state if _alive(state["pid"]) else None
-
-
 def broker_up(home: Path | None = None, port: int | None = None) -> dict:
     """Start the detached broker (or return the running one)."""
     home = home or tailfill_home()
@@ -126,7 +104,7 @@ def broker_up(home: Path | None = None, port: int | None = None) -> dict:
     port = port or int(os.environ.get("TAILFILL_BROKER_PORT", 0)) or free_port()
     proc = _spawn(port, home / "broker.log", detach=True)
     state = {"pid": proc.pid, "port": port, "bootstrap_servers": f"127.0.0.1:{port}"}
-    _state_file(home).write_text(json.dumps(state))
+    state_file(home).write_text(json.dumps(state))
     return state
 
 
@@ -134,35 +112,14 @@ def broker_down(home: Path | None = None) -> bool:
     """Stop the detached broker; True if one was running. Its in-memory data is gone."""
     home = home or tailfill_home()
     state = broker_state(home)
-    _state_file(home).unlink(missing_ok=True)
+    state_file(home).unlink(missing_ok=True)
     if not state:
         return False
     os.kill(state["pid"], signal.SIGTERM)
     for _ in range(100):
-        if not _alive(state["pid"]):
+        if not alive(state["pid"]):
             break
         time.sleep(0.05)
     else:
         os.kill(state["pid"], signal.SIGKILL)
     return True
-
-
-def resolve_bootstrap(value: str) -> str:
-    """Turn ``embedded`` into the running embedded broker's address; other values pass through."""
-    if value != EMBEDDED:
-        return value
-    state = broker_state()
-    if not state:
-        raise BrokerError(
-            f"the pipeline uses the embedded broker, but none is running for TAILFILL_HOME={tailfill_home()} "
-            "(fix: run `tailfill broker up`)"
-        )
-    return state["bootstrap_servers"]
-
-
-def resolved(cfg: PipelineConfig) -> PipelineConfig:
-    """``cfg`` with an ``embedded`` broker replaced by its address: done once, on the driver."""
-    if cfg.source.bootstrap_servers != EMBEDDED:
-        return cfg
-    source = cfg.source.model_copy(update={"bootstrap_servers": resolve_bootstrap(EMBEDDED)})
-    return cfg.model_copy(update={"source": source})

@@ -1,2 +1,4 @@
-"""Lake: records into rows or quarantine (``rows``), Parquet files (``files``), tables (``tables``), the offset
-ledger committed with the data (``ledger``), per-batch reports, and the ``tailfill_iceberg`` Spark sink."""
+"""Lake, the write path: records into rows or quarantine (``rows``), Parquet files (``files``), the
+warehouse filesystem (``storage``), tables (``tables``), prepare on the executors (``prepare``,
+``spark_writer``), one batch's audit (``batch_summary``) and the commit with the offset ledger
+(``commit``, ``ledger``). Table upkeep is :mod:`tailfill.upkeep`; run telemetry, :mod:`tailfill.state`."""

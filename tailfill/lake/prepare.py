@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from tailfill import failpoints
 from tailfill.config import PipelineConfig
-from tailfill.dev import faults
 from tailfill.errors import DroppedRecordsError
 from tailfill.lake.files import FileSet
-from tailfill.lake.freshness import TimestampSketch
 from tailfill.lake.rows import RowParser, split_records
 from tailfill.lake.storage import filesystem
 from tailfill.offsets import OffsetRange
 from tailfill.schema import QUARANTINE_SCHEMA, RangeMarker, table_schema
 from tailfill.source.kafka import consumer_config, read_ranges, shared_consumer
+from tailfill.state.freshness import TimestampSketch
 
 ROW_GROUP_ROWS = 131_072  # rows buffered before a Parquet row group is written
 
@@ -119,7 +119,7 @@ def prepare_ranges(cfg: PipelineConfig, run_id: str, ranges: list[OffsetRange], 
         stages["parse"] += time.perf_counter() - t
         t = time.perf_counter()
         out[partition].add(ok, quarantine)
-        faults.pause("while-writing")
+        failpoints.pause("while-writing")
         stages["write"] += time.perf_counter() - t
     t = time.perf_counter()
     files = {p: o.close() for p, o in out.items()}

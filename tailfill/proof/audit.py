@@ -3,7 +3,7 @@
 Only the two coordinate columns are read for offset accounting, with Iceberg's file pruning on
 the ranges in question, so checking a run costs in proportion to the run, not the table. The
 commits are the batch summaries of the live snapshots plus those archived before maintenance
-expired their snapshots (:mod:`tailfill.lake.audit_log`). A data or quarantine file that the table
+expired their snapshots (:mod:`tailfill.upkeep.audit_log`). A data or quarantine file that the table
 references but that cannot be read (deleted or damaged behind the table's back) is not an error
 of the check: it becomes a :class:`DamagedFile` naming the offset ranges it held, from the file's
 column bounds in the manifest.
@@ -24,11 +24,11 @@ from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, G
 from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 from pyiceberg.table import DataScan, FileScanTask, Table
 
-from tailfill.lake.audit_log import all_batch_summaries
 from tailfill.lake.batch_summary import BatchSummary
 from tailfill.offsets import OffsetRange, TopicPartition, intersect_all, merge
 from tailfill.proof.completeness import Offsets
 from tailfill.schema import COORDINATES
+from tailfill.upkeep.audit_log import all_batch_summaries
 
 
 def committed_batches(fs: pafs.FileSystem, table: Table, run_id: str | None = None) -> list[BatchSummary]:

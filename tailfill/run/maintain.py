@@ -14,11 +14,11 @@ from datetime import UTC, datetime, timedelta
 
 from tailfill.config import MaintenanceConfig, PipelineConfig, duration_seconds
 from tailfill.errors import ConfigError
-from tailfill.lake.compact import CompactionResult, compact
-from tailfill.lake.expire import ExpiryResult, expire
-from tailfill.lake.orphans import OrphanResult, remove_orphans
 from tailfill.lake.storage import filesystem
 from tailfill.lake.tables import ensure_tables
+from tailfill.upkeep.compact import CompactionResult, compact
+from tailfill.upkeep.expire import ExpiryResult, expire
+from tailfill.upkeep.orphans import OrphanResult, remove_orphans
 
 
 def maintenance_settings(cfg: PipelineConfig, expire_older_than: str | None = None,

@@ -14,13 +14,13 @@ from collections.abc import Callable
 from typing import Protocol
 
 from tailfill.config import PipelineConfig
-from tailfill.lake.freshness import Freshness
 from tailfill.run.governor import Governor
 from tailfill.run.plan import IngestRequest
 from tailfill.run.tail_health import TailPace, mark_stopped, read_tail
 from tailfill.run.tuning import tail_batch_offsets
 from tailfill.source.budget import Budget
 from tailfill.source.kafka import consumer_config, shared_consumer, watermarks
+from tailfill.state.freshness import Freshness
 from tailfill.state.records import BatchReport
 from tailfill.state.store import write_health
 

@@ -16,11 +16,11 @@ from typing import Literal
 from pyiceberg.table import Table
 
 from tailfill.config import PipelineConfig
-from tailfill.dev.broker import resolved
 from tailfill.errors import ConfigError, SourceError
 from tailfill.lake.ledger import Ledger, read_cutover, read_ledger, record_cutover
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, PartitionOffsets, ranges_between, split_slices, subtract, total
+from tailfill.source.embedded import resolved
 from tailfill.source.kafka import Watermarks, consumer_config, list_partitions, watermarks
 
 Mode = Literal["backfill", "tail"]

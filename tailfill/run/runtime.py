@@ -16,7 +16,7 @@ from pathlib import Path
 
 import tailfill
 from tailfill.config import tailfill_home
-from tailfill.durable import write_atomic
+from tailfill.state.durable import write_atomic
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_MASTER = "local[2]"

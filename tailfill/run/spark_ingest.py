@@ -27,12 +27,10 @@ from pathlib import Path
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
+from tailfill import failpoints
 from tailfill.config import PipelineConfig
-from tailfill.dev import faults
-from tailfill.durable import write_atomic
 from tailfill.errors import IngestError, error_class, is_retryable
 from tailfill.lake.commit import commit_prepared
-from tailfill.lake.freshness import LatencySample, freshness
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.spark_writer import prepare_batch
 from tailfill.lake.tables import Tables, ensure_tables
@@ -41,6 +39,8 @@ from tailfill.run import checkpoint
 from tailfill.run.pacing import pacer_for
 from tailfill.run.plan import IngestRequest
 from tailfill.run.submit import IngestResult
+from tailfill.state.durable import write_atomic
+from tailfill.state.freshness import LatencySample, freshness
 from tailfill.state.records import BatchReport, format_stages
 from tailfill.state.store import ReportLog, append_report, clear_stop, read_reports, report_file, stop_requested
 
@@ -189,10 +189,10 @@ def commit_report(cfg: PipelineConfig, tables: Tables, run_id: str, batch_id: in
     ``stages``: the seconds already spent (plan, prepare, a yield before it); read, parse and write
     come from the executors, commit is measured here.
     """
-    faults.pause("before-commit")
-    faults.maybe_fail("before-commit")
+    failpoints.pause("before-commit")
+    failpoints.maybe_fail("before-commit")
     result, commit_s = commit_prepared(cfg, tables, run_id, batch_id, prepared)
-    faults.maybe_fail("after-commit")
+    failpoints.maybe_fail("after-commit")
     ended = time.time()
     sample = LatencySample.at(ended, [p.timestamps for p in prepared if p.timestamps])
     fresh = freshness([sample])

@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 
 from tailfill.config import PipelineConfig
-from tailfill.lake.freshness import Freshness
+from tailfill.state.freshness import Freshness
 from tailfill.state.records import TailHealth
 from tailfill.state.store import HEALTH, StateStore, read_health, write_health
 

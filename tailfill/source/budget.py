@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tailfill.durable import write_atomic
+from tailfill.state.durable import write_atomic
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,11 @@ def consumer_config(source: SourceConfig, **overrides: object) -> dict:
     """librdkafka settings for an assign-only consumer of ``source``; secrets come from the env.
 
     ``source.bootstrap_servers`` must be an address: the driver resolves ``embedded`` once
-    (:func:`tailfill.dev.broker.resolved`) and ships the result to executors.
+    (:func:`tailfill.source.embedded.resolved`) and ships the result to executors.
     """
     if source.bootstrap_servers == EMBEDDED:
         raise ConfigError("source.bootstrap_servers is still 'embedded': resolve it with "
-                          "tailfill.dev.broker.resolved(cfg) before building a consumer")
+                          "tailfill.source.embedded.resolved(cfg) before building a consumer")
     sec = source.security
     conf: dict[str, object] = {
         "bootstrap.servers": source.bootstrap_servers,

@@ -24,8 +24,8 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from tailfill.config import PipelineConfig
-from tailfill.durable import write_atomic
 from tailfill.lake.storage import filesystem, fs_path
+from tailfill.state.durable import write_atomic
 from tailfill.state.records import BatchReport, FailureRecord, LaneRecord, StopRequest, TailHealth
 
 STATE_DIR = "_tailfill"  # beside the table's data in the warehouse, unless target.state_root says where

@@ -83,7 +83,7 @@ class Victim:
     At random: ``after_batches`` None kills it 1-10 s after launch (while the job starts); otherwise
     0-1.5 s after its query began its batches and committed that many of them (in a prepare, between
     prepare and commit, in a commit, or between batches). At a fixed point: ``pause`` holds the job at
-    a failpoint of :mod:`tailfill.dev.faults` (after ``skip`` arrivals) and kills it there. Each victim
+    a failpoint of :mod:`tailfill.failpoints` (after ``skip`` arrivals) and kills it there. Each victim
     has its own marker, so a kill takes only its own processes.
     """
 

@@ -16,7 +16,7 @@ from helpers import assert_exactly_once, backfill, high_watermarks, tail
 
 from tailfill.config import load_pipeline
 from tailfill.dev.sample import produce_sample
-from tailfill.lake.freshness import Freshness
+from tailfill.state.freshness import Freshness
 from tailfill.state.store import StateStore, read_health, run_ids, run_reports, write_health
 
 pytestmark = pytest.mark.integration

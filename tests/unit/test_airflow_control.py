@@ -22,8 +22,8 @@ from tailfill_airflow.naming import (  # noqa: E402
 from tailfill_airflow.progress import ProgressWatcher, progress  # noqa: E402
 
 from tailfill.config import load_pipeline  # noqa: E402
-from tailfill.lake.freshness import Freshness  # noqa: E402
 from tailfill.offsets import OffsetRange, TopicPartition  # noqa: E402
+from tailfill.state.freshness import Freshness  # noqa: E402
 from tailfill.state.records import BatchReport  # noqa: E402
 from tailfill.state.store import append_report, read_failures, report_file, run_reports  # noqa: E402
 

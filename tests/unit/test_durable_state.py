@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 
 from tailfill.config import load_pipeline
-from tailfill.durable import write_atomic
 from tailfill.proof.expectations import run_suites
 from tailfill.run import checkpoint
+from tailfill.state.durable import write_atomic
 from tailfill.state.records import BatchReport
 from tailfill.state.store import report_file
 

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from tailfill import errors
-from tailfill.dev import faults
+from tailfill import failpoints as faults
 from tailfill.errors import is_retryable
 from tailfill.lake.files import FileSet
 from tailfill.offsets import OffsetRange, PartitionOffsets

@@ -5,11 +5,11 @@ import pyarrow as pa
 import pytest
 
 from tailfill.config import load_pipeline
-from tailfill.lake.freshness import Freshness, LatencySample, TimestampSketch, freshness
 from tailfill.run.governor import Governor
 from tailfill.run.tail_health import TailHealth, TailPace, describe, read_tail
 from tailfill.run.tuning import tail_batch_offsets
 from tailfill.schema import TIMESTAMP
+from tailfill.state.freshness import Freshness, LatencySample, TimestampSketch, freshness
 
 
 def stamps(seconds: list[float]) -> pa.Array:

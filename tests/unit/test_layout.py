@@ -3,7 +3,9 @@
 - pyspark is imported at module level only by Spark-side modules, named ``spark_*``;
 - nothing in ``tailfill`` imports Airflow;
 - the modules of ``tailfill`` import each other without a cycle;
-- the top of the package stays a small model: at most 8 modules directly under ``tailfill/``.
+- the top of the package stays a small model: at most 8 modules directly under ``tailfill/``;
+- production code never imports the development tools in ``tailfill.dev`` (the embedded broker,
+  sample data, a local Postgres): only ``tailfill.dev`` itself and the CLI's dev commands do.
 """
 
 from __future__ import annotations
@@ -86,6 +88,16 @@ def test_the_top_of_the_package_is_a_small_model():
     assert len(top) <= 8, top
 
 
+DEV_USERS = {"tailfill.cli"}  # `tailfill broker up|down`, `produce-sample`, `demo`
+
+
+def test_production_code_never_imports_the_development_tools():
+    offenders = sorted(name for name, path in modules().items()
+                       if not name.startswith("tailfill.dev") and name not in DEV_USERS
+                       and any(m == "tailfill.dev" or m.startswith("tailfill.dev.") for m in all_imports(path)))
+    assert offenders == []
+
+
 def test_the_scanners_see_the_imports_the_rules_judge():
     """The rules above pass on an empty scan: the scanners must find what is known to be there."""
     mods = modules()
@@ -93,3 +105,4 @@ def test_the_scanners_see_the_imports_the_rules_judge():
     assert "pyspark.sql" in module_level_imports(mods["tailfill.run.spark_ingest"])
     assert "tailfill.lake.commit" in module_level_imports(mods["tailfill.run.spark_ingest"])
     assert "airflow.sdk" in all_imports(PACKAGE.parent / "plugins" / "tailfill_airflow" / "dag_factory.py")
+    assert "tailfill.dev.broker" in all_imports(mods["tailfill.cli"])

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 from tailfill.config import load_pipeline
-from tailfill.lake.compact import CompactionResult
-from tailfill.lake.expire import ExpiryResult
-from tailfill.lake.orphans import OrphanResult
 from tailfill.proof.result import ValidationResult
 from tailfill.run.maintain import MaintenanceResult, TableUpkeep
 from tailfill.run.submit import IngestResult, JobResult, parse_result
+from tailfill.upkeep.compact import CompactionResult
+from tailfill.upkeep.expire import ExpiryResult
+from tailfill.upkeep.orphans import OrphanResult
 
 PARTITIONS = [{"topic": "events", "partition": 0, "expected": 100, "found": 90, "rows": 80, "quarantined": 10,
                "missing": 10, "duplicated": 0, "ok": False}]

@@ -4,8 +4,8 @@ Every micro-batch commit adds a snapshot, and the table's metadata file (read an
 every commit) grows with each one: commit cost grows with the snapshot count. Expiry removes
 snapshots older than the retention, always keeping the most recent ``keep_last`` (and the current
 one). The summaries of the snapshots about to go are first written to the table's durable audit
-record (:mod:`tailfill.lake.audit_log`); files they alone referenced become orphans, removed later
-by :mod:`tailfill.lake.orphans` once old enough.
+record (:mod:`tailfill.upkeep.audit_log`); files they alone referenced become orphans, removed later
+by :mod:`tailfill.upkeep.orphans` once old enough.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
 from tailfill.errors import CommitConflictError
-from tailfill.lake.audit_log import archive_summaries
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, batch_summaries, commit_attempts
+from tailfill.upkeep.audit_log import archive_summaries
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

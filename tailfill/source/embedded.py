@@ -1,0 +1,61 @@
+"""Where the embedded development broker listens: ``bootstrap_servers: embedded`` resolved once.
+
+``tailfill broker up`` (:mod:`tailfill.dev.broker`) starts a broker and records its address in
+``$TAILFILL_HOME/broker.json``; the planner reads it here, so that production code never imports
+the development tools. Executors get the resolved address, never ``embedded``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tailfill.config import EMBEDDED, PipelineConfig, tailfill_home
+from tailfill.errors import BrokerError
+
+
+def state_file(home: Path) -> Path:
+    """The embedded broker's address file under ``home``."""
+    return home / "broker.json"
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a process of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def broker_state(home: Path | None = None) -> dict | None:
+    """The running embedded broker's ``{pid, port, bootstrap_servers}``, or None."""
+    path = state_file(home or tailfill_home())
+    if not path.exists():
+        return None
+    state = json.loads(path.read_text())
+    return state if alive(state["pid"]) else None
+
+
+def resolve_bootstrap(value: str) -> str:
+    """Turn ``embedded`` into the running embedded broker's address; other values pass through."""
+    if value != EMBEDDED:
+        return value
+    state = broker_state()
+    if not state:
+        raise BrokerError(
+            f"the pipeline uses the embedded broker, but none is running for TAILFILL_HOME={tailfill_home()} "
+            "(fix: run `tailfill broker up`)"
+        )
+    return state["bootstrap_servers"]
+
+
+def resolved(cfg: PipelineConfig) -> PipelineConfig:
+    """``cfg`` with an ``embedded`` broker replaced by its address: done once, on the driver."""
+    if cfg.source.bootstrap_servers != EMBEDDED:
+        return cfg
+    source = cfg.source.model_copy(update={"bootstrap_servers": resolve_bootstrap(EMBEDDED)})
+    return cfg.model_copy(update={"source": source})
