@@ -1,7 +1,8 @@
 """Great Expectations: the suites in ``expectations/``, run on the exact summaries Tailfill computes.
 
 Each suite checks one summary frame (pandas): per committed range, per partition's tiling, per
-data check. Every result is stored in a file-backed GE context, from which Data Docs are built.
+data check. Every result is stored in a file-backed GE context, from which Data Docs are built
+(offline: see :mod:`tailfill.proof.data_docs`).
 Great Expectations is imported lazily: it takes seconds to import and only validation needs it.
 """
 
@@ -126,12 +127,16 @@ class GxRunner:
         return SuiteResult(spec["name"], bool(result.success), failed)
 
     def build_docs(self) -> Path | None:
-        """Build Data Docs; the path of their index page."""
+        """Build Data Docs, made to work offline (:mod:`tailfill.proof.data_docs`); the path of their index page."""
+        from tailfill.proof.data_docs import make_offline
+
         self.context.build_data_docs()
         for site in self.context.get_docs_sites_urls():
             url = site.get("site_url") or ""
             if url.startswith("file://"):
-                return Path(url.removeprefix("file://"))
+                index = Path(url.removeprefix("file://"))
+                make_offline(index.parent)
+                return index
         return None
 
 

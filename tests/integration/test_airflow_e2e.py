@@ -11,10 +11,8 @@ look at the grid. Screenshots are written under the test's tmp_path (paths print
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 import time
 import urllib.error
 import urllib.request
@@ -26,9 +24,9 @@ import pytest
 import sqlalchemy
 import yaml
 from airflow_server import AirflowServer
+from browser import chromium
 from fault_outcomes import prove
 from helpers import assert_exactly_once, high_watermarks
-from processes import kill_marked, processes_with
 
 from tailfill.config import load_pipeline
 from tailfill.dev.sample import produce_sample
@@ -43,10 +41,6 @@ BACKFILL, INCREMENTAL = f"{NAME}_backfill", f"{NAME}_incremental"
 HISTORY, LIVE, PARTITIONS, BAD_EVERY = 4_000, 1_000, 4, 499
 PARAMS = {"slices": 3, "max_parallel_slices": 2, "committed_ranges": "skip"}
 RUNS: dict[str, str] = {}  # run ids the later tests look at
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--window-size=1400,1000")
 
 
 @pytest.fixture(scope="module")
@@ -228,34 +222,8 @@ def asset_events(airflow: AirflowServer, uri: str) -> list[dict]:
 @pytest.fixture
 def browser(tmp_path):
     """Headless Chromium via chromedriver; the driver, the browser and its helpers are gone afterwards."""
-    from selenium import webdriver  # the dev extra's selenium; chromium + chromium-driver from Debian
-    from selenium.webdriver.chrome.service import Service
-
-    for binary in (CHROMIUM, CHROMEDRIVER):
-        assert Path(binary).exists(), f"{binary} missing: apt-get install -y chromium chromium-driver"
-    profile = tmp_path / "chromium-profile"
-    profile.mkdir()
-    marker = f"TAILFILL_E2E_BROWSER={profile}"
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
-        options.add_argument(flag)
-    env = dict(os.environ, TAILFILL_E2E_BROWSER=str(profile), SE_OFFLINE="true", SE_AVOID_STATS="true")
-    service = Service(CHROMEDRIVER, env=env, log_output=str(tmp_path / "chromedriver.log"))
-    driver = webdriver.Chrome(service=service, options=options)
-    driver.set_page_load_timeout(60)
-    try:
+    with chromium(tmp_path) as driver:
         yield driver
-    finally:
-        with contextlib.suppress(Exception):
-            driver.quit()
-        deadline = time.monotonic() + 10
-        while processes_with(marker.encode()) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        left = kill_marked(marker.encode())
-        if left:
-            print(f"killed leftover browser processes: {left}")
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 @pytest.fixture
