@@ -7,6 +7,11 @@ older than the safety age. The listing is taken *before* the references are read
 committed while cleanup runs is either in the references or too young to be listed as a
 candidate; the safety age must exceed the longest time between writing a file and committing it
 (one micro-batch, with its retries). The durable audit record is never a candidate.
+
+A candidate may vanish between the listing and its deletion: a commit deletes metadata files that
+fell off the metadata log (``write.metadata.delete-after-commit.enabled``), and another cleanup or
+expiry may delete the same orphan. A file already gone is what the cleanup wanted; it is counted as
+such, not raised.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class OrphanResult:
     deleted: list[str]
     deleted_bytes: int
     kept_too_young: int
+    already_gone: int = 0  # candidates something else deleted between the listing and their deletion
 
     def to_dict(self) -> dict:
         return {**self.__dict__, "deleted": len(self.deleted)}
@@ -64,7 +70,13 @@ def remove_orphans(table: Table, fs: pafs.FileSystem, min_age_seconds: float) ->
     oldest_ns = time.time_ns() - int(min_age_seconds * 1e9)
     orphans = [i for i in listed if i.path not in refs]
     old = [i for i in orphans if i.mtime_ns is not None and i.mtime_ns < oldest_ns]
+    deleted, gone = [], 0
     for info in old:
-        fs.delete_file(info.path)
-    return OrphanResult(".".join(table.name()), len(listed), [i.path for i in old], sum(i.size or 0 for i in old),
-                        len(orphans) - len(old))
+        try:
+            fs.delete_file(info.path)
+        except FileNotFoundError:  # deleted meanwhile by a commit or another cleanup: the goal is met
+            gone += 1
+            continue
+        deleted.append(info)
+    return OrphanResult(".".join(table.name()), len(listed), [i.path for i in deleted],
+                        sum(i.size or 0 for i in deleted), len(orphans) - len(old), gone)

@@ -189,6 +189,50 @@ def test_orphan_cleanup_beside_commits_never_deletes_a_referenced_file(make_pipe
     assert report["offsets_checked"] == b * PARTITIONS * PER_BATCH
 
 
+class DeletedMeanwhile:
+    """The warehouse filesystem, where something else deletes every other file the cleanup is about to
+    delete, between its listing and its deletion (as a commit deleting metadata files that fell off the
+    metadata log does, or a second cleanup)."""
+
+    def __init__(self, fs):
+        self.fs, self.raced = fs, 0
+
+    def get_file_info(self, *args):
+        return self.fs.get_file_info(*args)
+
+    def delete_file(self, path: str) -> None:
+        if self.raced <= 0:  # the other deleter wins this one
+            self.fs.delete_file(path)
+            self.raced += 1
+        else:
+            self.raced -= 1
+        self.fs.delete_file(path)
+
+
+@pytest.mark.parametrize("warehouse", ["local", "s3"])
+def test_orphan_cleanup_racing_a_deletion_succeeds(make_pipeline, request, warehouse):
+    """A candidate deleted by someone else just before the cleanup deletes it is not an error; every
+    orphan ends up gone and every referenced file stays."""
+    s3 = request.getfixturevalue("s3_endpoint") if warehouse == "s3" else None
+    cfg = make_pipeline(s3_endpoint=s3, maintenance__target_file_bytes=TARGET)
+    for b in range(3):
+        commit_sample_batch(cfg, "live", b, batch_ranges(cfg, b), bad_every=97)
+    killed = prepare_sample(cfg, "killed", batch_ranges(cfg, 3), bad_every=97)  # prepared, never committed
+    orphans = [f for p in killed for f in [*p.data_files, *p.quarantine_files]]
+    fs = filesystem(cfg.target)
+    results = []
+    for table in ensure_tables(cfg):
+        results.append(remove_orphans(table, DeletedMeanwhile(fs), 0))
+        for path in referenced_files(table):
+            assert fs.get_file_info(path).type.name == "File", path
+    assert all(fs.get_file_info(fs_path(u)).type.name == "NotFound" for u in orphans)
+    assert sum(r.already_gone for r in results) == (len(orphans) + 1) // 2
+    assert sum(len(r.deleted) for r in results) == len(orphans) // 2
+    assert_exactly_once(cfg, {p: 3 * PER_BATCH for p in range(PARTITIONS)})
+    report = validate(cfg, all_runs=True)
+    assert report["success"], report["problems"]
+
+
 def test_maintenance_beside_a_backfill_and_a_tail(spark, make_pipeline):
     """Neither run fails because of upkeep committing to the same tables; nothing lost or duplicated."""
     cfg = make_pipeline(backfill__slices=2, backfill__max_offsets_per_batch=400, tail__min_offsets_per_batch=100,
