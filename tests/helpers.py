@@ -6,14 +6,17 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
 from processes import kill_marked
 
 from tailfill.config import PipelineConfig
+from tailfill.lake.ledger import read_ledger
 from tailfill.lake.tables import ensure_tables
-from tailfill.offsets import PartitionOffsets
+from tailfill.offsets import PartitionOffsets, total
 from tailfill.run.submit import IngestResult, JobSpec, backfill_spec, new_run_id, spark_submit_command, submit_env
 
 
@@ -97,3 +100,40 @@ def submit_at_once(specs: list[JobSpec], logs: Path, master: str = "local[1]") -
             log.close()
     for spec in specs:
         assert codes[spec.run_id] == 0, (logs / f"{spec.run_id}.log").read_text()[-5000:]
+
+
+def committed(cfg: PipelineConfig) -> int:
+    """Offsets the data table's ledger holds."""
+    data = ensure_tables(cfg).data
+    data.refresh()
+    return total(read_ledger(data).committed)
+
+
+def in_background(fn, *args) -> tuple[threading.Thread, dict]:
+    """Run ``fn(*args)`` in a thread; the dict gets its ``result`` or its ``error``."""
+    out: dict = {}
+
+    def target() -> None:
+        try:
+            out["result"] = fn(*args)
+        except BaseException as exc:  # handed to the test, which re-raises it
+            out["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"job-{fn.__name__}", daemon=True)
+    thread.start()
+    return thread, out
+
+
+def finished(thread: threading.Thread, out: dict, timeout: float = 600):
+    thread.join(timeout)
+    assert not thread.is_alive(), f"the job did not finish within {timeout:.0f}s"
+    if "error" in out:
+        raise out["error"]
+    return out["result"]
+
+
+def wait_until(condition, what: str, timeout: float = 180, poll: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(poll)

@@ -35,7 +35,7 @@ def commit_prepared(cfg: PipelineConfig, tables: Tables, run_id: str, batch_id: 
 
         def commit(table, files: list[str]) -> CommitResult:
             return commit_batch(table, BatchCommit(cfg.name, run_id, batch_id, ranges, files, lost, records),
-                                lambda files_, keep: rewrite_files(fs, files_, keep, table.location()))
+                                lambda files_, keep: rewrite_files(fs, files_, keep, table.location(), run_id))
 
         quarantine_files = [f for p in prepared for f in p.quarantine_files]
         if quarantine_files:

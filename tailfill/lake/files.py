@@ -48,8 +48,14 @@ class FileSet:
 
 
 def new_file_uri(location: str, prefix: str) -> str:
-    """A fresh data file name under ``location/data``."""
+    """A fresh data file name under ``location/data``: ``<prefix>-<32 hex>.parquet``, the prefix being
+    the run id of the run that wrote it (or ``compact`` for table upkeep)."""
     return f"{location.rstrip('/')}/data/{prefix}-{uuid.uuid4().hex}.parquet"
+
+
+def written_by(uri: str) -> str:
+    """The prefix :func:`new_file_uri` gave a file: the run id of the run that wrote it."""
+    return uri.rsplit("/", 1)[-1].removesuffix(".parquet").rsplit("-", 1)[0]
 
 
 def in_range(table: pa.Table, r: OffsetRange) -> pa.ChunkedArray:
@@ -60,8 +66,10 @@ def in_range(table: pa.Table, r: OffsetRange) -> pa.ChunkedArray:
     )
 
 
-def rewrite_files(fs: pafs.FileSystem, files: Sequence[str], keep: list[OffsetRange], location: str) -> list[str]:
-    """New files holding only the rows of ``files`` whose offsets lie in ``keep``."""
+def rewrite_files(fs: pafs.FileSystem, files: Sequence[str], keep: list[OffsetRange], location: str,
+                  run_id: str) -> list[str]:
+    """New files (named by ``run_id``, the committing run) holding only the rows of ``files`` whose
+    offsets lie in ``keep``."""
     out = []
     for uri in files:
         table = pq.read_table(fs_path(uri), filesystem=fs)
@@ -70,7 +78,7 @@ def rewrite_files(fs: pafs.FileSystem, files: Sequence[str], keep: list[OffsetRa
             mask = pc.or_(mask, in_range(table, r))
         kept = table.filter(mask)
         if kept.num_rows:
-            new_uri = new_file_uri(location, "rewrite")
+            new_uri = new_file_uri(location, run_id)
             fs.create_dir(fs_path(f"{location.rstrip('/')}/data"), recursive=True)
             pq.write_table(kept, fs_path(new_uri), filesystem=fs, **PARQUET_OPTIONS)
             out.append(new_uri)

@@ -20,14 +20,13 @@ import random
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 from fault_outcomes import prove
-from helpers import backfill, kill_job_tree, submit_at_once, tail
+from helpers import backfill, committed, finished, in_background, kill_job_tree, submit_at_once, tail, wait_until
 from s3_fault_proxy import Fault, S3FaultProxy
 from tcp_outage import TcpOutage
 
@@ -36,6 +35,7 @@ from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
 from tailfill.dev.postgres import LocalPostgres
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.batch_report import read_reports, runs_dir
+from tailfill.lake.files import written_by
 from tailfill.lake.ledger import SUMMARY_RUN, read_cutover, read_ledger
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import PartitionOffsets, intersect_all, total
@@ -45,12 +45,6 @@ from tailfill.run.submit import JobSpec, backfill_spec, new_run_id, spark_submit
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 PARTITIONS, BAD_EVERY = 4, 499
-
-
-def committed(cfg) -> int:
-    data = ensure_tables(cfg).data
-    data.refresh()
-    return total(read_ledger(data).committed)
 
 
 def committed_in(cfg, spec: JobSpec) -> int:
@@ -67,36 +61,6 @@ def batch_lines(reports: Path) -> int:
 
 def total_planned(spec: JobSpec) -> int:
     return sum(total(s.ranges) for s in spec.slices)
-
-
-def in_background(fn, *args) -> tuple[threading.Thread, dict]:
-    """Run ``fn(*args)`` in a thread; the dict gets its ``result`` or its ``error``."""
-    out: dict = {}
-
-    def target() -> None:
-        try:
-            out["result"] = fn(*args)
-        except BaseException as exc:  # handed to the test, which re-raises it
-            out["error"] = exc
-
-    thread = threading.Thread(target=target, name=f"job-{fn.__name__}", daemon=True)
-    thread.start()
-    return thread, out
-
-
-def finished(thread: threading.Thread, out: dict, timeout: float = 600):
-    thread.join(timeout)
-    assert not thread.is_alive(), f"the job did not finish within {timeout:.0f}s"
-    if "error" in out:
-        raise out["error"]
-    return out["result"]
-
-
-def wait_until(condition, what: str, timeout: float = 180, poll: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(poll)
 
 
 # --- the job process dies ----------------------------------------------------------------------
@@ -210,9 +174,11 @@ def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, t
                     killed.append((victim, batch_lines(victim.reports) > victim.seen))
                     on_disk, referenced = warehouse_files(cfg)
                     assert referenced <= on_disk, "a committed snapshot references a file that is not there"
+                    # Its own files by their names (the run id): the other writer's prepared files are not its.
+                    left = {f for f in on_disk - referenced if written_by(f) == victim.spec.run_id}
                     if victim.pause == ("before-commit", 1):  # its batch was prepared: files written, not committed
-                        assert on_disk - referenced, "the attempt killed before its commit left no prepared files"
-                    killed_files |= on_disk - referenced
+                        assert left, "the attempt killed before its commit left no prepared files"
+                    killed_files |= left
         time.sleep(0.2)
     for victim in active.values():  # the last ones: not counted, they die with the scenario
         victim.kill()
