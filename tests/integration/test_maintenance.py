@@ -25,6 +25,7 @@ from tailfill import cli
 from tailfill.dev.batches import commit_sample_batch, prepare_sample
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.audit_log import archived_summaries
+from tailfill.lake.files import written_by
 from tailfill.lake.orphans import referenced_files, remove_orphans
 from tailfill.lake.storage import filesystem, fs_path
 from tailfill.lake.tables import ensure_tables
@@ -172,10 +173,12 @@ def test_orphan_cleanup_beside_commits_never_deletes_a_referenced_file(make_pipe
     with upkeep_looping(cfg, settings) as upkeep_runs:
         started = time.monotonic()
         b = 0
-        while b < 30 or time.monotonic() - started < 8:  # long enough for committed files to pass 2 s
+        # Long enough for committed files to pass 2 s, and for upkeep to run at least twice beside the
+        # commits however slow the machine is (bounded: a stuck upkeep fails the test).
+        while b < 30 or time.monotonic() - started < 8 or len(upkeep_runs) < 2:
+            assert time.monotonic() - started < 600, f"upkeep ran {len(upkeep_runs)} times in 600 s"
             commit_sample_batch(cfg, "live", b, batch_ranges(cfg, b), bad_every=97)
             b += 1
-    assert len(upkeep_runs) >= 2
 
     for table in ensure_tables(cfg):
         table.refresh()
@@ -219,6 +222,7 @@ def test_orphan_cleanup_racing_a_deletion_succeeds(make_pipeline, request, wareh
         commit_sample_batch(cfg, "live", b, batch_ranges(cfg, b), bad_every=97)
     killed = prepare_sample(cfg, "killed", batch_ranges(cfg, 3), bad_every=97)  # prepared, never committed
     orphans = [f for p in killed for f in [*p.data_files, *p.quarantine_files]]
+    assert {written_by(u) for u in orphans} == {"killed"}  # a file names its run (the fault suite relies on it)
     fs = filesystem(cfg.target)
     results = []
     for table in ensure_tables(cfg):
