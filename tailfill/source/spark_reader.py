@@ -85,7 +85,9 @@ class KafkaOptions:
                 "startingOffsets=latest would skip every record not yet ingested; tailfill starts from "
                 "explicit offsets (the table's committed position) or 'earliest'"
             )
-        marks = watermarks(self.conf, self.partitions(), consumer=shared_consumer(self.conf))
+        # A consumer of its own: a shared one would keep fetching after the probe's assign, and could
+        # "confirm" an end from a fetch of an earlier trigger.
+        marks = watermarks(self.conf, self.partitions())
         return marks.low if spec == "earliest" else marks.high
 
     def check_expired(self, ranges: list[OffsetRange]) -> None:
