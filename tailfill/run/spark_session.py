@@ -30,6 +30,6 @@ def get_session(app_name: str = "tailfill") -> SparkSession:
 
 
 def register_sources(spark: SparkSession) -> None:
-    from tailfill.source.spark_reader import KafkaDataSource
+    from tailfill.source.spark_source import KafkaDataSource
 
     spark.dataSource.register(KafkaDataSource)

@@ -1,24 +1,6 @@
-"""``tailfill_kafka``: a PySpark Python Data Source for Kafka, batch and streaming.
-
-Options (offsets in the JSON format of Spark's Kafka connector, ``{"topic": {"0": 42}}``):
-
-- ``source``: the pipeline's ``source`` block as JSON (broker address, topic, security, consumer settings)
-- ``startingOffsets``: JSON or ``earliest`` (required; ``latest`` is refused: it skips data)
-- ``endingOffsets``: JSON or ``latest`` (batch default ``latest``; streaming default unbounded)
-- ``maxOffsetsPerTrigger``: cap per micro-batch, shared across partitions by pending size
-- ``budgetFile``: a JSON file ``{"max_offsets": N, "tasks": K}`` read before each micro-batch; when
-  present it sets the batch's cap (at most ``maxOffsetsPerTrigger``) and, optionally, its number of
-  tasks (at most ``tasks``), so a driver can size batches and yield cores as it goes
-- ``output``: ``records`` (default) — the records themselves (:data:`~tailfill.schema.RAW_SCHEMA`);
-  or ``ranges`` — one row per offset range (:data:`~tailfill.schema.RANGE_SCHEMA`), for a writer
-  that reads its ranges where it writes them (Tailfill's ingest, :mod:`tailfill.lake.spark_writer`)
-- ``tasks``: with ``ranges``, deal each batch's ranges into at most this many input partitions of
-  near-equal size — several partitions read by one consumer, or a large range halved so that every
-  task works (see :func:`tailfill.offsets.deal`); default one range each
-- ``includeRangeMarkers``: with ``records``, ``true`` adds one marker row per range recording what was read
-
-One input partition per topic-partition range ``[start, end)``; rows come as Arrow batches.
-"""
+"""The readers of ``tailfill_kafka`` (:mod:`tailfill.source.spark_source`, where its options are
+described), batch and streaming: offsets and input partitions planned on the driver's side, records
+or ranges read in the tasks. A streaming reader reads the broker's ends once per trigger."""
 
 from __future__ import annotations
 
@@ -26,7 +8,6 @@ from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
-    DataSource,
     DataSourceReader,
     DataSourceStreamReader,
     InputPartition,
@@ -37,16 +18,15 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
 
 from tailfill.config import SourceConfig
 from tailfill.errors import ConfigError, ExpiredOffsetsError
 from tailfill.offsets import OffsetRange, PartitionOffsets, cap, deal, ranges_between
-from tailfill.schema import RANGE_SCHEMA, RAW_SCHEMA, spark_ddl
+from tailfill.schema import RANGE_SCHEMA
 from tailfill.source.budget import Budget
 from tailfill.source.kafka import consumer_config, list_partitions, read_range, shared_consumer, watermarks
+from tailfill.source.spark_source import output_of
 
-OUTPUTS = ("records", "ranges")
 MIN_SPLIT_OFFSETS = 100_000  # a range is halved for parallel tasks only if each half has this many
 
 
@@ -58,7 +38,7 @@ class RangePartition(InputPartition):
         self.ranges = ranges
 
 
-class _KafkaOptions:
+class KafkaOptions:
     """Parsed options shared by the batch and the streaming reader."""
 
     def __init__(self, options: dict[str, str]):
@@ -73,13 +53,8 @@ class _KafkaOptions:
         self.max_offsets = int(max_offsets) if max_offsets else None
         self.budget_file = Path(options["budgetfile"]) if options.get("budgetfile") else None
         self.markers = options.get("includerangemarkers", "false").lower() == "true"
-        self.output = options.get("output", "records")
+        self.output = output_of(options)
         self.tasks = int(options["tasks"]) if options.get("tasks") else None
-        if self.output not in OUTPUTS:
-            raise ConfigError(f"tailfill_kafka option output={self.output!r}: use one of {', '.join(OUTPUTS)}")
-
-    def schema(self) -> str:
-        return spark_ddl(RANGE_SCHEMA if self.output == "ranges" else RAW_SCHEMA)
 
     def budget(self) -> int | None:
         """This batch's cap: the writer's :class:`Budget`, within ``maxOffsetsPerTrigger``, else that alone."""
@@ -103,6 +78,8 @@ class _KafkaOptions:
                 "startingOffsets=latest would skip every record not yet ingested; tailfill starts from "
                 "explicit offsets (the table's committed position) or 'earliest'"
             )
+        # A consumer of its own: a shared one would keep fetching after the probe's assign, and could
+        # "confirm" an end from a fetch of an earlier trigger.
         marks = watermarks(self.conf, self.partitions())
         return marks.low if spec == "earliest" else marks.high
 
@@ -136,7 +113,7 @@ class _KafkaOptions:
 
 
 class KafkaBatchReader(DataSourceReader):
-    def __init__(self, opts: _KafkaOptions):
+    def __init__(self, opts: KafkaOptions):
         self.opts = opts
 
     def partitions(self) -> list[RangePartition]:
@@ -149,9 +126,10 @@ class KafkaBatchReader(DataSourceReader):
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, opts: _KafkaOptions):
+    def __init__(self, opts: KafkaOptions):
         self.opts = opts
         self.target: PartitionOffsets | None = None
+        self.latest: PartitionOffsets | None = None  # the end the last latestOffset read, for reportLatestOffset
         if opts.starting is None:
             raise ConfigError("streaming from Kafka needs explicit startingOffsets (JSON or 'earliest')")
 
@@ -173,7 +151,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = PartitionOffsets.from_dict(start)
-        end = self._end()
+        end = self.latest = self._end()
         ranges = [r for r in ranges_between(begin, _at_least(end, begin)) if not r.is_empty()]
         budget = self.opts.budget()  # Spark's limit is maxOffsetsPerTrigger; the budget file may lower it
         if budget is not None:
@@ -183,7 +161,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return PartitionOffsets(out).to_dict()
 
     def reportLatestOffset(self) -> dict | None:
-        return self._end().to_dict()
+        """The end latestOffset just read (Spark asks right after it): the broker is read once per trigger."""
+        return (self.latest or self._end()).to_dict()
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         return self.opts.input_partitions(PartitionOffsets.from_dict(start), PartitionOffsets.from_dict(end))
@@ -201,18 +180,3 @@ def _at_least(end: PartitionOffsets, start: PartitionOffsets) -> PartitionOffset
     for tp in end:
         merged[tp] = max(end[tp], start.get(tp, 0) or 0)
     return PartitionOffsets(merged)
-
-
-class KafkaDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "tailfill_kafka"
-
-    def schema(self) -> str:
-        return _KafkaOptions(dict(self.options)).schema()
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        return KafkaBatchReader(_KafkaOptions(dict(self.options)))
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return KafkaStreamReader(_KafkaOptions(dict(self.options)))

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_exactly_once, backfill, high_watermarks, tail
+from helpers import assert_exactly_once, backfill, committed, finished, high_watermarks, in_background, tail, wait_until
 
 from tailfill import cli
 from tailfill.dev.batches import commit_sample_batch
@@ -20,6 +20,7 @@ from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, total
 from tailfill.run import spark_job as job
 from tailfill.run.submit import backfill_spec
+from tailfill.state.store import read_health, request_stop
 
 pytestmark = pytest.mark.integration
 
@@ -106,21 +107,21 @@ def test_missing_topic_and_wrong_partition_count_are_named(make_pipeline, capsys
 
 
 def test_processing_time_tail_picks_up_records_as_they_arrive(spark, make_pipeline):
+    """Two waves produced while a processing-time tail runs, the second only after the first is
+    committed: both land, in separate batches, and the tail stops between batches when asked."""
     cfg = make_pipeline(tail__trigger="processing_time", tail__trigger_interval_seconds=1)
     bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
     produce_sample(bs, topic, 4_000, 4)
     backfill(spark, cfg)  # history up to the cutover
-    waves = [threading.Timer(delay, produce_sample, args=(bs, topic, 4_000, 4)) for delay in (1.0, 6.0)]
-    for wave in waves:
-        wave.start()
-    started = time.monotonic()
+    thread, out = in_background(tail, spark, cfg, False, 600)  # stop_after: only a bound if the stop is missed
     try:
-        result = tail(spark, cfg, once=False, stop_after=20)[0]
+        wait_until(lambda: (h := read_health(cfg)) is not None and h.alive_at > 0, "the tail to start")
+        for wave in (1, 2):
+            produce_sample(bs, topic, 4_000, 4)
+            wait_until(lambda n=wave: committed(cfg) >= 4_000 * (n + 1), f"wave {wave} to be committed", timeout=300)
     finally:
-        for wave in waves:
-            wave.join()
-    assert time.monotonic() - started >= 20
-    # Both waves arrived while the tail was running, in separate triggers.
+        request_stop(cfg)
+    [result] = finished(thread, out)
     assert result.offsets == 8_000 and result.batches >= 2
     assert_exactly_once(cfg, high_watermarks(cfg))
 
