@@ -38,7 +38,7 @@ from tailfill.state.store import run_reports, write_lane
 from tailfill_airflow.causes import JobOutput, committed_summary, headline
 from tailfill_airflow.hooks import TailfillHook
 from tailfill_airflow.naming import lane_label
-from tailfill_airflow.progress import ProgressWatcher
+from tailfill_airflow.progress import Progress, ProgressWatcher
 
 log = logging.getLogger(__name__)
 PROGRESS_KEY, RESULT_KEY = "progress", "result"
@@ -161,12 +161,12 @@ class TailfillSubmitOperator(SparkSubmitOperator):
         log.info("%s: run %s, %s; full job output in %s", cfg.name, spec.run_id,
                  f"{planned:,} offsets planned" if planned is not None else "open-ended", self._output_file)
 
-        def publish(p: dict) -> None:
-            log.info("progress %s: %s", label, p["line"])
-            ended = None if p["state"] == "running" else p["updated_at"]
-            write_lane(cfg, spec.run_id, state=p["state"], ended_at=ended)
-            ti.xcom_push(key=PROGRESS_KEY, value=p)
-            _show_in_grid(ti, f"{label} · {p['line']}")
+        def publish(p: Progress) -> None:
+            log.info("progress %s: %s", label, p.asstr())
+            ended = None if p.state == "running" else p.updated_at
+            write_lane(cfg, spec.run_id, state=p.state, ended_at=ended)
+            ti.xcom_push(key=PROGRESS_KEY, value=p.asdict())
+            _show_in_grid(ti, f"{label} · {p.asstr()}")
 
         watcher = ProgressWatcher(cfg, spec.run_id, planned, publish)
         write_lane(cfg, spec.run_id, label=label, planned=planned, started_at=watcher.started_at,

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 
 from tailfill.config import PipelineConfig
 from tailfill.state.freshness import Freshness
@@ -28,48 +29,63 @@ def _freshness(reports: list[BatchReport]) -> dict | None:
     return next((r.freshness for r in reversed(reports) if r.freshness), None)
 
 
+@dataclass(frozen=True)
+class Progress:
+    """A run's progress as a user asks while waiting: done of planned, speed, ETA, the tail's freshness.
+
+    Like dlt's ``LoadInfo``: :meth:`asdict` for machines (the ``progress`` XCom, the plugin pages),
+    :meth:`asstr` for people (the task log, the lane's label in the grid).
+    """
+
+    state: str  # running, finished, failed (or "not started" on a page)
+    offsets_done: int
+    offsets_planned: int | None  # None: unbounded (a processing-time tail)
+    percent: float | None
+    rows: int  # rows + quarantined rows
+    quarantined: int
+    batches: int
+    rows_per_s: float
+    eta_s: int | None
+    elapsed_s: float
+    last_commit_age_s: float | None
+    freshness: dict | None  # the latest batch's produce-to-commit latency (p50, p95, max; records)
+    updated_at: float
+
+    def asstr(self) -> str:
+        """One line: ``[running] 12,000/50,000 offsets (24%) · 3,100 rows/s · ETA 12s · 4 batches``."""
+        planned = self.offsets_planned
+        parts = [f"{self.offsets_done:,}/{planned:,} offsets ({self.percent:.0f}%)" if planned
+                 else f"{self.offsets_done:,} offsets"]
+        parts.append(f"{self.rows_per_s:,.0f} rows/s")
+        if self.eta_s is not None:
+            parts.append(f"ETA {self.eta_s}s")
+        parts.append(f"{self.batches} batches" if self.batches else "first batch running")
+        if self.freshness:
+            parts.append(f"freshness {Freshness.from_dict(self.freshness)}")
+        return f"[{self.state}] " + " · ".join(parts)
+
+    def asdict(self) -> dict:
+        """Every field, and the line, as JSON-able values."""
+        return {**asdict(self), "line": self.asstr()}
+
+
 def progress(reports: list[BatchReport], planned: int | None, started_at: float, now: float | None = None,
-             state: str = "running") -> dict:
+             state: str = "running") -> Progress:
     """Progress of a run: ``planned`` offsets (None: unbounded), its batch reports, when it started."""
     now = time.time() if now is None else now
     done = sum(r.offsets for r in reports)
-    rows = sum(r.rows + r.quarantined for r in reports)
     elapsed = max(now - started_at, 1e-6)
     mine = [r for r in reports if r.at >= started_at]  # an earlier try's batches count as done, not as speed
-    rate = sum(r.rows + r.quarantined for r in mine) / elapsed
     offset_rate = sum(r.offsets for r in mine) / elapsed
-    out: dict = {
-        "state": state,
-        "offsets_done": done,
-        "offsets_planned": planned,
-        "percent": round(100 * done / planned, 1) if planned else None,
-        "rows": rows,
-        "quarantined": sum(r.quarantined for r in reports),
-        "batches": len(reports),
-        "rows_per_s": round(rate, 1),
-        "eta_s": (round(max(planned - done, 0) / offset_rate)
-                  if planned and offset_rate and state == "running" else None),
-        "elapsed_s": round(elapsed, 1),
-        "last_commit_age_s": round(now - reports[-1].at, 1) if reports else None,
-        "freshness": _freshness(reports),
-        "updated_at": round(now, 3),
-    }
-    out["line"] = progress_line(out)
-    return out
-
-
-def progress_line(p: dict) -> str:
-    """One line for a log or a label: ``12,000/50,000 offsets (24%) · 3,100 rows/s · ETA 12s · 4 batches``."""
-    planned = p["offsets_planned"]
-    parts = [f"{p['offsets_done']:,}/{planned:,} offsets ({p['percent']:.0f}%)" if planned
-             else f"{p['offsets_done']:,} offsets"]
-    parts.append(f"{p['rows_per_s']:,.0f} rows/s")
-    if p["eta_s"] is not None:
-        parts.append(f"ETA {p['eta_s']}s")
-    parts.append(f"{p['batches']} batches" if p["batches"] else "first batch running")
-    if p.get("freshness"):
-        parts.append(f"freshness {Freshness.from_dict(p['freshness'])}")
-    return f"[{p['state']}] " + " · ".join(parts)
+    return Progress(
+        state=state, offsets_done=done, offsets_planned=planned,
+        percent=round(100 * done / planned, 1) if planned else None,
+        rows=sum(r.rows + r.quarantined for r in reports), quarantined=sum(r.quarantined for r in reports),
+        batches=len(reports), rows_per_s=round(sum(r.rows + r.quarantined for r in mine) / elapsed, 1),
+        eta_s=(round(max(planned - done, 0) / offset_rate) if planned and offset_rate and state == "running"
+               else None),
+        elapsed_s=round(elapsed, 1), last_commit_age_s=round(now - reports[-1].at, 1) if reports else None,
+        freshness=_freshness(reports), updated_at=round(now, 3))
 
 
 class ProgressWatcher:
@@ -79,7 +95,7 @@ class ProgressWatcher:
     newly committed batch, and a last one when the watcher stops.
     """
 
-    def __init__(self, cfg: PipelineConfig, run_id: str, planned: int | None, publish: Callable[[dict], None],
+    def __init__(self, cfg: PipelineConfig, run_id: str, planned: int | None, publish: Callable[[Progress], None],
                  interval: float = 2.0):
         self.cfg, self.run_id, self.planned = cfg, run_id, planned
         self.reports = RunReports(cfg, run_id)  # fetches each batch report once

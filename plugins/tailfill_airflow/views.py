@@ -82,7 +82,7 @@ def lane_progress(cfg: PipelineConfig, tf_run: str) -> dict:
     state = (lane.state if lane else None) or ("running" if lane else "not started")
     ended = lane.ended_at if lane else None
     started = lane.started_at if lane and lane.started_at is not None else time.time()
-    out = progress(reports, lane.planned if lane else None, started, now=ended or time.time(), state=state)
+    out = progress(reports, lane.planned if lane else None, started, now=ended or time.time(), state=state).asdict()
     return {"label": (lane.label if lane else None) or tf_run, "run_id": tf_run,
             "cause": redact_text(lane.cause) if lane and lane.cause else None, **out}
 

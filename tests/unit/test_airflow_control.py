@@ -70,39 +70,40 @@ def test_pool_keeps_a_slot_for_the_incremental_dag():
 
 def test_progress_before_the_first_batch_then_rate_eta_and_freshness():
     first = progress([], planned=1_000, started_at=100.0, now=101.0)
-    assert (first["offsets_done"], first["percent"], first["eta_s"]) == (0, 0.0, None)
-    assert first["line"] == "[running] 0/1,000 offsets (0%) · 0 rows/s · first batch running"
+    assert (first.offsets_done, first.percent, first.eta_s) == (0, 0.0, None)
+    assert first.asstr() == "[running] 0/1,000 offsets (0%) · 0 rows/s · first batch running"
+    assert first.asdict()["line"] == first.asstr() and first.asdict()["offsets_planned"] == 1_000
 
     reports = [report(0, 105.0, 0, 100, quarantined=3), report(1, 110.0, 100, 200)]
     p = progress(reports, planned=1_000, started_at=100.0, now=110.0)
-    assert (p["offsets_done"], p["rows"], p["quarantined"], p["batches"]) == (400, 400, 3, 2)
-    assert (p["percent"], p["rows_per_s"], p["eta_s"]) == (40.0, 40.0, 15)
-    assert p["freshness"] is None
+    assert (p.offsets_done, p.rows, p.quarantined, p.batches) == (400, 400, 3, 2)
+    assert (p.percent, p.rows_per_s, p.eta_s) == (40.0, 40.0, 15)
+    assert p.freshness is None
 
     last = report(2, 112.0, 200, 250)
     measured = Freshness(0.8, 2.0, 9.0, 100).to_dict()  # what the job writes into a batch report
     fresh = [*reports, BatchReport(**{**last.__dict__, "freshness": measured})]
     tail = progress(fresh, planned=None, started_at=100.0, now=112.0, state="finished")
-    assert tail["percent"] is None and tail["eta_s"] is None
-    assert tail["freshness"] == measured
-    assert "freshness p50 0.8s, p95 2.0s, max 9.0s" in tail["line"]
+    assert tail.percent is None and tail.eta_s is None
+    assert tail.freshness == measured
+    assert "freshness p50 0.8s, p95 2.0s, max 9.0s" in tail.asstr()
 
 
 def test_progress_counts_an_earlier_try_as_done_but_not_as_speed():
     p = progress([report(0, 50.0, 0, 100), report(1, 110.0, 100, 150)], planned=400, started_at=100.0, now=110.0)
-    assert p["offsets_done"] == 300 and p["rows_per_s"] == 10.0 and p["eta_s"] == 10
+    assert p.offsets_done == 300 and p.rows_per_s == 10.0 and p.eta_s == 10
 
 
 def test_watcher_publishes_at_once_then_each_new_batch_then_its_end(home):
-    seen: list[dict] = []
+    seen: list = []
     cfg = load_pipeline(REPO / "pipelines" / "demo.yaml")
     path = report_file(cfg, "run1", "q0")
     with ProgressWatcher(cfg, "run1", 400, seen.append, interval=3600) as watcher:
-        assert [s["batches"] for s in seen] == [0]  # the first line before any batch committed
+        assert [s.batches for s in seen] == [0]  # the first line before any batch committed
         append_report(path, report(0, 1.0, 0, 100))
         watcher.poll()
         watcher.poll()  # nothing new: nothing published
-    assert [(s["state"], s["batches"]) for s in seen] == [("running", 0), ("running", 1), ("finished", 1)]
+    assert [(s.state, s.batches) for s in seen] == [("running", 0), ("running", 1), ("finished", 1)]
     assert [r.batch_id for r in run_reports(cfg, "run1")] == [0]
 
 
