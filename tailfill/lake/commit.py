@@ -12,13 +12,16 @@ import threading
 import time
 from collections.abc import Sequence
 
+import pyarrow.fs as pafs
+
 from tailfill.config import PipelineConfig
 from tailfill.lake.batch_summary import BatchSummary
-from tailfill.lake.files import rewrite_files
+from tailfill.lake.files import rewrite_files, rows_in
 from tailfill.lake.ledger import CommitResult, commit_batch
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.storage import filesystem
 from tailfill.lake.tables import Tables
+from tailfill.offsets import OffsetRange, intersect_all
 
 _TURNS = threading.Lock()
 
@@ -36,10 +39,27 @@ def commit_prepared(cfg: PipelineConfig, tables: Tables, run_id: str, batch_id: 
 
         def commit(table, files: list[str]) -> CommitResult:
             return commit_batch(table, summary, files,
-                                lambda files_, keep: rewrite_files(fs, files_, keep, table.location(), run_id))
+                                lambda files_, keep: rewrite_files(fs, files_, keep, table.location(), run_id),
+                                lambda kept: records_in(fs, prepared, kept))
 
         quarantine_files = [f for p in prepared for f in p.quarantine_files]
         if quarantine_files:
             commit(tables.quarantine, quarantine_files)
         result = commit(tables.data, [f for p in prepared for f in p.data_files])
         return result, time.perf_counter() - started
+
+
+def records_in(fs: pafs.FileSystem, prepared: Sequence[PreparedRange], kept: list[OffsetRange]) -> int:
+    """Records the source read in the ``kept`` part of a batch (when another writer committed the rest).
+
+    A range kept whole counts what its task read; a range kept in part counts its stored rows and
+    quarantined rows there (every record read became one or the other; absent offsets became neither).
+    """
+    count = 0
+    for p in prepared:
+        parts = intersect_all([p.marker.range], kept)
+        if parts == [p.marker.range]:
+            count += p.marker.records
+        elif parts:
+            count += rows_in(fs, [*p.data_files, *p.quarantine_files], parts)
+    return count

@@ -66,6 +66,15 @@ def in_range(table: pa.Table, r: OffsetRange) -> pa.ChunkedArray:
     )
 
 
+def rows_in(fs: pafs.FileSystem, files: Sequence[str], ranges: list[OffsetRange]) -> int:
+    """How many rows of ``files`` have their Kafka offset in ``ranges`` (only the coordinates are read)."""
+    count = 0
+    for uri in files:
+        table = pq.read_table(fs_path(uri), filesystem=fs, columns=["kafka_topic", "kafka_partition", "kafka_offset"])
+        count += sum(pc.sum(in_range(table, r)).as_py() or 0 for r in ranges)
+    return count
+
+
 def rewrite_files(fs: pafs.FileSystem, files: Sequence[str], keep: list[OffsetRange], location: str,
                   run_id: str) -> list[str]:
     """New files (named by ``run_id``, the committing run) holding only the rows of ``files`` whose

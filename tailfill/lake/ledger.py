@@ -108,12 +108,14 @@ class CommitResult:
 Rewriter = Callable[[Sequence[str], list[OffsetRange]], list[str]]
 
 
-def commit_batch(table: Table, batch: BatchSummary, files: Sequence[str], rewrite: Rewriter) -> CommitResult:
+def commit_batch(table: Table, batch: BatchSummary, files: Sequence[str], rewrite: Rewriter,
+                 records_in: Callable[[list[OffsetRange]], int] | None = None) -> CommitResult:
     """Commit ``batch`` (its ``files``) to ``table`` exactly once per offset; retries concurrency conflicts.
 
     ``rewrite(files, keep)`` must return new files holding only the rows whose offsets lie in
     ``keep``; it is called only when part of the batch is already committed. The snapshot's summary
-    is ``batch`` with the ranges it actually committed.
+    is ``batch`` with the ranges it actually committed; ``records_in(ranges)`` gives the records read
+    in those ranges when they are only part of the batch (the proof compares them with what is stored).
     """
     asked = merge(batch.ranges)
     for _ in commit_attempts():
@@ -124,7 +126,8 @@ def commit_batch(table: Table, batch: BatchSummary, files: Sequence[str], rewrit
             return CommitResult([], asked, None)
         kept = list(files) if new == asked else rewrite(files, new)
         lost = intersect_all(subtract(batch.lost, ledger.lost), new)
-        summary = replace(batch, ranges=new, lost=lost).to_properties()
+        records = batch.records_read if new == asked or records_in is None else records_in(new)
+        summary = replace(batch, ranges=new, lost=lost, records_read=records).to_properties()
         try:
             with table.transaction() as tx:
                 if kept:
