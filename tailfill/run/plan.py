@@ -117,13 +117,43 @@ def plan_backfill(
     end: PartitionOffsets | None = None,
     slices: int | None = None,
 ) -> list[Slice]:
-    """Slices of ``[start, end)`` (default ``[earliest, cutover)``) that still hold uncommitted offsets."""
+    """Slices of ``[start, end)`` (default ``[earliest, cutover)``) that still hold uncommitted offsets.
+
+    Bounds the broker cannot have (past a partition's end, a partition it does not have, a start
+    after its end) are refused here, before any job starts: such a run would wait for records that
+    never come and fail much later with a misleading cause.
+    """
+    if end is not None:
+        check_bounds(state, start, end)
     start = start or state.marks.low
     end = end or ensure_cutover(state)
     pieces = split_slices(ranges_between(start, end), slices or state.cfg.backfill.slices)
     planned = [Slice(i, len(pieces), PartitionOffsets({r.tp: r.start for r in piece}),
                      PartitionOffsets({r.tp: r.end for r in piece})) for i, piece in enumerate(pieces)]
     return [s for s in planned if s.remaining(state.ledger) is not None]
+
+
+def check_bounds(state: SourceState, start: PartitionOffsets | None, end: PartitionOffsets) -> None:
+    """Refuse a backfill's ``[start, end)`` that the topic cannot hold, naming each partition and both ends."""
+    topic = state.cfg.source.topic
+    marks = state.marks
+    unknown = sorted(tp for tp in end if tp not in marks.high or tp.topic != topic)
+    if unknown:
+        raise ConfigError(f"backfill bounds: {', '.join(map(str, unknown))} is not a partition of topic {topic!r} "
+                          f"(it has {len(marks.high.offsets)}) (fix: name partitions 0 to "
+                          f"{len(marks.high.offsets) - 1} of {topic!r})")
+    backwards = [f"{tp} from {start[tp]:,} to {end[tp]:,}" for tp in sorted(end)
+                 if start is not None and tp in start and start[tp] > end[tp]]
+    if backwards:
+        raise ConfigError(f"backfill bounds: a start after its end: {'; '.join(backwards)} (fix: swap From and To)")
+    if any(end[tp] > marks.high[tp] for tp in end) and marks.unconfirmed:  # a short ListOffsets answer?
+        marks = watermarks(consumer_config(state.cfg.source), list(marks.high), probe_timeout_s=CONFIRM_CUTOVER_S)
+    past = [f"{tp}: asked up to {end[tp]:,}, the broker's end is {marks.high[tp]:,}" for tp in sorted(end)
+            if end[tp] > marks.high[tp] and tp not in marks.unconfirmed]
+    if past:
+        raise ConfigError(f"backfill bounds past the end of topic {topic!r} on {state.cfg.source.bootstrap_servers}: "
+                          f"{'; '.join(past)} (fix: give To at most the broker's end, or leave it empty to "
+                          "backfill up to the cutover)")
 
 
 def tail_start(state: SourceState) -> PartitionOffsets:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -104,6 +105,27 @@ def test_missing_topic_and_wrong_partition_count_are_named(make_pipeline, capsys
     assert cli.main(["status", cfg.path]) == 2
     err = capsys.readouterr().err
     assert "source.partitions" in err and "has 2 partitions, the pipeline expects 4" in err
+
+
+def test_a_backfill_past_the_topic_s_end_is_refused_before_any_job_starts(make_pipeline, capsys):
+    """Asked up to 500,000 on a partition that ends at ~100, a backfill used to be planned and then wait
+    minutes per try for records that never come (issue 23): now it is one line, and nothing runs."""
+    cfg = make_pipeline()
+    topic = cfg.source.topic
+    produce_sample(cfg.source.bootstrap_servers, topic, 400, 4)
+    high = high_watermarks(cfg)
+    asked = {str(p): (500_000 if p == 0 else end) for p, end in high.items()}
+
+    code = cli.main(["backfill", str(cfg.path), "--to", json.dumps({topic: asked})])
+
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert f"{topic}[0]: asked up to 500,000, the broker's end is {high[0]:,}" in err
+    assert f"{topic}[1]" not in err.split("past the end", 1)[1]  # only the impossible partition is named
+    assert "offsets (" not in out + err and committed(cfg) == 0  # no job ran, nothing was planned into the table
+
+    assert cli.main(["backfill", str(cfg.path), "--to", json.dumps({topic: {"7": 10}})]) == 2
+    assert f"{topic}[7] is not a partition of topic" in capsys.readouterr().err
 
 
 def test_processing_time_tail_picks_up_records_as_they_arrive(spark, make_pipeline):
