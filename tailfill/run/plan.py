@@ -19,7 +19,7 @@ from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError, SourceError
 from tailfill.lake.ledger import Ledger, read_cutover, read_ledger, record_cutover
 from tailfill.lake.tables import ensure_tables
-from tailfill.offsets import OffsetRange, PartitionOffsets, ranges_between, split_slices, subtract, total
+from tailfill.offsets import OffsetRange, PartitionOffsets, by_partition, ranges_between, split_slices, subtract, total
 from tailfill.source.embedded import resolved
 from tailfill.source.kafka import Watermarks, consumer_config, list_partitions, watermarks
 
@@ -52,7 +52,25 @@ def source_state(cfg: PipelineConfig) -> SourceState:
     marks = watermarks(conf, parts)
     table, quarantine = ensure_tables(cfg)
     table.refresh()
-    return SourceState(cfg, table, quarantine, marks, read_ledger(table), read_cutover(table))
+    ledger = read_ledger(table)
+    check_not_behind(cfg, marks, ledger)
+    return SourceState(cfg, table, quarantine, marks, ledger, read_cutover(table))
+
+
+def check_not_behind(cfg: PipelineConfig, marks: Watermarks, ledger: Ledger) -> None:
+    """Refuse a topic whose end is before what the table has committed: the broker lost data, or the
+    topic was deleted and created again. Nothing can be planned from there without a person's decision.
+
+    Only ends a fetch confirmed count (a ``ListOffsets`` answer can be short on some brokers).
+    """
+    behind = [f"{tp} ends at {marks.high[tp]:,} but the table holds offsets up to {ranges[-1].end:,}"
+              for tp, ranges in by_partition(ledger.committed).items()
+              if tp in marks.high and tp not in marks.unconfirmed and marks.high[tp] < ranges[-1].end]
+    if behind:
+        raise SourceError(
+            f"topic {cfg.source.topic!r} on {cfg.source.bootstrap_servers} went backwards: {'; '.join(behind)}. "
+            "The broker lost data or the topic was created again; offsets from here would be new records under "
+            "old numbers (fix: find out what happened to the topic; to start over, ingest into a new table)")
 
 
 def ensure_cutover(state: SourceState) -> PartitionOffsets:

@@ -128,6 +128,23 @@ def test_a_backfill_past_the_topic_s_end_is_refused_before_any_job_starts(make_p
     assert f"{topic}[7] is not a partition of topic" in capsys.readouterr().err
 
 
+def test_a_topic_that_went_backwards_is_named_before_anything_runs(make_pipeline, capsys):
+    """The table holds offsets up to 500 of a partition whose broker end is 100 (a broker that lost its
+    data, a topic created again): status, the tail and a backfill say so in one line; nothing is planned."""
+    cfg = make_pipeline()
+    topic = cfg.source.topic
+    produce_sample(cfg.source.bootstrap_servers, topic, 400, 4)
+    high = high_watermarks(cfg)
+    commit_sample_batch(cfg, "before-the-reset", 0, [OffsetRange(topic, 0, 0, 500)])
+
+    for command in (["status"], ["tail", "--once"], ["backfill"]):
+        assert cli.main([command[0], str(cfg.path), *command[1:]]) == 2, command
+        err = capsys.readouterr().err
+        assert f"topic {topic!r}" in err and "went backwards" in err, err
+        assert f"{topic}[0] ends at {high[0]:,} but the table holds offsets up to 500" in err
+    assert committed(cfg) == 500  # nothing more was planned or committed
+
+
 def test_processing_time_tail_picks_up_records_as_they_arrive(spark, make_pipeline):
     """Two waves produced while a processing-time tail runs, the second only after the first is
     committed: both land, in separate batches, and the tail stops between batches when asked."""
