@@ -175,11 +175,13 @@ class AirflowServer:
         return self.request("GET", f"/api/v2/dags/{self._q(dag_id)}")
 
     def wait_for_dag(self, dag_id: str, timeout: float = 90) -> dict:
-        """The DAG once the dag-processor has parsed it (and it is not paused)."""
+        """The DAG once the dag-processor has parsed it, unpaused as a user would (scheduled DAGs come up paused)."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 dag = self.dag(dag_id)
+                if dag["is_paused"]:
+                    dag = self.request("PATCH", f"/api/v2/dags/{self._q(dag_id)}", {"is_paused": False})
                 if not dag["is_paused"]:
                     return dag
             except AirflowError as exc:

@@ -288,7 +288,11 @@ def run_deadline(seconds: float | None) -> DeadlineAlert | None:
 
 def _scheduled_dag(cfg: PipelineConfig, kind: str, schedule: str | None, doc_md: str, description: str,
                    deadline: DeadlineAlert | None = None) -> DAG:
-    """A scheduled DAG of a pipeline: one run at a time, no catch-up, no date-range backfill."""
+    """A scheduled DAG of a pipeline: one run at a time, no catch-up, no date-range backfill.
+
+    Paused when Airflow first sees it, whatever ``dags_are_paused_at_creation`` says: its first run
+    would record the cutover (the tail's start) before the user chose anything.
+    """
     return DAG(
         dag_id=dag_id(cfg.name, kind),
         description=description,
@@ -301,6 +305,7 @@ def _scheduled_dag(cfg: PipelineConfig, kind: str, schedule: str | None, doc_md:
         default_args=DEFAULTS,
         allowed_run_types=["scheduled", "manual"],  # not Airflow's date-range backfill: offsets define a run
         deadline=deadline,
+        is_paused_upon_creation=True,
     )
 
 

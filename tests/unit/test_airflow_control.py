@@ -233,3 +233,12 @@ def test_a_missed_deadline_is_recorded_with_its_run_and_the_fix(tmp_path, monkey
     assert (record.dag_id, record.run_id) == ("demo_incremental", "scheduled__2026-11-23T10:00")
     assert record.error.startswith("deadline missed: the run was not finished 600s after it was queued")
     assert "fix:" in record.error
+
+
+def test_scheduled_dags_come_up_paused_so_nothing_runs_before_the_user_chooses():
+    """The first incremental run records the cutover (the tail's start): not before the user unpauses it."""
+    from tailfill_airflow.dag_factory import incremental_dag, maintenance_dag
+
+    cfg = load_pipeline(REPO / "pipelines" / "demo.yaml")
+    assert incremental_dag(cfg).is_paused_upon_creation is True
+    assert maintenance_dag(cfg).is_paused_upon_creation is True
