@@ -39,6 +39,7 @@ DEMO = Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml"
 NAME = "e2e"
 BACKFILL, INCREMENTAL = f"{NAME}_backfill", f"{NAME}_incremental"
 HISTORY, LIVE, PARTITIONS, BAD_EVERY = 4_000, 1_000, 4, 499
+CATALOG_SECRET = f"e2e-catalog-{uuid.uuid4().hex[:12]}"  # the catalog URI's password (issue 24)
 PARAMS = {"slices": 3, "max_parallel_slices": 2, "committed_ranges": "skip"}
 RUNS: dict[str, str] = {}  # run ids the later tests look at
 
@@ -49,24 +50,30 @@ def e2e_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pipeline(broker, e2e_dir):
+def pipeline(broker, e2e_dir, postgres):
     """The demo pipeline as ``e2e`` on a fresh topic holding HISTORY records, alone in its folder.
 
     The tail has no schedule: a scheduled incremental run would start as soon as Airflow is up
-    and race the backfill for the cutover; here every run is triggered by the test.
+    and race the backfill for the cutover; here every run is triggered by the test. Its catalog is
+    on Postgres, from ``${E2E_CATALOG_URI}``, whose password (:data:`CATALOG_SECRET`; the test
+    server trusts loopback, so it is carried, not checked) must never reach a log or an XCom.
     """
     home, folder = e2e_dir / "home", e2e_dir / "pipelines"
     folder.mkdir()
+    catalog = f"iceberg_{uuid.uuid4().hex[:8]}"
+    postgres.create_databases(catalog)
     data = yaml.safe_load(DEMO.read_text())
     data["name"] = NAME
     data["source"]["bootstrap_servers"] = broker.bootstrap_servers
     data["source"]["topic"] = f"t-e2e-{uuid.uuid4().hex[:10]}"
+    data["target"]["catalog"]["uri"] = "${E2E_CATALOG_URI}"
     data["tail"]["schedule"] = None
     data["tail"]["restart_backoff_seconds"] = 0.5  # the failing tail's restarts: no need to wait here
     path = folder / f"{NAME}.yaml"
     path.write_text(yaml.safe_dump(data))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TAILFILL_HOME", str(home))  # the YAML's ${TAILFILL_HOME} resolves as in Airflow
+        mp.setenv("E2E_CATALOG_URI", postgres.url(catalog).replace("://tailfill@", f"://tailfill:{CATALOG_SECRET}@"))
         cfg = load_pipeline(path)
         produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, HISTORY, PARTITIONS, bad_every=BAD_EVERY)
         yield cfg
@@ -396,3 +403,22 @@ def test_failed_tail_starts_with_its_cause_and_fix(airflow, pipeline, browser, s
     finally:
         fault.write_text("0")
         airflow.request("PATCH", f"/api/v2/dags/{INCREMENTAL}/dagRuns/{airflow._q(run_id)}", {"state": "failed"})
+
+
+def test_no_secret_in_any_task_log_xcom_or_state_file(airflow, pipeline, e2e_dir):
+    """After every run above (backfills, incrementals, a failed tail), the catalog URI's password is in
+    no task log, no XCom and no file under TAILFILL_HOME; the preflight's log shows the URI redacted,
+    so the search reads text that carried it."""
+    logs = [p for p in (e2e_dir / "airflow").rglob("*") if p.is_file() and "logs" in p.parts]
+    state = [p for p in (e2e_dir / "home").rglob("*") if p.is_file()]
+    assert logs and state
+    leaked = [str(p) for p in [*logs, *state] if CATALOG_SECRET.encode() in p.read_bytes()]
+    assert not leaked, f"the catalog password is in {leaked[:5]}"
+    assert any(b"tailfill:***@" in p.read_bytes() for p in logs), "no task log shows the catalog URI at all"
+    engine = sqlalchemy.create_engine(airflow.metadata_url)
+    try:
+        with engine.connect() as conn:
+            values = [str(v) for (v,) in conn.execute(sqlalchemy.text("SELECT value FROM xcom"))]
+    finally:
+        engine.dispose()
+    assert values and not [v for v in values if CATALOG_SECRET in v]
