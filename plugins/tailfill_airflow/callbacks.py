@@ -39,9 +39,21 @@ def failure_record(context: Any) -> dict:
 
 
 def on_failure(context: Any) -> None:
-    record = failure_record(context)
+    """A task failed for good: log its cause first, record it, call the alerting hook."""
+    _failed(context, will_retry=False)
+
+
+def on_retry(context: Any) -> None:
+    """A task failed and Airflow will try it again: recorded and alerted too, so an outage that the
+    retries ride out is still seen."""
+    _failed(context, will_retry=True)
+
+
+def _failed(context: Any, will_retry: bool) -> None:
+    record = failure_record(context) | {"will_retry": will_retry}
     where = f"{record['task_id']}" + (f"[{record['map_index']}]" if record["map_index"] not in (-1, None) else "")
-    log.error("FAILED %s of %s (try %s): %s", where, record["run_id"], record["try_number"], record["error"])
+    log.error("%s %s of %s (try %s): %s", "FAILED, WILL RETRY:" if will_retry else "FAILED", where,
+              record["run_id"], record["try_number"], record["error"])
     _record(context, record)
 
 

@@ -8,13 +8,18 @@ start with the cause instead of the command line and ~200 lines of Java.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from tailfill.errors import BrokerError, ConfigError, ExpiredOffsetsError, LakeError, TailfillError, error_class
 from tailfill.offsets import merge
+from tailfill.redact import redact_text
 from tailfill.state.records import BatchReport
 
+log = logging.getLogger(__name__)
 _JOB_ERROR = re.compile(r"^error: (.+)$")
 _RESTART = re.compile(r"^\[[^\]]+\] batch failed .*$")
 _PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): (.+)$")
@@ -102,3 +107,18 @@ def headline(what: str, output: JobOutput, returncode: int | str | None) -> str:
     cause = " ".join(output.cause.split())
     fix = fix_for(cause, output.error_class)
     return f"{what} failed (exit {returncode}): {cause}" + (f" (fix: {fix})" if fix else "")
+
+
+@contextlib.contextmanager
+def causes_first(what: str) -> Iterator[None]:
+    """Around a worker-side task (preflight, plan, tune): a Tailfill error becomes one line, cause and
+    fix first, not a traceback through the planner. One that cannot succeed on a retry (an unreachable
+    broker, a bad setting, impossible bounds) fails the task at once; a retryable one lets Airflow retry."""
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    try:
+        yield
+    except TailfillError as exc:
+        line = f"{what} failed: {redact_text(str(exc).splitlines()[0])}"
+        log.error(line)
+        raise (AirflowException if exc.retryable else AirflowFailException)(line) from None

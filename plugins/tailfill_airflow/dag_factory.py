@@ -25,7 +25,8 @@ from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
 from tailfill.config import PipelineConfig, load_pipeline, pipelines_dir
 from tailfill.errors import ConfigError
-from tailfill_airflow.callbacks import deadline_missed, on_failure
+from tailfill_airflow.callbacks import deadline_missed, on_failure, on_retry
+from tailfill_airflow.causes import causes_first
 from tailfill_airflow.hooks import TailfillHook
 from tailfill_airflow.naming import (
     BACKFILL,
@@ -43,7 +44,7 @@ from tailfill_airflow.operators import TailfillSubmitOperator
 log = logging.getLogger(__name__)
 START = datetime(2026, 1, 1)
 RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=30), "retry_exponential_backoff": True}
-DEFAULTS = {"on_failure_callback": on_failure}
+DEFAULTS = {"on_failure_callback": on_failure, "on_retry_callback": on_retry}
 
 
 def table_asset(cfg: PipelineConfig) -> Asset:
@@ -64,7 +65,7 @@ def _preflight_task(cfg: PipelineConfig, mode: str):
     def preflight() -> list[str]:
         from tailfill.run.preflight import preflight as run_checks
 
-        with TailfillHook(cfg).credentials_exported():
+        with causes_first(f"preflight of {cfg.name} ({mode})"), TailfillHook(cfg).credentials_exported():
             passed = run_checks(cfg, mode)
         for line in passed:
             log.info("preflight ok: %s", line)
@@ -246,7 +247,8 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
         @task(doc_md=PLAN_DOC)
         def plan() -> list[dict]:
             """The slices to run, planned once: each lane gets its slices' exact bounds."""
-            return plan_lanes(cfg, get_current_context()["params"], _airflow_run_id())
+            with causes_first(f"planning the backfill of {cfg.name}"):
+                return plan_lanes(cfg, get_current_context()["params"], _airflow_run_id())
 
         @task(doc_md=VALIDATE_DOC, outlets=[table_asset(cfg)], map_index_template="{{ lane_label }}", **RETRIES)
         def validate_slice(lane: dict) -> dict:
@@ -317,7 +319,8 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
 
         @task.short_circuit(doc_md=TUNE_DOC, multiple_outputs=True)  # downstream reads tuned["args"]
         def tune() -> dict | None:
-            return tune_tail(cfg, _airflow_run_id())
+            with causes_first(f"planning the tail of {cfg.name}"):
+                return tune_tail(cfg, _airflow_run_id())
 
         @task(doc_md=VALIDATE_DOC, outlets=[table_asset(cfg)], **RETRIES)
         def validate(tuned: dict) -> dict:

@@ -172,3 +172,4 @@ class FailureRecord(_Plain):
     map_index: int | None
     try_number: int | None
     error: str
+    will_retry: bool = False  # a try that failed with retries left (alerted too: an outage that recovers is seen)

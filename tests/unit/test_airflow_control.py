@@ -242,3 +242,41 @@ def test_scheduled_dags_come_up_paused_so_nothing_runs_before_the_user_chooses()
     cfg = load_pipeline(REPO / "pipelines" / "demo.yaml")
     assert incremental_dag(cfg).is_paused_upon_creation is True
     assert maintenance_dag(cfg).is_paused_upon_creation is True
+
+
+@pytest.mark.parametrize("kind", ["backfill", "incremental", "maintenance"])
+def test_a_retried_failure_is_recorded_and_alerted_too(kind, tmp_path, monkeypatch):
+    """An outage that Airflow's retries ride out was never alerted (issue 23): the retry callback records it."""
+    from types import SimpleNamespace
+
+    from tailfill_airflow import dag_factory
+
+    monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
+    monkeypatch.setenv("TAILFILL_PIPELINES", str(REPO / "pipelines"))
+    cfg = load_pipeline(REPO / "pipelines" / "demo.yaml")
+    dag = getattr(dag_factory, f"{kind}_dag")(cfg)
+    for t in dag.tasks:
+        assert t.on_retry_callback, f"{dag.dag_id}.{t.task_id} has no on_retry_callback"
+    task = dag.tasks[0]
+    ti = SimpleNamespace(dag_id=dag.dag_id, run_id="manual__1", task_id=task.task_id, map_index=-1, try_number=1)
+    callbacks = task.on_retry_callback if isinstance(task.on_retry_callback, list) else [task.on_retry_callback]
+    for callback in callbacks:
+        callback({"ti": ti, "exception": RuntimeError("broker gone for a while")})
+    [record] = read_failures(cfg)
+    assert (record.task_id, record.will_retry, record.error) == (task.task_id, True, "broker gone for a while")
+
+
+def test_worker_side_tasks_fail_with_one_line_and_only_retry_what_can_succeed():
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+    from tailfill_airflow.causes import causes_first
+
+    from tailfill.errors import BrokerError, SourceError
+
+    # An unreachable broker: no point in retrying now.
+    with pytest.raises(AirflowFailException) as final, causes_first("preflight of demo (tail)"):
+        raise BrokerError("cannot reach Kafka at 127.0.0.1:9 (fix: start the broker)\ntraceback text")
+    assert str(final.value) == ("preflight of demo (tail) failed: cannot reach Kafka at 127.0.0.1:9 "
+                                "(fix: start the broker)")
+    with pytest.raises(AirflowException) as retried, causes_first("planning the tail of demo"):
+        raise SourceError("reading t[0] stalled")
+    assert not isinstance(retried.value, AirflowFailException)
