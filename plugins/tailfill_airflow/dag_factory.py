@@ -74,6 +74,19 @@ def _preflight_task(cfg: PipelineConfig, mode: str):
     return preflight()
 
 
+def table_totals(cfg: PipelineConfig) -> dict:
+    """What the table holds now, for the asset event: its snapshot and the offsets its ledger has committed."""
+    from tailfill.lake.ledger import read_ledger
+    from tailfill.lake.tables import ensure_tables
+    from tailfill.offsets import total
+
+    data = ensure_tables(cfg).data
+    data.refresh()
+    snapshot = data.current_snapshot()
+    return {"snapshot_id": snapshot.snapshot_id if snapshot else None,
+            "table_offsets": total(read_ledger(data).committed)}
+
+
 def _validate(cfg: PipelineConfig, run_id: str) -> dict:
     """Validate one run; on success record an asset event with its offsets and rows. Returns the XCom."""
     from tailfill.proof.validate import validate
@@ -85,7 +98,7 @@ def _validate(cfg: PipelineConfig, run_id: str) -> dict:
         raise RuntimeError(f"run {run_id} of {cfg.name} is incomplete: " + "; ".join(result.problems)
                            + f" (fix: see the completeness report {result.html})")
     summary = {"run_id": run_id, "offsets": result.offsets_checked, "rows": result.rows,
-               "quarantined": result.quarantined, "report": result.html}
+               "quarantined": result.quarantined, "report": result.html, **table_totals(cfg)}
     get_current_context()["outlet_events"][table_asset(cfg)].extra = {"pipeline": cfg.name, **summary}
     return summary | {"partitions": result.partitions}
 

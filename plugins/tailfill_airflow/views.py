@@ -19,6 +19,7 @@ from __future__ import annotations
 import html
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
@@ -31,11 +32,14 @@ from tailfill.state.store import read_lane, run_exists, run_reports
 from tailfill_airflow.naming import BACKFILL, split_dag_id, tailfill_run_id
 from tailfill_airflow.progress import progress
 
+if TYPE_CHECKING:
+    from tailfill.proof.result import ValidationResult
+
 MAX_LANES = 1024
 STYLE = """<style>body{font:14px system-ui,sans-serif;margin:16px;color:#222}table{border-collapse:collapse}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}td.l{text-align:left}
 .bar{background:#eee;width:240px;height:12px;display:inline-block}.bar i{display:block;height:12px;background:#4c9}
-.bad{color:#b00}.muted{color:#777}</style>"""
+.bad{color:#b00}.good{color:#1a7f37}.muted{color:#777}</style>"""
 
 
 def _authorized():
@@ -98,9 +102,10 @@ def _bar(p: dict) -> str:
     return f'<span class="bar" title="{pct}%"><i style="width:{min(pct, 100)}%"></i></span>'
 
 
-def _lane_rows(lanes: list[dict]) -> str:
+def _lane_rows(lanes: list[dict], freshness: bool = True) -> str:
+    """A table of lanes; ``freshness`` only for the tail (for history it says how old the history is)."""
     head = ("<tr><th>lane</th><th>state</th><th>progress</th><th>offsets</th><th>rows/s</th><th>ETA</th>"
-            "<th>batches</th><th>freshness</th></tr>")
+            "<th>batches</th>" + ("<th>freshness</th>" if freshness else "") + "</tr>")
     rows = []
     for p in lanes:
         fresh = str(Freshness.from_dict(p["freshness"])) if p.get("freshness") else ""
@@ -110,7 +115,7 @@ def _lane_rows(lanes: list[dict]) -> str:
                     f"<td class=l>{_bar(p)} {p['percent'] if p['percent'] is not None else '-'}%</td>"
                     f"<td>{p['offsets_done']:,}{planned}</td><td>{p['rows_per_s']:,.0f}</td>"
                     f"<td>{p['eta_s'] if p['eta_s'] is not None else '-'}</td><td>{p['batches']}</td>"
-                    f"<td>{html.escape(fresh) or '-'}</td></tr>")
+                    + (f"<td>{html.escape(fresh) or '-'}</td>" if freshness else "") + "</tr>")
         if p.get("cause"):
             rows.append(f'<tr><td colspan=8 class="l bad">{html.escape(p["cause"])}</td></tr>')
     return f"<table>{head}{''.join(rows)}</table>"
@@ -127,13 +132,32 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
         lanes.append(lane_progress(cfg, tf_run))
     if not lanes:
         return _page(f"{dag_id} · {run_id}", "<p>No lane has started yet.</p>", refresh=True)
+    from tailfill.proof.reports import read_result
+
     done = sum(p["offsets_done"] for p in lanes)
     planned = sum(p["offsets_planned"] or 0 for p in lanes)
-    rows = sum(p["rows"] for p in lanes)
-    summary = (f"<p><b>{done:,}</b>{f' of {planned:,}' if planned else ''} offsets, {rows:,} rows in "
-               f"{len(lanes)} lane(s); {sum(p['rows_per_s'] for p in lanes):,.0f} rows/s together.</p>")
+    quarantined = sum(p["quarantined"] for p in lanes)
+    stored = sum(p["rows"] for p in lanes) - quarantined
+    cls, text = verdict([read_result(cfg, p["run_id"]) for p in lanes])
+    summary = (f'<p class="{cls}"><b>{html.escape(text)}</b></p>'
+               f"<p><b>{done:,}</b>{f' of {planned:,}' if planned else ''} offsets: {stored:,} rows + "
+               f"{quarantined:,} quarantined in {len(lanes)} lane(s); "
+               f"{sum(p['rows_per_s'] for p in lanes):,.0f} rows/s together.</p>")
     running = any(p["state"] == "running" for p in lanes)
-    return _page(f"{dag_id} · {run_id}", summary + _lane_rows(lanes), refresh=running)
+    return _page(f"{dag_id} · {run_id}", summary + _lane_rows(lanes, freshness=kind != BACKFILL), refresh=running)
+
+
+def verdict(results: list[ValidationResult | None]) -> tuple[str, str]:
+    """The run's verdict at a glance from its lanes' validations: (css class, text)."""
+    failed = [r for r in results if r is not None and not r.success]
+    if failed:
+        problems = "; ".join(p for r in failed for p in r.problems[:3])
+        return "bad", f"INCOMPLETE ({len(failed)} of {len(results)} lane(s)): {problems}"
+    waiting = sum(r is None for r in results)
+    if waiting:
+        return "muted", f"not validated yet: {waiting} of {len(results)} lane(s) waiting for their validation"
+    checked = sum(r.offsets_checked for r in results if r is not None)
+    return "good", f"COMPLETE: every one of {checked:,} offsets landed exactly once ({len(results)} lane(s) validated)"
 
 
 @app.get("/batches/{dag_id}/{run_id}/{map_index}", response_class=HTMLResponse, dependencies=[_authorized()])
@@ -147,7 +171,7 @@ def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
             f"<td>{r.rows:,}</td><td>{r.quarantined:,}</td><td>{r.seconds:.1f}</td><td>{r.commit_ms:.0f}</td>"
             f"<td class=l>{html.escape(', '.join(map(str, r.committed)) or 'replay: already committed')}</td></tr>"
             for r in run_reports(cfg, tf_run)]
-    body = (f"<p class=muted>run {html.escape(tf_run)}</p>{_lane_rows([p])}<h3>Batches</h3>"
+    body = (f"<p class=muted>run {html.escape(tf_run)}</p>{_lane_rows([p], freshness=kind != BACKFILL)}<h3>Batches</h3>"
             f"<table>{head}{''.join(rows) or '<tr><td colspan=8>none committed yet</td></tr>'}</table>")
     return _page(f"{p['label']} · progress", body, refresh=p["state"] == "running")
 

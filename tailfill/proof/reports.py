@@ -40,9 +40,14 @@ def _write(cfg: PipelineConfig, name: str, text: str) -> str:
 
 def read_latest(cfg: PipelineConfig) -> ValidationResult | None:
     """The most recent validation of a pipeline, or None."""
+    return read_result(cfg, "latest")
+
+
+def read_result(cfg: PipelineConfig, key: str) -> ValidationResult | None:
+    """The validation written as ``<key>.json`` (a run id, ``all-<time>``, ``latest``), or None if there is none."""
     fs = filesystem(cfg.target)
     try:
-        with fs.open_input_stream(fs_path(f"{results_uri(cfg)}/latest.json")) as f:
+        with fs.open_input_stream(fs_path(f"{results_uri(cfg)}/{key}.json")) as f:
             return ValidationResult.from_dict(json.loads(f.read()))
     except (FileNotFoundError, OSError):
         return None

@@ -159,6 +159,10 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
     assert sorted(e["extra"]["run_id"] for e in events) == sorted(lane["run_id"] for lane in lanes)
     assert sum(e["extra"]["offsets"] for e in events) == HISTORY
     assert sum(e["extra"]["rows"] + e["extra"]["quarantined"] for e in events) == HISTORY
+    # Each event also says what the table held then: its snapshot and its committed offsets (both lanes' by
+    # the time the later one validated).
+    assert all(e["extra"]["snapshot_id"] for e in events)
+    assert max(e["extra"]["table_offsets"] for e in events) == HISTORY
 
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, LIVE, PARTITIONS, bad_every=BAD_EVERY)
     tail_id = airflow.trigger_dag(INCREMENTAL, {})

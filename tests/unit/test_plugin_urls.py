@@ -21,3 +21,22 @@ def test_the_tail_tab_finds_the_tail_run_and_a_lane_tab_its_lane():
     run = "scheduled__2026-11-24T00:00:00+00:00"
     assert lane_run_id("demo", INCREMENTAL, run, "{MAP_INDEX}") == tailfill_run_id("demo", INCREMENTAL, run)
     assert lane_run_id("demo", BACKFILL, run, "2") == tailfill_run_id("demo", BACKFILL, run, 2)
+
+
+def result(success: bool, offsets: int, problems: list[str] | None = None):
+    from tailfill.proof.result import ValidationResult
+
+    return ValidationResult(pipeline="demo", key="r", scope="run r", runs=["r"], validated_at="now", success=success,
+                            problems=problems or [], offsets_checked=offsets)
+
+
+def test_the_run_tab_leads_with_the_verdict_of_all_its_lanes():
+    """Issue 23: COMPLETE appeared only inside each lane's report; the run tab now says it first."""
+    from tailfill_airflow.views import verdict
+
+    assert verdict([result(True, 40_000), result(True, 80_000)]) == (
+        "good", "COMPLETE: every one of 120,000 offsets landed exactly once (2 lane(s) validated)")
+    cls, text = verdict([result(True, 40_000), None])
+    assert cls == "muted" and text.startswith("not validated yet: 1 of 2 lane(s)")
+    cls, text = verdict([result(True, 40_000), result(False, 80_000, ["t[0] [10, 20): 10 offsets missing"])])
+    assert cls == "bad" and text == "INCOMPLETE (1 of 2 lane(s)): t[0] [10, 20): 10 offsets missing"
