@@ -97,6 +97,15 @@ class DataDocsLink(BaseOperatorLink):
         return plugin_url(f"docs/{quote(ti_key.dag_id)}/index.html")
 
 
+class QuarantineLink(BaseOperatorLink):
+    name = "Quarantine and counts"
+
+    def get_link(self, operator, *, ti_key) -> str:
+        from urllib.parse import quote
+
+        return plugin_url(f"quarantine/{quote(ti_key.dag_id)}")
+
+
 # --- the operator -----------------------------------------------------------------------------------
 
 
@@ -111,7 +120,8 @@ class TailfillSubmitOperator(SparkSubmitOperator):
     """
 
     template_fields = (*SparkSubmitOperator.template_fields, "planned_offsets")
-    operator_extra_links = (CompletenessReportLink(), BatchReportsLink(), DataDocsLink(), JobOutputLink())
+    operator_extra_links = (CompletenessReportLink(), BatchReportsLink(), DataDocsLink(), JobOutputLink(),
+                            QuarantineLink())
 
     def __init__(self, *, pipeline: str, conf: dict[str, Any] | None = None, planned_offsets: Any = None,
                  **kwargs: Any):

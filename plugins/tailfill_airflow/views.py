@@ -222,3 +222,60 @@ def pipeline_page(dag_id: str) -> HTMLResponse:
     ctx = live_context(cfg)
     return _page(f"{cfg.name}: {cfg.source.topic} → {cfg.target.namespace}.{cfg.target.table}",
                  f"<pre>{html.escape(ctx['text'])}</pre>")
+
+
+QUARANTINE_ROWS = 500  # the most recent quarantined records a page lists
+
+
+@app.get("/quarantine/{dag_id}", response_class=HTMLResponse, dependencies=[_authorized()])
+def quarantine_page(dag_id: str) -> HTMLResponse:
+    """The table's counts per partition, and the quarantined records: offsets, error, run, raw value."""
+    cfg, _ = pipeline_config(dag_id)
+    counts, records = table_contents(cfg, QUARANTINE_ROWS)
+    head = "<tr><th>partition</th><th>committed offsets</th><th>rows</th><th>quarantined</th></tr>"
+    rows = "".join(f"<tr><td class=l>{html.escape(str(tp))}</td><td>{c['committed']:,}</td><td>{c['rows']:,}</td>"
+                   f"<td>{c['quarantined']:,}</td></tr>" for tp, c in counts.items())
+    listed = "".join(
+        f"<tr><td class=l>{html.escape(r['kafka_topic'])}[{r['kafka_partition']}]</td><td>{r['kafka_offset']:,}</td>"
+        f"<td class=l>{html.escape(redact_text(r['error'] or ''))}</td>"
+        f"<td class=l>{html.escape(r['run_id'] or '')}</td>"
+        f"<td class=l><code>{html.escape(_preview(r['kafka_value']))}</code></td></tr>" for r in records)
+    total_bad = sum(c["quarantined"] for c in counts.values())
+    body = (f"<h3>Counts per partition</h3><table>{head}{rows}</table>"
+            f"<h3>Quarantined records ({total_bad:,}; the {min(total_bad, QUARANTINE_ROWS):,} latest offsets "
+            f"listed)</h3><table><tr><th>partition</th><th>offset</th><th>error</th><th>run</th><th>raw value</th>"
+            f"</tr>{listed or '<tr><td colspan=5>none</td></tr>'}</table>")
+    return _page(f"{cfg.name} · {cfg.target.namespace}.{cfg.target.table} · quarantine", body)
+
+
+def table_contents(cfg: PipelineConfig, limit: int) -> tuple[dict, list[dict]]:
+    """Per partition: offsets the ledger committed, rows and quarantined rows stored; and the ``limit``
+    quarantined records with the highest offsets, newest first."""
+    import pyarrow.compute as pc
+
+    from tailfill.lake.ledger import read_ledger
+    from tailfill.lake.tables import ensure_tables
+    from tailfill.offsets import TopicPartition, by_partition, total
+
+    data, quarantine = ensure_tables(cfg)
+    counts: dict = {}
+    for table, column in ((data, "rows"), (quarantine, "quarantined")):
+        table.refresh()
+        arrow = table.scan(selected_fields=("kafka_topic", "kafka_partition")).to_arrow()
+        for row in arrow.group_by(["kafka_topic", "kafka_partition"]).aggregate([([], "count_all")]).to_pylist():
+            tp = TopicPartition(row["kafka_topic"], row["kafka_partition"])
+            counts.setdefault(tp, {"committed": 0, "rows": 0, "quarantined": 0})[column] = row["count_all"]
+    for tp, ranges in by_partition(read_ledger(data).committed).items():
+        counts.setdefault(tp, {"committed": 0, "rows": 0, "quarantined": 0})["committed"] = total(ranges)
+    bad = quarantine.scan().to_arrow()
+    if bad.num_rows > limit:
+        bad = bad.take(pc.select_k_unstable(bad, k=limit, sort_keys=[("kafka_offset", "descending")]))
+    records = sorted(bad.to_pylist(), key=lambda r: (-r["kafka_offset"], r["kafka_partition"]))
+    return dict(sorted(counts.items())), records
+
+
+def _preview(value: bytes | None, size: int = 120) -> str:
+    if value is None:
+        return "(null)"
+    text = value[:size].decode("utf-8", "backslashreplace")
+    return text + (" …" if len(value) > size else "")

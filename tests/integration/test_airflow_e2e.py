@@ -349,9 +349,11 @@ def test_lane_links_progress_and_proof_in_headless_chromium(airflow, pipeline, b
     assert "backfill" in RUNS, "needs the backfill run of test_backfill_through_rest_api_then_incremental_is_complete"
     run_id, label, planned = RUNS["backfill"], RUNS["lane0_label"], RUNS["lane0_planned"]
     links = airflow.extra_links(BACKFILL, run_id, "ingest_slice", map_index=0)
-    assert set(links) == {"Completeness report", "Progress and batch reports", "Data Docs", "Spark job output"}
+    assert set(links) == {"Completeness report", "Progress and batch reports", "Data Docs", "Spark job output",
+                          "Quarantine and counts"}
     expected = {"Completeness report": f"tailfill completeness: {NAME} af-{NAME}-backfill-lane0-",
-                "Progress and batch reports": label, "Data Docs": "Data Docs", "Spark job output": "TAILFILL_RESULT"}
+                "Progress and batch reports": label, "Data Docs": "Data Docs", "Spark job output": "TAILFILL_RESULT",
+                "Quarantine and counts": "Counts per partition"}
     for name, url in links.items():
         assert url and url.startswith(f"{airflow.url}/tailfill/"), (name, url)
         status, body = airflow.get_text(url)
@@ -369,7 +371,11 @@ def test_lane_links_progress_and_proof_in_headless_chromium(airflow, pipeline, b
     browser.get(links["Completeness report"])  # the UI's session cookie is the login
     wait_for_text(browser, shot, "completeness-report", "COMPLETE")
     browser.get(f"{airflow.url}/tailfill/run/{BACKFILL}/{run_id}")
-    wait_for_text(browser, shot, "run-progress", label, "finished", f"{planned}/{planned}", "100.0%")
+    wait_for_text(browser, shot, "run-progress", label, "finished", f"{planned}/{planned}", "100.0%",
+                  f"COMPLETE: every one of {HISTORY:,} offsets landed exactly once", "quarantined in 2 lane(s)")
+    browser.get(links["Quarantine and counts"])  # every quarantined record with its offset and error
+    text = wait_for_text(browser, shot, "quarantine", "Counts per partition", "Quarantined records (")
+    assert f"{pipeline.source.topic}[0]" in text and "malformed" in text.lower(), text[:2000]
     browser.get(f"{airflow.url}/dags/{BACKFILL}/runs/{run_id}/tasks/ingest_slice/mapped")  # the lanes list
     wait_for_text(browser, shot, "lanes-labelled", label)
 
