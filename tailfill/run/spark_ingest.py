@@ -118,7 +118,7 @@ class BatchWriter:
 
     def __init__(self, cfg: PipelineConfig, req: IngestRequest, tables: Tables, reports: ReportLog, cores: int,
                  log: Callable[[str], None]):
-        self.cfg, self.req, self.reports, self.log = cfg, req, reports, log
+        self.cfg, self.req, self.reports = cfg, req, reports
         self.tables = tables
         self.data_location, self.quarantine_location = tables.data.location(), tables.quarantine.location()
         self.done, self.last = IngestResult(req.run_id, req.label), None  # every batch of the run so far
