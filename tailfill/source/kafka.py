@@ -265,12 +265,14 @@ def read_ranges(
             c.skip_expired(earliest(c), on_expired)
         live = {p: c for p, c in cursors.items() if not c.done}
         assignment = [KTopicPartition(c.rng.topic, p, c.pos) for p, c in live.items()]
+        # Never pause(): librdkafka can leave a partition paused for good when a shared consumer's
+        # paused partition is assigned again and resumed (confluentinc/librdkafka#5591; seen here as
+        # a retried batch reading nothing for 60 s). A finished partition leaves the assignment instead.
         consumer.assign(assignment)
-        consumer.resume(assignment)  # a shared consumer may hold these partitions paused from earlier
 
         def finish(p: int) -> None:
             c = live.pop(p)
-            consumer.pause([KTopicPartition(c.rng.topic, p)])
+            consumer.incremental_unassign([KTopicPartition(c.rng.topic, p)])
 
         last_progress = time.monotonic()
         lost: str | None = None  # a connection error seen since the last progress
