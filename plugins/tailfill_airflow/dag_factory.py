@@ -37,6 +37,7 @@ from tailfill_airflow.naming import (
     dag_id,
     label_of_args,
     lane_label,
+    lanes_at_once,
     tailfill_run_id,
 )
 from tailfill_airflow.operators import TailfillSubmitOperator
@@ -118,6 +119,7 @@ def plan_lanes(cfg: PipelineConfig, params: Mapping[str, Any], airflow_run_id: s
                                    lambda lane: tailfill_run_id(cfg.name, BACKFILL, airflow_run_id, lane))
     for line in plan.lines:
         log.info(line)
+    log.info(lanes_at_once(len(plan.specs)))
     out = []
     for lane, spec in enumerate(plan.specs):
         out.append({"run_id": spec.run_id, "label": lane_label([s.to_dict() for s in spec.slices]),
@@ -223,9 +225,11 @@ def _params(cfg: PipelineConfig) -> dict[str, Param]:
                            f"give finer restarts and progress; lanes run adjacent slices as one Spark job. "
                            f"Pipeline default: {slices}."),
         "max_parallel_slices": Param(
-            min(lanes, slices), type="integer", minimum=1, maximum=64, title="Lanes (parallel Spark jobs)",
-            description_md=f"How many `spark-submit` jobs share the slices. Each is one mapped `ingest_slice` task; "
-                           f"at most {lanes} run at once (pool `{SPARK_POOL}`), the rest wait."),
+            min(lanes, slices), type="integer", minimum=1, maximum=64, title=f"Lanes (Spark jobs; {lanes} at once)",
+            description_md=f"How many `spark-submit` jobs share the slices. Each is one mapped `ingest_slice` task. "
+                           f"**{lanes} run at once**: the pool `{SPARK_POOL}` has {lanes + 1} slots and keeps one "
+                           f"for the incremental DAG; lanes beyond {lanes} wait for a slot. The `plan` task's log "
+                           f"says what this run will run in parallel."),
         "max_offsets_per_second": Param(
             cfg.backfill.max_offsets_per_second, type=["null", "integer"], minimum=1, title="Rate limit (offsets/s)",
             description_md="At most this many offsets per second per lane (empty: no limit). Whatever the limit, "

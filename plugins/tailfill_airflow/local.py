@@ -9,8 +9,8 @@ lanes really run side by side: the database named by ``TAILFILL_AIRFLOW_DB`` (a 
 else a local Postgres (:class:`tailfill.dev.postgres.LocalPostgres`) kept in
 ``$AIRFLOW_HOME/postgres`` (``$AIRFLOW_HOME`` defaults to ``.tailfill/airflow``), started on a free
 loopback port and stopped when Airflow stops, and the
-``tailfill_spark`` pool with ``$TAILFILL_SPARK_SLOTS`` slots (2 unless set: one backfill lane
-beside one incremental run on a 2-core machine).
+``tailfill_spark`` pool with ``$TAILFILL_SPARK_SLOTS`` slots (4 unless set: the form's three
+backfill lanes beside one incremental run).
 """
 
 from __future__ import annotations

@@ -61,11 +61,14 @@ SPARK_POOL = "tailfill_spark"
 SLOTS_ENV = "TAILFILL_SPARK_SLOTS"
 
 
+DEFAULT_SLOTS = 4  # three backfill lanes (the form's default) beside one incremental run
+
+
 def spark_slots(environ: dict[str, str] | None = None) -> int:
-    """Slots of the Spark pool: ``$TAILFILL_SPARK_SLOTS`` (2 when unset: one lane beside one tail run)."""
+    """Slots of the Spark pool: ``$TAILFILL_SPARK_SLOTS`` (:data:`DEFAULT_SLOTS` when unset)."""
     import os
 
-    raw = (os.environ if environ is None else environ).get(SLOTS_ENV, "2")
+    raw = (os.environ if environ is None else environ).get(SLOTS_ENV, str(DEFAULT_SLOTS))
     if not raw.isdigit() or int(raw) < 2:
         raise ValueError(f"{SLOTS_ENV}={raw!r}: the Spark pool needs at least 2 slots "
                          f"(fix: set {SLOTS_ENV} to an integer >= 2, one slot per concurrent spark-submit)")
@@ -75,3 +78,13 @@ def spark_slots(environ: dict[str, str] | None = None) -> int:
 def backfill_lane_slots(environ: dict[str, str] | None = None) -> int:
     """How many backfill lanes may run at once across all runs of a pipeline: every slot but one."""
     return spark_slots(environ) - 1
+
+
+def lanes_at_once(asked: int, environ: dict[str, str] | None = None) -> str:
+    """What a run of ``asked`` lanes will really run in parallel, in one line for the plan's log."""
+    room = backfill_lane_slots(environ)
+    pool = f"pool `{SPARK_POOL}`: {room + 1} slots, one kept for the incremental DAG"
+    if asked <= room:
+        return f"{asked} lane(s), all at once ({pool})"
+    return (f"{asked} lanes asked, {room} run at once ({pool}); the rest wait for a slot "
+            f"(more at once: set {SLOTS_ENV} and the pool's slots)")

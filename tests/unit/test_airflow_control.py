@@ -15,6 +15,7 @@ from tailfill_airflow.naming import (  # noqa: E402
     backfill_lane_slots,
     label_of_args,
     lane_label,
+    lanes_at_once,
     spark_slots,
     split_dag_id,
     tailfill_run_id,
@@ -62,10 +63,16 @@ def test_run_ids_are_stable_file_safe_and_split_back():
 
 
 def test_pool_keeps_a_slot_for_the_incremental_dag():
-    assert spark_slots({}) == 2 and backfill_lane_slots({}) == 1
+    assert spark_slots({}) == 4 and backfill_lane_slots({}) == 3  # the form's three lanes beside a tail run
     assert backfill_lane_slots({"TAILFILL_SPARK_SLOTS": "5"}) == 4
     with pytest.raises(ValueError, match=r"TAILFILL_SPARK_SLOTS='1'.*fix: "):
         spark_slots({"TAILFILL_SPARK_SLOTS": "1"})
+
+
+def test_the_plan_says_how_many_lanes_really_run_at_once():
+    assert lanes_at_once(3, {}).startswith("3 lane(s), all at once (pool `tailfill_spark`: 4 slots")
+    two_slots = {"TAILFILL_SPARK_SLOTS": "2"}
+    assert lanes_at_once(3, two_slots).startswith("3 lanes asked, 1 run at once (pool `tailfill_spark`: 2 slots")
 
 
 def test_progress_before_the_first_batch_then_rate_eta_and_freshness():
