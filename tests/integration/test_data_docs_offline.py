@@ -75,21 +75,33 @@ def _assert_local_and_styled(driver, base: str) -> None:
 
 
 def test_data_docs_render_offline_with_only_local_requests(docs_site, tmp_path):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
+
+    rows_css = ".bootstrap-table tbody tr.clickable-row[data-href*='validations/']"
+    # bootstrap-table may draw the table more than once: rows found in one drawing go stale in the next,
+    # so each look at them reads them afresh, and a look that meets a stale row is simply repeated.
+    settled = partial(WebDriverWait, timeout=20, ignored_exceptions=(StaleElementReferenceException,))
+
+    def row_texts(d) -> list[str]:
+        return [r.text for r in d.find_elements(By.CSS_SELECTOR, rows_css)]
+
+    def open_tiling(d) -> bool:
+        next(r for r in d.find_elements(By.CSS_SELECTOR, rows_css) if "tiling" in r.text).find_element(
+            By.TAG_NAME, "td").click()
+        return True
 
     with chromium(tmp_path, LOOPBACK_ONLY, performance_log=True) as driver:
         driver.get(docs_site + "index.html")
         # bootstrap-table (local JS) turns the index's data into clickable rows, one per validation
-        rows = WebDriverWait(driver, 20).until(lambda d: d.find_elements(
-            By.CSS_SELECTOR, ".bootstrap-table tbody tr.clickable-row[data-href*='validations/']"),
-            "the validations list stayed empty: bootstrap-table's script did not run")
+        texts = settled(driver).until(row_texts, "the validations list stayed empty: bootstrap-table did not run")
         screenshot(driver, tmp_path / "data-docs-index.png")
-        assert len(rows) == 2, [r.text for r in rows]  # one per suite run
-        assert all("offline-r1" in r.text for r in rows), [r.text for r in rows]
+        assert len(texts) == 2, texts  # one per suite run
+        assert all("offline-r1" in t for t in texts), texts
         _assert_local_and_styled(driver, docs_site)
 
-        next(r for r in rows if "tiling" in r.text).find_element(By.TAG_NAME, "td").click()
+        settled(driver).until(open_tiling)
         WebDriverWait(driver, 20).until(lambda d: "/validations/tailfill_table_tiling/" in d.current_url)
         WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, "table tbody tr"))
         screenshot(driver, tmp_path / "data-docs-validation.png")
