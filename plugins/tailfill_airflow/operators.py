@@ -62,15 +62,27 @@ def plugin_url(path: str) -> str:
     return conf.get("api", "base_url", fallback="").rstrip("/") + "/tailfill/" + path.lstrip("/")
 
 
+def run_page_url(page: str, dag_id: str, run_id: str, map_index: int) -> str:
+    """The absolute URL of one of the plugin's pages of a task's run (``<page>/<dag>/<run>/<map index>``)."""
+    from urllib.parse import quote
+
+    return plugin_url(f"{page}/{quote(dag_id)}/{quote(run_id, safe='')}/{map_index}")
+
+
+def docs_url(dag_id: str) -> str:
+    """The absolute URL of a pipeline's Great Expectations Data Docs, served by the plugin."""
+    from urllib.parse import quote
+
+    return plugin_url(f"docs/{quote(dag_id)}/index.html")
+
+
 class _RunLink(BaseOperatorLink):
     """A link to one of the plugin's pages of this task's run (``<page>/<dag>/<run>/<map index>``)."""
 
     page = ""
 
     def get_link(self, operator, *, ti_key) -> str:
-        from urllib.parse import quote
-
-        return plugin_url(f"{self.page}/{quote(ti_key.dag_id)}/{quote(ti_key.run_id, safe='')}/{ti_key.map_index}")
+        return run_page_url(self.page, ti_key.dag_id, ti_key.run_id, ti_key.map_index)
 
 
 class CompletenessReportLink(_RunLink):
@@ -92,9 +104,7 @@ class DataDocsLink(BaseOperatorLink):
     name = "Data Docs"
 
     def get_link(self, operator, *, ti_key) -> str:
-        from urllib.parse import quote
-
-        return plugin_url(f"docs/{quote(ti_key.dag_id)}/index.html")
+        return docs_url(ti_key.dag_id)
 
 
 class QuarantineLink(BaseOperatorLink):

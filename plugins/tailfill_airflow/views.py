@@ -3,10 +3,12 @@
 Every page is addressed by what the Airflow UI knows — DAG id, DAG run id, map index — and asks
 Airflow's auth manager whether the user may read that DAG (the UI's session cookie is enough):
 
-- ``/tailfill/run/<dag>/<run>``: every lane of a run, live (a tab of the DAG run page);
+- ``/tailfill/run/<dag>/<run>``: every lane of a run, live, the verdict and the links to each lane's
+  pages, the Data Docs and the quarantine page (a tab of the DAG run page);
 - ``/tailfill/batches/<dag>/<run>/<map index>``: one lane's progress and batch reports (a tab of
   the task instance page, and an extra link of the ingest task);
-- ``/tailfill/report/<dag>/<run>/<map index>``: the lane's completeness report;
+- ``/tailfill/report/<dag>/<run>/<map index>``: the lane's completeness report (its Data Docs link
+  turned into the plugin's);
 - ``/tailfill/docs/<dag>/<path>``: the pipeline's Great Expectations Data Docs;
 - ``/tailfill/output/<dag>/<run>/<map index>``: the ``spark-submit`` output of the latest try;
 - ``/tailfill/pipeline/<dag>``: the pipeline's live offsets (earliest, cutover, committed, lag).
@@ -17,9 +19,11 @@ Pages are plain HTML with a refresh while a run is going; nothing here changes a
 from __future__ import annotations
 
 import html
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
@@ -130,8 +134,9 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
         if not run_exists(cfg, tf_run):
             break
         lanes.append(lane_progress(cfg, tf_run))
+    links = run_links(dag_id, run_id, [p["label"] for p in lanes] if kind == BACKFILL else [])
     if not lanes:
-        return _page(f"{dag_id} · {run_id}", "<p>No lane has started yet.</p>", refresh=True)
+        return _page(f"{dag_id} · {run_id}", "<p>No lane has started yet.</p>" + links, refresh=True)
     from tailfill.proof.reports import read_result
 
     done = sum(p["offsets_done"] for p in lanes)
@@ -144,7 +149,30 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
                f"{quarantined:,} quarantined in {len(lanes)} lane(s); "
                f"{sum(p['rows_per_s'] for p in lanes):,.0f} rows/s together.</p>")
     running = any(p["state"] == "running" for p in lanes)
-    return _page(f"{dag_id} · {run_id}", summary + _lane_rows(lanes, freshness=kind != BACKFILL), refresh=running)
+    return _page(f"{dag_id} · {run_id}", summary + _lane_rows(lanes, freshness=kind != BACKFILL) + links,
+                 refresh=running)
+
+
+def run_links(dag_id: str, run_id: str, labels: list[str]) -> str:
+    """The run's links: each lane's report, progress and job output (``labels``: a backfill's lanes in
+    map index order; none: the run's one Spark task), then the pipeline's Data Docs, quarantine and offsets."""
+    dag, run = quote(dag_id), quote(run_id, safe="")
+
+    def a(path: str, text: str) -> str:
+        # relative to /tailfill/run/<dag>/<run>: right under any base URL path Airflow is served at
+        return f'<a href="../../{path}" target="_blank" rel="noopener">{html.escape(text)}</a>'
+
+    def lane(index: int) -> str:
+        return " · ".join(a(f"{page}/{dag}/{run}/{index}", text) for page, text in
+                          (("report", "completeness report"), ("batches", "progress and batch reports"),
+                           ("output", "Spark job output")))
+
+    per_lane = ("".join(f"<li>{html.escape(label)}: {lane(i)}</li>" for i, label in enumerate(labels))
+                if labels else f"<li>{lane(-1)}</li>")
+    pipeline = " · ".join((a(f"docs/{dag}/index.html", "Data Docs"),
+                           a(f"quarantine/{dag}", "quarantined records and counts per partition"),
+                           a(f"pipeline/{dag}", "live offsets")))
+    return f'<h3>Links</h3><ul class="links">{per_lane}<li>{pipeline}</li></ul>'
 
 
 def verdict(results: list[ValidationResult | None]) -> tuple[str, str]:
@@ -185,11 +213,20 @@ def report_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
     tf_run = lane_run_id(cfg.name, kind, run_id, map_index)
     try:
         with filesystem(cfg.target).open_input_stream(fs_path(f"{results_uri(cfg)}/{tf_run}.html")) as f:
-            return HTMLResponse(f.read().decode())
+            return HTMLResponse(served_docs_links(f.read().decode(), dag_id))
     except (FileNotFoundError, OSError):
         return _page(f"{tf_run}: not validated yet",
                      "<p>The completeness report appears here once the run's validation task has run.</p>",
                      refresh=True)
+
+
+_LOCAL_DOCS = re.compile(r'href="file://[^"]*/local_site/([^"]*)"')
+
+
+def served_docs_links(report: str, dag_id: str) -> str:
+    """A completeness report with its ``file://`` link to the Data Docs turned into the plugin's."""
+    # relative to /tailfill/report/<dag>/<run>/<map index>
+    return _LOCAL_DOCS.sub(lambda m: f'href="../../../docs/{quote(dag_id)}/{m[1]}"', report)
 
 
 @app.get("/docs/{dag_id}/{path:path}", dependencies=[_authorized()])

@@ -163,6 +163,15 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
     # the time the later one validated).
     assert all(e["extra"]["snapshot_id"] for e in events)
     assert max(e["extra"]["table_offsets"] for e in events) == HISTORY
+    # The event and the summary's log name the report and Data Docs by the plugin's HTTP URLs, which any
+    # browser reaching Airflow opens, never a file:// path of the worker's disk (issue 23, item 3).
+    reports = sorted(e["extra"]["report"] for e in events)
+    assert reports == [f"{airflow.url}/tailfill/report/{BACKFILL}/{airflow._q(run_id)}/{i}" for i in (0, 1)], reports
+    assert {e["extra"]["data_docs"] for e in events} == {f"{airflow.url}/tailfill/docs/{BACKFILL}/index.html"}
+    status, body = airflow.get_text(reports[0])
+    assert status == 200 and "COMPLETE" in body and f"../../../docs/{BACKFILL}/" in body and "file://" not in body
+    summary_log = airflow.task_log(by_task["summary"][0], max_lines=10_000)
+    assert reports[1] in summary_log and "file://" not in summary_log, summary_log
 
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, LIVE, PARTITIONS, bad_every=BAD_EVERY)
     tail_id = airflow.trigger_dag(INCREMENTAL, {})
