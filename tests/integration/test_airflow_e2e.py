@@ -172,6 +172,7 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
     assert status == 200 and "COMPLETE" in body and f"../../../docs/{BACKFILL}/" in body and "file://" not in body
     summary_log = airflow.task_log(by_task["summary"][0], max_lines=10_000)
     assert reports[1] in summary_log and "file://" not in summary_log, summary_log
+    assert "XCom not found" not in summary_log and " error " not in summary_log, summary_log  # item 10
 
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, LIVE, PARTITIONS, bad_every=BAD_EVERY)
     tail_id = airflow.trigger_dag(INCREMENTAL, {})
