@@ -34,7 +34,7 @@ from tailfill.offsets import total
 from tailfill.redact import redact_text
 from tailfill.run import runtime
 from tailfill.run.runtime import code_archive_path
-from tailfill.state.store import run_reports, write_lane
+from tailfill.state.store import read_lane, run_reports, write_lane
 from tailfill_airflow.causes import JobOutput, committed_summary, headline
 from tailfill_airflow.hooks import TailfillHook
 from tailfill_airflow.naming import lane_label
@@ -189,8 +189,10 @@ class TailfillSubmitOperator(SparkSubmitOperator):
             _show_in_grid(ti, f"{label} · {p.asstr()}")
 
         watcher = ProgressWatcher(cfg, spec.run_id, planned, publish)
+        earlier = read_lane(cfg, spec.run_id)  # a retry: the batches of the tries before stay theirs
+        tries = {**(earlier.tries if earlier else {}), str(ti.try_number): watcher.started_at}
         write_lane(cfg, spec.run_id, label=label, planned=planned, started_at=watcher.started_at,
-                   try_number=ti.try_number, cause=None, state="running", ended_at=None)
+                   try_number=ti.try_number, tries=tries, cause=None, state="running", ended_at=None)
         try:
             with watcher:
                 super().execute(context)

@@ -92,6 +92,7 @@ def lane_progress(cfg: PipelineConfig, tf_run: str) -> dict:
     started = lane.started_at if lane and lane.started_at is not None else time.time()
     out = progress(reports, lane.planned if lane else None, started, now=ended or time.time(), state=state).asdict()
     return {"label": (lane.label if lane else None) or tf_run, "run_id": tf_run,
+            "try_number": lane.try_number if lane else None,
             "cause": redact_text(lane.cause) if lane and lane.cause else None, **out}
 
 
@@ -115,7 +116,8 @@ def _lane_rows(lanes: list[dict], freshness: bool = True) -> str:
         fresh = str(Freshness.from_dict(p["freshness"])) if p.get("freshness") else ""
         planned = f"/{p['offsets_planned']:,}" if p["offsets_planned"] else ""
         cls = ' class="bad"' if p["state"] == "failed" else ""
-        rows.append(f"<tr><td class=l>{html.escape(p['label'])}</td><td{cls}>{html.escape(p['state'])}</td>"
+        state = p["state"] + (f", try {p['try_number']}" if p.get("try_number") else "")
+        rows.append(f"<tr><td class=l>{html.escape(p['label'])}</td><td{cls}>{html.escape(state)}</td>"
                     f"<td class=l>{_bar(p)} {p['percent'] if p['percent'] is not None else '-'}%</td>"
                     f"<td>{p['offsets_done']:,}{planned}</td><td>{p['rows_per_s']:,.0f}</td>"
                     f"<td>{p['eta_s'] if p['eta_s'] is not None else '-'}</td><td>{p['batches']}</td>"
@@ -193,14 +195,16 @@ def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
     cfg, kind = pipeline_config(dag_id)
     tf_run = lane_run_id(cfg.name, kind, run_id, map_index)
     p = lane_progress(cfg, tf_run)
-    head = ("<tr><th>batch</th><th>committed at (UTC)</th><th>offsets</th><th>rows</th><th>quarantined</th>"
-            "<th>seconds</th><th>commit ms</th><th>ranges</th></tr>")
-    rows = [f"<tr><td>{r.batch_id}</td><td>{time.strftime('%H:%M:%S', time.gmtime(r.at))}</td><td>{r.offsets:,}</td>"
+    lane = read_lane(cfg, tf_run)
+    head = ("<tr><th>try</th><th>batch</th><th>committed at (UTC)</th><th>offsets</th><th>rows</th>"
+            "<th>quarantined</th><th>seconds</th><th>commit ms</th><th>ranges</th></tr>")
+    rows = [f"<tr><td>{(lane.try_at(r.at) if lane else None) or '-'}</td><td>{r.batch_id}</td>"
+            f"<td>{time.strftime('%H:%M:%S', time.gmtime(r.at))}</td><td>{r.offsets:,}</td>"
             f"<td>{r.rows:,}</td><td>{r.quarantined:,}</td><td>{r.seconds:.1f}</td><td>{r.commit_ms:.0f}</td>"
             f"<td class=l>{html.escape(', '.join(map(str, r.committed)) or 'replay: already committed')}</td></tr>"
             for r in run_reports(cfg, tf_run)]
     body = (f"<p class=muted>run {html.escape(tf_run)}</p>{_lane_rows([p], freshness=kind != BACKFILL)}<h3>Batches</h3>"
-            f"<table>{head}{''.join(rows) or '<tr><td colspan=8>none committed yet</td></tr>'}</table>")
+            f"<table>{head}{''.join(rows) or '<tr><td colspan=9>none committed yet</td></tr>'}</table>")
     return _page(f"{p['label']} · progress", body, refresh=p["state"] == "running")
 
 
