@@ -40,8 +40,10 @@ from tailfill_airflow.naming import (
     tailfill_run_id,
 )
 from tailfill_airflow.operators import TailfillSubmitOperator, docs_url, run_page_url
+from tailfill_airflow.retry_label import keep_label_on_retry
 
 log = logging.getLogger(__name__)
+keep_label_on_retry()  # in the task runner, which parses the DAG file before it runs a task of it
 START = datetime(2026, 1, 1)
 RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=30), "retry_exponential_backoff": True}
 DEFAULTS = {"on_failure_callback": on_failure, "on_retry_callback": on_retry}
