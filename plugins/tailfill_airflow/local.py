@@ -66,8 +66,6 @@ def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None,
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
-        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         # The log servers listen on loopback only (:func:`serve_logs`): tasks and triggers say they ran there.
         "AIRFLOW__CORE__HOSTNAME_CALLABLE": "tailfill_airflow.local.loopback_hostname",
         "PYTHONPATH": os.pathsep.join(dict.fromkeys(p for p in (str(REPO / "plugins"), env.get("PYTHONPATH")) if p)),
@@ -76,6 +74,8 @@ def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None,
         SLOTS_ENV: str(spark_slots(env)),
         **runtime.spark_env(),
     })
+    for key in ("WORKER", "TRIGGER"):  # kept when the caller chose them (a test that asks these servers)
+        env.setdefault(f"AIRFLOW__LOGGING__{key}_LOG_SERVER_PORT", str(free_port()))
     # One secret for every component started together (a fresh AIRFLOW_HOME has no airflow.cfg yet).
     env.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", secrets.token_urlsafe(32))
     env.setdefault("AIRFLOW__API__SECRET_KEY", secrets.token_urlsafe(32))
