@@ -233,8 +233,7 @@ class TailfillSubmitOperator(SparkSubmitOperator):
 
     def on_kill(self) -> None:
         """Stop the ``spark-submit`` (the provider's kill); what it committed stays committed."""
-        log.warning("stopping: Airflow asked this task to stop (its state was changed while it ran); "
-                    "killing spark-submit")
+        log.warning("Airflow stopped this task: killing its spark-submit")
         super().on_kill()
 
     def _exit_stopped(self, cfg: PipelineConfig, spec: Any, label: str) -> NoReturn:

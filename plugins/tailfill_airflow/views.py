@@ -6,7 +6,8 @@ Airflow's auth manager whether the user may read that DAG (the UI's session cook
 - ``/tailfill/run/<dag>/<run>``: every lane of a run, live, the verdict and the links to each lane's
   pages, the Data Docs and the quarantine page (a tab of the DAG run page);
 - ``/tailfill/batches/<dag>/<run>/<map index>``: one lane's progress and batch reports (a tab of
-  the task instance page, and an extra link of the ingest task);
+  the task instance page, and an extra link of the ingest task); on a backfill's other tasks the
+  run's lanes, on the maintenance task the pipeline's offsets;
 - ``/tailfill/report/<dag>/<run>/<map index>``: the lane's completeness report (its Data Docs link
   turned into the plugin's);
 - ``/tailfill/docs/<dag>/<path>``: the pipeline's Great Expectations Data Docs;
@@ -33,7 +34,7 @@ from tailfill.redact import redact_text
 from tailfill.run.runtime import log_dir
 from tailfill.state.freshness import Freshness
 from tailfill.state.store import read_lane, run_exists, run_reports
-from tailfill_airflow.naming import BACKFILL, split_dag_id, tailfill_run_id
+from tailfill_airflow.naming import BACKFILL, MAINTENANCE, split_dag_id, tailfill_run_id
 from tailfill_airflow.progress import progress
 
 if TYPE_CHECKING:
@@ -192,7 +193,12 @@ def verdict(results: list[ValidationResult | None]) -> tuple[str, str]:
 
 @app.get("/batches/{dag_id}/{run_id}/{map_index}", response_class=HTMLResponse, dependencies=[_authorized()])
 def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
+    """A lane's tab; for a task that is not a lane, what the run or the pipeline has to show."""
     cfg, kind = pipeline_config(dag_id)
+    if kind == MAINTENANCE:  # maintain runs no Spark lane: the pipeline's offsets
+        return pipeline_page(dag_id)
+    if kind == BACKFILL and map_index_of(map_index) < 0:  # preflight, plan, summary: every lane of the run
+        return run_page(dag_id, run_id)
     tf_run = lane_run_id(cfg.name, kind, run_id, map_index)
     p = lane_progress(cfg, tf_run)
     lane = read_lane(cfg, tf_run)
