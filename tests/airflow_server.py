@@ -4,10 +4,11 @@
         run_id = af.trigger_dag("e2e_backfill", {"slices": 3})
         af.wait_for_run("e2e_backfill", run_id, timeout=600)
 
-``airflow standalone`` runs in its own session on a free loopback port with its own
-``AIRFLOW_HOME``; at exit the process group is terminated (then killed), and any process left
-whose environment holds that ``AIRFLOW_HOME`` (a spark-submit JVM, a task runner that left the
-group) is killed too. Only the standard library is used for HTTP.
+The launcher (which starts each Airflow component, and the log servers on loopback) runs in its
+own session on a free loopback port with its own ``AIRFLOW_HOME``; at exit it is terminated (it
+stops the components), then its group killed, and any process left whose environment holds that
+``AIRFLOW_HOME`` (a spark-submit JVM, a task runner that left its group) is killed too. Only the
+standard library is used for HTTP.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from processes import kill_marked, processes_with
+from processes import kill_marked, listening, processes_with
 
 from tailfill.dev.broker import free_port
 
@@ -90,7 +91,7 @@ class AirflowServer:
                 os.killpg(self.proc.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=30)
-            with contextlib.suppress(ProcessLookupError):  # children that outlived the standalone parent
+            with contextlib.suppress(ProcessLookupError):  # children that outlived the launcher
                 os.killpg(self.proc.pid, signal.SIGTERM)
             deadline = time.monotonic() + 15
             while processes_with(self.marker) and time.monotonic() < deadline:
@@ -102,6 +103,10 @@ class AirflowServer:
             self.proc = None
         self.leftovers = kill_marked(self.marker)
         assert not processes_with(self.marker), "Airflow processes are still running"
+
+    def listening(self) -> list[tuple[int, str, int]]:
+        """``(pid, address, port)`` of every TCP socket a process of this Airflow listens on."""
+        return listening(self.marker, self.proc.pid if self.proc else None)
 
     def log_tail(self, chars: int = 6000) -> str:
         try:
@@ -115,7 +120,7 @@ class AirflowServer:
         while True:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise RuntimeError(f"airflow standalone exited with {self.proc.returncode}:\n{self.log_tail()}")
+                raise RuntimeError(f"the Airflow launcher exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
                 health = self.request("GET", "/api/v2/monitor/health", auth=False)
                 last = json.dumps(health)

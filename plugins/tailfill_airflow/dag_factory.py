@@ -40,9 +40,11 @@ from tailfill_airflow.naming import (
     lanes_at_once,
     tailfill_run_id,
 )
-from tailfill_airflow.operators import TailfillSubmitOperator
+from tailfill_airflow.operators import TailfillSubmitOperator, docs_url, run_page_url
+from tailfill_airflow.retry_label import keep_label_on_retry
 
 log = logging.getLogger(__name__)
+keep_label_on_retry()  # in the task runner, which parses the DAG file before it runs a task of it
 START = datetime(2026, 1, 1)
 RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=30), "retry_exponential_backoff": True}
 DEFAULTS = {"on_failure_callback": on_failure, "on_retry_callback": on_retry}
@@ -89,17 +91,23 @@ def table_totals(cfg: PipelineConfig) -> dict:
 
 
 def _validate(cfg: PipelineConfig, run_id: str) -> dict:
-    """Validate one run; on success record an asset event with its offsets and rows. Returns the XCom."""
+    """Validate one run; on success record an asset event with its offsets and rows. Returns the XCom.
+
+    The report and Data Docs are named by the plugin's URLs (under ``[api] base_url``), which any
+    browser that reaches Airflow opens; the files behind them may be on this worker's disk only.
+    """
     from tailfill.proof.validate import validate
 
+    ti = get_current_context()["ti"]
+    report, docs = run_page_url("report", ti.dag_id, ti.run_id, ti.map_index), docs_url(ti.dag_id)
     result = validate(cfg, run_id=run_id)
     verdict = "complete" if result.success else "INCOMPLETE"
-    log.info("validation of %s: %s (%s offsets) report %s", run_id, verdict, result.offsets_checked, result.html)
+    log.info("validation of %s: %s (%s offsets) report %s", run_id, verdict, result.offsets_checked, report)
     if not result.success:
         raise RuntimeError(f"run {run_id} of {cfg.name} is incomplete: " + "; ".join(result.problems)
-                           + f" (fix: see the completeness report {result.html})")
+                           + f" (fix: see the completeness report {report})")
     summary = {"run_id": run_id, "offsets": result.offsets_checked, "rows": result.rows,
-               "quarantined": result.quarantined, "report": result.html, **table_totals(cfg)}
+               "quarantined": result.quarantined, "report": report, "data_docs": docs, **table_totals(cfg)}
     get_current_context()["outlet_events"][table_asset(cfg)].extra = {"pipeline": cfg.name, **summary}
     return summary | {"partitions": result.partitions}
 
@@ -274,7 +282,9 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
 
         @task(trigger_rule="none_failed", doc_md=SUMMARY_DOC)  # also when nothing was to backfill
         def summary(results: list[dict]) -> dict:
-            results = list(results)
+            # One slice of the mapped XComs: iterating Airflow's lazy sequence ends on a lookup past its
+            # end, which the task runner logs as "[error] XCom not found" after every good backfill.
+            results = list(results[:])
             for r in results:
                 log.info("%s: run %s, %s offsets (%s rows, %s quarantined) complete, report %s", r["label"],
                          r["run_id"], f"{r['offsets']:,}", f"{r['rows']:,}", f"{r['quarantined']:,}", r["report"])

@@ -2,14 +2,17 @@
 
     PYTHONPATH=plugins .venv/bin/python -m tailfill_airflow.local [--port 8080]
 
-Uses ``airflow standalone`` with this project's DAGs and plugins, DAGs unpaused, the
-``spark_default`` connection on ``local[2]``, and the simple auth manager with the login
-``admin`` / ``admin``. Metadata is on Postgres with the LocalExecutor, so that mapped backfill
-lanes really run side by side: the database named by ``TAILFILL_AIRFLOW_DB`` (a SQLAlchemy URL),
-else a local Postgres (:class:`tailfill.dev.postgres.LocalPostgres`) kept in
-``$AIRFLOW_HOME/postgres`` (``$AIRFLOW_HOME`` defaults to ``.tailfill/airflow``), started on a free
-loopback port and stopped when Airflow stops, and the
-``tailfill_spark`` pool with ``$TAILFILL_SPARK_SLOTS`` slots (4 unless set: the form's three
+Starts Airflow's components one by one (not ``airflow standalone``) with this project's DAGs and
+plugins, the ``spark_default`` connection on ``local[2]``, and the simple auth manager with the
+login ``admin`` / ``admin``. Nothing listens beyond loopback: the API server binds 127.0.0.1, and
+the task and trigger log servers, which Airflow's scheduler and triggerer would bind on every
+interface (``serve_logs`` has no host setting), are started here on 127.0.0.1 instead, with the
+components' host name set to 127.0.0.1 so that the API server finds them. Metadata is on Postgres
+with the LocalExecutor, so that mapped backfill lanes really run side by side: the database named
+by ``TAILFILL_AIRFLOW_DB`` (a SQLAlchemy URL), else a local Postgres
+(:class:`tailfill.dev.postgres.LocalPostgres`) kept in ``$AIRFLOW_HOME/postgres`` (``$AIRFLOW_HOME``
+defaults to ``.tailfill/airflow``), started on a free loopback port and stopped when Airflow stops,
+and the ``tailfill_spark`` pool with ``$TAILFILL_SPARK_SLOTS`` slots (4 unless set: the form's three
 backfill lanes beside one incremental run).
 """
 
@@ -19,6 +22,7 @@ import argparse
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -62,13 +66,19 @@ def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None,
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
-        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+        # The log servers listen on loopback only (:func:`serve_logs`): tasks and triggers say they ran there.
+        "AIRFLOW__CORE__HOSTNAME_CALLABLE": "tailfill_airflow.local.loopback_hostname",
+        "PYTHONPATH": os.pathsep.join(dict.fromkeys(p for p in (str(REPO / "plugins"), env.get("PYTHONPATH")) if p)),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "TAILFILL_PIPELINES": env.get("TAILFILL_PIPELINES", str(REPO / "pipelines")),
         SLOTS_ENV: str(spark_slots(env)),
         **runtime.spark_env(),
     })
+    for key in ("WORKER", "TRIGGER"):  # kept when the caller chose them (a test that asks these servers)
+        env.setdefault(f"AIRFLOW__LOGGING__{key}_LOG_SERVER_PORT", str(free_port()))
+    # One secret for every component started together (a fresh AIRFLOW_HOME has no airflow.cfg yet).
+    env.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", secrets.token_urlsafe(32))
+    env.setdefault("AIRFLOW__API__SECRET_KEY", secrets.token_urlsafe(32))
     if database_url:
         env.update({"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_url,
                     "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
@@ -77,16 +87,43 @@ def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None,
     return env
 
 
-def _stop_group(proc: subprocess.Popen, grace_s: float = 15) -> None:
-    """SIGTERM the process group of ``proc``, SIGKILL whatever is left of it after ``grace_s``."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=grace_s)
-    time.sleep(1)  # components that outlive the standalone parent by a moment
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+COMPONENTS = (["api-server"], ["scheduler", "--skip-serve-logs"], ["dag-processor"],
+              ["triggerer", "--skip-serve-logs"])
+
+
+def loopback_hostname() -> str:
+    """``[core] hostname_callable`` of the local setup: every component runs, and serves its logs, on loopback."""
+    return "127.0.0.1"
+
+
+def serve_logs(port: int) -> None:
+    """Airflow's log server (task or trigger logs) on ``127.0.0.1:port``: the same app the scheduler and
+    triggerer start, which they would bind on every interface."""
+    import uvicorn
+
+    uvicorn.run("airflow.utils.serve_logs.log_server:get_app", host="127.0.0.1", port=port, log_config=None,
+                access_log=False)
+
+
+def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """One component in a session of its own, so that stopping it stops the processes it started."""
+    return subprocess.Popen(args, env=env, start_new_session=True)
+
+
+def _stop_all(procs: list[subprocess.Popen], grace_s: float = 15) -> None:
+    """SIGTERM each component's process group, SIGKILL whatever is left of them after ``grace_s``."""
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+    time.sleep(1)  # the task runners and JVMs a component started, leaving a moment after it
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def _stop_on_sigterm(*_: object) -> None:
@@ -96,7 +133,11 @@ def _stop_on_sigterm(*_: object) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=int(os.environ.get("TAILFILL_AIRFLOW_PORT", 8080)))
+    parser.add_argument("--serve-logs", type=int, metavar="PORT", help="run only a log server on 127.0.0.1:PORT")
     args = parser.parse_args()
+    if args.serve_logs:
+        serve_logs(args.serve_logs)
+        return
     home = Path(os.environ.get("AIRFLOW_HOME", REPO / ".tailfill" / "airflow")).absolute()
     airflow = str(Path(sys.executable).parent / "airflow")
     with contextlib.ExitStack() as stack:
@@ -113,12 +154,19 @@ def main() -> None:
               flush=True)
         create_pool(airflow, env)
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
-        # Its own process group: on stop, every Airflow component goes, before Postgres does.
-        proc = subprocess.Popen([airflow, "standalone"], env=env, start_new_session=True)
+        procs: list[subprocess.Popen] = []
         try:
-            sys.exit(proc.wait())
+            for key in ("WORKER", "TRIGGER"):
+                port = env[f"AIRFLOW__LOGGING__{key}_LOG_SERVER_PORT"]
+                procs.append(_start([sys.executable, "-m", "tailfill_airflow.local", "--serve-logs", port], env))
+            procs += [_start([airflow, *component], env) for component in COMPONENTS]
+            while all(p.poll() is None for p in procs):  # one component gone: stop the others too
+                time.sleep(1)
+            sys.exit(next(p.returncode for p in procs if p.returncode is not None))
         except KeyboardInterrupt:
-            _stop_group(proc)
+            pass
+        finally:
+            _stop_all(procs)
 
 
 def create_pool(airflow: str, env: dict[str, str]) -> None:

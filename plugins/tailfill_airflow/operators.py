@@ -19,10 +19,14 @@ What it adds for the person watching the run:
 from __future__ import annotations
 
 import logging
+import os
 import re
+import signal
+import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperatorLink
@@ -34,7 +38,7 @@ from tailfill.offsets import total
 from tailfill.redact import redact_text
 from tailfill.run import runtime
 from tailfill.run.runtime import code_archive_path
-from tailfill.state.store import run_reports, write_lane
+from tailfill.state.store import read_lane, run_reports, write_lane
 from tailfill_airflow.causes import JobOutput, committed_summary, headline
 from tailfill_airflow.hooks import TailfillHook
 from tailfill_airflow.naming import lane_label
@@ -42,6 +46,7 @@ from tailfill_airflow.progress import Progress, ProgressWatcher
 
 log = logging.getLogger(__name__)
 PROGRESS_KEY, RESULT_KEY = "progress", "result"
+STOPPED_EXIT = 128 + signal.SIGTERM  # a try stopped by Airflow's SIGTERM: the supervisor keeps the state it set
 # Lines of the provider's own interest (driver / application ids of cluster modes) still reach it.
 _PROVIDER_LINES = re.compile(r"driver-[0-9-]+|application[0-9_]+|pod name:|spark-app-selector|[eE]xit code:")
 
@@ -62,15 +67,27 @@ def plugin_url(path: str) -> str:
     return conf.get("api", "base_url", fallback="").rstrip("/") + "/tailfill/" + path.lstrip("/")
 
 
+def run_page_url(page: str, dag_id: str, run_id: str, map_index: int) -> str:
+    """The absolute URL of one of the plugin's pages of a task's run (``<page>/<dag>/<run>/<map index>``)."""
+    from urllib.parse import quote
+
+    return plugin_url(f"{page}/{quote(dag_id)}/{quote(run_id, safe='')}/{map_index}")
+
+
+def docs_url(dag_id: str) -> str:
+    """The absolute URL of a pipeline's Great Expectations Data Docs, served by the plugin."""
+    from urllib.parse import quote
+
+    return plugin_url(f"docs/{quote(dag_id)}/index.html")
+
+
 class _RunLink(BaseOperatorLink):
     """A link to one of the plugin's pages of this task's run (``<page>/<dag>/<run>/<map index>``)."""
 
     page = ""
 
     def get_link(self, operator, *, ti_key) -> str:
-        from urllib.parse import quote
-
-        return plugin_url(f"{self.page}/{quote(ti_key.dag_id)}/{quote(ti_key.run_id, safe='')}/{ti_key.map_index}")
+        return run_page_url(self.page, ti_key.dag_id, ti_key.run_id, ti_key.map_index)
 
 
 class CompletenessReportLink(_RunLink):
@@ -92,9 +109,7 @@ class DataDocsLink(BaseOperatorLink):
     name = "Data Docs"
 
     def get_link(self, operator, *, ti_key) -> str:
-        from urllib.parse import quote
-
-        return plugin_url(f"docs/{quote(ti_key.dag_id)}/index.html")
+        return docs_url(ti_key.dag_id)
 
 
 class QuarantineLink(BaseOperatorLink):
@@ -132,6 +147,7 @@ class TailfillSubmitOperator(SparkSubmitOperator):
         self.planned_offsets = planned_offsets
         self._output: JobOutput | None = None
         self._output_file: Path | None = None
+        self._stopped = False  # Airflow sent SIGTERM: the task's state was changed from outside
 
     # --- what the job prints --------------------------------------------------------------------
 
@@ -172,25 +188,64 @@ class TailfillSubmitOperator(SparkSubmitOperator):
                  f"{planned:,} offsets planned" if planned is not None else "open-ended", self._output_file)
 
         def publish(p: Progress) -> None:
+            if self._stopped:  # Airflow no longer takes this try's XComs or label
+                p = replace(p, state="stopped")
             log.info("progress %s: %s", label, p.asstr())
             ended = None if p.state == "running" else p.updated_at
             write_lane(cfg, spec.run_id, state=p.state, ended_at=ended)
-            ti.xcom_push(key=PROGRESS_KEY, value=p.asdict())
-            _show_in_grid(ti, f"{label} · {p.asstr()}")
+            if not self._stopped:
+                ti.xcom_push(key=PROGRESS_KEY, value=p.asdict())
+                _show_in_grid(ti, f"{label} · {p.asstr()}")
 
         watcher = ProgressWatcher(cfg, spec.run_id, planned, publish)
+        earlier = read_lane(cfg, spec.run_id)  # a retry: the batches of the tries before stay theirs
+        tries = {**(earlier.tries if earlier else {}), str(ti.try_number): watcher.started_at}
         write_lane(cfg, spec.run_id, label=label, planned=planned, started_at=watcher.started_at,
-                   try_number=ti.try_number, cause=None, state="running", ended_at=None)
+                   try_number=ti.try_number, tries=tries, cause=None, state="running", ended_at=None)
+        self._note_sigterm()
         try:
             with watcher:
                 super().execute(context)
         except AirflowException as exc:
+            if self._stopped:
+                self._exit_stopped(cfg, spec, label)
             failure = self._failure(cfg, spec, label, exc)
             write_lane(cfg, spec.run_id, cause=str(failure).splitlines()[0])
             raise failure from None
         result = self._result()
         if result is not None:
             ti.xcom_push(key=RESULT_KEY, value=result)
+
+    # --- stopped from outside -------------------------------------------------------------------
+
+    def _note_sigterm(self) -> None:
+        """Note Airflow's SIGTERM (the run marked failed, the task cleared or marked while it ran), then
+        let the task runner's own handler call :meth:`on_kill`."""
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def stopped(signum: int, frame: Any) -> None:
+            self._stopped = True
+            if callable(previous):
+                previous(signum, frame)
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, stopped)
+
+    def on_kill(self) -> None:
+        """Stop the ``spark-submit`` (the provider's kill); what it committed stays committed."""
+        log.warning("Airflow stopped this task: killing its spark-submit")
+        super().on_kill()
+
+    def _exit_stopped(self, cfg: PipelineConfig, spec: Any, label: str) -> NoReturn:
+        """One line for a try stopped from outside, then leave without reporting a state: Airflow set it
+        already, and refuses (``invalid_state``) any the task would report."""
+        committed = committed_summary(run_reports(cfg, spec.run_id)).replace("before the failure", "before the stop")
+        line = (f"ingest of {cfg.name} ({label}, run {spec.run_id}) stopped: its task's state was changed in "
+                f"Airflow while it ran (run or task marked, or cleared); {committed}; clearing the task resumes")
+        write_lane(cfg, spec.run_id, state="stopped", cause=line)
+        log.warning(line)
+        logging.shutdown()  # flush the task log before leaving
+        os._exit(STOPPED_EXIT)
 
     def _result(self) -> list[dict] | None:
         """The job's result document (:func:`tailfill.run.submit.parse_result`): one IngestResult per query."""

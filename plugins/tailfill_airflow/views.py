@@ -3,10 +3,13 @@
 Every page is addressed by what the Airflow UI knows — DAG id, DAG run id, map index — and asks
 Airflow's auth manager whether the user may read that DAG (the UI's session cookie is enough):
 
-- ``/tailfill/run/<dag>/<run>``: every lane of a run, live (a tab of the DAG run page);
+- ``/tailfill/run/<dag>/<run>``: every lane of a run, live, the verdict and the links to each lane's
+  pages, the Data Docs and the quarantine page (a tab of the DAG run page);
 - ``/tailfill/batches/<dag>/<run>/<map index>``: one lane's progress and batch reports (a tab of
-  the task instance page, and an extra link of the ingest task);
-- ``/tailfill/report/<dag>/<run>/<map index>``: the lane's completeness report;
+  the task instance page, and an extra link of the ingest task); on a backfill's other tasks the
+  run's lanes, on the maintenance task the pipeline's offsets;
+- ``/tailfill/report/<dag>/<run>/<map index>``: the lane's completeness report (its Data Docs link
+  turned into the plugin's);
 - ``/tailfill/docs/<dag>/<path>``: the pipeline's Great Expectations Data Docs;
 - ``/tailfill/output/<dag>/<run>/<map index>``: the ``spark-submit`` output of the latest try;
 - ``/tailfill/pipeline/<dag>``: the pipeline's live offsets (earliest, cutover, committed, lag).
@@ -17,9 +20,11 @@ Pages are plain HTML with a refresh while a run is going; nothing here changes a
 from __future__ import annotations
 
 import html
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
@@ -29,7 +34,7 @@ from tailfill.redact import redact_text
 from tailfill.run.runtime import log_dir
 from tailfill.state.freshness import Freshness
 from tailfill.state.store import read_lane, run_exists, run_reports
-from tailfill_airflow.naming import BACKFILL, split_dag_id, tailfill_run_id
+from tailfill_airflow.naming import BACKFILL, MAINTENANCE, split_dag_id, tailfill_run_id
 from tailfill_airflow.progress import progress
 
 if TYPE_CHECKING:
@@ -88,6 +93,7 @@ def lane_progress(cfg: PipelineConfig, tf_run: str) -> dict:
     started = lane.started_at if lane and lane.started_at is not None else time.time()
     out = progress(reports, lane.planned if lane else None, started, now=ended or time.time(), state=state).asdict()
     return {"label": (lane.label if lane else None) or tf_run, "run_id": tf_run,
+            "try_number": lane.try_number if lane else None,
             "cause": redact_text(lane.cause) if lane and lane.cause else None, **out}
 
 
@@ -111,7 +117,8 @@ def _lane_rows(lanes: list[dict], freshness: bool = True) -> str:
         fresh = str(Freshness.from_dict(p["freshness"])) if p.get("freshness") else ""
         planned = f"/{p['offsets_planned']:,}" if p["offsets_planned"] else ""
         cls = ' class="bad"' if p["state"] == "failed" else ""
-        rows.append(f"<tr><td class=l>{html.escape(p['label'])}</td><td{cls}>{html.escape(p['state'])}</td>"
+        state = p["state"] + (f", try {p['try_number']}" if p.get("try_number") else "")
+        rows.append(f"<tr><td class=l>{html.escape(p['label'])}</td><td{cls}>{html.escape(state)}</td>"
                     f"<td class=l>{_bar(p)} {p['percent'] if p['percent'] is not None else '-'}%</td>"
                     f"<td>{p['offsets_done']:,}{planned}</td><td>{p['rows_per_s']:,.0f}</td>"
                     f"<td>{p['eta_s'] if p['eta_s'] is not None else '-'}</td><td>{p['batches']}</td>"
@@ -130,8 +137,9 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
         if not run_exists(cfg, tf_run):
             break
         lanes.append(lane_progress(cfg, tf_run))
+    links = run_links(dag_id, run_id, [p["label"] for p in lanes] if kind == BACKFILL else [])
     if not lanes:
-        return _page(f"{dag_id} · {run_id}", "<p>No lane has started yet.</p>", refresh=True)
+        return _page(f"{dag_id} · {run_id}", "<p>No lane has started yet.</p>" + links, refresh=True)
     from tailfill.proof.reports import read_result
 
     done = sum(p["offsets_done"] for p in lanes)
@@ -144,7 +152,30 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
                f"{quarantined:,} quarantined in {len(lanes)} lane(s); "
                f"{sum(p['rows_per_s'] for p in lanes):,.0f} rows/s together.</p>")
     running = any(p["state"] == "running" for p in lanes)
-    return _page(f"{dag_id} · {run_id}", summary + _lane_rows(lanes, freshness=kind != BACKFILL), refresh=running)
+    return _page(f"{dag_id} · {run_id}", summary + _lane_rows(lanes, freshness=kind != BACKFILL) + links,
+                 refresh=running)
+
+
+def run_links(dag_id: str, run_id: str, labels: list[str]) -> str:
+    """The run's links: each lane's report, progress and job output (``labels``: a backfill's lanes in
+    map index order; none: the run's one Spark task), then the pipeline's Data Docs, quarantine and offsets."""
+    dag, run = quote(dag_id), quote(run_id, safe="")
+
+    def a(path: str, text: str) -> str:
+        # relative to /tailfill/run/<dag>/<run>: right under any base URL path Airflow is served at
+        return f'<a href="../../{path}" target="_blank" rel="noopener">{html.escape(text)}</a>'
+
+    def lane(index: int) -> str:
+        return " · ".join(a(f"{page}/{dag}/{run}/{index}", text) for page, text in
+                          (("report", "completeness report"), ("batches", "progress and batch reports"),
+                           ("output", "Spark job output")))
+
+    per_lane = ("".join(f"<li>{html.escape(label)}: {lane(i)}</li>" for i, label in enumerate(labels))
+                if labels else f"<li>{lane(-1)}</li>")
+    pipeline = " · ".join((a(f"docs/{dag}/index.html", "Data Docs"),
+                           a(f"quarantine/{dag}", "quarantined records and counts per partition"),
+                           a(f"pipeline/{dag}", "live offsets")))
+    return f'<h3>Links</h3><ul class="links">{per_lane}<li>{pipeline}</li></ul>'
 
 
 def verdict(results: list[ValidationResult | None]) -> tuple[str, str]:
@@ -162,17 +193,24 @@ def verdict(results: list[ValidationResult | None]) -> tuple[str, str]:
 
 @app.get("/batches/{dag_id}/{run_id}/{map_index}", response_class=HTMLResponse, dependencies=[_authorized()])
 def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
+    """A lane's tab; for a task that is not a lane, what the run or the pipeline has to show."""
     cfg, kind = pipeline_config(dag_id)
+    if kind == MAINTENANCE:  # maintain runs no Spark lane: the pipeline's offsets
+        return pipeline_page(dag_id)
+    if kind == BACKFILL and map_index_of(map_index) < 0:  # preflight, plan, summary: every lane of the run
+        return run_page(dag_id, run_id)
     tf_run = lane_run_id(cfg.name, kind, run_id, map_index)
     p = lane_progress(cfg, tf_run)
-    head = ("<tr><th>batch</th><th>committed at (UTC)</th><th>offsets</th><th>rows</th><th>quarantined</th>"
-            "<th>seconds</th><th>commit ms</th><th>ranges</th></tr>")
-    rows = [f"<tr><td>{r.batch_id}</td><td>{time.strftime('%H:%M:%S', time.gmtime(r.at))}</td><td>{r.offsets:,}</td>"
+    lane = read_lane(cfg, tf_run)
+    head = ("<tr><th>try</th><th>batch</th><th>committed at (UTC)</th><th>offsets</th><th>rows</th>"
+            "<th>quarantined</th><th>seconds</th><th>commit ms</th><th>ranges</th></tr>")
+    rows = [f"<tr><td>{(lane.try_at(r.at) if lane else None) or '-'}</td><td>{r.batch_id}</td>"
+            f"<td>{time.strftime('%H:%M:%S', time.gmtime(r.at))}</td><td>{r.offsets:,}</td>"
             f"<td>{r.rows:,}</td><td>{r.quarantined:,}</td><td>{r.seconds:.1f}</td><td>{r.commit_ms:.0f}</td>"
             f"<td class=l>{html.escape(', '.join(map(str, r.committed)) or 'replay: already committed')}</td></tr>"
             for r in run_reports(cfg, tf_run)]
     body = (f"<p class=muted>run {html.escape(tf_run)}</p>{_lane_rows([p], freshness=kind != BACKFILL)}<h3>Batches</h3>"
-            f"<table>{head}{''.join(rows) or '<tr><td colspan=8>none committed yet</td></tr>'}</table>")
+            f"<table>{head}{''.join(rows) or '<tr><td colspan=9>none committed yet</td></tr>'}</table>")
     return _page(f"{p['label']} · progress", body, refresh=p["state"] == "running")
 
 
@@ -185,11 +223,20 @@ def report_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
     tf_run = lane_run_id(cfg.name, kind, run_id, map_index)
     try:
         with filesystem(cfg.target).open_input_stream(fs_path(f"{results_uri(cfg)}/{tf_run}.html")) as f:
-            return HTMLResponse(f.read().decode())
+            return HTMLResponse(served_docs_links(f.read().decode(), dag_id))
     except (FileNotFoundError, OSError):
         return _page(f"{tf_run}: not validated yet",
                      "<p>The completeness report appears here once the run's validation task has run.</p>",
                      refresh=True)
+
+
+_LOCAL_DOCS = re.compile(r'href="file://[^"]*/local_site/([^"]*)"')
+
+
+def served_docs_links(report: str, dag_id: str) -> str:
+    """A completeness report with its ``file://`` link to the Data Docs turned into the plugin's."""
+    # relative to /tailfill/report/<dag>/<run>/<map index>
+    return _LOCAL_DOCS.sub(lambda m: f'href="../../../docs/{quote(dag_id)}/{m[1]}"', report)
 
 
 @app.get("/docs/{dag_id}/{path:path}", dependencies=[_authorized()])

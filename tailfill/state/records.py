@@ -156,9 +156,15 @@ class LaneRecord(_Plain):
     state: str | None = None
     ended_at: float | None = None
     cause: str | None = None
+    tries: dict[str, float] = field(default_factory=dict)  # each try's number (as text) → when it started
 
     def merged(self, **changes) -> LaneRecord:
         return replace(self, **changes)
+
+    def try_at(self, at: float) -> int | None:
+        """The try that was running at ``at`` (a batch's commit time): the last one started before it."""
+        started = [int(n) for n, t in sorted(self.tries.items(), key=lambda kv: kv[1]) if t <= at]
+        return started[-1] if started else None
 
 
 @dataclass(frozen=True)

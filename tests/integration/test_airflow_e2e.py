@@ -1,4 +1,4 @@
-"""End to end through Airflow: the generated DAGs run on a real local Airflow (``airflow standalone``).
+"""End to end through Airflow: the generated DAGs run on a real local Airflow (``tailfill_airflow.local``).
 
 One Airflow per module (api-server, scheduler, dag-processor, triggerer on a free loopback port,
 its own AIRFLOW_HOME, metadata in its own database on the session's Postgres, LocalExecutor), one
@@ -6,7 +6,8 @@ pipeline ``e2e`` on a fresh topic of the session broker. The backfill is trigger
 REST API with non-default params (two lanes, which must run side by side), then the incremental
 DAG tails what came after the cutover; every offset must land exactly once. A second test drives the UI in
 headless Chromium: log in, open the backfill DAG's trigger form, change a param, trigger, and
-look at the grid. Screenshots are written under the test's tmp_path (paths printed).
+look at the grid. Screenshots are kept as test artefacts under ``build/e2e-screenshots/<test>/``
+(paths printed).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy
 import yaml
-from airflow_server import AirflowServer
+from airflow_server import FINISHED, AirflowServer
 from browser import chromium
 from fault_outcomes import prove
 from helpers import assert_exactly_once, high_watermarks
@@ -34,7 +35,9 @@ from tailfill.proof.reports import read_latest
 
 pytestmark = pytest.mark.integration
 
-DEMO = Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml"
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "pipelines" / "demo.yaml"
+SCREENSHOTS = REPO / "build" / "e2e-screenshots"
 
 NAME = "e2e"
 BACKFILL, INCREMENTAL = f"{NAME}_backfill", f"{NAME}_incremental"
@@ -163,12 +166,27 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
     # the time the later one validated).
     assert all(e["extra"]["snapshot_id"] for e in events)
     assert max(e["extra"]["table_offsets"] for e in events) == HISTORY
+    # The event and the summary's log name the report and Data Docs by the plugin's HTTP URLs, which any
+    # browser reaching Airflow opens, never a file:// path of the worker's disk (issue 23, item 3).
+    reports = sorted(e["extra"]["report"] for e in events)
+    assert reports == [f"{airflow.url}/tailfill/report/{BACKFILL}/{airflow._q(run_id)}/{i}" for i in (0, 1)], reports
+    assert {e["extra"]["data_docs"] for e in events} == {f"{airflow.url}/tailfill/docs/{BACKFILL}/index.html"}
+    status, body = airflow.get_text(reports[0])
+    assert status == 200 and "COMPLETE" in body and f"../../../docs/{BACKFILL}/" in body and "file://" not in body
+    summary_log = airflow.task_log(by_task["summary"][0], max_lines=10_000)
+    assert reports[1] in summary_log and "file://" not in summary_log, summary_log
+    assert " error " not in summary_log, summary_log
+    # Item 10: reading the lanes' results logged "[error] XCom not found" (the worker's own log, not the task's).
+    noise = [line for line in airflow.log_path.read_text(errors="replace").splitlines()
+             if "XCom not found" in line and run_id in line]
+    assert not noise, noise
 
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, LIVE, PARTITIONS, bad_every=BAD_EVERY)
     tail_id = airflow.trigger_dag(INCREMENTAL, {})
     started = time.monotonic()
     airflow.wait_for_run(INCREMENTAL, tail_id, timeout=480)
     print(f"incremental {tail_id}: success in {time.monotonic() - started:.0f} s")
+    RUNS["tail"] = tail_id
 
     high = high_watermarks(cfg)
     assert sum(high.values()) == HISTORY + LIVE
@@ -238,12 +256,15 @@ def browser(tmp_path):
 
 
 @pytest.fixture
-def shot(browser, tmp_path):
-    """``shot(name)``: a screenshot kept as a test artefact (``<tmp_path>/<name>.png``); checked not blank."""
+def shot(browser, request):
+    """``shot(name)``: a screenshot kept as a test artefact (``build/e2e-screenshots/<test>/<name>.png``),
+    checked not blank."""
     taken: list[Path] = []
+    folder = SCREENSHOTS / request.node.name
+    folder.mkdir(parents=True, exist_ok=True)
 
     def take(name: str) -> Path:
-        path = tmp_path / f"{name}.png"
+        path = folder / f"{name}.png"
         assert browser.save_screenshot(str(path)), f"screenshot {path} failed"
         taken.append(path)
         print(f"screenshot: {path}")
@@ -378,6 +399,139 @@ def test_lane_links_progress_and_proof_in_headless_chromium(airflow, pipeline, b
     assert f"{pipeline.source.topic}[0]" in text and "malformed" in text.lower(), text[:2000]
     browser.get(f"{airflow.url}/dags/{BACKFILL}/runs/{run_id}/tasks/ingest_slice/mapped")  # the lanes list
     wait_for_text(browser, shot, "lanes-labelled", label)
+
+
+def frame_text(browser, *texts: str) -> str | None:
+    """The text of the first iframe of the page (a plugin tab) showing every one of ``texts``, or None."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+
+    for frame in browser.find_elements(By.TAG_NAME, "iframe"):
+        try:
+            browser.switch_to.frame(frame)
+            text = page_text(browser)
+            if all(t in text for t in texts):
+                return text
+        except WebDriverException:
+            continue
+        finally:
+            browser.switch_to.default_content()
+    return None
+
+
+def wait_for_tab(browser, shot, name: str, *texts: str, timeout: float = 60) -> str:
+    """Wait until a plugin tab (an iframe of the Airflow UI) shows every one of ``texts``; screenshot the page."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        text = WebDriverWait(browser, timeout).until(lambda d: frame_text(d, *texts))
+    except TimeoutException:
+        path = shot(f"{name}-timeout")
+        frames = frame_text(browser) or "(no iframe)"
+        raise AssertionError(f"{browser.current_url}: no tab showed {texts} within {timeout:.0f} s (see {path}):\n"
+                             f"{page_text(browser)[:1500]}\n--- iframe:\n{frames[:1500]}") from None
+    shot(name)
+    return text
+
+
+def test_nothing_airflow_starts_listens_beyond_loopback(airflow):
+    """Issue 23, item 10: ``airflow standalone`` served task logs on every interface. After the runs above
+    (scheduler, triggerer, task runners, Spark jobs), every socket an Airflow process listens on is loopback,
+    and the task log server is one of them."""
+    sockets = airflow.listening()
+    print("listening: " + ", ".join(f"{addr}:{port} (pid {pid})" for pid, addr, port in sockets))
+    assert sockets and {addr for _, addr, _ in sockets} <= {"127.0.0.1", "::1"}, sockets
+    ports = {port for _, _, port in sockets}
+    assert {airflow.port, int(airflow.env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"]),
+            int(airflow.env["AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT"])} <= ports, sockets
+
+
+def test_tailfill_tabs_of_the_run_and_of_tasks_that_are_not_lanes_in_headless_chromium(airflow, pipeline, browser,
+                                                                                      shot):
+    """Issue 23: the run tab leads with the verdict and links every page (items 3, 5); the Tailfill tab of
+    tasks that are not mapped (tail, preflight) renders instead of an ``int_parsing`` error (item 2); the
+    quarantine page opens from the run tab (item 8)."""
+    assert {"backfill", "tail"} <= set(RUNS), "needs the runs of test_backfill_through_rest_api_then_incremental"
+    run_id, label = RUNS["backfill"], RUNS["lane0_label"]
+    login(browser, airflow)
+
+    browser.get(f"{airflow.url}/dags/{BACKFILL}/runs/{run_id}/plugin/tailfill_run")
+    text = wait_for_tab(browser, shot, "run-tab-verdict", f"COMPLETE: every one of {HISTORY:,} offsets landed exactly",
+                        "Links", "completeness report", "Data Docs", "quarantined records and counts per partition")
+    assert f"{label}: completeness report · progress and batch reports · Spark job output" in text, text
+    from selenium.webdriver.common.by import By
+
+    [frame] = browser.find_elements(By.TAG_NAME, "iframe")
+    browser.switch_to.frame(frame)
+    hrefs = {a.text: a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "ul.links a")}
+    browser.switch_to.default_content()
+    assert hrefs["quarantined records and counts per partition"] == f"{airflow.url}/tailfill/quarantine/{BACKFILL}"
+    assert hrefs["Data Docs"] == f"{airflow.url}/tailfill/docs/{BACKFILL}/index.html"
+    browser.get(hrefs["quarantined records and counts per partition"])
+    text = wait_for_text(browser, shot, "quarantine-from-run-tab", "Counts per partition", "Quarantined records (")
+    assert "malformed" in text.lower() and f"{pipeline.source.topic}[0]" in text, text[:2000]
+
+    for dag, run, task, expected in ((INCREMENTAL, RUNS["tail"], "tail", ("tail", "finished, try 1")),
+                                     (INCREMENTAL, RUNS["tail"], "preflight", ("tail", "finished")),
+                                     (BACKFILL, run_id, "preflight", ("COMPLETE", label))):
+        browser.get(f"{airflow.url}/dags/{dag}/runs/{run}/tasks/{task}/plugin/tailfill_lane")
+        text = wait_for_tab(browser, shot, f"task-tab-{dag}-{task}", *expected)
+        assert "int_parsing" not in text and "MAP_INDEX" not in text, text
+
+
+def test_an_impossible_range_fails_before_spark_with_one_line_in_headless_chromium(airflow, pipeline, browser, shot):
+    """Issue 23, item 1: a To past the topic's end fails the plan at once, naming the partition, the asked end
+    and the broker's; no lane starts a Spark job; the UI shows the line."""
+    topic = pipeline.source.topic
+    ends = high_watermarks(pipeline)
+    asked = {str(p): (500_000 if p == 0 else end) for p, end in ends.items()}
+    run_id = airflow.trigger_dag(BACKFILL, {"to_offsets": json.dumps({topic: asked})})
+    deadline = time.monotonic() + 240
+    while (run := airflow.dag_run(BACKFILL, run_id))["state"] not in ("success", "failed"):
+        assert time.monotonic() < deadline, airflow.describe_run(BACKFILL, run_id)
+        time.sleep(2)
+    states = {(t["task_id"], t["map_index"]): (t["state"], t["try_number"])
+              for t in airflow.task_instances(BACKFILL, run_id)}
+    assert run["state"] == "failed" and states[("plan", -1)] == ("failed", 1), states  # no retry: it cannot succeed
+    assert states[("ingest_slice", -1)][0] == "upstream_failed", states  # never expanded: no spark-submit
+    plan = next(t for t in airflow.task_instances(BACKFILL, run_id) if t["task_id"] == "plan")
+    errors = [line for line in airflow.task_log(plan, max_lines=10_000).splitlines() if " error " in line]
+    high = ends[0]
+    line = f"backfill bounds past the end of topic {topic!r}"
+    assert errors and line in errors[0] and f"{topic}[0]: asked up to 500,000, the broker's end is {high:,}" \
+        in errors[0], errors
+
+    login(browser, airflow)
+    browser.get(f"{airflow.url}/dags/{BACKFILL}/runs/{run_id}/tasks/plan")
+    wait_for_text(browser, shot, "impossible-range", "asked up to 500,000", f"the broker's end is {high:,}")
+
+
+def test_marking_a_run_failed_while_its_tail_runs_stops_it_with_one_line(airflow, pipeline, backfill_run):
+    """Issue 23, item 10: marking the run failed while its Spark task ran left Airflow's ``invalid_state``
+    traceback in the task's log; now the job is killed and the log says so in one line. (The backfill
+    records the cutover when this test runs alone: the records produced here are the tail's.)"""
+    cfg = pipeline
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 200, PARTITIONS)
+    run_id = airflow.trigger_dag(INCREMENTAL, {})
+    deadline = time.monotonic() + 300
+    while (tail := next(t for t in airflow.task_instances(INCREMENTAL, run_id) if t["task_id"] == "tail"))[
+            "state"] != "running":
+        assert time.monotonic() < deadline and tail["state"] not in (*FINISHED, "skipped", "upstream_failed"), \
+            airflow.describe_run(INCREMENTAL, run_id)
+        time.sleep(0.5)
+    airflow.request("PATCH", f"/api/v2/dags/{INCREMENTAL}/dagRuns/{airflow._q(run_id)}", {"state": "failed"})
+    deadline = time.monotonic() + 120
+    while True:  # the task's log is whole once its runner has gone
+        log = airflow.task_log(tail, max_lines=10_000)
+        if "stopped: its task's state was changed in Airflow" in log or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    time.sleep(5)  # the lines a runner could still write after it
+    log = airflow.task_log(tail, max_lines=10_000)
+    assert "stopped: its task's state was changed in Airflow while it ran" in log, log
+    assert "invalid_state" not in log and "Traceback" not in log and "Failed to report" not in log, log
+    assert "Task failed with exception" not in log, log
 
 
 def test_failed_tail_starts_with_its_cause_and_fix(airflow, pipeline, browser, shot):

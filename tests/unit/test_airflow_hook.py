@@ -143,3 +143,26 @@ def test_the_operator_s_adapter_fails_here_the_day_the_provider_s_private_log_pa
     assert op._output_file.read_text().splitlines() == ["26/11/24 INFO SparkContext: Running Spark",
                                                         "error: broker gone"]
     assert op._output.cause == "broker gone"
+
+
+def test_a_lane_that_will_be_retried_keeps_its_label(monkeypatch):
+    """Issue 23, item 10: Airflow's retry message carried no rendered map index, so the grid showed
+    ``ingest_slice [0]`` between tries. Pins the task runner's private function the fix wraps."""
+    import inspect
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time import task_runner
+    from tailfill_airflow.retry_label import keep_label_on_retry
+
+    monkeypatch.setattr(task_runner, "_finalize_task_failure", task_runner._finalize_task_failure)  # undone after
+    assert "_finalize_task_failure(" in inspect.getsource(task_runner._handle_current_task_failed)
+    keep_label_on_retry()
+    keep_label_on_retry()  # twice: wrapped once
+    label = "slice 1 of 3 (1,334 offsets)"
+    ti = SimpleNamespace(rendered_map_index=label, end_date=None, _failure_metrics_emitted=True,
+                         _ti_context_from_server=SimpleNamespace(should_retry=True))
+    msg, state = task_runner._finalize_task_failure(ti)
+    assert (state, msg.rendered_map_index) == ("up_for_retry", label)
+    ti._ti_context_from_server.should_retry = False  # the last try: Airflow's own message keeps it already
+    msg, state = task_runner._finalize_task_failure(ti)
+    assert (state, msg.rendered_map_index) == ("failed", label)

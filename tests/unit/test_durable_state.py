@@ -136,3 +136,12 @@ def test_a_ge_project_a_kill_left_half_written_is_set_aside_and_rebuilt(tmp_path
     assert len(lines) == 1 and "could not be used" in lines[0]
     aside = [p for p in tmp_path.iterdir() if p.name.startswith("gx.unreadable-")]
     assert len(aside) == 1 and (aside[0] / "expectations").is_dir()  # kept for inspection
+
+
+def test_a_lanes_batches_are_told_apart_by_the_try_that_committed_them():
+    """Issue 23, item 10: batch numbers restart at 0 on a retry; the try that committed a batch says which."""
+    from tailfill.state.records import LaneRecord
+
+    lane = LaneRecord.from_json(LaneRecord(tries={"1": 100.0, "3": 200.0}).to_json())
+    assert [lane.try_at(at) for at in (50.0, 150.0, 200.0, 250.0)] == [None, 1, 3, 3]
+    assert LaneRecord.from_json('{"label": "written before tries were recorded"}').try_at(1.0) is None

@@ -37,3 +37,17 @@ def test_missing_postgres_binaries_are_one_clear_error(tmp_path, monkeypatch):
     with pytest.raises(PostgresError, match=r"TAILFILL_POSTGRES_BIN=.*: no pg_ctl there") as err:
         LocalPostgres(tmp_path / "pg", 5999).start()
     assert "\n" not in str(err.value)
+
+
+def test_the_log_servers_are_reached_on_loopback_at_ports_the_caller_may_choose(tmp_path):
+    """Issue 23, item 10: the components say they run on 127.0.0.1, where the launcher's log servers listen."""
+    from importlib import import_module
+
+    env = local_env(tmp_path / "airflow", 8080, base={"AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": "40001"})
+    module, _, name = env["AIRFLOW__CORE__HOSTNAME_CALLABLE"].rpartition(".")
+    assert getattr(import_module(module), name)() == "127.0.0.1"
+    assert env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"] == "40001"
+    assert env["AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT"].isdigit()
+    again = local_env(tmp_path / "airflow", 8080, base=env)  # the launcher's own call keeps the test's values
+    assert {k: again[k] for k in env if "LOG_SERVER" in k or "SECRET" in k} == \
+        {k: env[k] for k in env if "LOG_SERVER" in k or "SECRET" in k}

@@ -40,3 +40,32 @@ def test_the_run_tab_leads_with_the_verdict_of_all_its_lanes():
     assert cls == "muted" and text.startswith("not validated yet: 1 of 2 lane(s)")
     cls, text = verdict([result(True, 40_000), result(False, 80_000, ["t[0] [10, 20): 10 offsets missing"])])
     assert cls == "bad" and text == "INCOMPLETE (1 of 2 lane(s)): t[0] [10, 20): 10 offsets missing"
+
+
+def test_the_run_tab_links_each_lane_and_the_pipeline_pages_under_the_plugin():
+    """Issue 23, item 3: the run tab had no links; they resolve under /tailfill whatever the base URL's path."""
+    from urllib.parse import urljoin
+
+    from tailfill_airflow.views import run_links
+
+    page = "http://af.example:8080/sub/tailfill/run/demo_backfill/manual__2026-11-24T00:00:00+00:00"
+    body = run_links("demo_backfill", "manual__2026-11-24T00:00:00+00:00", ["slice 1 of 2 (10 offsets)", "slice 2"])
+    hrefs = [urljoin(page, h.split('"')[0]) for h in body.split('href="')[1:]]
+    run = "manual__2026-11-24T00%3A00%3A00%2B00%3A00"
+    assert hrefs[:3] == [f"http://af.example:8080/sub/tailfill/{p}/demo_backfill/{run}/0"
+                         for p in ("report", "batches", "output")]
+    assert hrefs[3] == f"http://af.example:8080/sub/tailfill/report/demo_backfill/{run}/1"
+    assert hrefs[-3:] == ["http://af.example:8080/sub/tailfill/docs/demo_backfill/index.html",
+                          "http://af.example:8080/sub/tailfill/quarantine/demo_backfill",
+                          "http://af.example:8080/sub/tailfill/pipeline/demo_backfill"]
+    assert "slice 1 of 2 (10 offsets): " in body and "file://" not in body
+    tail = run_links("demo_incremental", "r", [])  # one Spark task, not mapped
+    assert 'href="../../report/demo_incremental/r/-1"' in tail
+
+
+def test_the_served_report_links_the_served_data_docs_not_a_file():
+    from tailfill_airflow.views import served_docs_links
+
+    report = '<p>Data Docs: <a href="file:///w/_validation/demo/gx/uncommitted/data_docs/local_site/index.html">x</a>'
+    served = served_docs_links(report, "demo_backfill")
+    assert 'href="../../../docs/demo_backfill/index.html"' in served and 'href="file://' not in served

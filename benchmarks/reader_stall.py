@@ -1,0 +1,114 @@
+"""Evidence: a shared consumer that pauses and resumes partitions can stop reading one for good.
+
+Spark reuses its Python workers, so one consumer reads every batch a worker gets. The reader used
+to ``pause()`` each partition it finished and, on its next batch, ``assign()`` then ``resume()``
+them. Under CPU load librdkafka sometimes loses the assignment's fetch start to the resume (both
+bump the partition's op version: confluentinc/librdkafka#5591, #2190): that partition's position
+stays invalid, it never fetches, and the batch waits out its idle timeout — the 60 s stalls seen
+in CI, in soaks, and in a tail batch of 117 s. The broker is fine meanwhile: the other partitions
+of the same consumer, and a fresh assignment, read at once.
+
+This script reads the same ranges over and over on one consumer beside CPU-bound processes, once
+with the old pattern and once with Tailfill's reader (a finished partition leaves the assignment
+with ``incremental_unassign``; nothing is paused), and prints how many reads stalled in each.
+
+    .venv/bin/python benchmarks/reader_stall.py [--reads 400] [--burners 2] [--idle 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import random
+import time
+
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KTopicPartition
+
+from tailfill.dev.broker import EmbeddedBroker
+from tailfill.dev.sample import produce_sample
+from tailfill.errors import SourceError
+from tailfill.offsets import OffsetRange
+from tailfill.source.kafka import read_ranges
+
+TOPIC, PARTITIONS, PER_PARTITION, SLICE = "stall", 4, 2_000, 500
+
+
+def _burn() -> None:
+    while True:
+        pass
+
+
+def pause_resume_read(consumer: Consumer, ranges: list[OffsetRange], idle_s: float) -> bool:
+    """The old pattern, reduced: assign + resume, pause each finished partition. True when it stalled."""
+    tps = [KTopicPartition(r.topic, r.partition, r.start) for r in ranges]
+    consumer.assign(tps)
+    consumer.resume(tps)
+    left = {r.partition: r for r in ranges}
+    last = time.monotonic()
+    while left:
+        for m in consumer.consume(1000, 0.5):
+            r = left.get(m.partition()) if m.error() is None else None
+            if r is not None and m.offset() >= r.end - 1:
+                consumer.pause([KTopicPartition(r.topic, r.partition)])
+                del left[r.partition]
+                last = time.monotonic()
+        if time.monotonic() - last > idle_s:
+            return True
+    return False
+
+
+def tailfill_read(conf: dict, consumer: Consumer, ranges: list[OffsetRange], idle_s: float) -> bool:
+    """Tailfill's reader on the same shared consumer. True when it stalled."""
+    try:
+        rows = sum(b.num_rows for b in read_ranges(conf, ranges, idle_timeout_s=idle_s, consumer=consumer,
+                                                   with_markers=False))
+    except SourceError:
+        return True
+    assert rows == SLICE * len(ranges), rows
+    return False
+
+
+def trial(name: str, conf: dict, reads: int, idle_s: float, seed: int) -> str:
+    rnd = random.Random(seed)
+    consumer, stalls, started = Consumer(conf), 0, time.monotonic()
+    for _ in range(reads):
+        start = rnd.choice(range(0, PER_PARTITION, SLICE))
+        ranges = [OffsetRange(TOPIC, p, start, start + SLICE) for p in range(PARTITIONS)]
+        stalled = (pause_resume_read(consumer, ranges, idle_s) if name == "pause/resume"
+                   else tailfill_read(conf, consumer, ranges, idle_s))
+        if stalled:  # as the reader does after an error: a fresh consumer
+            stalls += 1
+            consumer.close()
+            consumer = Consumer(conf)
+        time.sleep(rnd.random() / 2)
+    consumer.close()
+    return f"{name:>14}: {stalls:3d} of {reads} reads stalled (> {idle_s:g}s without a record)  " \
+           f"[{time.monotonic() - started:5.0f}s]"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reads", type=int, default=400)
+    ap.add_argument("--burners", type=int, default=2, help="CPU-bound processes beside the reads")
+    ap.add_argument("--idle", type=float, default=6.0, help="seconds without a record that count as a stall")
+    args = ap.parse_args()
+    burners = [multiprocessing.Process(target=_burn, daemon=True) for _ in range(args.burners)]
+    for b in burners:
+        b.start()
+    try:
+        with EmbeddedBroker() as broker:
+            produce_sample(broker.bootstrap_servers, TOPIC, PARTITIONS * PER_PARTITION, PARTITIONS)
+            conf = {"bootstrap.servers": broker.bootstrap_servers, "group.id": "stall", "enable.auto.commit": False,
+                    "auto.offset.reset": "error", "enable.partition.eof": False, "queued.min.messages": 1000000,
+                    "fetch.wait.max.ms": 10, "log.connection.close": False}
+            for name in ("pause/resume", "tailfill"):
+                print(trial(name, conf, args.reads, args.idle, seed=7), flush=True)
+    finally:
+        for b in burners:
+            b.terminate()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
