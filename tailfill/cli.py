@@ -10,12 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tailfill.config import PipelineConfig, resolve_pipeline, tailfill_home
 from tailfill.dev.broker import broker_down, broker_up
+from tailfill.dev.registry import registry_down, registry_up
 from tailfill.errors import TailfillError
 from tailfill.offsets import PartitionOffsets
 from tailfill.redact import redact_text
 from tailfill.run.planner import BackfillPlan, BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
 from tailfill.run.submit import IngestResult, new_run_id, parse_conf, run_job
-from tailfill.source.embedded import broker_state, resolve_bootstrap
+from tailfill.source.embedded import broker_state, registry_state, resolve_bootstrap
 from tailfill.state.freshness import Freshness
 from tailfill.state.records import format_stages
 from tailfill.state.store import StateStore
@@ -34,6 +35,18 @@ def cmd_broker(args: argparse.Namespace) -> int:
     else:
         state = broker_state()
         _say(f"broker running: {state['bootstrap_servers']} (pid {state['pid']})" if state else "no broker running")
+    return 0
+
+
+def cmd_registry(args: argparse.Namespace) -> int:
+    if args.action == "up":
+        state = registry_up()
+        _say(f"registry up: {state['url']} (pid {state['pid']}, for demos and tests only; state in {tailfill_home()})")
+    elif args.action == "down":
+        _say("registry stopped" if registry_down() else "no registry was running")
+    else:
+        state = registry_state()
+        _say(f"registry running: {state['url']} (pid {state['pid']})" if state else "no registry running")
     return 0
 
 
@@ -227,6 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("broker", help="the embedded Kafka-protocol broker (tansu) on loopback")
     b.add_argument("action", choices=("up", "down", "status"))
     b.set_defaults(func=cmd_broker)
+
+    r = sub.add_parser("registry", help="the development Schema Registry on loopback (demos and tests only)")
+    r.add_argument("action", choices=("up", "down", "status"))
+    r.set_defaults(func=cmd_registry)
 
     s = sub.add_parser("produce-sample", help="write sample JSON events to a pipeline's topic")
     s.add_argument("--pipeline", default="demo")
