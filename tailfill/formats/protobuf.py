@@ -14,7 +14,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import (  # the well-known types' modules put their files in the default pool
+    any_pb2,  # noqa: F401
+    descriptor_pb2,
+    descriptor_pool,
+    duration_pb2,  # noqa: F401
+    message_factory,
+    struct_pb2,  # noqa: F401
+    timestamp_pb2,  # noqa: F401
+    wrappers_pb2,  # noqa: F401
+)
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from tailfill.formats.types import TIMESTAMP
