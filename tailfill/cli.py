@@ -11,12 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 from tailfill.config import PipelineConfig, resolve_pipeline, tailfill_home
 from tailfill.dev.broker import broker_down, broker_up
 from tailfill.dev.registry import registry_down, registry_up
-from tailfill.errors import TailfillError
+from tailfill.errors import ConfigError, TailfillError
 from tailfill.offsets import PartitionOffsets
 from tailfill.redact import redact_text
 from tailfill.run.planner import BackfillPlan, BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
 from tailfill.run.submit import IngestResult, new_run_id, parse_conf, run_job
-from tailfill.source.embedded import broker_state, registry_state, resolve_bootstrap
+from tailfill.source.embedded import broker_state, registry_state, resolve_bootstrap, resolve_registry
 from tailfill.state.freshness import Freshness
 from tailfill.state.records import format_stages
 from tailfill.state.store import StateStore
@@ -53,9 +53,22 @@ def cmd_registry(args: argparse.Namespace) -> int:
 def cmd_produce_sample(args: argparse.Namespace) -> int:
     from tailfill.dev.sample import produce_sample
 
-    cfg = resolve_pipeline(args.pipeline)
+    fmt = getattr(args, "format", None) or "json"
+    cfg = resolve_pipeline(args.pipeline or ("demo" if fmt == "json" else f"orders_{fmt}"))
+    if cfg.format.type != fmt:
+        raise ConfigError(f"pipeline {cfg.name} reads {cfg.format.type}, not {fmt} (fix: --pipeline orders_{fmt})")
     bootstrap = resolve_bootstrap(cfg.source.bootstrap_servers)
     started = time.monotonic()
+    if fmt != "json":
+        from tailfill.dev.format_samples import produce_format_sample
+
+        url = resolve_registry(cfg.format.schema_registry.url)
+        counts = produce_format_sample(bootstrap, cfg.source.topic, url, fmt, args.count, cfg.source.partitions or 4,
+                                       not_wire_every=args.bad_every)
+        _say(f"produced {args.count:,} {fmt} records to {cfg.source.topic} on {bootstrap} in "
+             f"{time.monotonic() - started:.1f}s (schema {cfg.subject} in {url}; {counts['bad']:,} deliberately "
+             "not in the wire format)")
+        return 0
 
     def progress(i: int) -> None:
         if i and i % 50_000 == 0:
@@ -245,8 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("action", choices=("up", "down", "status"))
     r.set_defaults(func=cmd_registry)
 
-    s = sub.add_parser("produce-sample", help="write sample JSON events to a pipeline's topic")
-    s.add_argument("--pipeline", default="demo")
+    s = sub.add_parser("produce-sample", help="write sample events to a pipeline's topic (JSON, or a registry format)")
+    s.add_argument("--pipeline", help="default: demo (json), orders_<format> otherwise")
+    s.add_argument("--format", choices=("json", "avro", "protobuf", "json_schema"), default="json",
+                   help="avro/protobuf/json_schema: sample orders by confluent-kafka's serializers via the registry")
     s.add_argument("--count", type=int, default=100_000)
     s.add_argument("--bad-every", type=int, default=0, help="make every K-th record bad (quarantine demo)")
     s.set_defaults(func=cmd_produce_sample)

@@ -7,6 +7,7 @@ Before, adding a field that producers now send made the next tail fail inside Sp
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -48,11 +49,11 @@ def test_nested_json_fields_then_a_new_field_becomes_a_column(spark, make_pipeli
     assert row["device"] == {"os": "ios", "version": 3} and row["tags"] == ["t3"] and str(row["price"]) == "3.25"
     ids = {f.name: f.field_id for f in data.schema().fields}
 
-    data_doc = yaml.safe_load(open(cfg.path))
-    data_doc["format"]["fields"].append({"name": "country", "type": "string"})
-    with open(cfg.path, "w") as f:
-        yaml.safe_dump(data_doc, f)
-    cfg = load_pipeline(cfg.path)
+    path = Path(cfg.path)
+    spec = yaml.safe_load(path.read_text())
+    spec["format"]["fields"].append({"name": "country", "type": "string"})
+    path.write_text(yaml.safe_dump(spec))
+    cfg = load_pipeline(path)
     send(cfg, [event(i, country="nl") for i in range(301, 501)], 301)
     tail(spark, cfg)
 
@@ -62,6 +63,6 @@ def test_nested_json_fields_then_a_new_field_becomes_a_column(spark, make_pipeli
                  .to_pylist()}
     assert all(countries[f"e{i}"] is None for i in range(300))
     assert all(countries[f"e{i}"] == "nl" for i in range(301, 501))
-    rows, bad = assert_exactly_once(cfg, high_watermarks(cfg))
+    _, bad = assert_exactly_once(cfg, high_watermarks(cfg))
     assert len(bad) == 1
     assert validate(cfg, all_runs=True).success
