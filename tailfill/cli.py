@@ -156,6 +156,7 @@ def cmd_stop_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from tailfill.formats.evolve import schema_line
     from tailfill.proof.reports import read_latest
     from tailfill.run.plan import source_state
     from tailfill.run.status import format_status, pipeline_status, quarantined_rows
@@ -165,6 +166,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     state = source_state(cfg)
     rows = pipeline_status(state)
     _say(format_status(cfg.name, rows, quarantined_rows(state)))
+    _say(schema_line(state.table))
     health, unknown = read_tail(cfg)
     for line in describe(cfg, health, unknown=unknown):
         _say(line)

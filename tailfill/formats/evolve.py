@@ -8,6 +8,9 @@ records on the executors, or stop the run here before anything is committed).
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
+
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -20,6 +23,7 @@ from tailfill.lake.storage import fs_path
 from tailfill.schema import table_schema
 
 ATTEMPTS = 5
+SCHEMA_CHANGE_PROP = "tailfill.schema-change"  # the last change this module made: {"at", "change"}
 
 
 def canon(kind: pa.DataType) -> pa.DataType:
@@ -94,13 +98,37 @@ def evolve(table: Table, columns: pa.Schema) -> bool:
             raise SchemaChangeError(f"incompatible schema change in {table.name()[-1]}: {'; '.join(problems)}")
         if not _needs_change(current, columns):
             return False
+        change = _describe(current, columns)
         try:
-            with table.update_schema() as update:
-                update.union_by_name(_optional(columns))
+            with table.transaction() as tx:
+                with tx.update_schema() as update:
+                    update.union_by_name(_optional(columns))
+                tx.set_properties({SCHEMA_CHANGE_PROP: json.dumps(
+                    {"at": datetime.now(UTC).isoformat(timespec="seconds"), "change": change})})
             return True
         except CommitFailedException:  # another writer changed the table meanwhile: look again
             continue
     raise SchemaChangeError(f"could not update the schema of {table.name()[-1]}: kept conflicting with other writers")
+
+
+def _describe(current: pa.Schema, columns: pa.Schema) -> str:
+    added = [f.name for f in columns if current.get_field_index(f.name) < 0]
+    changed = [f"{f.name} {canon(current.field(f.name).type)} → {canon(f.type)}" for f in columns
+               if current.get_field_index(f.name) >= 0 and canon(current.field(f.name).type) != canon(f.type)
+               and not _narrower(f.type, current.field(f.name).type)]
+    return "; ".join([*(["added " + ", ".join(added)] if added else []), *(["widened " + ", ".join(changed)]
+                                                                           if changed else [])])
+
+
+def schema_line(table: Table) -> str:
+    """``table schema: version N, K columns; last change <when>: <what>`` (for ``tailfill status``)."""
+    schema = table.schema()
+    line = f"table schema: version {schema.schema_id}, {len(schema.fields)} columns"
+    recorded = table.properties.get(SCHEMA_CHANGE_PROP)
+    if not recorded:
+        return line + "; unchanged since the table was made"
+    last = json.loads(recorded)
+    return line + f"; last change {last['at']}: {last['change']}"
 
 
 def _needs_change(current: pa.Schema, columns: pa.Schema) -> bool:

@@ -24,7 +24,7 @@ from tailfill.dev.registry import DevRegistry
 from tailfill.errors import RegistryError, SchemaChangeError
 from tailfill.formats.avro_compat import backward_problems
 from tailfill.formats.decode import RegistryDecoder
-from tailfill.formats.evolve import conflicts, evolve
+from tailfill.formats.evolve import conflicts, evolve, schema_line
 from tailfill.formats.registry import RegistryClient
 from tailfill.formats.types import parse_type
 from tailfill.lake.rows import parse_value, split_records
@@ -161,8 +161,10 @@ def test_evolution_adds_optional_columns_keeps_ids_and_refuses_retyping(tmp_path
     ids = {f.name: f.field_id for f in table.schema().fields}
     wider = pa.schema([("a", pa.string()), ("n", pa.int64()), ("s", pa.struct([("x", pa.int64()), ("y", pa.string())])),
                        ("country", pa.string())])
+    assert schema_line(table).endswith("unchanged since the table was made")
     assert evolve(table, wider) is True
     assert evolve(table, wider) is False  # nothing left to change
+    assert "added country; widened n int32 → int64, s" in schema_line(table)
     after = table.schema()
     assert {f.name: f.field_id for f in after.fields if f.name in ids} == ids
     assert str(after.find_field("n").field_type) == "long" and not after.find_field("country").required
