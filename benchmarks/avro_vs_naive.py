@@ -22,7 +22,6 @@ import argparse
 import io
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from ingest_vs_consume import PARTITIONS, consume_all, stage_times
+from ingest_vs_consume import PARTITIONS, consume_all, stage_times, timed_backfill, timed_consume, validate_all
 
 REPO = Path(__file__).resolve().parent.parent
 NOT_WIRE_EVERY = 1_000
@@ -117,11 +116,7 @@ def main() -> int:
                                          not_wire_every=NOT_WIRE_EVERY)
         ends = {p: events // PARTITIONS + (1 if p < events % PARTITIONS else 0) for p in range(PARTITIONS)}
 
-        t0 = time.perf_counter()
-        n = consume_all(broker.bootstrap_servers, topic, ends)
-        consume_s = time.perf_counter() - t0
-        assert n == events, (n, events)
-        print(f"  (a) consume only: {consume_s:.1f}s", flush=True)
+        consume_s = timed_consume(broker.bootstrap_servers, topic, ends)
 
         naive_dir = home / "naive"
         naive_dir.mkdir()
@@ -131,15 +126,9 @@ def main() -> int:
         assert (naive_rows, naive_bad) == (produced["good"], produced["bad"]), (naive_rows, naive_bad, produced)
         print(f"  (b) naive script: {naive_s:.1f}s", flush=True)
 
-        env = {**os.environ, "TAILFILL_HOME": str(home)}
-        tailfill = str(Path(sys.executable).parent / "tailfill")
-        launched, t0 = time.time(), time.perf_counter()
-        done = subprocess.run([tailfill, "backfill", str(path)], env=env, capture_output=True, text=True)
-        backfill_s = time.perf_counter() - t0
-        if done.returncode != 0:
-            raise SystemExit(f"backfill failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        launched, backfill_s = timed_backfill(path, home)
         batches, stages, first, last = stage_times(cfg)
-        check = subprocess.run([tailfill, "validate", str(path), "--all"], env=env, capture_output=True, text=True)
+        complete = validate_all(path, home)
 
     a, b, c = events / consume_s, events / naive_s, events / backfill_s
     steady = last - first
@@ -151,9 +140,9 @@ def main() -> int:
     print(f"      steady state          {steady:7.1f} s  {events / steady:>10,.0f} offsets/s")
     if stages:
         print("      batch time by stage   " + ", ".join(f"{k} {v:.1f}s" for k, v in stages.items()))
-    print(f"      validate --all: {'COMPLETE' if check.returncode == 0 else 'INCOMPLETE'}")
+    print(f"      validate --all: {'COMPLETE' if complete else 'INCOMPLETE'}")
     print(f"  ratios: c/a {c / a:.2f}   c/b {c / b:.2f} (steady {events / steady / b:.2f})")
-    return 0 if check.returncode == 0 else 1
+    return 0 if complete else 1
 
 
 if __name__ == "__main__":

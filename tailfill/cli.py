@@ -26,27 +26,21 @@ def _say(line: str) -> None:
     print(redact_text(line), flush=True)
 
 
-def cmd_broker(args: argparse.Namespace) -> int:
-    if args.action == "up":
-        state = broker_up()
-        _say(f"broker up: {state['bootstrap_servers']} (pid {state['pid']}, state in {tailfill_home()})")
-    elif args.action == "down":
-        _say("broker stopped" if broker_down() else "no broker was running")
-    else:
-        state = broker_state()
-        _say(f"broker running: {state['bootstrap_servers']} (pid {state['pid']})" if state else "no broker running")
-    return 0
+# `tailfill broker|registry up|down|status`: start, stop, read state; the state's address; a note on `up`.
+_DEV_SERVICES = {"broker": (broker_up, broker_down, broker_state, "bootstrap_servers", ""),
+                 "registry": (registry_up, registry_down, registry_state, "url", "for demos and tests only; ")}
 
 
-def cmd_registry(args: argparse.Namespace) -> int:
+def cmd_dev_service(args: argparse.Namespace) -> int:
+    up, down, current, address, note = _DEV_SERVICES[args.command]
     if args.action == "up":
-        state = registry_up()
-        _say(f"registry up: {state['url']} (pid {state['pid']}, for demos and tests only; state in {tailfill_home()})")
+        state = up()
+        _say(f"{args.command} up: {state[address]} (pid {state['pid']}, {note}state in {tailfill_home()})")
     elif args.action == "down":
-        _say("registry stopped" if registry_down() else "no registry was running")
+        _say(f"{args.command} stopped" if down() else f"no {args.command} was running")
     else:
-        state = registry_state()
-        _say(f"registry running: {state['url']} (pid {state['pid']})" if state else "no registry running")
+        state, name = current(), args.command
+        _say(f"{name} running: {state[address]} (pid {state['pid']})" if state else f"no {name} running")
     return 0
 
 
@@ -216,7 +210,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Broker up, sample history, backfill, more events, tail once, status."""
     ns = argparse.Namespace
     steps: list[tuple[str, Callable[[], int]]] = [
-        ("start the embedded broker", lambda: cmd_broker(ns(action="up"))),
+        ("start the embedded broker", lambda: cmd_dev_service(ns(command="broker", action="up"))),
         (f"produce {args.count:,} historical events",
          lambda: cmd_produce_sample(ns(pipeline=args.pipeline, count=args.count, bad_every=args.bad_every))),
         ("backfill history [earliest, cutover)",
@@ -254,11 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("broker", help="the embedded Kafka-protocol broker (tansu) on loopback")
     b.add_argument("action", choices=("up", "down", "status"))
-    b.set_defaults(func=cmd_broker)
+    b.set_defaults(func=cmd_dev_service)
 
     r = sub.add_parser("registry", help="the development Schema Registry on loopback (demos and tests only)")
     r.add_argument("action", choices=("up", "down", "status"))
-    r.set_defaults(func=cmd_registry)
+    r.set_defaults(func=cmd_dev_service)
 
     s = sub.add_parser("produce-sample", help="write sample events to a pipeline's topic (JSON, or a registry format)")
     s.add_argument("--pipeline", help="default: demo (json), orders_<format> otherwise")

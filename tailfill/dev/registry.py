@@ -25,10 +25,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from tailfill.config import tailfill_home
-from tailfill.dev.broker import free_port
+from tailfill.dev.broker import free_port, stop_detached
 from tailfill.errors import RegistryError
 from tailfill.formats.avro_compat import backward_problems
-from tailfill.source.embedded import alive, registry_state, registry_state_file
+from tailfill.source.embedded import registry_state, registry_state_file
 
 LEVELS = {"NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE"}
 
@@ -289,18 +289,7 @@ def _wait_until_serving(port: int, proc: subprocess.Popen, timeout: float = 15.0
 def registry_down(home: Path | None = None) -> bool:
     """Stop the detached development registry; True if one was running. Its schemas are gone."""
     home = home or tailfill_home()
-    state = registry_state(home)
-    registry_state_file(home).unlink(missing_ok=True)
-    if not state:
-        return False
-    os.kill(state["pid"], signal.SIGTERM)
-    for _ in range(100):
-        if not alive(state["pid"]):
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(state["pid"], signal.SIGKILL)
-    return True
+    return stop_detached(registry_state(home), registry_state_file(home))
 
 
 if __name__ == "__main__":

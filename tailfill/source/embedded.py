@@ -34,7 +34,11 @@ def alive(pid: int) -> bool:
 
 def broker_state(home: Path | None = None) -> dict | None:
     """The running embedded broker's ``{pid, port, bootstrap_servers}``, or None."""
-    path = state_file(home or tailfill_home())
+    return _running(state_file(home or tailfill_home()))
+
+
+def _running(path: Path) -> dict | None:
+    """The state a detached development process recorded in ``path``, if that process is alive."""
     if not path.exists():
         return None
     state = json.loads(path.read_text())
@@ -74,11 +78,7 @@ def registry_state_file(home: Path) -> Path:
 
 def registry_state(home: Path | None = None) -> dict | None:
     """The running development registry's ``{pid, port, url}``, or None."""
-    path = registry_state_file(home or tailfill_home())
-    if not path.exists():
-        return None
-    state = json.loads(path.read_text())
-    return state if alive(state["pid"]) else None
+    return _running(registry_state_file(home or tailfill_home()))
 
 
 def resolve_registry(value: str) -> str:
