@@ -101,12 +101,15 @@ class RegistryDecoder:
         groups: dict[tuple[int, tuple], tuple[pa.Schema, list[int], list[dict]]] = {}
         errors: dict[int, str] = {}
         refused: dict[tuple[int, tuple], str] = {}
+        writers: dict[int, Writer | str] = {}  # this call's: no lock per record
         for i, value in enumerate(payloads):
             if value is None or len(value) < HEADER or value[0] != MAGIC:
                 errors[i] = "not in the Confluent wire format (no magic byte 0 and schema id)"
                 continue
             schema_id = int.from_bytes(value[1:HEADER], "big")
-            writer = self.writer(schema_id)
+            writer = writers.get(schema_id)
+            if writer is None:
+                writer = writers[schema_id] = self.writer(schema_id)
             if isinstance(writer, str):
                 errors[i] = writer
                 continue
