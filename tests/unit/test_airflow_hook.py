@@ -7,6 +7,7 @@ backend); the job is a separate process that sees only the environment the opera
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -143,3 +144,20 @@ def test_the_operator_s_adapter_fails_here_the_day_the_provider_s_private_log_pa
     assert op._output_file.read_text().splitlines() == ["26/11/24 INFO SparkContext: Running Spark",
                                                         "error: broker gone"]
     assert op._output.cause == "broker gone"
+
+
+def test_the_schema_registry_login_of_a_connection_reaches_the_job_s_registry_client(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAILFILL_HOME", str(tmp_path / "home"))
+    data = yaml.safe_load((REPO / "pipelines" / "orders_avro.yaml").read_text())
+    data["format"]["schema_registry"] = {"url": "http://127.0.0.1:9", "airflow_conn_id": "registry_test"}
+    path = tmp_path / "avro.yaml"
+    path.write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("AIRFLOW_CONN_REGISTRY_TEST", json.dumps({"conn_type": "generic", "login": "bob",
+                                                                 "password": "sr-s3cret"}))
+    env = TailfillHook(load_pipeline(path)).job_env()
+    job_side = ("import sys; from tailfill.config import load_pipeline; from tailfill.formats.registry import "
+                "RegistryClient; print(RegistryClient(load_pipeline(sys.argv[1]).format.schema_registry).auth)")
+    out = subprocess.run([sys.executable, "-c", job_side, str(path)], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "Basic " + base64.b64encode(b"bob:sr-s3cret").decode()
