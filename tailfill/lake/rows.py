@@ -136,6 +136,7 @@ class RowParser:
         self.decoder = msgspec.json.Decoder(struct)
         self.fields = [operator.attrgetter(f"f{i}") if spec.type in FAST_PATH_TYPES else _checked(f"f{i}", spec)
                        for i, spec in enumerate(fmt.fields)]
+        self.checked = any(spec.type not in FAST_PATH_TYPES for spec in fmt.fields)  # a getter that may refuse
         self.limit = min(FAST_PATH_MAX_BYTES, fmt.max_value_bytes)
 
     def parse(self, values: pa.Array) -> tuple[list[pa.Array], list[bool], list[str]]:
@@ -189,6 +190,11 @@ class RowParser:
                 except Exception:  # some value is refused: value by value below
                     decoded = None
                 if decoded is not None and len(decoded) == len(part):  # (blank values are skipped)
+                    if not self.checked:  # plain getters cannot fail: straight into the columns
+                        for column, field in zip(columns, fields, strict=True):
+                            column.extend(map(field, decoded))
+                        sources.extend(chunk)
+                        return 0
                     try:  # every column first: a value refused by a field check leaves no column half-extended
                         parts = [list(map(field, decoded)) for field in fields]
                     except Exception:
