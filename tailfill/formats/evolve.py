@@ -23,6 +23,7 @@ from tailfill.lake.storage import fs_path
 from tailfill.schema import table_schema
 
 ATTEMPTS = 5
+SCALAR_PROMOTIONS = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}  # (from, to)
 SCHEMA_CHANGE_PROP = "tailfill.schema-change"  # the last change this module made: {"at", "change"}
 
 
@@ -47,7 +48,7 @@ def promotes(old: pa.DataType, new: pa.DataType) -> bool:
     old, new = canon(old), canon(new)
     if old == new:
         return True
-    if (old, new) in ((pa.int32(), pa.int64()), (pa.float32(), pa.float64())):
+    if (old, new) in SCALAR_PROMOTIONS:
         return True
     if pa.types.is_decimal(old) and pa.types.is_decimal(new):
         return old.scale == new.scale and new.precision >= old.precision
@@ -144,7 +145,8 @@ def _needs_change(current: pa.Schema, columns: pa.Schema) -> bool:
 
 
 def _narrower(new: pa.DataType, old: pa.DataType) -> bool:
-    """Whether ``new`` only drops or narrows what ``old`` has (nothing to add to the table)."""
+    """Whether ``new`` only drops or narrows what ``old`` has (nothing to add to the table or widen in it)."""
+    new, old = canon(new), canon(old)
     if new == old:
         return True
     if pa.types.is_struct(new) and pa.types.is_struct(old):
@@ -152,8 +154,11 @@ def _narrower(new: pa.DataType, old: pa.DataType) -> bool:
     if pa.types.is_list(new) and pa.types.is_list(old):
         return _narrower(new.value_type, old.value_type)
     if pa.types.is_map(new) and pa.types.is_map(old):
-        return _narrower(new.item_type, old.item_type)
-    return promotes(new, old)
+        return new.key_type == old.key_type and _narrower(new.item_type, old.item_type)
+    if (new, old) in SCALAR_PROMOTIONS:
+        return True
+    return pa.types.is_decimal(new) and pa.types.is_decimal(old) and new.scale == old.scale \
+        and new.precision <= old.precision
 
 
 def _optional(schema: pa.Schema) -> pa.Schema:

@@ -157,17 +157,22 @@ def test_evolution_adds_optional_columns_keeps_ids_and_refuses_retyping(tmp_path
     catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=str(tmp_path))
     catalog.create_namespace("ns")
     table = catalog.create_table("ns.t", schema=pa.schema([("a", pa.string()), ("n", pa.int32()),
-                                                          ("s", pa.struct([("x", pa.int64())]))]))
+                                                          ("s", pa.struct([("x", pa.int64())])),
+                                                          ("l", pa.list_(pa.int32())), ("p", pa.decimal128(10, 2))]))
     ids = {f.name: f.field_id for f in table.schema().fields}
+    assert evolve(table, pa.schema([("n", pa.int32()), ("l", pa.list_(pa.int32()))])) is False  # nothing new
     wider = pa.schema([("a", pa.string()), ("n", pa.int64()), ("s", pa.struct([("x", pa.int64()), ("y", pa.string())])),
-                       ("country", pa.string())])
+                       ("l", pa.list_(pa.int64())), ("p", pa.decimal128(12, 2)), ("country", pa.string())])
     assert schema_line(table).endswith("unchanged since the table was made")
     assert evolve(table, wider) is True
     assert evolve(table, wider) is False  # nothing left to change
     assert "added country; widened n int32 → int64, s" in schema_line(table)
+    assert "l list<item: int32> → list<item: int64>, p decimal128(10, 2) → decimal128(12, 2)" in schema_line(table)
     after = table.schema()
     assert {f.name: f.field_id for f in after.fields if f.name in ids} == ids
     assert str(after.find_field("n").field_type) == "long" and not after.find_field("country").required
+    assert str(after.find_field("l").field_type) == "list<long>"
+    assert str(after.find_field("p").field_type) == "decimal(12, 2)"
     assert after.find_field("s.y") is not None
     with pytest.raises(SchemaChangeError, match="field 'n': the table has int64, the writer schema has string"):
         evolve(table, pa.schema([("n", pa.string())]))
