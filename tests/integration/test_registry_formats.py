@@ -20,10 +20,11 @@ from tailfill.dev.broker import free_port
 from tailfill.dev.format_samples import avro_schema, produce_format_sample
 from tailfill.dev.registry import DevRegistry
 from tailfill.dev.sample import _SampleProducer
-from tailfill.errors import IngestError, RegistryError
+from tailfill.errors import IngestError, PreflightError, RegistryError
 from tailfill.lake.ledger import read_ledger
 from tailfill.lake.tables import ensure_tables
 from tailfill.proof.validate import validate
+from tailfill.run.preflight import preflight
 
 pytestmark = pytest.mark.integration
 
@@ -142,6 +143,8 @@ def test_a_registry_down_at_start_or_mid_run_fails_naming_its_url_and_commits_no
     for i in range(8):
         out.send(i, b"\x00\x00\x00\x00\x01")
     out.finish()
+    with pytest.raises(PreflightError, match=f"schema registry: cannot reach the Schema Registry at {down} after"):
+        preflight(cfg, "backfill")
     with pytest.raises(RegistryError, match=f"cannot reach the Schema Registry at {down} after 2 tries"):
         backfill(spark, cfg)
 
@@ -149,6 +152,8 @@ def test_a_registry_down_at_start_or_mid_run_fails_naming_its_url_and_commits_no
         cfg = registry_pipeline(make_pipeline, "avro", reg.url, tail__max_consecutive_failures=0)
         produce(cfg, reg.url, "avro", 400, 0)
         backfill(spark, cfg)
+        assert f"schema registry {reg.url} reachable, subject '{cfg.subject}' at version 1 (id 1)" in preflight(
+            cfg, "tail")
         before = read_ledger(ensure_tables(cfg).data).committed
         encode = AvroSerializer(SchemaRegistryClient({"url": reg.url}), json.dumps(avro_schema(with_country=True)))
         ctx = SerializationContext(cfg.source.topic, MessageField.VALUE)
