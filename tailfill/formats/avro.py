@@ -45,10 +45,8 @@ def _arrow(schema: Any, names: dict[str, Any], depth: int = 0) -> pa.DataType:
         return TIMESTAMP
     if logical in ("local-timestamp-millis", "local-timestamp-micros") and kind == "long":
         return pa.timestamp("us")
-    if logical == "time-millis" and kind == "int":
-        return pa.time32("ms")
-    if logical == "time-micros" and kind == "long":
-        return pa.time64("us")
+    if (logical, kind) in (("time-millis", "int"), ("time-micros", "long")):
+        return pa.time64("us")  # Iceberg's time is microseconds
     if logical == "uuid":
         return pa.string()
     if isinstance(kind, dict | list):

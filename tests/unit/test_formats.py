@@ -213,3 +213,28 @@ def test_json_fields_with_nested_types_parse_or_quarantine():
     assert quarantined.column("kafka_offset").to_pylist() == [101, 102]
     assert "field 'tags' should be list<item: string>" in quarantined.column("error")[0].as_py()
     assert parse_value(json_fmt, good)[0] == "a"
+
+
+def test_avro_types_map_to_iceberg_ready_arrow_types(tmp_path):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from tailfill.formats.avro import AvroWriter
+
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "t", "type": {"type": "int", "logicalType": "time-millis"}},
+        {"name": "lt", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
+        {"name": "u", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "fx", "type": {"type": "fixed", "name": "F", "size": 2}},
+        {"name": "fd", "type": {"type": "fixed", "name": "D", "size": 8, "logicalType": "decimal", "precision": 10,
+                                "scale": 3}},
+        {"name": "f", "type": "float"}, {"name": "opt", "type": ["null", "long"], "default": None}]}
+    writer = AvroWriter(json.dumps(schema))
+    assert [str(f.type) for f in writer.columns] == ["time64[us]", "timestamp[us]", "string", "binary",
+                                                     "decimal128(10, 3)", "float", "int64"]
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=str(tmp_path))
+    catalog.create_namespace("ns")
+    table = catalog.create_table("ns.t", schema=writer.columns)  # every mapped type is one Iceberg takes
+    assert [str(f.field_type) for f in table.schema().fields] == ["time", "timestamp", "string", "binary",
+                                                                  "decimal(10, 3)", "float", "long"]
+    with pytest.raises(ValueError, match="several non-null types"):
+        AvroWriter(json.dumps({"type": "record", "name": "R", "fields": [{"name": "x", "type": ["int", "string"]}]}))
