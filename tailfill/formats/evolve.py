@@ -66,15 +66,14 @@ def fits(table_type: pa.DataType, writer_type: pa.DataType) -> bool:
     return promotes(table_type, writer_type) or promotes(writer_type, table_type)
 
 
-def conflicts(columns: pa.Schema, table: pa.Schema) -> list[str]:
+def conflicts(columns: pa.Schema, table: pa.Schema, source: str = "the writer schema") -> list[str]:
     """Each column of ``columns`` whose type cannot go into the same-named column of ``table``, as
-    ``field 'x': the table has long, the writer schema has string``."""
+    ``field 'x': the table has long, the writer schema has string`` (``source``: who says so)."""
     out = []
     for f in columns:
         i = table.get_field_index(f.name)
         if i >= 0 and not fits(table.field(i).type, f.type):
-            out.append(f"field '{f.name}': the table has {canon(table.field(i).type)}, the writer schema has "
-                       f"{canon(f.type)}")
+            out.append(f"field '{f.name}': the table has {canon(table.field(i).type)}, {source} has {canon(f.type)}")
     return out
 
 
@@ -86,7 +85,7 @@ def file_columns(fs: pafs.FileSystem, files: list[str]) -> pa.Schema | None:
     return pa.unify_schemas([s.remove_metadata() for s in schemas], promote_options="permissive")
 
 
-def evolve(table: Table, columns: pa.Schema) -> bool:
+def evolve(table: Table, columns: pa.Schema, source: str = "the writer schema") -> bool:
     """Make ``table`` able to take rows of ``columns``: add new columns, promote types. True if it changed.
 
     Raises :class:`SchemaChangeError` (one line: the field and both types) on a change it cannot make.
@@ -94,7 +93,7 @@ def evolve(table: Table, columns: pa.Schema) -> bool:
     for _ in range(ATTEMPTS):
         table.refresh()
         current = table.schema().as_arrow()
-        problems = conflicts(columns, current)
+        problems = conflicts(columns, current, source)
         if problems:
             raise SchemaChangeError(f"incompatible schema change in {table.name()[-1]}: {'; '.join(problems)}")
         if not _needs_change(current, columns):
@@ -195,4 +194,4 @@ def follow_declared(cfg: PipelineConfig, table: Table) -> bool:
     """Give ``table`` the columns ``format.fields`` declares now (a field added to a json pipeline)."""
     if cfg.format.type != "json":
         return False
-    return evolve(table, table_schema(cfg.format.fields))
+    return evolve(table, table_schema(cfg.format.fields), "format.fields")

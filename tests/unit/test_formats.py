@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -238,3 +239,25 @@ def test_avro_types_map_to_iceberg_ready_arrow_types(tmp_path):
                                                                   "decimal(10, 3)", "float", "long"]
     with pytest.raises(ValueError, match="several non-null types"):
         AvroWriter(json.dumps({"type": "record", "name": "R", "fields": [{"name": "x", "type": ["int", "string"]}]}))
+
+
+def test_a_json_field_retyped_in_format_fields_is_one_line_naming_both_types(tmp_path, monkeypatch):
+    import yaml
+
+    from tailfill.config import load_pipeline
+    from tailfill.lake.tables import ensure_tables
+
+    monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml").read_text())
+    spec["source"]["bootstrap_servers"] = "127.0.0.1:9"
+    path = tmp_path / "demo.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    ensure_tables(load_pipeline(path))
+    spec["format"]["fields"][1]["type"] = "string"  # user_id: long → string
+    spec["format"]["fields"].append({"name": "country", "type": "string"})
+    spec["expectations"] = []
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(SchemaChangeError) as err:
+        ensure_tables(load_pipeline(path))
+    assert str(err.value) == ("incompatible schema change in demo_events: field 'user_id': the table has int64, "
+                              "format.fields has string")
