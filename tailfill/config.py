@@ -147,7 +147,7 @@ class SchemaRegistryConfig(_Model):
     @field_validator("url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        if url != EMBEDDED and not re.match(r"^https?://[^/@\s]+", url):
+        if url != EMBEDDED and not re.fullmatch(r"https?://[^/@\s]+(/[^@\s]*)?", url):  # no user:password@
             raise ValueError(f"url {url!r} must be http(s)://host:port (credentials by username_env/password_env), "
                              "or 'embedded'")
         return url.rstrip("/")

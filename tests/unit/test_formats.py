@@ -261,3 +261,18 @@ def test_a_json_field_retyped_in_format_fields_is_one_line_naming_both_types(tmp
         ensure_tables(load_pipeline(path))
     assert str(err.value) == ("incompatible schema change in demo_events: field 'user_id': the table has int64, "
                               "format.fields has string")
+
+
+@pytest.mark.parametrize(("fmt_", "message"), [
+    ({"type": "avro"}, "avro format needs schema_registry"),
+    ({"type": "protobuf", "schema_registry": {"url": "embedded"}, "fields": [{"name": "a", "type": "string"}]},
+     "takes its columns from the registry's schema, not 'fields'"),
+    ({"type": "json", "fields": [{"name": "a", "type": "string"}], "schema_registry": {"url": "embedded"}},
+     "json format takes no schema_registry"),
+    ({"type": "avro", "schema_registry": {"url": "http://user:pw@registry:8081"}}, "must be http"),
+    ({"type": "avro", "schema_registry": {"url": "embedded", "username_env": "U"}}, "both username_env and"),
+    ({"type": "avro", "schema_registry": {"url": "embedded"}, "on_incompatible_schema": "ignore"}, "'quarantine'"),
+])
+def test_registry_format_settings_are_checked(fmt_, message):
+    with pytest.raises(ValidationError, match=message):
+        FormatConfig(**fmt_)
