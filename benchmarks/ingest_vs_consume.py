@@ -145,6 +145,37 @@ def stage_times(cfg) -> tuple[int, dict[str, float], float, float]:
     return len(reports), stages, first.at - first.seconds + first.stages.get("plan", 0.0), max(r.at for r in reports)
 
 
+def timed_consume(bootstrap: str, topic: str, ends: dict[int, int]) -> float:
+    """Seconds for one consumer to read every partition to its end (and it must read them all)."""
+    t0 = time.perf_counter()
+    n = consume_all(bootstrap, topic, ends)
+    consume_s = time.perf_counter() - t0
+    assert n == sum(ends.values()), (n, ends)
+    print(f"  (a) consume only: {consume_s:.1f}s", flush=True)
+    return consume_s
+
+
+def _tailfill(home: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TAILFILL_HOME": str(home)}
+    return subprocess.run([str(Path(sys.executable).parent / "tailfill"), *args], env=env, capture_output=True,
+                          text=True)
+
+
+def timed_backfill(path: Path, home: Path) -> tuple[float, float]:
+    """Run ``tailfill backfill`` on the pipeline at ``path`` as the CLI does: (when launched, seconds taken)."""
+    launched, t0 = time.time(), time.perf_counter()
+    done = _tailfill(home, "backfill", str(path))
+    backfill_s = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"backfill failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return launched, backfill_s
+
+
+def validate_all(path: Path, home: Path) -> bool:
+    """``tailfill validate --all`` in a fresh process: whether the table is COMPLETE."""
+    return _tailfill(home, "validate", str(path), "--all").returncode == 0
+
+
 def run_once(events: int) -> Figures:
     from tailfill.config import load_pipeline
     from tailfill.dev.broker import EmbeddedBroker
@@ -164,11 +195,7 @@ def run_once(events: int) -> Figures:
         produce_sample(broker.bootstrap_servers, topic, events, PARTITIONS, bad_every=BAD_EVERY)
         ends = {p: events // PARTITIONS + (1 if p < events % PARTITIONS else 0) for p in range(PARTITIONS)}
 
-        t0 = time.perf_counter()
-        n = consume_all(broker.bootstrap_servers, topic, ends)
-        consume_s = time.perf_counter() - t0
-        assert n == events, (n, events)
-        print(f"  (a) consume only: {consume_s:.1f}s", flush=True)
+        consume_s = timed_consume(broker.bootstrap_servers, topic, ends)
 
         naive_dir = home / "naive"
         naive_dir.mkdir()
@@ -178,23 +205,17 @@ def run_once(events: int) -> Figures:
         assert naive_rows + naive_bad == events
         print(f"  (b) naive script: {naive_s:.1f}s", flush=True)
 
-        env = {**os.environ, "TAILFILL_HOME": str(home)}
-        tailfill = str(Path(sys.executable).parent / "tailfill")
-        launched, t0 = time.time(), time.perf_counter()
-        done = subprocess.run([tailfill, "backfill", str(path)], env=env, capture_output=True, text=True)
-        backfill_s = time.perf_counter() - t0
-        if done.returncode != 0:
-            raise SystemExit(f"backfill failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        launched, backfill_s = timed_backfill(path, home)
         batches, stages, first, last = stage_times(cfg)
         print(f"  (c) tailfill backfill: {backfill_s:.1f}s", flush=True)
 
         t0 = time.perf_counter()
-        check = subprocess.run([tailfill, "validate", str(path), "--all"], env=env, capture_output=True, text=True)
+        check = validate_all(path, home)
         validate_s = time.perf_counter() - t0
         print(f"  (d) tailfill validate: {validate_s:.1f}s", flush=True)
     return Figures(events, consume_s, naive_s, naive_rows, naive_bad, backfill_s,
                    startup_s=first - launched, steady_s=last - first, batches=batches, stages=stages,
-                   validate_s=validate_s, complete=check.returncode == 0)
+                   validate_s=validate_s, complete=check)
 
 
 def report(f: Figures) -> None:

@@ -10,12 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tailfill.config import PipelineConfig, resolve_pipeline, tailfill_home
 from tailfill.dev.broker import broker_down, broker_up
-from tailfill.errors import TailfillError
+from tailfill.dev.registry import registry_down, registry_up
+from tailfill.errors import ConfigError, TailfillError
 from tailfill.offsets import PartitionOffsets
 from tailfill.redact import redact_text
 from tailfill.run.planner import BackfillPlan, BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
 from tailfill.run.submit import IngestResult, new_run_id, parse_conf, run_job
-from tailfill.source.embedded import broker_state, resolve_bootstrap
+from tailfill.source.embedded import broker_state, registry_state, resolve_bootstrap, resolve_registry
 from tailfill.state.freshness import Freshness
 from tailfill.state.records import format_stages
 from tailfill.state.store import StateStore
@@ -25,24 +26,43 @@ def _say(line: str) -> None:
     print(redact_text(line), flush=True)
 
 
-def cmd_broker(args: argparse.Namespace) -> int:
+# `tailfill broker|registry up|down|status`: start, stop, read state; the state's address; a note on `up`.
+_DEV_SERVICES = {"broker": (broker_up, broker_down, broker_state, "bootstrap_servers", ""),
+                 "registry": (registry_up, registry_down, registry_state, "url", "for demos and tests only; ")}
+
+
+def cmd_dev_service(args: argparse.Namespace) -> int:
+    up, down, current, address, note = _DEV_SERVICES[args.command]
     if args.action == "up":
-        state = broker_up()
-        _say(f"broker up: {state['bootstrap_servers']} (pid {state['pid']}, state in {tailfill_home()})")
+        state = up()
+        _say(f"{args.command} up: {state[address]} (pid {state['pid']}, {note}state in {tailfill_home()})")
     elif args.action == "down":
-        _say("broker stopped" if broker_down() else "no broker was running")
+        _say(f"{args.command} stopped" if down() else f"no {args.command} was running")
     else:
-        state = broker_state()
-        _say(f"broker running: {state['bootstrap_servers']} (pid {state['pid']})" if state else "no broker running")
+        state, name = current(), args.command
+        _say(f"{name} running: {state[address]} (pid {state['pid']})" if state else f"no {name} running")
     return 0
 
 
 def cmd_produce_sample(args: argparse.Namespace) -> int:
     from tailfill.dev.sample import produce_sample
 
-    cfg = resolve_pipeline(args.pipeline)
+    fmt = getattr(args, "format", None) or "json"
+    cfg = resolve_pipeline(args.pipeline or ("demo" if fmt == "json" else f"orders_{fmt}"))
+    if cfg.format.type != fmt:
+        raise ConfigError(f"pipeline {cfg.name} reads {cfg.format.type}, not {fmt} (fix: --pipeline orders_{fmt})")
     bootstrap = resolve_bootstrap(cfg.source.bootstrap_servers)
     started = time.monotonic()
+    if fmt != "json":
+        from tailfill.dev.format_samples import produce_format_sample
+
+        url = resolve_registry(cfg.format.schema_registry.url)
+        counts = produce_format_sample(bootstrap, cfg.source.topic, url, fmt, args.count, cfg.source.partitions or 4,
+                                       not_wire_every=args.bad_every)
+        _say(f"produced {args.count:,} {fmt} records to {cfg.source.topic} on {bootstrap} in "
+             f"{time.monotonic() - started:.1f}s (schema {cfg.subject} in {url}; {counts['bad']:,} deliberately "
+             "not in the wire format)")
+        return 0
 
     def progress(i: int) -> None:
         if i and i % 50_000 == 0:
@@ -130,6 +150,7 @@ def cmd_stop_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from tailfill.formats.evolve import schema_line
     from tailfill.proof.reports import read_latest
     from tailfill.run.plan import source_state
     from tailfill.run.status import format_status, pipeline_status, quarantined_rows
@@ -139,6 +160,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     state = source_state(cfg)
     rows = pipeline_status(state)
     _say(format_status(cfg.name, rows, quarantined_rows(state)))
+    _say(schema_line(state.table))
     health, unknown = read_tail(cfg)
     for line in describe(cfg, health, unknown=unknown):
         _say(line)
@@ -188,7 +210,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Broker up, sample history, backfill, more events, tail once, status."""
     ns = argparse.Namespace
     steps: list[tuple[str, Callable[[], int]]] = [
-        ("start the embedded broker", lambda: cmd_broker(ns(action="up"))),
+        ("start the embedded broker", lambda: cmd_dev_service(ns(command="broker", action="up"))),
         (f"produce {args.count:,} historical events",
          lambda: cmd_produce_sample(ns(pipeline=args.pipeline, count=args.count, bad_every=args.bad_every))),
         ("backfill history [earliest, cutover)",
@@ -226,10 +248,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("broker", help="the embedded Kafka-protocol broker (tansu) on loopback")
     b.add_argument("action", choices=("up", "down", "status"))
-    b.set_defaults(func=cmd_broker)
+    b.set_defaults(func=cmd_dev_service)
 
-    s = sub.add_parser("produce-sample", help="write sample JSON events to a pipeline's topic")
-    s.add_argument("--pipeline", default="demo")
+    r = sub.add_parser("registry", help="the development Schema Registry on loopback (demos and tests only)")
+    r.add_argument("action", choices=("up", "down", "status"))
+    r.set_defaults(func=cmd_dev_service)
+
+    s = sub.add_parser("produce-sample", help="write sample events to a pipeline's topic (JSON, or a registry format)")
+    s.add_argument("--pipeline", help="default: demo (json), orders_<format> otherwise")
+    s.add_argument("--format", choices=("json", "avro", "protobuf", "json_schema"), default="json",
+                   help="avro/protobuf/json_schema: sample orders by confluent-kafka's serializers via the registry")
     s.add_argument("--count", type=int, default=100_000)
     s.add_argument("--bad-every", type=int, default=0, help="make every K-th record bad (quarantine demo)")
     s.set_defaults(func=cmd_produce_sample)

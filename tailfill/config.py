@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tailfill.errors import ConfigError
 from tailfill.redact import register_model_secrets
-from tailfill.schema import table_schema
+from tailfill.schema import field_type, table_schema
 
 RESERVED_PREFIX = "kafka_"
 EMBEDDED = "embedded"  # bootstrap_servers of the local broker started by `tailfill broker up`
@@ -102,12 +102,21 @@ class SourceConfig(_Model):
 
 
 FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
+REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
 
 
 class FieldSpec(_Model):
     name: str
-    type: FieldType
+    # A scalar (string, long, double, boolean, timestamp, int, float, date, binary, decimal(p, s)) or a
+    # nested type (struct<name: type, ...>, list<type>, map<string, type>): see tailfill.formats.types.
+    type: str
     required: bool = False
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, text: str) -> str:
+        field_type(text)  # raises ValueError naming what is wrong
+        return text
 
     @field_validator("name")
     @classmethod
@@ -119,11 +128,55 @@ class FieldSpec(_Model):
         return name
 
 
+# Where the login of ``schema_registry.airflow_conn_id`` travels when the pipeline names no variables.
+REGISTRY_USERNAME_ENV = "TAILFILL_REGISTRY_USERNAME"
+REGISTRY_PASSWORD_ENV = "TAILFILL_REGISTRY_PASSWORD"
+
+
+class SchemaRegistryConfig(_Model):
+    """Where the writer schemas of Avro, Protobuf and JSON Schema records are (Confluent's REST API)."""
+
+    url: str = Field(description="http(s)://host:port of the registry, or 'embedded' for `tailfill registry up`")
+    subject: str | None = Field(default=None, description="subject of the value schema (default: <topic>-value)")
+    username_env: str | None = None  # basic auth: the variables holding login and password, never inline
+    password_env: str | None = None
+    airflow_conn_id: str | None = None
+    timeout_seconds: float = Field(default=10.0, gt=0)
+    attempts: int = Field(default=5, ge=1, description="tries per request before the run fails (with backoff)")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if url != EMBEDDED and not re.fullmatch(r"https?://[^/@\s]+(/[^@\s]*)?", url):  # no user:password@
+            raise ValueError(f"url {url!r} must be http(s)://host:port (credentials by username_env/password_env), "
+                             "or 'embedded'")
+        return url.rstrip("/")
+
+    @model_validator(mode="after")
+    def _both_credentials(self) -> SchemaRegistryConfig:
+        if bool(self.username_env) != bool(self.password_env):
+            raise ValueError("schema_registry needs both username_env and password_env, or neither")
+        return self
+
+    @property
+    def credential_env(self) -> tuple[str, str] | None:
+        """The environment variables holding the registry's login and password, or None without auth."""
+        if self.username_env and self.password_env:
+            return self.username_env, self.password_env
+        if self.airflow_conn_id:
+            return REGISTRY_USERNAME_ENV, REGISTRY_PASSWORD_ENV
+        return None
+
+
 class FormatConfig(_Model):
-    type: Literal["json", "raw"]
+    type: Literal["json", "raw", "avro", "protobuf", "json_schema"]
     fields: list[FieldSpec] = Field(default_factory=list)
     max_value_bytes: int = Field(default=1_048_576, ge=1)
     unknown_fields: Literal["ignore", "quarantine"] = "ignore"
+    schema_registry: SchemaRegistryConfig | None = None
+    # A writer schema that changes a column's type beyond a promotion: its records go to quarantine with
+    # the reason, or the run stops naming the field and both types.
+    on_incompatible_schema: Literal["quarantine", "fail"] = "quarantine"
 
     @model_validator(mode="after")
     def _fields_match_type(self) -> FormatConfig:
@@ -131,6 +184,13 @@ class FormatConfig(_Model):
             raise ValueError("json format needs a declared schema under 'fields'")
         if self.type == "raw" and self.fields:
             raise ValueError("raw format takes no 'fields'; use type: json to parse values")
+        if self.type in REGISTRY_FORMATS:
+            if self.schema_registry is None:
+                raise ValueError(f"{self.type} format needs schema_registry (url, and subject if not <topic>-value)")
+            if self.fields:
+                raise ValueError(f"{self.type} format takes its columns from the registry's schema, not 'fields'")
+        elif self.schema_registry is not None:
+            raise ValueError(f"{self.type} format takes no schema_registry (it is for avro, protobuf, json_schema)")
         names = [f.name for f in self.fields]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -302,6 +362,8 @@ class PipelineConfig(_Model):
 
     @model_validator(mode="after")
     def _expectations_name_columns(self) -> PipelineConfig:
+        if self.format.type in REGISTRY_FORMATS:  # the columns are the registry's: known when the table is made
+            return self
         schema = table_schema(self.format.fields)
         columns = set(schema.names)
         unknown = sorted({e.column for e in self.expectations} - columns)
@@ -314,6 +376,12 @@ class PipelineConfig(_Model):
             if (e.min is not None or e.max is not None) and not numeric:
                 raise ValueError(f"expectation on '{e.column}': min/max need a number column, it holds {kind}")
         return self
+
+    @property
+    def subject(self) -> str:
+        """The registry subject of the value schema: as configured, or ``<topic>-value``."""
+        registry = self.format.schema_registry
+        return (registry.subject if registry and registry.subject else None) or f"{self.source.topic}-value"
 
     def to_json(self) -> str:
         """Serialise for shipping to Spark executors (no file access needed there)."""

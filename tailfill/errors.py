@@ -77,6 +77,20 @@ class DroppedRecordsError(TailfillError):
     """A writer produced fewer rows than the source read: refusing to commit."""
 
 
+class RegistryError(TailfillError):
+    """The Schema Registry could not be reached (after retries) or refused a request; the message names its URL."""
+
+    retryable = True
+    fix = "check that the Schema Registry in format.schema_registry.url is up and reachable (and its credentials)"
+
+
+class SchemaChangeError(TailfillError):
+    """A writer schema changed a column in a way the table cannot follow (``on_incompatible_schema: fail``)."""
+
+    fix = ("make the producers' schema compatible again, or set format.on_incompatible_schema: quarantine to keep "
+           "such records in the quarantine table")
+
+
 class PreflightError(TailfillError):
     """A pipeline is not ready to run; the message says what to fix."""
 

@@ -16,6 +16,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from tailfill.formats.types import parse_type
 from tailfill.offsets import OffsetRange
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")  # TIMESTAMP_MICROS in UTC: what pyiceberg reads as timestamptz
@@ -47,7 +48,7 @@ _SPARK_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "long", TI
 
 
 class DeclaredField(Protocol):
-    """A field of a pipeline's format (``config.FieldSpec``): a name and one of :data:`FIELD_TYPES`."""
+    """A field of a pipeline's format (``config.FieldSpec``): a name and a type (:mod:`tailfill.formats.types`)."""
 
     name: str
     type: str
@@ -55,7 +56,12 @@ class DeclaredField(Protocol):
 
 def table_schema(fields: Iterable[DeclaredField]) -> pa.Schema:
     """Rows of the target table: Kafka coordinates, the declared fields, then the raw value."""
-    return pa.schema([*METADATA_FIELDS, *(pa.field(f.name, FIELD_TYPES[f.type]) for f in fields), VALUE_FIELD])
+    return pa.schema([*METADATA_FIELDS, *(pa.field(f.name, field_type(f.type)) for f in fields), VALUE_FIELD])
+
+
+def field_type(text: str) -> pa.DataType:
+    """The Arrow type of a declared field type (``long``, ``list<string>``, ``decimal(12, 2)``, ...)."""
+    return FIELD_TYPES.get(text) or parse_type(text)
 
 
 def spark_ddl(schema: pa.Schema) -> str:

@@ -29,11 +29,12 @@ add_listener(mask_secret)  # what Tailfill registers (pipelines as they load, th
 
 # Settings a job inherits from the Airflow worker when they are set there.
 PASSED_THROUGH = ("TAILFILL_PIPELINES", "TAILFILL_BOOTSTRAP_SERVERS", "TAILFILL_CATALOG_URI", "TAILFILL_S3_ENDPOINT",
-                  "TAILFILL_SPARK_DRIVER_HOST", "JAVA_HOME")
+                  "TAILFILL_SPARK_DRIVER_HOST", "TAILFILL_SCHEMA_REGISTRY_URL", "JAVA_HOME")
 
 
 class TailfillHook(BaseHook):
-    """Reads a pipeline's Kafka login from its Airflow connection (``source.security.airflow_conn_id``)."""
+    """Reads a pipeline's Kafka login from its Airflow connection (``source.security.airflow_conn_id``), and
+    its Schema Registry's from ``format.schema_registry.airflow_conn_id``."""
 
     conn_name_attr = "kafka_conn_id"
     default_conn_name = "kafka_default"
@@ -51,13 +52,21 @@ class TailfillHook(BaseHook):
         Empty when the pipeline does not authenticate with SASL or names no connection (its
         ``*_env`` variables are then read from the environment as they are).
         """
+        out: dict[str, str] = {}
         names = self.cfg.source.security.credential_env
-        if names is None or not self.kafka_conn_id:
-            return {}
-        conn = self.get_connection(self.kafka_conn_id)
+        if names is not None and self.kafka_conn_id:
+            out.update(self._login(self.kafka_conn_id, names, "source.security.airflow_conn_id"))
+        registry = self.cfg.format.schema_registry  # the Schema Registry's login, when it names a connection
+        if registry is not None and registry.airflow_conn_id and registry.credential_env:
+            out.update(self._login(registry.airflow_conn_id, registry.credential_env,
+                                   "format.schema_registry.airflow_conn_id"))
+        return out
+
+    def _login(self, conn_id: str, names: tuple[str, str], setting: str) -> dict[str, str]:
+        conn = self.get_connection(conn_id)
         if not conn.login or not conn.password:
-            raise ConfigError(f"Airflow connection {self.kafka_conn_id!r} (source.security.airflow_conn_id of "
-                              f"pipeline {self.cfg.name}) needs a login and a password")
+            raise ConfigError(f"Airflow connection {conn_id!r} ({setting} of pipeline {self.cfg.name}) needs a "
+                              "login and a password")
         mask_secret(conn.password)  # whatever its length (Tailfill's own redaction skips very short values)
         register_secret(conn.password)
         return {names[0]: conn.login, names[1]: conn.password}
@@ -69,6 +78,8 @@ class TailfillHook(BaseHook):
         if self.cfg.target.s3 is not None:
             names += [self.cfg.target.s3.access_key_env, self.cfg.target.s3.secret_key_env]
         names += self.cfg.source.security.credential_env or ()
+        if self.cfg.format.schema_registry is not None:
+            names += self.cfg.format.schema_registry.credential_env or ()
         env.update({n: os.environ[n] for n in names if n in os.environ})
         env.update(self.credentials_env())
         register_model_secrets(self.cfg, env)  # S3's secret key, the Kafka password, the catalog URI's password

@@ -111,8 +111,13 @@ def broker_up(home: Path | None = None, port: int | None = None) -> dict:
 def broker_down(home: Path | None = None) -> bool:
     """Stop the detached broker; True if one was running. Its in-memory data is gone."""
     home = home or tailfill_home()
-    state = broker_state(home)
-    state_file(home).unlink(missing_ok=True)
+    return stop_detached(broker_state(home), state_file(home))
+
+
+def stop_detached(state: dict | None, path: Path) -> bool:
+    """Stop the detached process of ``state`` (SIGTERM, SIGKILL after 5 s) and forget ``path``, its state
+    file; True if it was running."""
+    path.unlink(missing_ok=True)
     if not state:
         return False
     os.kill(state["pid"], signal.SIGTERM)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import pyarrow.fs as pafs
 
 from tailfill.config import PipelineConfig
+from tailfill.formats.evolve import follow_files
 from tailfill.lake.batch_summary import BatchSummary
 from tailfill.lake.files import rewrite_files, rows_in
 from tailfill.lake.ledger import CommitResult, commit_batch
@@ -42,10 +43,12 @@ def commit_prepared(cfg: PipelineConfig, tables: Tables, run_id: str, batch_id: 
                                 lambda files_, keep: rewrite_files(fs, files_, keep, table.location(), run_id),
                                 lambda kept: records_in(fs, prepared, kept))
 
+        data_files = [f for p in prepared for f in p.data_files]
+        follow_files(cfg, tables.data, fs, data_files)  # new columns first: nothing committed if it cannot
         quarantine_files = [f for p in prepared for f in p.quarantine_files]
         if quarantine_files:
             commit(tables.quarantine, quarantine_files)
-        result = commit(tables.data, [f for p in prepared for f in p.data_files])
+        result = commit(tables.data, data_files)
         return result, time.perf_counter() - started
 
 

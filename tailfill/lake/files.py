@@ -23,17 +23,26 @@ PARQUET_OPTIONS = {"compression": "zstd", "dictionary_pagesize_limit": 65_536}
 
 
 class FileSet:
-    """Parquet files under one table location, opened lazily: at most one open file per task."""
+    """Parquet files under one table location, opened lazily: at most one open file per task.
 
-    def __init__(self, fs: pafs.FileSystem, location: str, schema: pa.Schema, run_id: str):
+    ``schema`` None: files take the schema of what is written, a new file when it changes (rows of
+    registry formats carry their writer schema's columns)."""
+
+    def __init__(self, fs: pafs.FileSystem, location: str, schema: pa.Schema | None, run_id: str):
         self.fs, self.location, self.schema, self.run_id = fs, location.rstrip("/"), schema, run_id
+        self.follows = schema is None
         self.writer: pq.ParquetWriter | None = None
         self.uris: list[str] = []
 
     def write(self, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
+        if self.follows and self.writer is not None and not table.schema.equals(self.schema):
+            self.writer.close()
+            self.writer = None
         if self.writer is None:
+            if self.follows:
+                self.schema = table.schema
             uri = new_file_uri(self.location, self.run_id)
             self.fs.create_dir(fs_path(f"{self.location}/data"), recursive=True)
             self.writer = pq.ParquetWriter(fs_path(uri), self.schema, filesystem=self.fs, **PARQUET_OPTIONS)

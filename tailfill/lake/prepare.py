@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from tailfill import failpoints
-from tailfill.config import PipelineConfig
+from tailfill.config import REGISTRY_FORMATS, PipelineConfig
 from tailfill.errors import DroppedRecordsError
+from tailfill.formats.decode import RegistryDecoder
 from tailfill.lake.files import FileSet
 from tailfill.lake.rows import RowParser, split_records
 from tailfill.lake.storage import filesystem
@@ -71,13 +72,13 @@ def from_arrow(table: pa.Table) -> list[PreparedRange]:
     return out
 
 
-_PARSERS: dict[str, RowParser] = {}
+_PARSERS: dict[str, RowParser | RegistryDecoder] = {}
 
 
-def _parser(cfg: PipelineConfig) -> RowParser:
+def _parser(cfg: PipelineConfig) -> RowParser | RegistryDecoder:
     key = cfg.format.model_dump_json()
     if key not in _PARSERS:
-        _PARSERS[key] = RowParser(cfg.format)
+        _PARSERS[key] = RegistryDecoder(cfg.format) if cfg.format.type in REGISTRY_FORMATS else RowParser(cfg.format)
     return _PARSERS[key]
 
 
@@ -88,10 +89,11 @@ def warm_up(cfg: PipelineConfig) -> None:
 
 
 def prepare_ranges(cfg: PipelineConfig, run_id: str, ranges: list[OffsetRange], data_location: str,
-                   quarantine_location: str) -> list[PreparedRange]:
+                   quarantine_location: str, table_columns: pa.Schema | None = None) -> list[PreparedRange]:
     """Read ``ranges`` together, write each one's rows and quarantined rows to its own new files,
     and check that nothing was dropped. One :class:`PreparedRange` per range, in order; the task's
-    time by stage is carried by the first (the ranges were read, parsed and written together)."""
+    time by stage is carried by the first (the ranges were read, parsed and written together).
+    ``table_columns``: the data table's columns as the driver last saw them (registry formats)."""
     stages = {"read": 0.0, "parse": 0.0, "write": 0.0}
     fs = filesystem(cfg.target)
     conf = consumer_config(cfg.source)
@@ -115,7 +117,10 @@ def prepare_ranges(cfg: PipelineConfig, run_id: str, ranges: list[OffsetRange], 
             continue
         stamps.append(batch.column("kafka_timestamp"))
         t = time.perf_counter()
-        ok, quarantine = split_records(batch, cfg.format, run_id, parser)
+        if isinstance(parser, RegistryDecoder):
+            ok, quarantine = parser.split(pa.Table.from_batches([batch]), run_id, table_columns)
+        else:
+            ok, quarantine = split_records(batch, cfg.format, run_id, parser)
         stages["parse"] += time.perf_counter() - t
         t = time.perf_counter()
         out[partition].add(ok, quarantine)
@@ -141,7 +146,8 @@ class RangeOutput:
     """One range's rows and quarantined rows on their way to Parquet, in row groups of a good size."""
 
     def __init__(self, fs, cfg: PipelineConfig, run_id: str, data_location: str, quarantine_location: str):
-        self.data = FileSet(fs, data_location, table_schema(cfg.format.fields), run_id)
+        follows = cfg.format.type in REGISTRY_FORMATS  # rows carry their writer schema's columns
+        self.data = FileSet(fs, data_location, None if follows else table_schema(cfg.format.fields), run_id)
         self.bad = FileSet(fs, quarantine_location, QUARANTINE_SCHEMA, run_id)
         self.pending: tuple[list[pa.Table], list[pa.Table]] = ([], [])
         self.rows = self.quarantined = 0
@@ -156,7 +162,7 @@ class RangeOutput:
     def _flush(self, force: bool) -> None:
         for fileset, pending in zip((self.data, self.bad), self.pending, strict=True):
             if pending and (force or sum(t.num_rows for t in pending) >= ROW_GROUP_ROWS):
-                fileset.write(pa.concat_tables(pending))
+                fileset.write(pa.concat_tables(pending, promote_options="permissive"))
                 pending.clear()
 
     def close(self) -> tuple[list[str], list[str]]:

@@ -16,7 +16,7 @@ import json
 import math
 import operator
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -27,7 +27,8 @@ import pyarrow.compute as pc
 
 from tailfill.config import FieldSpec, FormatConfig
 from tailfill.errors import RecordError
-from tailfill.schema import FIELD_TYPES, METADATA_FIELDS, QUARANTINE_SCHEMA, TIMESTAMP, table_schema
+from tailfill.formats.types import coerce
+from tailfill.schema import FIELD_TYPES, METADATA_FIELDS, QUARANTINE_SCHEMA, TIMESTAMP, field_type, table_schema
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # Values up to this size take the fast path. Valid JSON this short nests too shallowly to reach
@@ -50,6 +51,8 @@ def _coerce(spec: FieldSpec, value: Any) -> Any:
             raise RecordError(f"required field '{spec.name}' is null")
         return None
     t = spec.type
+    if t not in FIELD_TYPES:  # nested, decimal, date, ...: by the type's own rules
+        return coerce(value, field_type(t), spec.name)
     if t == "string" and isinstance(value, str):
         try:
             value.encode("utf-8")
@@ -126,12 +129,14 @@ class RowParser:
         self.fmt = fmt
         fields = []
         for i, spec in enumerate(fmt.fields):
-            kind = FAST_PATH_TYPES[spec.type]
+            kind = FAST_PATH_TYPES.get(spec.type, Any)  # other types: decoded as JSON, then checked by coerce
             fields.append((f"f{i}", kind) if spec.required else (f"f{i}", kind | None, None))
         struct = msgspec.defstruct("Record", fields, rename={f"f{i}": s.name for i, s in enumerate(fmt.fields)},
                                    kw_only=True, gc=False, forbid_unknown_fields=fmt.unknown_fields == "quarantine")
         self.decoder = msgspec.json.Decoder(struct)
-        self.fields = [operator.attrgetter(f"f{i}") for i in range(len(fmt.fields))]
+        self.fields = [operator.attrgetter(f"f{i}") if spec.type in FAST_PATH_TYPES else _checked(f"f{i}", spec)
+                       for i, spec in enumerate(fmt.fields)]
+        self.checked = any(spec.type not in FAST_PATH_TYPES for spec in fmt.fields)  # a getter that may refuse
         self.limit = min(FAST_PATH_MAX_BYTES, fmt.max_value_bytes)
 
     def parse(self, values: pa.Array) -> tuple[list[pa.Array], list[bool], list[str]]:
@@ -159,7 +164,7 @@ class RowParser:
                 failed |= not_timestamps
                 arrays.append(array)
             else:
-                arrays.append(pa.array(column, FIELD_TYPES[spec.type]))
+                arrays.append(pa.array(column, field_type(spec.type)))
         if failed:  # a timestamp only Python could judge, and it said no: the rules word the error
             for k in failed:
                 self._by_the_rules(values[sources[k]], sources[k], errors)
@@ -185,10 +190,20 @@ class RowParser:
                 except Exception:  # some value is refused: value by value below
                     decoded = None
                 if decoded is not None and len(decoded) == len(part):  # (blank values are skipped)
-                    for column, field in zip(columns, fields, strict=True):
-                        column.extend(map(field, decoded))
-                    sources.extend(chunk)
-                    return 0
+                    if not self.checked:  # plain getters cannot fail: straight into the columns
+                        for column, field in zip(columns, fields, strict=True):
+                            column.extend(map(field, decoded))
+                        sources.extend(chunk)
+                        return 0
+                    try:  # every column first: a value refused by a field check leaves no column half-extended
+                        parts = [list(map(field, decoded)) for field in fields]
+                    except Exception:
+                        parts = None
+                    if parts is not None:
+                        for column, values_ in zip(columns, parts, strict=True):
+                            column.extend(values_)
+                        sources.extend(chunk)
+                        return 0
         decode, ruled = self.decoder.decode, 0
         for i, value, fast in zip(chunk, part, takeable, strict=True):
             row = None
@@ -244,6 +259,19 @@ class RowParser:
                 continue
             micros[k] = (ts - _EPOCH) // timedelta(microseconds=1)
         return pa.array(micros, pa.int64()).cast(TIMESTAMP), failed
+
+
+def _checked(attr: str, spec: FieldSpec) -> Callable[[Any], Any]:
+    """The fast path's getter of a field of a type :func:`coerce` checks (nested, decimal, date, ...)."""
+    get, kind = operator.attrgetter(attr), field_type(spec.type)
+
+    def field(record: Any) -> Any:
+        value = get(record)
+        if value is None and spec.required:
+            raise RecordError(f"required field '{spec.name}' is null")
+        return coerce(value, kind, spec.name)
+
+    return field
 
 
 def _valid_utf8(values: pa.Array) -> np.ndarray:

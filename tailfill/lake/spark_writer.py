@@ -33,8 +33,9 @@ def _config(text: str) -> PipelineConfig:
 
 
 def prepare_batch(ranges: DataFrame, cfg: PipelineConfig, run_id: str, data_location: str,
-                  quarantine_location: str) -> list[PreparedRange]:
-    """Prepare every range of a micro-batch on the executors; returns what each prepared."""
+                  quarantine_location: str, table_columns: pa.Schema | None = None) -> list[PreparedRange]:
+    """Prepare every range of a micro-batch on the executors; returns what each prepared.
+    ``table_columns``: the data table's columns now (registry formats check writer schemas against them)."""
     cfg_json = cfg.to_json()
 
     def prepare(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -42,7 +43,7 @@ def prepare_batch(ranges: DataFrame, cfg: PipelineConfig, run_id: str, data_loca
         ranges = [OffsetRange(r["kafka_topic"], r["kafka_partition"], r["start_offset"], r["end_offset"])
                   for batch in batches for r in batch.to_pylist()]
         if ranges:
-            yield to_arrow(prepare_ranges(cfg_, run_id, ranges, data_location, quarantine_location))
+            yield to_arrow(prepare_ranges(cfg_, run_id, ranges, data_location, quarantine_location, table_columns))
 
     return from_arrow(ranges.mapInArrow(prepare, from_arrow_schema(PREPARED_SCHEMA)).toArrow())
 

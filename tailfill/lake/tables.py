@@ -10,6 +10,7 @@ import contextlib
 import functools
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -25,11 +26,13 @@ from pyiceberg.exceptions import (
 from pyiceberg.table import Table
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from tailfill.config import PipelineConfig, TargetConfig
-from tailfill.errors import LakeError
+from tailfill.config import REGISTRY_FORMATS, PipelineConfig, TargetConfig
+from tailfill.errors import LakeError, RegistryError, SchemaChangeError
+from tailfill.formats.decode import latest_columns
+from tailfill.formats.evolve import follow_declared
 from tailfill.lake.storage import s3_credentials, warehouse_uri
 from tailfill.redact import redact_text
-from tailfill.schema import QUARANTINE_SCHEMA, table_schema
+from tailfill.schema import METADATA_FIELDS, QUARANTINE_SCHEMA, VALUE_FIELD, table_schema
 
 CATALOG_OPEN_ATTEMPTS = 5
 
@@ -93,7 +96,7 @@ TABLE_PROPERTIES = {"format-version": "2", "commit.retry.num-retries": "0",
                     "write.metadata.previous-versions-max": "10", "write.metadata.delete-after-commit.enabled": "true"}
 
 
-def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema) -> Table:
+def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema | Callable[[], pa.Schema]) -> Table:
     try:
         table = catalog.load_table(ident)
     except NoSuchTableError:
@@ -101,7 +104,8 @@ def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema) -> Tabl
         with contextlib.suppress(NamespaceAlreadyExistsError, IntegrityError):
             catalog.create_namespace(ident[0])
         try:
-            return catalog.create_table(ident, schema=schema, properties=TABLE_PROPERTIES)
+            return catalog.create_table(ident, schema=schema() if callable(schema) else schema,
+                                        properties=TABLE_PROPERTIES)
         except TableAlreadyExistsError:
             table = catalog.load_table(ident)
     missing = {k: v for k, v in TABLE_PROPERTIES.items() if table.properties.get(k) != v and k != "format-version"}
@@ -110,6 +114,13 @@ def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema) -> Tabl
             tx.set_properties(missing)
         table.refresh()
     return table
+
+
+def initial_schema(cfg: PipelineConfig) -> pa.Schema:
+    """A new data table's schema: the declared fields, or (registry formats) the subject's latest schema."""
+    if cfg.format.type in REGISTRY_FORMATS:
+        return pa.schema([*METADATA_FIELDS, *latest_columns(cfg), VALUE_FIELD])
+    return table_schema(cfg.format.fields)
 
 
 class Tables(NamedTuple):
@@ -124,8 +135,11 @@ def ensure_tables(cfg: PipelineConfig) -> Tables:
     catalog = load_catalog(cfg.target)
     ns = cfg.target.namespace
     try:
-        data = _ensure(catalog, (ns, cfg.target.table), table_schema(cfg.format.fields))
+        data = _ensure(catalog, (ns, cfg.target.table), lambda: initial_schema(cfg))
+        follow_declared(cfg, data)  # a field added to format.fields: a new column before any row carries it
         quarantine = _ensure(catalog, (ns, cfg.target.quarantine_name), QUARANTINE_SCHEMA)
+    except (RegistryError, SchemaChangeError):
+        raise
     except Exception as exc:
         where = f"{ns} at {warehouse_uri(cfg.target)}"
         raise LakeError(redact_text(f"cannot create or load tables in {where}: {exc}")) from exc

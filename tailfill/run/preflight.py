@@ -1,4 +1,4 @@
-"""Checks before a run: broker, topic, partitions, warehouse, catalog, retention.
+"""Checks before a run: broker, topic, partitions, warehouse, catalog, Schema Registry, retention.
 
 Each failure is one clear message naming what and where, raised as :class:`PreflightError`.
 Checks only read: the cutover is recorded by the planner (:mod:`tailfill.run.planner`), never here.
@@ -9,7 +9,8 @@ from __future__ import annotations
 import uuid
 
 from tailfill.config import PipelineConfig
-from tailfill.errors import BrokerError, ConfigError, LakeError, PreflightError, SourceError
+from tailfill.errors import BrokerError, ConfigError, LakeError, PreflightError, RegistryError, SourceError
+from tailfill.formats.registry import RegistryClient
 from tailfill.lake.storage import filesystem, fs_path, warehouse_uri
 from tailfill.redact import redact_uri
 from tailfill.run.plan import SourceState, source_state, tail_start
@@ -27,6 +28,16 @@ def check_warehouse_writable(cfg: PipelineConfig) -> str:
     except OSError as exc:
         raise PreflightError(f"warehouse {warehouse_uri(cfg.target)} is not writable: {exc}") from exc
     return f"warehouse {warehouse_uri(cfg.target)} writable"
+
+
+def check_registry(cfg: PipelineConfig) -> str:
+    """The Schema Registry answers and has the pipeline's subject (``cfg`` resolved)."""
+    try:
+        latest = RegistryClient(cfg.format.schema_registry).latest(cfg.subject)
+    except RegistryError as exc:
+        raise PreflightError(f"schema registry: {exc}") from exc
+    return f"schema registry {cfg.format.schema_registry.url} reachable, subject {cfg.subject!r} at version " \
+           f"{latest.version} (id {latest.id})"
 
 
 def check_retention(state: SourceState, mode: str) -> str:
@@ -59,10 +70,14 @@ def preflight(cfg: PipelineConfig, mode: str) -> list[str]:
         raise PreflightError(str(exc)) from exc
     except LakeError as exc:
         raise PreflightError(f"catalog: {exc}") from exc
+    except RegistryError as exc:  # the table's columns come from the registry and it cannot be asked
+        raise PreflightError(f"schema registry: {exc}") from exc
     passed.append(f"broker reachable, topic {cfg.source.topic!r} has {len(state.marks.high.offsets)} partitions")
     tables = f"{cfg.target.namespace}.{cfg.target.table}"
     passed.append(f"catalog {redact_uri(cfg.target.catalog.uri)} reachable, tables {tables} ready")
     passed.append(check_warehouse_writable(cfg))
+    if cfg.format.schema_registry is not None:
+        passed.append(check_registry(state.cfg))
     passed.append(check_retention(state, mode))
     if mode == "tail":  # what the last tail measured: can it keep up with the incoming rate?
         health, unknown = read_tail(cfg)

@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from tailfill import failpoints
 from tailfill.config import PipelineConfig
 from tailfill.errors import IngestError, error_class, is_retryable
+from tailfill.formats.evolve import registry_columns
 from tailfill.lake.commit import commit_prepared
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.spark_writer import prepare_batch
@@ -163,7 +164,8 @@ class BatchWriter:
     def _batch(self, ranges: DataFrame, batch_id: int) -> None:
         started = time.time()
         triggered = self._triggered_at(started)
-        prepared = prepare_batch(ranges, self.cfg, self.req.run_id, self.data_location, self.quarantine_location)
+        prepared = prepare_batch(ranges, self.cfg, self.req.run_id, self.data_location, self.quarantine_location,
+                                 registry_columns(self.cfg, self.tables.data))
         if not prepared:
             self.last_end = time.time()
             return  # an empty batch commits nothing and never fails

@@ -1,7 +1,8 @@
 """Where the embedded development broker listens: ``bootstrap_servers: embedded`` resolved once.
 
 ``tailfill broker up`` (:mod:`tailfill.dev.broker`) starts a broker and records its address in
-``$TAILFILL_HOME/broker.json``; the planner reads it here, so that production code never imports
+``$TAILFILL_HOME/broker.json`` (``tailfill registry up``: the development Schema Registry, in
+``registry.json``); the planner reads it here, so that production code never imports
 the development tools. Executors get the resolved address, never ``embedded``.
 """
 
@@ -12,7 +13,7 @@ import os
 from pathlib import Path
 
 from tailfill.config import EMBEDDED, PipelineConfig, tailfill_home
-from tailfill.errors import BrokerError
+from tailfill.errors import BrokerError, RegistryError
 
 
 def state_file(home: Path) -> Path:
@@ -33,7 +34,11 @@ def alive(pid: int) -> bool:
 
 def broker_state(home: Path | None = None) -> dict | None:
     """The running embedded broker's ``{pid, port, bootstrap_servers}``, or None."""
-    path = state_file(home or tailfill_home())
+    return _running(state_file(home or tailfill_home()))
+
+
+def _running(path: Path) -> dict | None:
+    """The state a detached development process recorded in ``path``, if that process is alive."""
     if not path.exists():
         return None
     state = json.loads(path.read_text())
@@ -54,8 +59,36 @@ def resolve_bootstrap(value: str) -> str:
 
 
 def resolved(cfg: PipelineConfig) -> PipelineConfig:
-    """``cfg`` with an ``embedded`` broker replaced by its address: done once, on the driver."""
+    """``cfg`` with an ``embedded`` broker (and Schema Registry) replaced by its address: done once, on the driver."""
+    registry = cfg.format.schema_registry
+    if registry is not None and registry.url == EMBEDDED:
+        fmt = cfg.format.model_copy(update={"schema_registry": registry.model_copy(
+            update={"url": resolve_registry(EMBEDDED)})})
+        cfg = cfg.model_copy(update={"format": fmt})
     if cfg.source.bootstrap_servers != EMBEDDED:
         return cfg
     source = cfg.source.model_copy(update={"bootstrap_servers": resolve_bootstrap(EMBEDDED)})
     return cfg.model_copy(update={"source": source})
+
+
+def registry_state_file(home: Path) -> Path:
+    """The development Schema Registry's address file under ``home``."""
+    return home / "registry.json"
+
+
+def registry_state(home: Path | None = None) -> dict | None:
+    """The running development registry's ``{pid, port, url}``, or None."""
+    return _running(registry_state_file(home or tailfill_home()))
+
+
+def resolve_registry(value: str) -> str:
+    """Turn ``embedded`` into the running development registry's URL; other values pass through."""
+    if value != EMBEDDED:
+        return value
+    state = registry_state()
+    if not state:
+        raise RegistryError(
+            f"the pipeline uses the development Schema Registry, but none is running for "
+            f"TAILFILL_HOME={tailfill_home()} (fix: run `tailfill registry up`)"
+        )
+    return state["url"]

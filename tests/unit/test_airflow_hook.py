@@ -7,6 +7,7 @@ backend); the job is a separate process that sees only the environment the opera
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -166,3 +167,20 @@ def test_a_lane_that_will_be_retried_keeps_its_label(monkeypatch):
     ti._ti_context_from_server.should_retry = False  # the last try: Airflow's own message keeps it already
     msg, state = task_runner._finalize_task_failure(ti)
     assert (state, msg.rendered_map_index) == ("failed", label)
+
+
+def test_the_schema_registry_login_of_a_connection_reaches_the_job_s_registry_client(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAILFILL_HOME", str(tmp_path / "home"))
+    data = yaml.safe_load((REPO / "pipelines" / "orders_avro.yaml").read_text())
+    data["format"]["schema_registry"] = {"url": "http://127.0.0.1:9", "airflow_conn_id": "registry_test"}
+    path = tmp_path / "avro.yaml"
+    path.write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("AIRFLOW_CONN_REGISTRY_TEST", json.dumps({"conn_type": "generic", "login": "bob",
+                                                                 "password": "sr-s3cret"}))
+    env = TailfillHook(load_pipeline(path)).job_env()
+    job_side = ("import sys; from tailfill.config import load_pipeline; from tailfill.formats.registry import "
+                "RegistryClient; print(RegistryClient(load_pipeline(sys.argv[1]).format.schema_registry).auth)")
+    out = subprocess.run([sys.executable, "-c", job_side, str(path)], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "Basic " + base64.b64encode(b"bob:sr-s3cret").decode()

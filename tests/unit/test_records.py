@@ -253,11 +253,15 @@ DIFF_FORMATS = [
     FormatConfig(type="json", unknown_fields="quarantine", fields=[
         FieldSpec(name="id", type="string"), FieldSpec(name="n", type="long"), FieldSpec(name="x", type="double"),
         FieldSpec(name="at", type="timestamp", required=True)]),
+    FormatConfig(type="json", fields=[  # types the fast path leaves to tailfill.formats.types.coerce
+        FieldSpec(name="id", type="struct<a: string, b: list<long>>"), FieldSpec(name="n", type="list<long>"),
+        FieldSpec(name="x", type="map<string, double>", required=True), FieldSpec(name="ok", type="decimal(5, 2)"),
+        FieldSpec(name="at", type="date"), FieldSpec(name="extra", type="list<struct<a: boolean>>")]),
 ]
 
 
 @settings(max_examples=150, deadline=None)
-@given(values=st.lists(raw_values(), min_size=1, max_size=20), which=st.sampled_from([0, 1]))
+@given(values=st.lists(raw_values(), min_size=1, max_size=20), which=st.sampled_from([0, 1, 2]))
 # Found by this test: msgspec skips an unknown key without checking its UTF-8, so the fast path kept a row
 # that json.loads refuses as malformed.
 @example(values=[b'{"id": "", "n": 0, "ok": false, "\x80at": "2000-01-01T00:00:00"}'], which=0)
@@ -272,11 +276,15 @@ def test_mostly_valid_records_agree_and_most_become_rows():
     pools = {"id": ["a", "é", "😀", "", 5], "n": [0, -1, 2**63 - 1, -(2**63), 2**63, 1.5, True],
              "x": [0.1, -0.0, 7, 1e308, 10**30, "1"], "ok": [True, False, None, 1],
              "at": ["2026-01-01T00:00:00+00:00", "2026-05-05T12:34:56.789Z", "2026-01-01T00:00:00", "soon"]}
-    for fmt in DIFF_FORMATS:
+    nested = {"id": [{"a": "x", "b": [1, 2]}, {"a": None}, {}, {"a": 1}, [1]],
+              "n": [[1, 2], [], [None], [1.5], ["1"]], "x": [{"q": 1.5}, {}, {"r": 2}, {"q": "1"}, [1], None],
+              "ok": ["12.34", 7, -1.5, "1.234", "x", 1e10], "at": ["2026-01-02", "2026-12-31", None, "2026-02-30"],
+              "extra": [[{"a": True}], [], [{}], [{"a": 1}], {}]}
+    for fmt, pool in ((DIFF_FORMATS[0], pools), (DIFF_FORMATS[1], pools), (DIFF_FORMATS[2], nested)):
         names = [f.name for f in fmt.fields]
         values = []
         for _ in range(2_000):
-            doc = {k: (rnd.choice(pools[k][:3]) if rnd.random() < 0.95 else rnd.choice(pools[k])) for k in names
+            doc = {k: (rnd.choice(pool[k][:3]) if rnd.random() < 0.95 else rnd.choice(pool[k])) for k in names
                    if rnd.random() < 0.97}
             values.append(json.dumps(doc, ensure_ascii=rnd.random() < 0.5).encode())
         fmt = fmt.model_copy(update={"max_value_bytes": 4096})

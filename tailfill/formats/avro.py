@@ -1,0 +1,109 @@
+"""Avro records (Confluent wire format payloads) decoded with their writer schema, and Avro → Arrow types.
+
+record → struct, array → list, map → map<string, ...>, enum → string, fixed → binary,
+decimal → decimal(p, s), date → date, timestamp-millis/micros → timestamp (UTC, µs),
+local-timestamp-* → timestamp without zone, uuid → string, a union with null → an optional value.
+A union of several non-null types has no column type: such a schema is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from typing import Any
+
+import fastavro
+import pyarrow as pa
+
+from tailfill.formats.types import TIMESTAMP
+
+PRIMITIVE = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
+             "double": pa.float64(), "bytes": pa.binary(), "string": pa.string()}
+
+
+def _arrow(schema: Any, names: dict[str, Any], depth: int = 0) -> pa.DataType:
+    if depth > 32:
+        raise ValueError("nested more than 32 levels deep (a recursive record has no column type)")
+    if isinstance(schema, list):
+        branches = [b for b in schema if b != "null"]
+        if len(branches) != 1:
+            raise ValueError(f"union {json.dumps(schema)[:80]} has several non-null types (no column type)")
+        return _arrow(branches[0], names, depth + 1)
+    if isinstance(schema, str):
+        if schema in PRIMITIVE:
+            return PRIMITIVE[schema]
+        if schema in names:
+            return _arrow(names[schema], names, depth + 1)
+        raise ValueError(f"unknown type {schema!r}")
+    kind, logical = schema["type"], schema.get("logicalType")
+    if logical == "decimal":
+        return pa.decimal128(schema["precision"], schema.get("scale", 0))
+    if logical == "date" and kind == "int":
+        return pa.date32()
+    if logical in ("timestamp-millis", "timestamp-micros") and kind == "long":
+        return TIMESTAMP
+    if logical in ("local-timestamp-millis", "local-timestamp-micros") and kind == "long":
+        return pa.timestamp("us")
+    if (logical, kind) in (("time-millis", "int"), ("time-micros", "long")):
+        return pa.time64("us")  # Iceberg's time is microseconds
+    if logical == "uuid":
+        return pa.string()
+    if isinstance(kind, dict | list):
+        return _arrow(kind, names, depth + 1)
+    if kind in PRIMITIVE:
+        return PRIMITIVE[kind]
+    if kind in ("record", "error"):
+        names[schema["name"]] = schema
+        if schema.get("namespace"):
+            names[f"{schema['namespace']}.{schema['name']}"] = schema
+        return pa.struct([pa.field(f["name"], _arrow(f["type"], names, depth + 1)) for f in schema["fields"]])
+    if kind == "enum":
+        return pa.string()
+    if kind == "fixed":
+        return pa.binary()
+    if kind == "array":
+        return pa.list_(_arrow(schema["items"], names, depth + 1))
+    if kind == "map":
+        return pa.map_(pa.string(), _arrow(schema["values"], names, depth + 1))
+    raise ValueError(f"unsupported Avro type {kind!r}")
+
+
+def avro_columns(text: str) -> pa.Schema:
+    """The columns of a top-level Avro record schema (JSON text); ValueError if it is not one or cannot map."""
+    schema = json.loads(text)
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        raise ValueError("the top-level Avro schema is not a record")
+    return pa.schema(list(_arrow(schema, {})))
+
+
+class AvroWriter:
+    """Decodes payloads written with one Avro schema (parsed once) into rows of :attr:`columns`."""
+
+    def __init__(self, text: str):
+        self.columns = avro_columns(text)
+        self.parsed = fastavro.parse_schema(json.loads(text))
+        self.uuids = "uuid" in text
+
+    def columns_of(self, variant: tuple) -> pa.Schema:
+        return self.columns
+
+    def read(self, payload: bytes) -> tuple[tuple, dict]:
+        """((), the record as a dict) — one payload (after the schema id) decoded."""
+        buf = io.BytesIO(payload)
+        row = fastavro.schemaless_reader(buf, self.parsed, None)
+        if buf.tell() != len(payload):
+            raise ValueError(f"{len(payload) - buf.tell()} bytes left over after the record")
+        if self.uuids:
+            row = _uuids_as_text(row)
+        return (), row
+
+
+def _uuids_as_text(value: Any) -> Any:
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _uuids_as_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_uuids_as_text(v) for v in value]
+    return value

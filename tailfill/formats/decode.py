@@ -1,0 +1,185 @@
+"""Records in Confluent's wire format (magic byte 0, 4-byte schema id, payload) into rows, or quarantine.
+
+Each record is decoded with the writer schema of its own id, fetched from the registry once per
+process (:mod:`tailfill.formats.registry`). A record without the magic byte, with an id the registry
+does not know, whose schema has no column types, that does not decode, or whose writer schema
+conflicts with the table (``on_incompatible_schema: quarantine``) goes to quarantine with the
+reason; nothing is dropped. Rows carry the columns of their writer schema; the driver adds new ones
+to the table before it commits them (:mod:`tailfill.formats.evolve`).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tailfill.config import RESERVED_PREFIX, FormatConfig, PipelineConfig
+from tailfill.formats.avro import AvroWriter
+from tailfill.formats.evolve import canon, conflicts
+from tailfill.formats.json_schema import JsonSchemaWriter
+from tailfill.formats.protobuf import ProtobufWriter
+from tailfill.formats.registry import RegistryClient
+from tailfill.schema import METADATA_FIELDS, QUARANTINE_SCHEMA, VALUE_FIELD
+from tailfill.source.embedded import resolved
+
+MAGIC = 0
+HEADER = 5  # magic byte + 4-byte big-endian schema id
+KINDS = {"avro": ("AVRO", AvroWriter), "protobuf": ("PROTOBUF", ProtobufWriter),
+         "json_schema": ("JSON", JsonSchemaWriter)}
+
+
+class Writer(Protocol):
+    """A writer schema, built once: decodes payloads and says the columns of each message variant."""
+
+    def read(self, payload: bytes) -> tuple[tuple, dict]: ...
+
+    def columns_of(self, variant: tuple) -> pa.Schema: ...
+
+
+_WRITERS: dict[tuple[str, str, int], Writer | str] = {}  # (registry url, format, id) -> writer, or why none
+_LOCK = threading.Lock()
+
+
+def build_writer(kind: str, schema_type: str, text: str) -> Writer:
+    """The :class:`Writer` of a registry schema for a pipeline of format ``kind``; ValueError if it cannot be one."""
+    want, cls = KINDS[kind]
+    if schema_type != want:
+        raise ValueError(f"it is a {schema_type} schema, the pipeline reads {kind}")
+    writer = cls(text)
+    columns = writer.columns_of((0,) if kind == "protobuf" else ())
+    reserved = [f.name for f in columns if f.name.startswith(RESERVED_PREFIX)]
+    if reserved:
+        raise ValueError(f"fields {', '.join(reserved)} use the reserved prefix '{RESERVED_PREFIX}'")
+    return writer
+
+
+def latest_columns(cfg: PipelineConfig) -> pa.Schema:
+    """The columns of the pipeline's subject's latest schema (what a new table is made with)."""
+    fmt, subject = resolved(cfg).format, cfg.subject
+    latest = RegistryClient(fmt.schema_registry).latest(subject)
+    try:
+        writer = build_writer(fmt.type, latest.kind, latest.text)
+    except (ValueError, KeyError) as exc:
+        raise ValueError(f"the latest schema of subject {subject!r} (id {latest.id}) cannot be a table: {exc}") from exc
+    return writer.columns_of((0,) if fmt.type == "protobuf" else ())
+
+
+class RegistryDecoder:
+    """Splits raw records of a registry format into rows and quarantine rows (one per process and format)."""
+
+    def __init__(self, fmt: FormatConfig):
+        self.fmt = fmt
+        self.client = RegistryClient(fmt.schema_registry)
+
+    def writer(self, schema_id: int) -> Writer | str:
+        """The writer of ``schema_id`` (cached per process), or why records of that id cannot be decoded."""
+        key = (self.client.cfg.url, self.fmt.type, schema_id)
+        with _LOCK:
+            if key in _WRITERS:
+                return _WRITERS[key]
+        found = self.client.schema(schema_id)  # RegistryError if unreachable: the batch fails, nothing commits
+        if found is None:
+            writer: Writer | str = f"unknown schema id {schema_id} (the registry has no such schema)"
+        else:
+            try:
+                writer = build_writer(self.fmt.type, found.kind, found.text)
+            except Exception as exc:  # a schema we cannot map: its records are quarantined with the reason
+                writer = f"writer schema id {schema_id} cannot be read: {exc}"
+        with _LOCK:
+            _WRITERS[key] = writer
+        return writer
+
+    def split(self, table: pa.Table, run_id: str, table_columns: pa.Schema | None = None) -> tuple[pa.Table, pa.Table]:
+        """(rows, quarantined rows) of raw records; ``table_columns``: the target table's columns now (for
+        the ``on_incompatible_schema: quarantine`` check), None to let the driver judge."""
+        values = table.column("kafka_value").combine_chunks().cast(pa.binary())
+        meta = table.select([f.name for f in METADATA_FIELDS]).cast(pa.schema(METADATA_FIELDS))
+        payloads = values.to_pylist()
+        groups: dict[tuple[int, tuple], tuple[pa.Schema, list[int], list[dict]]] = {}
+        errors: dict[int, str] = {}
+        refused: dict[tuple[int, tuple], str] = {}
+        writers: dict[int, Writer | str] = {}  # this call's: no lock per record
+        for i, value in enumerate(payloads):
+            if value is None or len(value) < HEADER or value[0] != MAGIC:
+                errors[i] = "not in the Confluent wire format (no magic byte 0 and schema id)"
+                continue
+            schema_id = int.from_bytes(value[1:HEADER], "big")
+            writer = writers.get(schema_id)
+            if writer is None:
+                writer = writers[schema_id] = self.writer(schema_id)
+            if isinstance(writer, str):
+                errors[i] = writer
+                continue
+            try:
+                variant, row = writer.read(value[HEADER:])
+            except Exception as exc:
+                errors[i] = f"does not decode with writer schema id {schema_id}: {str(exc)[:200]}"
+                continue
+            key = (schema_id, variant)
+            if key not in groups:
+                columns = writer.columns_of(variant)
+                problems = conflicts(columns, table_columns) if table_columns is not None else []
+                if problems and self.fmt.on_incompatible_schema == "quarantine":
+                    refused[key] = f"writer schema id {schema_id} is incompatible with the table: {'; '.join(problems)}"
+                groups[key] = (columns, [], [])
+            if key in refused:
+                errors[i] = refused[key]
+                continue
+            groups[key][1].append(i)
+            groups[key][2].append(row)
+        parts = [self._rows(meta, values, columns, sources, rows, errors, table_columns)
+                 for columns, sources, rows in groups.values()]
+        parts = [p for p in parts if p is not None]
+        ok = (pa.concat_tables(parts, promote_options="permissive") if parts
+              else pa.schema([*METADATA_FIELDS, VALUE_FIELD]).empty_table())
+        bad_idx = pa.array(sorted(errors), pa.int64())
+        bad = pa.Table.from_arrays(
+            [*meta.take(bad_idx).columns, values.take(bad_idx),
+             pa.array([errors[i] for i in sorted(errors)], pa.string()),
+             pa.array([run_id] * len(errors), pa.string())], schema=QUARANTINE_SCHEMA)
+        return ok, bad
+
+    @staticmethod
+    def _rows(meta: pa.Table, values: pa.Array, columns: pa.Schema, sources: list[int], rows: list[dict],
+              errors: dict[int, str], table_columns: pa.Schema | None) -> pa.Table | None:
+        """One writer schema's rows as a table: coordinates, its columns, the raw value. Rows whose values do
+        not fit their column types go to ``errors``."""
+        struct = pa.struct(list(columns))
+        try:
+            array = pa.array(rows, struct)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            keep_s, keep_r = [], []
+            for i, row in zip(sources, rows, strict=True):
+                try:
+                    pa.array([row], struct)
+                except Exception as exc:
+                    errors[i] = f"value does not fit its column types: {str(exc)[:200]}"
+                    continue
+                keep_s.append(i)
+                keep_r.append(row)
+            sources, rows = keep_s, keep_r
+            array = pa.array(rows, struct)
+        if not sources:
+            return None
+        take = pa.array(sources, pa.int64())
+        cols = [_to_table_type(c, f.name, table_columns) for c, f in zip(array.flatten(), columns, strict=True)]
+        fields = [pa.field(f.name, c.type) for c, f in zip(cols, columns, strict=True)]
+        return pa.Table.from_arrays([*meta.take(take).columns, *cols, values.take(take)],
+                                    schema=pa.schema([*METADATA_FIELDS, *fields, VALUE_FIELD]))
+
+
+def _to_table_type(column: pa.Array, name: str, table_columns: pa.Schema | None) -> pa.Array:
+    """``column`` cast to the table's type of ``name`` when that is a wider one it fits (int → long ...)."""
+    if table_columns is None or table_columns.get_field_index(name) < 0:
+        return column
+    target = canon(table_columns.field(name).type)
+    if canon(column.type) == target:
+        return column
+    try:
+        return pc.cast(column, target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return column
+

@@ -1,0 +1,83 @@
+"""JSON Schema records (Confluent wire format) decoded and checked against their writer schema's types.
+
+object with properties → struct, array → list, an object with only additionalProperties → map,
+string (format date-time → timestamp, date → date), integer → long, number → double, boolean;
+["null", T] or anyOf/oneOf with null → optional T; $ref to #/definitions or #/$defs is followed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from tailfill.errors import RecordError
+from tailfill.formats.types import TIMESTAMP, coerce
+
+SIMPLE = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
+
+
+def _resolve(node: Any, root: dict) -> Any:
+    while isinstance(node, dict) and "$ref" in node:
+        ref = node["$ref"]
+        if not ref.startswith("#/"):
+            raise ValueError(f"$ref {ref!r}: only references inside the schema (#/...) are supported")
+        node = root
+        for part in ref[2:].split("/"):
+            node = node[part]
+    return node
+
+
+def _arrow(node: Any, root: dict, depth: int = 0) -> pa.DataType:
+    if depth > 32:
+        raise ValueError("nested more than 32 levels deep (a recursive schema has no column type)")
+    node = _resolve(node, root)
+    if not isinstance(node, dict):
+        raise ValueError(f"schema {json.dumps(node)[:60]} has no column type")
+    for key in ("anyOf", "oneOf"):
+        if key in node:
+            branches = [b for b in node[key] if _resolve(b, root) != {"type": "null"}]
+            if len(branches) != 1:
+                raise ValueError(f"{key} with several non-null schemas has no column type")
+            return _arrow(branches[0], root, depth + 1)
+    kind = node.get("type")
+    if isinstance(kind, list):
+        kinds = [k for k in kind if k != "null"]
+        if len(kinds) != 1:
+            raise ValueError(f"type {kind} has several non-null types (no column type)")
+        kind = kinds[0]
+    if kind == "object":
+        props = node.get("properties")
+        extra = node.get("additionalProperties")
+        if not props and isinstance(extra, dict):
+            return pa.map_(pa.string(), _arrow(extra, root, depth + 1))
+        return pa.struct([pa.field(k, _arrow(v, root, depth + 1)) for k, v in (props or {}).items()])
+    if kind == "array":
+        return pa.list_(_arrow(node.get("items", {}), root, depth + 1))
+    if kind == "string":
+        return {"date-time": TIMESTAMP, "date": pa.date32()}.get(node.get("format"), pa.string())
+    if kind in SIMPLE:
+        return SIMPLE[kind]
+    raise ValueError(f"schema {json.dumps(node)[:60]} has no column type (give it a type)")
+
+
+class JsonSchemaWriter:
+    """Decodes JSON payloads whose writer schema is one JSON Schema: each value is checked against its types."""
+
+    def __init__(self, text: str):
+        root = json.loads(text)
+        kind = _arrow(root, root)
+        if not pa.types.is_struct(kind):
+            raise ValueError("the top-level JSON Schema is not an object with properties")
+        self.columns = pa.schema(list(kind))
+
+    def columns_of(self, variant: tuple) -> pa.Schema:
+        return self.columns
+
+    def read(self, payload: bytes) -> tuple[tuple, dict]:
+        """((), the value's fields as Python values of their column types); RecordError if one does not fit."""
+        doc = json.loads(payload)
+        if not isinstance(doc, dict):
+            raise RecordError(f"JSON value is a {type(doc).__name__}, expected an object")
+        return (), {f.name: coerce(doc.get(f.name), f.type, f.name) for f in self.columns}

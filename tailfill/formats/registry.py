@@ -1,0 +1,107 @@
+"""A small client of a Confluent-compatible Schema Registry: schemas by id (cached), a subject's latest.
+
+Each process asks the registry for a schema id once and keeps the answer: executors never ask per
+record. A request that cannot reach the registry is retried with backoff; then it fails with one
+line naming the registry's URL (a :class:`RegistryError`), and nothing is committed for the batch.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from tailfill.config import EMBEDDED, SchemaRegistryConfig
+from tailfill.errors import RegistryError
+
+BACKOFF_SECONDS = 0.5  # first wait between tries, doubled per try (at most 8 s)
+_CACHE: dict[tuple[str, int], RegisteredSchema | None] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class RegisteredSchema:
+    """One schema of the registry: its id, type (AVRO, PROTOBUF, JSON) and text (Protobuf: serialized)."""
+
+    id: int
+    kind: str
+    text: str
+    version: int | None = None
+
+
+def _url_for_humans(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+
+
+class RegistryClient:
+    """Requests to one registry, with retries and basic auth from the environment."""
+
+    def __init__(self, cfg: SchemaRegistryConfig):
+        if cfg.url == EMBEDDED:
+            raise RegistryError("schema_registry.url 'embedded' must be resolved on the driver first "
+                                "(tailfill.source.embedded.resolved)")
+        self.cfg = cfg
+        self.where = _url_for_humans(cfg.url)
+        self.auth: str | None = None
+        if cfg.credential_env:
+            user_env, pass_env = cfg.credential_env
+            user, password = os.environ.get(user_env), os.environ.get(pass_env)
+            if user is None or password is None:
+                raise RegistryError(f"the Schema Registry at {self.where} needs the login in ${user_env} and "
+                                    f"${pass_env}, which are not set")
+            self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    def _get(self, path: str) -> Any | None:
+        """The JSON document at ``path``; None on 404; RegistryError once the tries are used up."""
+        request = urllib.request.Request(f"{self.cfg.url}/{path}",
+                                         headers={"Accept": "application/vnd.schemaregistry.v1+json"})
+        if self.auth:
+            request.add_header("Authorization", self.auth)
+        last = ""
+        for attempt in range(self.cfg.attempts):
+            if attempt:
+                time.sleep(min(BACKOFF_SECONDS * 2 ** (attempt - 1), 8.0))
+            try:
+                with urllib.request.urlopen(request, timeout=self.cfg.timeout_seconds) as response:
+                    return json.loads(response.read())
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    return None
+                if exc.code in (401, 403):
+                    raise RegistryError(f"the Schema Registry at {self.where} refused the login "
+                                        f"(HTTP {exc.code})") from None
+                last = f"HTTP {exc.code}"
+                if exc.code < 500 and exc.code != 429:
+                    break
+            except (OSError, ValueError) as exc:  # refused, reset, timed out, not JSON
+                last = str(getattr(exc, "reason", exc))
+        raise RegistryError(f"cannot reach the Schema Registry at {self.where} after {self.cfg.attempts} tries "
+                            f"({last})")
+
+    def schema(self, schema_id: int) -> RegisteredSchema | None:
+        """The schema with ``schema_id`` (None if the registry has none), asked once per process."""
+        key = (self.cfg.url, schema_id)
+        with _LOCK:
+            if key in _CACHE:
+                return _CACHE[key]
+        doc = self._get(f"schemas/ids/{schema_id}?format=serialized")
+        found = None if doc is None else RegisteredSchema(schema_id, doc.get("schemaType") or "AVRO", doc["schema"])
+        with _LOCK:
+            _CACHE[key] = found
+        return found
+
+    def latest(self, subject: str) -> RegisteredSchema:
+        """The latest version of ``subject``; RegistryError if the subject has none."""
+        doc = self._get(f"subjects/{urllib.parse.quote(subject, safe='')}/versions/latest?format=serialized")
+        if doc is None:
+            raise RegistryError(f"the Schema Registry at {self.where} has no subject {subject!r} (register the "
+                                "producers' schema first, or set format.schema_registry.subject)")
+        return RegisteredSchema(doc["id"], doc.get("schemaType") or "AVRO", doc["schema"], doc.get("version"))

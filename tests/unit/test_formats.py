@@ -1,0 +1,278 @@
+"""Registry formats without a broker: the development registry spoken to by confluent-kafka's own client
+and serializers, wire-format records decoded into rows or quarantined, types and compatibility rules."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from pydantic import ValidationError
+
+from tailfill.config import FieldSpec, FormatConfig
+from tailfill.dev.broker import free_port
+from tailfill.dev.format_samples import avro_schema, order_class, sample_order
+from tailfill.dev.registry import DevRegistry
+from tailfill.errors import RegistryError, SchemaChangeError
+from tailfill.formats.avro_compat import backward_problems
+from tailfill.formats.decode import RegistryDecoder
+from tailfill.formats.evolve import conflicts, evolve, schema_line
+from tailfill.formats.registry import RegistryClient
+from tailfill.formats.types import parse_type
+from tailfill.lake.rows import parse_value, split_records
+from tailfill.schema import TIMESTAMP
+
+CTX = SerializationContext("orders", MessageField.VALUE)
+
+
+@pytest.fixture
+def registry():
+    with DevRegistry() as reg:
+        yield reg
+
+
+def raw(values: list[bytes | None]) -> pa.Table:
+    n = len(values)
+    return pa.table({"kafka_topic": ["orders"] * n, "kafka_partition": pa.array([0] * n, pa.int32()),
+                     "kafka_offset": pa.array(range(100, 100 + n), pa.int64()),
+                     "kafka_timestamp": pa.array([None] * n, TIMESTAMP), "kafka_key": pa.array([None] * n, pa.binary()),
+                     "kafka_value": pa.array(values, pa.binary())})
+
+
+def fmt(kind: str, url: str, **more) -> FormatConfig:
+    return FormatConfig(type=kind, schema_registry={"url": url, "subject": "orders-value", "attempts": 2}, **more)
+
+
+def test_avro_records_decode_with_nested_and_logical_types(registry):
+    ser = AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(avro_schema()))
+    ok, bad = RegistryDecoder(fmt("avro", registry.url)).split(raw([ser(sample_order(7), CTX)]), "run-1")
+    assert bad.num_rows == 0
+    row = ok.drop(["kafka_value"]).to_pylist()[0]
+    assert row["order_id"] == "ord-000000007" and row["kafka_offset"] == 100
+    assert row["device"] == {"os": "android", "version": 17}
+    assert row["tags"] == ["tag-0", "tag-1"] and dict(row["scores"]) == {"quality": 0.5}
+    assert row["status"] == "PAID" and row["amount"] == decimal.Decimal("7.07")
+    assert row["created_at"].tzinfo is not None and row["day"] == datetime.date(2026, 1, 1)
+    assert ok.schema.field("device").type == pa.struct([("os", pa.string()), ("version", pa.int64())])
+    assert ok.schema.field("amount").type == pa.decimal128(12, 2)
+
+
+def test_records_not_in_wire_format_unknown_ids_and_garbage_are_quarantined_with_offsets(registry):
+    ser = AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(avro_schema()))
+    good = ser(sample_order(1), CTX)
+    values = [good, b'{"plain": "json"}', None, b"\x00\x00\x00\x03\xe7payload", good[:5] + b"\xff\xff", good]
+    ok, bad = RegistryDecoder(fmt("avro", registry.url)).split(raw(values), "run-2")
+    assert ok.column("kafka_offset").to_pylist() == [100, 105]
+    errors = dict(zip(bad.column("kafka_offset").to_pylist(), bad.column("error").to_pylist(), strict=True))
+    assert sorted(errors) == [101, 102, 103, 104]
+    assert "Confluent wire format" in errors[101] and "Confluent wire format" in errors[102]
+    assert errors[103].startswith("unknown schema id 999")
+    assert errors[104].startswith("does not decode with writer schema id 1")
+    assert set(bad.column("run_id").to_pylist()) == {"run-2"}
+
+
+def test_protobuf_and_json_schema_records_decode_with_their_writer_schema(registry):
+    client = SchemaRegistryClient({"url": registry.url})
+    order = order_class()
+    proto = ProtobufSerializer(order, client, {"use.deprecated.format": False})
+    msg = order(order_id="o1", quantity=2, tags=["a"])
+    msg.device.os, msg.device.version = "android", 14
+    msg.scores["q"] = 1.5
+    msg.created_at.seconds = 1_700_000_000
+    ok, bad = RegistryDecoder(fmt("protobuf", registry.url)).split(raw([proto(msg, CTX)]), "r")
+    assert bad.num_rows == 0
+    row = ok.to_pylist()[0]
+    assert (row["order_id"], row["quantity"], row["device"], row["tags"]) == ("o1", 2, {"os": "android", "version": 14},
+                                                                              ["a"])
+    assert row["created_at"] == datetime.datetime(2023, 11, 14, 22, 13, 20, tzinfo=datetime.UTC)
+
+    schema = {"type": "object", "properties": {
+        "id": {"type": "string"}, "n": {"type": "integer"}, "at": {"type": "string", "format": "date-time"},
+        "device": {"type": "object", "properties": {"os": {"type": "string"}}}}}
+    jser = JSONSerializer(json.dumps(schema), client)
+    jctx = SerializationContext("events", MessageField.VALUE)
+    value = jser({"id": "e1", "n": 3, "at": "2026-01-01T00:00:00Z", "device": {"os": "x"}}, jctx)
+    wrong = value[:5] + b'{"id": 5}'
+    json_fmt = FormatConfig(type="json_schema", schema_registry={"url": registry.url, "subject": "events-value"})
+    ok, bad = RegistryDecoder(json_fmt).split(raw([value, wrong]), "r")
+    assert ok.select(["id", "n", "device"]).to_pylist() == [{"id": "e1", "n": 3, "device": {"os": "x"}}]
+    assert bad.column("error").to_pylist() == ["does not decode with writer schema id 2: field 'id' should be string, "
+                                               "got int 5"]
+
+
+def test_the_registry_refuses_an_avro_version_that_breaks_backward_compatibility(registry):
+    client = SchemaRegistryClient({"url": registry.url})
+    base = avro_schema()
+    client.register_schema("orders-value", Schema(json.dumps(base), "AVRO"))
+    required = dict(base, fields=[*base["fields"], {"name": "country", "type": "string"}])
+    with pytest.raises(SchemaRegistryError, match="country: new field without a default"):
+        client.register_schema("orders-value", Schema(json.dumps(required), "AVRO"))
+    optional = dict(base, fields=[*base["fields"], {"name": "country", "type": ["null", "string"], "default": None}])
+    assert client.register_schema("orders-value", Schema(json.dumps(optional), "AVRO")) == 2
+    assert client.get_latest_version("orders-value").version == 2
+    client.set_compatibility("orders-value", "NONE")
+    retyped = dict(base, fields=[{"name": "order_id", "type": "long"}, *base["fields"][1:]])
+    assert client.register_schema("orders-value", Schema(json.dumps(retyped), "AVRO")) == 3
+
+
+def test_avro_resolution_rules():
+    rec = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "int"}]}
+    longer = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"}]}
+    assert backward_problems(reader=longer, writer=rec) == []  # int → long promotes
+    assert backward_problems(reader=rec, writer=longer) == ["n: type long cannot be read as int"]
+
+
+def test_an_unreachable_registry_fails_with_one_line_naming_its_url():
+    cfg = fmt("avro", f"http://127.0.0.1:{free_port()}").schema_registry
+    with pytest.raises(RegistryError) as err:
+        RegistryClient(cfg).schema(1)
+    assert "\n" not in str(err.value) and f"{cfg.url}" in str(err.value) and "after 2 tries" in str(err.value)
+
+
+def test_a_writer_schema_that_retypes_a_column_is_quarantined_when_so_configured(registry):
+    client = SchemaRegistryClient({"url": registry.url})
+    client.set_compatibility(level="NONE")
+    retyped = dict(avro_schema(), fields=[{"name": "order_id", "type": "long"}])
+    ser = AvroSerializer(client, json.dumps(retyped), conf={"auto.register.schemas": True})
+    table = pa.schema([("order_id", pa.large_string()), ("quantity", pa.int64())])
+    ok, bad = RegistryDecoder(fmt("avro", registry.url)).split(raw([ser({"order_id": 5}, CTX)]), "r", table)
+    assert ok.num_rows == 0
+    assert bad.column("error").to_pylist() == [
+        "writer schema id 1 is incompatible with the table: field 'order_id': the table has string, "
+        "the writer schema has int64"]
+    assert conflicts(pa.schema([("quantity", pa.int32())]), table) == []  # int → long: a promotion
+
+
+def test_evolution_adds_optional_columns_keeps_ids_and_refuses_retyping(tmp_path):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=str(tmp_path))
+    catalog.create_namespace("ns")
+    table = catalog.create_table("ns.t", schema=pa.schema([("a", pa.string()), ("n", pa.int32()),
+                                                          ("s", pa.struct([("x", pa.int64())])),
+                                                          ("l", pa.list_(pa.int32())), ("p", pa.decimal128(10, 2))]))
+    ids = {f.name: f.field_id for f in table.schema().fields}
+    assert evolve(table, pa.schema([("n", pa.int32()), ("l", pa.list_(pa.int32()))])) is False  # nothing new
+    wider = pa.schema([("a", pa.string()), ("n", pa.int64()), ("s", pa.struct([("x", pa.int64()), ("y", pa.string())])),
+                       ("l", pa.list_(pa.int64())), ("p", pa.decimal128(12, 2)), ("country", pa.string())])
+    assert schema_line(table).endswith("unchanged since the table was made")
+    assert evolve(table, wider) is True
+    assert evolve(table, wider) is False  # nothing left to change
+    assert "added country; widened n int32 → int64, s" in schema_line(table)
+    assert "l list<item: int32> → list<item: int64>, p decimal128(10, 2) → decimal128(12, 2)" in schema_line(table)
+    after = table.schema()
+    assert {f.name: f.field_id for f in after.fields if f.name in ids} == ids
+    assert str(after.find_field("n").field_type) == "long" and not after.find_field("country").required
+    assert str(after.find_field("l").field_type) == "list<long>"
+    assert str(after.find_field("p").field_type) == "decimal(12, 2)"
+    assert after.find_field("s.y") is not None
+    with pytest.raises(SchemaChangeError, match="field 'n': the table has int64, the writer schema has string"):
+        evolve(table, pa.schema([("n", pa.string())]))
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("struct<os: string, version: long>", pa.struct([("os", pa.string()), ("version", pa.int64())])),
+    ("list<string>", pa.list_(pa.string())),
+    ("map<string, double>", pa.map_(pa.string(), pa.float64())),
+    ("decimal(12, 2)", pa.decimal128(12, 2)),
+    ("date", pa.date32()),
+    ("list<struct<a: int, b: list<date>>>", pa.list_(pa.struct([("a", pa.int32()), ("b", pa.list_(pa.date32()))]))),
+])
+def test_field_types_parse(text, kind):
+    assert parse_type(text) == kind
+
+
+@pytest.mark.parametrize("text", ["struct<os string>", "list<strin>", "map<long, string>", "decimal(40, 2)", "list<"])
+def test_bad_field_types_are_config_errors(text):
+    with pytest.raises(ValidationError, match="type"):
+        FieldSpec(name="x", type=text)
+
+
+def test_json_fields_with_nested_types_parse_or_quarantine():
+    json_fmt = FormatConfig(type="json", fields=[
+        {"name": "id", "type": "string", "required": True}, {"name": "device", "type": "struct<os: string, v: long>"},
+        {"name": "tags", "type": "list<string>"}, {"name": "scores", "type": "map<string, double>"},
+        {"name": "price", "type": "decimal(12, 2)"}, {"name": "day", "type": "date"}])
+    good = b'{"id": "a", "device": {"os": "ios", "v": 3}, "tags": ["x"], "scores": {"q": 1}, "price": "12.50", ' \
+           b'"day": "2026-01-02"}'
+    bad = b'{"id": "b", "tags": "not-a-list"}'
+    rounded = b'{"id": "c", "price": 1.234}'
+    ok, quarantined = split_records(raw([good, bad, rounded]), json_fmt, "r")
+    assert ok.select(["id", "device", "tags", "price", "day"]).to_pylist() == [
+        {"id": "a", "device": {"os": "ios", "v": 3}, "tags": ["x"], "price": decimal.Decimal("12.50"),
+         "day": datetime.date(2026, 1, 2)}]
+    assert dict(ok.column("scores")[0].as_py()) == {"q": 1.0}
+    assert quarantined.column("kafka_offset").to_pylist() == [101, 102]
+    assert "field 'tags' should be list<item: string>" in quarantined.column("error")[0].as_py()
+    assert parse_value(json_fmt, good)[0] == "a"
+
+
+def test_avro_types_map_to_iceberg_ready_arrow_types(tmp_path):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from tailfill.formats.avro import AvroWriter
+
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "t", "type": {"type": "int", "logicalType": "time-millis"}},
+        {"name": "lt", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
+        {"name": "u", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "fx", "type": {"type": "fixed", "name": "F", "size": 2}},
+        {"name": "fd", "type": {"type": "fixed", "name": "D", "size": 8, "logicalType": "decimal", "precision": 10,
+                                "scale": 3}},
+        {"name": "f", "type": "float"}, {"name": "opt", "type": ["null", "long"], "default": None}]}
+    writer = AvroWriter(json.dumps(schema))
+    assert [str(f.type) for f in writer.columns] == ["time64[us]", "timestamp[us]", "string", "binary",
+                                                     "decimal128(10, 3)", "float", "int64"]
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=str(tmp_path))
+    catalog.create_namespace("ns")
+    table = catalog.create_table("ns.t", schema=writer.columns)  # every mapped type is one Iceberg takes
+    assert [str(f.field_type) for f in table.schema().fields] == ["time", "timestamp", "string", "binary",
+                                                                  "decimal(10, 3)", "float", "long"]
+    with pytest.raises(ValueError, match="several non-null types"):
+        AvroWriter(json.dumps({"type": "record", "name": "R", "fields": [{"name": "x", "type": ["int", "string"]}]}))
+
+
+def test_a_json_field_retyped_in_format_fields_is_one_line_naming_both_types(tmp_path, monkeypatch):
+    import yaml
+
+    from tailfill.config import load_pipeline
+    from tailfill.lake.tables import ensure_tables
+
+    monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml").read_text())
+    spec["source"]["bootstrap_servers"] = "127.0.0.1:9"
+    path = tmp_path / "demo.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    ensure_tables(load_pipeline(path))
+    spec["format"]["fields"][1]["type"] = "string"  # user_id: long → string
+    spec["format"]["fields"].append({"name": "country", "type": "string"})
+    spec["expectations"] = []
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(SchemaChangeError) as err:
+        ensure_tables(load_pipeline(path))
+    assert str(err.value) == ("incompatible schema change in demo_events: field 'user_id': the table has int64, "
+                              "format.fields has string")
+
+
+@pytest.mark.parametrize(("fmt_", "message"), [
+    ({"type": "avro"}, "avro format needs schema_registry"),
+    ({"type": "protobuf", "schema_registry": {"url": "embedded"}, "fields": [{"name": "a", "type": "string"}]},
+     "takes its columns from the registry's schema, not 'fields'"),
+    ({"type": "json", "fields": [{"name": "a", "type": "string"}], "schema_registry": {"url": "embedded"}},
+     "json format takes no schema_registry"),
+    ({"type": "avro", "schema_registry": {"url": "http://user:pw@registry:8081"}}, "must be http"),
+    ({"type": "avro", "schema_registry": {"url": "embedded", "username_env": "U"}}, "both username_env and"),
+    ({"type": "avro", "schema_registry": {"url": "embedded"}, "on_incompatible_schema": "ignore"}, "'quarantine'"),
+])
+def test_registry_format_settings_are_checked(fmt_, message):
+    with pytest.raises(ValidationError, match=message):
+        FormatConfig(**fmt_)
