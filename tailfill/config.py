@@ -162,6 +162,21 @@ class TargetConfig(_Model):
     # must reach it; it is on the warehouse's filesystem (a local path beside a local warehouse, an
     # s3:// URI beside an s3:// one).
     state_root: str | None = None
+    # Iceberg partition transforms of the data table, e.g. ["day(created_at)", "bucket(16, user_id)"];
+    # empty: unpartitioned. Changing it later evolves the table's spec for new data.
+    partition_by: tuple[str, ...] = ()
+
+    @field_validator("partition_by")
+    @classmethod
+    def _partition_terms_parse(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
+        from tailfill.lake.partition import parse_term  # here: pyiceberg loads only when validating
+
+        for i, entry in enumerate(entries):
+            try:
+                parse_term(entry)
+            except ValueError as exc:
+                raise ValueError(f"entry {i}: {exc}") from None
+        return entries
 
     @model_validator(mode="after")
     def _s3_needs_endpoint(self) -> TargetConfig:
@@ -313,6 +328,19 @@ class PipelineConfig(_Model):
             numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind)
             if (e.min is not None or e.max is not None) and not numeric:
                 raise ValueError(f"expectation on '{e.column}': min/max need a number column, it holds {kind}")
+        return self
+
+    @model_validator(mode="after")
+    def _partition_by_names_columns(self) -> PipelineConfig:
+        from tailfill.lake.partition import parse_term
+
+        schema = table_schema(self.format.fields)
+        for entry in self.target.partition_by:
+            term = parse_term(entry)
+            if term.column not in schema.names:
+                raise ValueError(f"target.partition_by: {entry!r} names no column (columns: {', '.join(schema.names)})")
+            if why := term.check_type(schema.field(term.column).type):
+                raise ValueError(f"target.partition_by: {entry!r}: {why}")
         return self
 
     def to_json(self) -> str:

@@ -25,8 +25,10 @@ PARQUET_OPTIONS = {"compression": "zstd", "dictionary_pagesize_limit": 65_536}
 class FileSet:
     """Parquet files under one table location, opened lazily: at most one open file per task."""
 
-    def __init__(self, fs: pafs.FileSystem, location: str, schema: pa.Schema, run_id: str):
+    def __init__(self, fs: pafs.FileSystem, location: str, schema: pa.Schema, run_id: str,
+                 footer: dict[bytes, bytes] | None = None):
         self.fs, self.location, self.schema, self.run_id = fs, location.rstrip("/"), schema, run_id
+        self.footer = footer or {}  # Parquet key-value metadata (a partitioned file's partition)
         self.writer: pq.ParquetWriter | None = None
         self.uris: list[str] = []
 
@@ -36,7 +38,8 @@ class FileSet:
         if self.writer is None:
             uri = new_file_uri(self.location, self.run_id)
             self.fs.create_dir(fs_path(f"{self.location}/data"), recursive=True)
-            self.writer = pq.ParquetWriter(fs_path(uri), self.schema, filesystem=self.fs, **PARQUET_OPTIONS)
+            schema = self.schema.with_metadata({**(self.schema.metadata or {}), **self.footer})
+            self.writer = pq.ParquetWriter(fs_path(uri), schema, filesystem=self.fs, **PARQUET_OPTIONS)
             self.uris.append(uri)
         self.writer.write_table(table)
 

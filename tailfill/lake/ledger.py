@@ -16,11 +16,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.table import Table
+from pyiceberg.table import Table, TableProperties
 from sqlalchemy.exc import SQLAlchemyError
 
 from tailfill.errors import CommitConflictError, LakeError
 from tailfill.lake.batch_summary import BatchSummary
+from tailfill.lake.partition import data_files
 from tailfill.offsets import (
     OffsetRange,
     PartitionOffsets,
@@ -36,6 +37,7 @@ LOST_PROP = "tailfill.lost-ranges"
 CUTOVER_PROP = "tailfill.cutover"
 
 COMMIT_ATTEMPTS = 20
+DEFAULT_NAME_MAPPING = TableProperties.DEFAULT_NAME_MAPPING
 
 
 @dataclass(frozen=True)
@@ -130,11 +132,13 @@ def commit_batch(table: Table, batch: BatchSummary, files: Sequence[str], rewrit
         summary = replace(batch, ranges=new, lost=lost, records_read=records).to_properties()
         try:
             with table.transaction() as tx:
-                if kept:
-                    tx.add_files(kept, snapshot_properties=summary, check_duplicate_files=False)
-                else:  # nothing to store (all quarantined / absent), but the ranges are done
-                    with tx.update_snapshot(snapshot_properties=summary).fast_append():
-                        pass
+                if kept and tx.table_metadata.name_mapping() is None:  # files carry no field ids: map by name
+                    tx.set_properties({DEFAULT_NAME_MAPPING: tx.table_metadata.schema().name_mapping.model_dump_json()})
+                # Not add_files: it infers partitions from column bounds (refusing bucket); files record theirs.
+                entries = data_files(table.io, tx.table_metadata, kept)
+                with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
+                    for entry in entries:  # none: nothing to store (all quarantined / absent), but the ranges are done
+                        append.append_data_file(entry)
                 props = {COMMITTED_PROP: ranges_to_json(merge([*ledger.committed, *new]))}
                 if lost:
                     props[LOST_PROP] = ranges_to_json(merge([*ledger.lost, *lost]))

@@ -18,6 +18,7 @@ from tailfill import failpoints
 from tailfill.config import PipelineConfig
 from tailfill.errors import DroppedRecordsError
 from tailfill.lake.files import FileSet
+from tailfill.lake.partition import footer, parse_terms, split
 from tailfill.lake.rows import RowParser, split_records
 from tailfill.lake.storage import filesystem
 from tailfill.offsets import OffsetRange
@@ -141,7 +142,9 @@ class RangeOutput:
     """One range's rows and quarantined rows on their way to Parquet, in row groups of a good size."""
 
     def __init__(self, fs, cfg: PipelineConfig, run_id: str, data_location: str, quarantine_location: str):
-        self.data = FileSet(fs, data_location, table_schema(cfg.format.fields), run_id)
+        self.fs, self.run_id, self.data_location = fs, run_id, data_location
+        self.schema, self.terms = table_schema(cfg.format.fields), parse_terms(cfg.target.partition_by)
+        self.data: dict[tuple, FileSet] = {}  # one file set per partition value: no file mixes partitions
         self.bad = FileSet(fs, quarantine_location, QUARANTINE_SCHEMA, run_id)
         self.pending: tuple[list[pa.Table], list[pa.Table]] = ([], [])
         self.rows = self.quarantined = 0
@@ -154,11 +157,19 @@ class RangeOutput:
         self._flush(force=False)
 
     def _flush(self, force: bool) -> None:
-        for fileset, pending in zip((self.data, self.bad), self.pending, strict=True):
+        for data, pending in zip((True, False), self.pending, strict=True):
             if pending and (force or sum(t.num_rows for t in pending) >= ROW_GROUP_ROWS):
-                fileset.write(pa.concat_tables(pending))
+                rows = pa.concat_tables(pending)
                 pending.clear()
+                if not data:
+                    self.bad.write(rows)
+                    continue
+                for values, part in split(rows, self.terms):
+                    if values not in self.data:
+                        self.data[values] = FileSet(self.fs, self.data_location, self.schema, self.run_id,
+                                                    footer(self.terms, values))
+                    self.data[values].write(part)
 
     def close(self) -> tuple[list[str], list[str]]:
         self._flush(force=True)
-        return self.data.close(), self.bad.close()
+        return [uri for fileset in self.data.values() for uri in fileset.close()], self.bad.close()

@@ -10,6 +10,7 @@ import contextlib
 import functools
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -27,6 +28,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from tailfill.config import PipelineConfig, TargetConfig
 from tailfill.errors import LakeError
+from tailfill.lake.partition import parse_terms, spec_terms
 from tailfill.lake.storage import s3_credentials, warehouse_uri
 from tailfill.redact import redact_text
 from tailfill.schema import QUARANTINE_SCHEMA, table_schema
@@ -93,7 +95,7 @@ TABLE_PROPERTIES = {"format-version": "2", "commit.retry.num-retries": "0",
                     "write.metadata.previous-versions-max": "10", "write.metadata.delete-after-commit.enabled": "true"}
 
 
-def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema) -> Table:
+def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema, partition_by: Sequence[str] = ()) -> Table:
     try:
         table = catalog.load_table(ident)
     except NoSuchTableError:
@@ -101,15 +103,50 @@ def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema) -> Tabl
         with contextlib.suppress(NamespaceAlreadyExistsError, IntegrityError):
             catalog.create_namespace(ident[0])
         try:
-            return catalog.create_table(ident, schema=schema, properties=TABLE_PROPERTIES)
-        except TableAlreadyExistsError:
+            with catalog.create_table_transaction(ident, schema=schema, properties=TABLE_PROPERTIES) as tx:
+                if partition_by:
+                    with tx.update_spec() as spec:
+                        for term in parse_terms(partition_by):
+                            spec.add_field(term.column, term.iceberg())
+            return catalog.load_table(ident)
+        except (TableAlreadyExistsError, CommitFailedException):
             table = catalog.load_table(ident)
+    evolve_spec(table, list(partition_by))
     missing = {k: v for k, v in TABLE_PROPERTIES.items() if table.properties.get(k) != v and k != "format-version"}
     if missing:  # a table created before the property existed
         with contextlib.suppress(CommitFailedException), table.transaction() as tx:
             tx.set_properties(missing)
         table.refresh()
     return table
+
+
+def evolve_spec(table: Table, partition_by: list[str]) -> None:
+    """Make ``table``'s partition spec ``partition_by`` for the data written from now on (files already
+    written keep theirs); a change Iceberg refuses stops with one line naming both specs."""
+    for _ in range(CATALOG_OPEN_ATTEMPTS):
+        current = spec_terms(table.spec(), table.schema())
+        if current == partition_by:
+            return
+        try:
+            with table.update_spec() as spec:
+                for field, term in zip(table.spec().fields, current, strict=True):
+                    if term not in partition_by:
+                        spec.remove_field(field.name)
+                for term in parse_terms(partition_by):
+                    if str(term) not in current:
+                        spec.add_field(term.column, term.iceberg())
+        except CommitFailedException:  # another process changed the table first: look again
+            table.refresh()
+            continue
+        except ValueError as exc:
+            raise LakeError(f"cannot change the partition spec of {'.'.join(table.name())} from {current} to "
+                            f"{partition_by}: {exc} (fix: restore target.partition_by)") from None
+        table.refresh()
+        if spec_terms(table.spec(), table.schema()) != partition_by:  # e.g. a reordering Iceberg cannot express
+            raise LakeError(f"cannot change the partition spec of {'.'.join(table.name())} from {current} to "
+                            f"{partition_by}: only adding and removing transforms is supported, not reordering "
+                            "(fix: restore target.partition_by)")
+    raise LakeError(f"the partition spec of {'.'.join(table.name())} kept changing under us")
 
 
 class Tables(NamedTuple):
@@ -124,8 +161,10 @@ def ensure_tables(cfg: PipelineConfig) -> Tables:
     catalog = load_catalog(cfg.target)
     ns = cfg.target.namespace
     try:
-        data = _ensure(catalog, (ns, cfg.target.table), table_schema(cfg.format.fields))
+        data = _ensure(catalog, (ns, cfg.target.table), table_schema(cfg.format.fields), cfg.target.partition_by)
         quarantine = _ensure(catalog, (ns, cfg.target.quarantine_name), QUARANTINE_SCHEMA)
+    except LakeError:
+        raise
     except Exception as exc:
         where = f"{ns} at {warehouse_uri(cfg.target)}"
         raise LakeError(redact_text(f"cannot create or load tables in {where}: {exc}")) from exc

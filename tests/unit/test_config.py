@@ -222,3 +222,23 @@ def test_maintain_without_a_maintenance_block_says_what_to_add(tmp_path):
         maintenance_settings(demo, "soon")
     with pytest.raises(ConfigError, match="--keep-last: must be at least 1"):
         maintenance_settings(demo, keep_last=0)
+
+
+@pytest.mark.parametrize(("entries", "problem"), [
+    (["day(created_at)", "bucket(16 user_id)"], r"target\.partition_by: entry 1: 'bucket\(16 user_id\)' is not a "
+                                                r"partition transform"),
+    (["day(kind)"], r"target\.partition_by: 'day\(kind\)': day\(\) needs a timestamp column, kind holds string"),
+    (["identity(user)"], r"target\.partition_by: 'identity\(user\)' names no column \(columns: kafka_topic"),
+    (["truncate(4, amount)"], r"'truncate\(4, amount\)': truncate\(\) needs a string, long or binary column"),
+])
+def test_a_bad_partition_by_entry_is_named(tmp_path, entries, problem):
+    path = write_variant(tmp_path, lambda d: d["target"].update(partition_by=entries))
+    with pytest.raises(ConfigError, match=problem):
+        load_pipeline(path)
+
+
+def test_partition_by_takes_every_transform_of_the_issue(tmp_path):
+    spec = ["day(created_at)", "bucket(16, user_id)", "hour(kafka_timestamp)", "identity(kind)", "truncate(4, event_id)"]
+    cfg = load_pipeline(write_variant(tmp_path, lambda d: d["target"].update(partition_by=spec)))
+    assert list(cfg.target.partition_by) == spec
+    assert PipelineConfig.from_json(cfg.to_json()).target == cfg.target
