@@ -124,6 +124,9 @@ class FormatConfig(_Model):
     fields: list[FieldSpec] = Field(default_factory=list)
     max_value_bytes: int = Field(default=1_048_576, ge=1)
     unknown_fields: Literal["ignore", "quarantine"] = "ignore"
+    # The table's kafka_key: the bytes as sent ("raw"), or decoded UTF-8 ("string"; a key that is not
+    # UTF-8 sends its record to the quarantine, which keeps the raw key).
+    key: Literal["raw", "string"] = "raw"
 
     @model_validator(mode="after")
     def _fields_match_type(self) -> FormatConfig:
@@ -317,7 +320,7 @@ class PipelineConfig(_Model):
 
     @model_validator(mode="after")
     def _expectations_name_columns(self) -> PipelineConfig:
-        schema = table_schema(self.format.fields)
+        schema = table_schema(self.format.fields, self.format.key)
         columns = set(schema.names)
         unknown = sorted({e.column for e in self.expectations} - columns)
         if unknown:
@@ -334,7 +337,7 @@ class PipelineConfig(_Model):
     def _partition_by_names_columns(self) -> PipelineConfig:
         from tailfill.lake.partition import parse_term
 
-        schema = table_schema(self.format.fields)
+        schema = table_schema(self.format.fields, self.format.key)
         for entry in self.target.partition_by:
             term = parse_term(entry)
             if term.column not in schema.names:

@@ -143,7 +143,8 @@ class RangeOutput:
 
     def __init__(self, fs, cfg: PipelineConfig, run_id: str, data_location: str, quarantine_location: str):
         self.fs, self.run_id, self.data_location = fs, run_id, data_location
-        self.schema, self.terms = table_schema(cfg.format.fields), parse_terms(cfg.target.partition_by)
+        self.schema = table_schema(cfg.format.fields, cfg.format.key)
+        self.terms = parse_terms(cfg.target.partition_by)
         self.data: dict[tuple, FileSet] = {}  # one file set per partition value: no file mixes partitions
         self.bad = FileSet(fs, quarantine_location, QUARANTINE_SCHEMA, run_id)
         self.pending: tuple[list[pa.Table], list[pa.Table]] = ([], [])

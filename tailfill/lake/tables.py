@@ -111,6 +111,7 @@ def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema, partiti
             return catalog.load_table(ident)
         except (TableAlreadyExistsError, CommitFailedException):
             table = catalog.load_table(ident)
+    _add_missing_columns(table, schema)
     evolve_spec(table, list(partition_by))
     missing = {k: v for k, v in TABLE_PROPERTIES.items() if table.properties.get(k) != v and k != "format-version"}
     if missing:  # a table created before the property existed
@@ -118,6 +119,16 @@ def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema, partiti
             tx.set_properties(missing)
         table.refresh()
     return table
+
+
+def _add_missing_columns(table: Table, schema: pa.Schema) -> None:
+    """Add the columns of ``schema`` a table created by an older Tailfill lacks (e.g. ``kafka_headers``)."""
+    missing = [f for f in schema if f.name not in table.schema().column_names]
+    if not missing:
+        return
+    with contextlib.suppress(CommitFailedException), table.update_schema() as update:  # lost a race: it is done
+        update.union_by_name(pa.schema(missing))
+    table.refresh()
 
 
 def evolve_spec(table: Table, partition_by: list[str]) -> None:
@@ -161,7 +172,8 @@ def ensure_tables(cfg: PipelineConfig) -> Tables:
     catalog = load_catalog(cfg.target)
     ns = cfg.target.namespace
     try:
-        data = _ensure(catalog, (ns, cfg.target.table), table_schema(cfg.format.fields), cfg.target.partition_by)
+        data = _ensure(catalog, (ns, cfg.target.table), table_schema(cfg.format.fields, cfg.format.key),
+                       cfg.target.partition_by)
         quarantine = _ensure(catalog, (ns, cfg.target.quarantine_name), QUARANTINE_SCHEMA)
     except LakeError:
         raise

@@ -238,7 +238,8 @@ def test_a_bad_partition_by_entry_is_named(tmp_path, entries, problem):
 
 
 def test_partition_by_takes_every_transform_of_the_issue(tmp_path):
-    spec = ["day(created_at)", "bucket(16, user_id)", "hour(kafka_timestamp)", "identity(kind)", "truncate(4, event_id)"]
+    spec = ["day(created_at)", "bucket(16, user_id)", "hour(kafka_timestamp)", "identity(kind)",
+            "truncate(4, event_id)"]
     cfg = load_pipeline(write_variant(tmp_path, lambda d: d["target"].update(partition_by=spec)))
     assert list(cfg.target.partition_by) == spec
     assert PipelineConfig.from_json(cfg.to_json()).target == cfg.target
