@@ -148,9 +148,33 @@ class S3Config(_Model):
     secret_key_env: str = "AWS_SECRET_ACCESS_KEY"
 
 
+# Catalog properties that carry secrets: never inline, name an environment variable (credential_env).
+CATALOG_SECRET_HINTS = ("credential", "token", "secret", "password")
+
+
 class CatalogConfig(_Model):
+    """The Iceberg catalog, opened with pyiceberg's ``load_catalog``; secrets only by environment variable."""
+
     name: str = "tailfill"
-    uri: str = Field(description="SQLAlchemy URI of the Iceberg SQL catalog")
+    type: Literal["sql", "rest", "glue", "hive"] = "sql"
+    # sql: SQLAlchemy URI; rest: the REST endpoint; hive: thrift://host:port; glue: none (AWS's).
+    uri: str | None = None
+    warehouse: str | None = None  # the catalog's warehouse (REST: e.g. s3://warehouse); sql: target.warehouse
+    credential_env: str | None = None  # variable holding the credential (REST OAuth: client_id:client_secret)
+    properties: dict[str, str] = Field(default_factory=dict)  # further pyiceberg catalog properties, no secrets
+
+    def __hash__(self) -> int:  # hashable despite the dict: targets key per-process caches
+        return hash(self.model_dump_json())
+
+    @model_validator(mode="after")
+    def _usable(self) -> CatalogConfig:
+        if self.uri is None and self.type != "glue":
+            raise ValueError(f"a {self.type} catalog needs a uri")
+        for key in self.properties:
+            if any(h in key.lower() for h in CATALOG_SECRET_HINTS):
+                raise ValueError(f"catalog property '{key}' looks like a secret; never inline it: put it in an "
+                                 "environment variable and name that variable in target.catalog.credential_env")
+        return self
 
 
 class TargetConfig(_Model):

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from tailfill.lake.storage import fs_path
+from tailfill.lake.storage import fs_path, make_dirs
 from tailfill.offsets import OffsetRange
 
 # zstd, and a small dictionary page: a column of unique values (ids, the raw value) gives up on its
@@ -37,7 +37,7 @@ class FileSet:
             return
         if self.writer is None:
             uri = new_file_uri(self.location, self.run_id)
-            self.fs.create_dir(fs_path(f"{self.location}/data"), recursive=True)
+            make_dirs(self.fs, f"{self.location}/data")
             schema = self.schema.with_metadata({**(self.schema.metadata or {}), **self.footer})
             self.writer = pq.ParquetWriter(fs_path(uri), schema, filesystem=self.fs, **PARQUET_OPTIONS)
             self.uris.append(uri)
@@ -91,7 +91,7 @@ def rewrite_files(fs: pafs.FileSystem, files: Sequence[str], keep: list[OffsetRa
         kept = table.filter(mask)
         if kept.num_rows:
             new_uri = new_file_uri(location, run_id)
-            fs.create_dir(fs_path(f"{location.rstrip('/')}/data"), recursive=True)
+            make_dirs(fs, f"{location.rstrip('/')}/data")
             pq.write_table(kept, fs_path(new_uri), filesystem=fs, **PARQUET_OPTIONS)
             out.append(new_uri)
     return out

@@ -1,4 +1,4 @@
-"""The pipeline's Iceberg tables and their SQL catalog (SQLite by default, Postgres in compose).
+"""The pipeline's Iceberg tables and their catalog (SQL: SQLite by default, Postgres in compose; REST, Glue, Hive).
 
 The catalog is opened once per process and reused; tables are loaded fresh on every call (their
 state changes under us). Files and the warehouse itself are :mod:`tailfill.lake.storage`'s.
@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
     NamespaceAlreadyExistsError,
@@ -37,7 +37,16 @@ CATALOG_OPEN_ATTEMPTS = 5
 
 
 def catalog_properties(target: TargetConfig) -> dict[str, str]:
-    props = {"uri": target.catalog.uri, "warehouse": warehouse_uri(target)}
+    """pyiceberg's properties for the pipeline's catalog, secrets read from the variables the config names."""
+    cat = target.catalog
+    props = {**cat.properties, "type": cat.type,
+             "warehouse": cat.warehouse or (warehouse_uri(target) if cat.type == "sql" else None)}
+    if cat.uri is not None:
+        props["uri"] = cat.uri
+    if cat.credential_env is not None:
+        if not os.environ.get(cat.credential_env):
+            raise LakeError(f"target.catalog.credential_env names {cat.credential_env}, which is not set")
+        props["credential"] = os.environ[cat.credential_env]
     if target.s3 is not None:
         key, secret = s3_credentials(target)
         props.update(
@@ -49,29 +58,37 @@ def catalog_properties(target: TargetConfig) -> dict[str, str]:
                 "s3.force-virtual-addressing": "false",
             }
         )
-    return props
+    return {k: v for k, v in props.items() if v is not None}
+
+
+def catalog_label(target: TargetConfig) -> str:
+    """The catalog as messages name it: its type and (redacted) uri."""
+    return redact_text(f"{target.catalog.type} catalog {target.catalog.uri or ''}".strip())
 
 
 @functools.lru_cache(maxsize=16)
 def load_catalog(target: TargetConfig) -> Catalog:
-    """The pipeline's Iceberg SQL catalog (SQLite by default, Postgres in compose), one per process."""
+    """The pipeline's Iceberg catalog, one per process: SQL (SQLite by default, Postgres in compose), REST,
+    Glue or Hive, through pyiceberg's ``load_catalog``."""
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+    uri = target.catalog.uri or ""
     try:
-        if target.catalog.uri.startswith("sqlite:///"):
-            Path(target.catalog.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        if uri.startswith("sqlite:///"):
+            Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         if not target.warehouse.startswith("s3://"):
             Path(target.warehouse).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise LakeError(f"cannot create the local warehouse or catalog directory: {exc}") from exc
+    props = catalog_properties(target)
     for attempt in range(CATALOG_OPEN_ATTEMPTS):
         try:
-            return SqlCatalog(target.catalog.name, **catalog_properties(target))
+            return pyiceberg_load_catalog(target.catalog.name, **props)
         except Exception as exc:
             if attempt + 1 < CATALOG_OPEN_ATTEMPTS and _lost_creation_race(exc):
                 time.sleep(0.1 * (attempt + 1))  # the winner's tables exist now: opening again finds them
                 continue
-            # SQLAlchemy's errors may quote the URL: the message is redacted as a whole.
-            raise LakeError(redact_text(f"cannot open the Iceberg catalog at {target.catalog.uri}: {exc}")) from exc
+            # Errors may quote the URL or a credential: the message is redacted as a whole.
+            raise LakeError(redact_text(f"cannot open the Iceberg {catalog_label(target)}: {exc}")) from exc
     raise AssertionError("unreachable")
 
 

@@ -11,7 +11,7 @@ import uuid
 from tailfill.config import PipelineConfig
 from tailfill.errors import BrokerError, ConfigError, LakeError, PreflightError, SourceError
 from tailfill.lake.storage import filesystem, fs_path, warehouse_uri
-from tailfill.redact import redact_uri
+from tailfill.lake.tables import catalog_label
 from tailfill.run.plan import SourceState, source_state, tail_start
 from tailfill.run.tail_health import describe, read_tail
 
@@ -61,7 +61,7 @@ def preflight(cfg: PipelineConfig, mode: str) -> list[str]:
         raise PreflightError(f"catalog: {exc}") from exc
     passed.append(f"broker reachable, topic {cfg.source.topic!r} has {len(state.marks.high.offsets)} partitions")
     tables = f"{cfg.target.namespace}.{cfg.target.table}"
-    passed.append(f"catalog {redact_uri(cfg.target.catalog.uri)} reachable, tables {tables} ready")
+    passed.append(f"{catalog_label(cfg.target)} reachable, tables {tables} ready")
     passed.append(check_warehouse_writable(cfg))
     passed.append(check_retention(state, mode))
     if mode == "tail":  # what the last tail measured: can it keep up with the incoming rate?

@@ -19,7 +19,7 @@ import pyarrow.fs as pafs
 from pyiceberg.table import Table
 
 from tailfill.lake.ledger import batch_summaries
-from tailfill.lake.storage import fs_path, write_whole
+from tailfill.lake.storage import fs_path, make_dirs, write_whole
 
 AUDIT_DIR = "tailfill-audit"
 
@@ -34,7 +34,7 @@ def archive_summaries(fs: pafs.FileSystem, table: Table, summaries: list[dict[st
     if not summaries:
         return None
     base = audit_uri(table)
-    fs.create_dir(fs_path(base), recursive=True)
+    make_dirs(fs, base)
     name = f"{datetime.now(UTC):%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex[:12]}.jsonl"
     final = f"{base}/{name}"
     write_whole(fs, final, "".join(json.dumps(s, sort_keys=True) + "\n" for s in summaries).encode())

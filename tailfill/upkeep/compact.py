@@ -32,7 +32,7 @@ from tailfill.errors import CommitConflictError, LakeError
 from tailfill.lake.files import PARQUET_OPTIONS, new_file_uri
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, commit_attempts
 from tailfill.lake.partition import data_file
-from tailfill.lake.storage import fs_path
+from tailfill.lake.storage import fs_path, make_dirs
 
 MAINTENANCE_SUMMARY = "tailfill.maintenance"
 CHUNKS_PER_FILE = 8  # rows are written in about this many chunks per target-sized file
@@ -65,7 +65,7 @@ def _write_rolling(fs: pafs.FileSystem, location: str, rows: pa.Table, target_by
         return []
     per_row = max(rows.nbytes / rows.num_rows, 1.0)
     chunk = max(int(target_bytes / per_row / CHUNKS_PER_FILE), 1)
-    fs.create_dir(fs_path(f"{location.rstrip('/')}/data"), recursive=True)
+    make_dirs(fs, f"{location.rstrip('/')}/data")
     uris: list[str] = []
     sink = writer = None
     for start in range(0, rows.num_rows, chunk):

@@ -243,3 +243,35 @@ def test_partition_by_takes_every_transform_of_the_issue(tmp_path):
     cfg = load_pipeline(write_variant(tmp_path, lambda d: d["target"].update(partition_by=spec)))
     assert list(cfg.target.partition_by) == spec
     assert PipelineConfig.from_json(cfg.to_json()).target == cfg.target
+
+
+def test_a_rest_catalog_takes_its_credential_by_variable_name_only(tmp_path, monkeypatch):
+    from tailfill.lake.tables import catalog_properties
+    from tailfill.redact import redact_text
+
+    catalog = {"type": "rest", "uri": "http://127.0.0.1:8181", "warehouse": "s3://warehouse",
+               "credential_env": "MY_REST_CREDENTIAL", "properties": {"oauth2-server-uri": "http://127.0.0.1:8181/t"}}
+    monkeypatch.setenv("MY_REST_CREDENTIAL", "client:s3cr3t-value")
+    cfg = load_pipeline(write_variant(tmp_path, lambda d: d["target"].update(catalog=catalog)))
+    assert "s3cr3t" not in redact_text("opening with client:s3cr3t-value")  # registered as a secret on load
+    props = catalog_properties(cfg.target)
+    assert (props["type"], props["uri"], props["warehouse"], props["credential"]) == (
+        "rest", "http://127.0.0.1:8181", "s3://warehouse", "client:s3cr3t-value")
+    assert props["oauth2-server-uri"] == "http://127.0.0.1:8181/t"
+    inline = {**catalog, "properties": {"credential": "client:s3cr3t-value"}}
+    with pytest.raises(ConfigError, match=r"target\.catalog: catalog property 'credential' looks like a secret"):
+        load_pipeline(write_variant(tmp_path, lambda d: d["target"].update(catalog=inline)))
+    no_uri = {"type": "hive"}
+    with pytest.raises(ConfigError, match=r"target\.catalog: a hive catalog needs a uri"):
+        load_pipeline(write_variant(tmp_path, lambda d: d["target"].update(catalog=no_uri)))
+
+
+def test_an_unset_credential_variable_is_named(tmp_path, monkeypatch):
+    from tailfill.errors import LakeError
+    from tailfill.lake.tables import catalog_properties
+
+    catalog = {"type": "rest", "uri": "http://127.0.0.1:8181", "credential_env": "UNSET_REST_CREDENTIAL"}
+    monkeypatch.delenv("UNSET_REST_CREDENTIAL", raising=False)
+    cfg = load_pipeline(write_variant(tmp_path, lambda d: d["target"].update(catalog=catalog)))
+    with pytest.raises(LakeError, match="credential_env names UNSET_REST_CREDENTIAL, which is not set"):
+        catalog_properties(cfg.target)
