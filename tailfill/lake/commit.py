@@ -22,6 +22,7 @@ from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.storage import filesystem
 from tailfill.lake.tables import Tables
 from tailfill.offsets import OffsetRange, intersect_all
+from tailfill.upkeep.audit_log import audit_log
 
 _TURNS = threading.Lock()
 
@@ -40,7 +41,7 @@ def commit_prepared(cfg: PipelineConfig, tables: Tables, run_id: str, batch_id: 
         def commit(table, files: list[str]) -> CommitResult:
             return commit_batch(table, summary, files,
                                 lambda files_, keep: rewrite_files(fs, files_, keep, table.location(), run_id),
-                                lambda kept: records_in(fs, prepared, kept))
+                                lambda kept: records_in(fs, prepared, kept), audit_log(cfg, table))
 
         quarantine_files = [f for p in prepared for f in p.quarantine_files]
         if quarantine_files:
