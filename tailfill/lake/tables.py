@@ -62,8 +62,8 @@ def catalog_properties(target: TargetConfig) -> dict[str, str]:
 
 
 def catalog_label(target: TargetConfig) -> str:
-    """The catalog as messages name it: its type and (redacted) uri."""
-    return redact_text(f"{target.catalog.type} catalog {target.catalog.uri or ''}".strip())
+    """Where the catalog is, as messages name it: its (redacted) uri, or its type when it has none (Glue)."""
+    return redact_text(target.catalog.uri or f"({target.catalog.type})")
 
 
 @functools.lru_cache(maxsize=16)
@@ -88,7 +88,7 @@ def load_catalog(target: TargetConfig) -> Catalog:
                 time.sleep(0.1 * (attempt + 1))  # the winner's tables exist now: opening again finds them
                 continue
             # Errors may quote the URL or a credential: the message is redacted as a whole.
-            raise LakeError(redact_text(f"cannot open the Iceberg {catalog_label(target)}: {exc}")) from exc
+            raise LakeError(redact_text(f"cannot open the Iceberg catalog at {catalog_label(target)}: {exc}")) from exc
     raise AssertionError("unreachable")
 
 

@@ -61,7 +61,7 @@ def preflight(cfg: PipelineConfig, mode: str) -> list[str]:
         raise PreflightError(f"catalog: {exc}") from exc
     passed.append(f"broker reachable, topic {cfg.source.topic!r} has {len(state.marks.high.offsets)} partitions")
     tables = f"{cfg.target.namespace}.{cfg.target.table}"
-    passed.append(f"{catalog_label(cfg.target)} reachable, tables {tables} ready")
+    passed.append(f"catalog {catalog_label(cfg.target)} reachable, tables {tables} ready")
     passed.append(check_warehouse_writable(cfg))
     passed.append(check_retention(state, mode))
     if mode == "tail":  # what the last tail measured: can it keep up with the incoming rate?

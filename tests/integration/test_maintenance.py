@@ -264,9 +264,10 @@ def test_maintenance_beside_a_backfill_and_a_tail(spark, make_pipeline):
     assert report.offsets_checked == 5_500
 
 
-def test_maintain_on_an_s3_warehouse(make_pipeline, s3_endpoint):
-    """The same upkeep on moto S3: compaction, the archive object, orphan listing, then every offset checked."""
-    cfg = make_pipeline(s3_endpoint=s3_endpoint, maintenance__target_file_bytes=TARGET)
+def test_maintain_on_an_s3_warehouse(make_pipeline, seaweedfs):
+    """The same upkeep on a real object store (SeaweedFS's S3): compaction, the archive object, orphan listing,
+    then every offset checked."""
+    cfg = make_pipeline(s3_endpoint=seaweedfs.s3_endpoint, maintenance__target_file_bytes=TARGET)
     for b in range(12):
         commit_sample_batch(cfg, "s3-run", b, batch_ranges(cfg, b), bad_every=97)
     report = maintain(cfg, maintenance_settings(cfg, "0s", 2))
