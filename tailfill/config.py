@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tailfill.errors import ConfigError
+from tailfill.lake.partition_terms import parse_term
 from tailfill.redact import register_model_secrets
 from tailfill.schema import table_schema
 
@@ -196,8 +197,6 @@ class TargetConfig(_Model):
     @field_validator("partition_by")
     @classmethod
     def _partition_terms_parse(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
-        from tailfill.lake.partition import parse_term  # here: pyiceberg loads only when validating
-
         for i, entry in enumerate(entries):
             try:
                 parse_term(entry)
@@ -359,8 +358,6 @@ class PipelineConfig(_Model):
 
     @model_validator(mode="after")
     def _partition_by_names_columns(self) -> PipelineConfig:
-        from tailfill.lake.partition import parse_term
-
         schema = table_schema(self.format.fields, self.format.key)
         for entry in self.target.partition_by:
             term = parse_term(entry)

@@ -18,7 +18,8 @@ from tailfill import failpoints
 from tailfill.config import PipelineConfig
 from tailfill.errors import DroppedRecordsError
 from tailfill.lake.files import FileSet
-from tailfill.lake.partition import footer, parse_terms, split
+from tailfill.lake.partition import footer, split
+from tailfill.lake.partition_terms import parse_terms
 from tailfill.lake.rows import RowParser, split_records
 from tailfill.lake.storage import filesystem
 from tailfill.offsets import OffsetRange

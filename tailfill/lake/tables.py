@@ -28,7 +28,8 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from tailfill.config import PipelineConfig, TargetConfig
 from tailfill.errors import LakeError
-from tailfill.lake.partition import parse_terms, spec_terms
+from tailfill.lake.partition import spec_terms
+from tailfill.lake.partition_terms import parse_terms
 from tailfill.lake.storage import s3_credentials, warehouse_uri
 from tailfill.redact import redact_text
 from tailfill.schema import QUARANTINE_SCHEMA, table_schema

@@ -11,7 +11,8 @@ from pyiceberg.expressions import EqualTo
 from tailfill.dev.batches import commit_sample_batch
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import LakeError
-from tailfill.lake.partition import parse_terms, spec_terms
+from tailfill.lake.partition import spec_terms
+from tailfill.lake.partition_terms import parse_terms
 from tailfill.lake.storage import filesystem, fs_path
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange
