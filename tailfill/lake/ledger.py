@@ -3,7 +3,9 @@
 Each micro-batch commit is one Iceberg transaction that (1) adds the batch's data files with a
 snapshot summary naming pipeline, run id, batch id and the exact ``[start, end)`` ranges it
 covers, and (2) updates the table property holding the merged ranges of all commits. The
-property is the resume position (it survives snapshot expiry); the summaries are the audit trail.
+property is the resume position (it survives snapshot expiry); the summaries are the audit trail,
+also written before the commit to the durable audit log, whose chain head (:data:`AUDIT_HEAD`) the
+same transaction moves (:mod:`tailfill.upkeep.audit_log`), so they outlive any snapshot expiry.
 
 Commits are idempotent by offsets: a batch whose ranges are already in the ledger commits
 nothing; one that partly overlaps keeps only the rows of the uncommitted part.
