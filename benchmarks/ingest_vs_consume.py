@@ -114,6 +114,7 @@ def naive_script(bootstrap: str, topic: str, ends: dict[int, int], cfg, out: Pat
             cols["kafka_offset"].append(m.offset())
             cols["kafka_timestamp"].append(ts * 1000 if ts_type else None)
             cols["kafka_key"].append(m.key())
+            cols["kafka_headers"].append([{"key": k, "value": v} for k, v in m.headers() or []])
             cols["kafka_value"].append(m.value())
             for name, value in zip(names, values, strict=True):
                 cols[name].append(value)

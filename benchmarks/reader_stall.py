@@ -8,11 +8,12 @@ stays invalid, it never fetches, and the batch waits out its idle timeout — th
 in CI, in soaks, and in a tail batch of 117 s. The broker is fine meanwhile: the other partitions
 of the same consumer, and a fresh assignment, read at once.
 
-This script reads the same ranges over and over on one consumer beside CPU-bound processes, once
-with the old pattern and once with Tailfill's reader (a finished partition leaves the assignment
-with ``incremental_unassign``; nothing is paused), and prints how many reads stalled in each.
+This script runs Tailfill's reader over the same ranges again and again on one shared consumer
+beside CPU-bound processes, once with the old pattern put back (a consumer that resumes right after
+each assign and pauses a finished partition) and once as it is (a finished partition leaves the
+assignment with ``incremental_unassign``; nothing is paused), and prints how many reads stalled.
 
-    .venv/bin/python benchmarks/reader_stall.py [--reads 400] [--burners 2] [--idle 6]
+    .venv/bin/python benchmarks/reader_stall.py [--reads 600] [--burners 3] [--idle 6]
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import random
 import time
 
 from confluent_kafka import Consumer
-from confluent_kafka import TopicPartition as KTopicPartition
 
 from tailfill.dev.broker import EmbeddedBroker
 from tailfill.dev.sample import produce_sample
@@ -39,27 +39,20 @@ def _burn() -> None:
         pass
 
 
-def pause_resume_read(consumer: Consumer, ranges: list[OffsetRange], idle_s: float) -> bool:
-    """The old pattern, reduced: assign + resume, pause each finished partition. True when it stalled."""
-    tps = [KTopicPartition(r.topic, r.partition, r.start) for r in ranges]
-    consumer.assign(tps)
-    consumer.resume(tps)
-    left = {r.partition: r for r in ranges}
-    last = time.monotonic()
-    while left:
-        for m in consumer.consume(1000, 0.5):
-            r = left.get(m.partition()) if m.error() is None else None
-            if r is not None and m.offset() >= r.end - 1:
-                consumer.pause([KTopicPartition(r.topic, r.partition)])
-                del left[r.partition]
-                last = time.monotonic()
-        if time.monotonic() - last > idle_s:
-            return True
-    return False
+class PausingConsumer(Consumer):
+    """The old pattern on Tailfill's own reader: ``resume()`` right after ``assign()``, a finished
+    partition paused rather than unassigned."""
+
+    def assign(self, partitions: list) -> None:
+        super().assign(partitions)
+        super().resume(partitions)
+
+    def incremental_unassign(self, partitions: list) -> None:
+        self.pause(partitions)
 
 
-def tailfill_read(conf: dict, consumer: Consumer, ranges: list[OffsetRange], idle_s: float) -> bool:
-    """Tailfill's reader on the same shared consumer. True when it stalled."""
+def stalled_read(conf: dict, consumer: Consumer, ranges: list[OffsetRange], idle_s: float) -> bool:
+    """One batch's read on the shared ``consumer``. True when it stalled."""
     try:
         rows = sum(b.num_rows for b in read_ranges(conf, ranges, idle_timeout_s=idle_s, consumer=consumer,
                                                    with_markers=False))
@@ -71,16 +64,15 @@ def tailfill_read(conf: dict, consumer: Consumer, ranges: list[OffsetRange], idl
 
 def trial(name: str, conf: dict, reads: int, idle_s: float, seed: int) -> str:
     rnd = random.Random(seed)
-    consumer, stalls, started = Consumer(conf), 0, time.monotonic()
+    kind = PausingConsumer if name == "pause/resume" else Consumer
+    consumer, stalls, started = kind(conf), 0, time.monotonic()
     for _ in range(reads):
         start = rnd.choice(range(0, PER_PARTITION, SLICE))
         ranges = [OffsetRange(TOPIC, p, start, start + SLICE) for p in range(PARTITIONS)]
-        stalled = (pause_resume_read(consumer, ranges, idle_s) if name == "pause/resume"
-                   else tailfill_read(conf, consumer, ranges, idle_s))
-        if stalled:  # as the reader does after an error: a fresh consumer
+        if stalled_read(conf, consumer, ranges, idle_s):  # as the reader does after an error: a fresh consumer
             stalls += 1
             consumer.close()
-            consumer = Consumer(conf)
+            consumer = kind(conf)
         time.sleep(rnd.random() / 2)
     consumer.close()
     return f"{name:>14}: {stalls:3d} of {reads} reads stalled (> {idle_s:g}s without a record)  " \
@@ -89,8 +81,8 @@ def trial(name: str, conf: dict, reads: int, idle_s: float, seed: int) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reads", type=int, default=400)
-    ap.add_argument("--burners", type=int, default=2, help="CPU-bound processes beside the reads")
+    ap.add_argument("--reads", type=int, default=600)
+    ap.add_argument("--burners", type=int, default=3, help="CPU-bound processes beside the reads")
     ap.add_argument("--idle", type=float, default=6.0, help="seconds without a record that count as a stall")
     args = ap.parse_args()
     burners = [multiprocessing.Process(target=_burn, daemon=True) for _ in range(args.burners)]

@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tailfill.errors import ConfigError
+from tailfill.lake.partition_terms import parse_term
 from tailfill.redact import register_model_secrets
 from tailfill.schema import field_type, table_schema
 
@@ -177,6 +178,9 @@ class FormatConfig(_Model):
     # A writer schema that changes a column's type beyond a promotion: its records go to quarantine with
     # the reason, or the run stops naming the field and both types.
     on_incompatible_schema: Literal["quarantine", "fail"] = "quarantine"
+    # The table's kafka_key: the bytes as sent ("raw"), or decoded UTF-8 ("string"; a key that is not
+    # UTF-8 sends its record to the quarantine, which keeps the raw key).
+    key: Literal["raw", "string"] = "raw"
 
     @model_validator(mode="after")
     def _fields_match_type(self) -> FormatConfig:
@@ -205,9 +209,33 @@ class S3Config(_Model):
     secret_key_env: str = "AWS_SECRET_ACCESS_KEY"
 
 
+# Catalog properties that carry secrets: never inline, name an environment variable (credential_env).
+CATALOG_SECRET_HINTS = ("credential", "token", "secret", "password")
+
+
 class CatalogConfig(_Model):
+    """The Iceberg catalog, opened with pyiceberg's ``load_catalog``; secrets only by environment variable."""
+
     name: str = "tailfill"
-    uri: str = Field(description="SQLAlchemy URI of the Iceberg SQL catalog")
+    type: Literal["sql", "rest", "glue", "hive"] = "sql"
+    # sql: SQLAlchemy URI; rest: the REST endpoint; hive: thrift://host:port; glue: none (AWS's).
+    uri: str | None = None
+    warehouse: str | None = None  # the catalog's warehouse (REST: e.g. s3://warehouse); sql: target.warehouse
+    credential_env: str | None = None  # variable holding the credential (REST OAuth: client_id:client_secret)
+    properties: dict[str, str] = Field(default_factory=dict)  # further pyiceberg catalog properties, no secrets
+
+    def __hash__(self) -> int:  # hashable despite the dict: targets key per-process caches
+        return hash(self.model_dump_json())
+
+    @model_validator(mode="after")
+    def _usable(self) -> CatalogConfig:
+        if self.uri is None and self.type != "glue":
+            raise ValueError(f"a {self.type} catalog needs a uri")
+        for key in self.properties:
+            if any(h in key.lower() for h in CATALOG_SECRET_HINTS):
+                raise ValueError(f"catalog property '{key}' looks like a secret; never inline it: put it in an "
+                                 "environment variable and name that variable in target.catalog.credential_env")
+        return self
 
 
 class TargetConfig(_Model):
@@ -222,6 +250,19 @@ class TargetConfig(_Model):
     # must reach it; it is on the warehouse's filesystem (a local path beside a local warehouse, an
     # s3:// URI beside an s3:// one).
     state_root: str | None = None
+    # Iceberg partition transforms of the data table, e.g. ["day(created_at)", "bucket(16, user_id)"];
+    # empty: unpartitioned. Changing it later evolves the table's spec for new data.
+    partition_by: tuple[str, ...] = ()
+
+    @field_validator("partition_by")
+    @classmethod
+    def _partition_terms_parse(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
+        for i, entry in enumerate(entries):
+            try:
+                parse_term(entry)
+            except ValueError as exc:
+                raise ValueError(f"entry {i}: {exc}") from None
+        return entries
 
     @model_validator(mode="after")
     def _s3_needs_endpoint(self) -> TargetConfig:
@@ -364,7 +405,7 @@ class PipelineConfig(_Model):
     def _expectations_name_columns(self) -> PipelineConfig:
         if self.format.type in REGISTRY_FORMATS:  # the columns are the registry's: known when the table is made
             return self
-        schema = table_schema(self.format.fields)
+        schema = table_schema(self.format.fields, self.format.key)
         columns = set(schema.names)
         unknown = sorted({e.column for e in self.expectations} - columns)
         if unknown:
@@ -382,6 +423,19 @@ class PipelineConfig(_Model):
         """The registry subject of the value schema: as configured, or ``<topic>-value``."""
         registry = self.format.schema_registry
         return (registry.subject if registry and registry.subject else None) or f"{self.source.topic}-value"
+
+    @model_validator(mode="after")
+    def _partition_by_names_columns(self) -> PipelineConfig:
+        schema = table_schema(self.format.fields, self.format.key)
+        for entry in self.target.partition_by:
+            term = parse_term(entry)
+            if term.column not in schema.names and self.format.type in REGISTRY_FORMATS:
+                continue  # a column of the registry's schema: checked when the table is made
+            if term.column not in schema.names:
+                raise ValueError(f"target.partition_by: {entry!r} names no column (columns: {', '.join(schema.names)})")
+            if why := term.check_type(schema.field(term.column).type):
+                raise ValueError(f"target.partition_by: {entry!r}: {why}")
+        return self
 
     def to_json(self) -> str:
         """Serialise for shipping to Spark executors (no file access needed there)."""

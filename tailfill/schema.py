@@ -1,9 +1,10 @@
 """The shapes records take between stages, defined once.
 
-- :data:`RAW_SCHEMA`: what the Kafka source emits — coordinates, key, value, and ``range_marker``,
+- :data:`RAW_SCHEMA`: what the Kafka source emits — coordinates, key, headers, value, and ``range_marker``,
   non-null only on the one :class:`RangeMarker` row a reader appends per range it read;
-- :func:`table_schema`: a row of the target table — coordinates, the declared fields, the raw value;
-- :data:`QUARANTINE_SCHEMA`: a record that could not become a row — coordinates, raw value, error, run;
+- :func:`table_schema`: a row of the target table — coordinates, key, headers, the declared fields, the raw value;
+- :data:`QUARANTINE_SCHEMA`: a record that could not become a row — coordinates, raw key, headers, raw value,
+  error, run;
 - :data:`RANGE_SCHEMA`: an offset range to ingest, as the Kafka source hands it to the writer.
 """
 
@@ -20,6 +21,8 @@ from tailfill.formats.types import parse_type
 from tailfill.offsets import OffsetRange
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")  # TIMESTAMP_MICROS in UTC: what pyiceberg reads as timestamptz
+# A record's Kafka headers, in order (a key may repeat; a value may be null).
+HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
 RAW_SCHEMA = pa.schema(
     [
@@ -28,12 +31,13 @@ RAW_SCHEMA = pa.schema(
         ("kafka_offset", pa.int64()),
         ("kafka_timestamp", TIMESTAMP),
         ("kafka_key", pa.binary()),
+        ("kafka_headers", HEADERS),
         ("kafka_value", pa.binary()),
         ("range_marker", pa.string()),
     ]
 )
 METADATA_FIELDS = [RAW_SCHEMA.field(n) for n in ("kafka_topic", "kafka_partition", "kafka_offset",
-                                                  "kafka_timestamp", "kafka_key")]
+                                                  "kafka_timestamp", "kafka_key", "kafka_headers")]
 COORDINATES = ("kafka_topic", "kafka_partition", "kafka_offset")
 VALUE_FIELD = RAW_SCHEMA.field("kafka_value")
 QUARANTINE_SCHEMA = pa.schema([*METADATA_FIELDS, VALUE_FIELD, pa.field("error", pa.string()),
@@ -44,7 +48,8 @@ RANGE_SCHEMA = pa.schema([("kafka_topic", pa.string()), ("kafka_partition", pa.i
 FIELD_TYPES = {"string": pa.string(), "long": pa.int64(), "double": pa.float64(), "boolean": pa.bool_(),
                "timestamp": TIMESTAMP}
 _SPARK_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "long", TIMESTAMP: "timestamp",
-                pa.binary(): "binary"}
+                pa.binary(): "binary", HEADERS: "array<struct<key: string, value: binary>>"}
+KEY_TYPES = {"raw": pa.binary(), "string": pa.string()}  # ``format.key``: the key as bytes, or decoded UTF-8
 
 
 class DeclaredField(Protocol):
@@ -54,9 +59,10 @@ class DeclaredField(Protocol):
     type: str
 
 
-def table_schema(fields: Iterable[DeclaredField]) -> pa.Schema:
-    """Rows of the target table: Kafka coordinates, the declared fields, then the raw value."""
-    return pa.schema([*METADATA_FIELDS, *(pa.field(f.name, field_type(f.type)) for f in fields), VALUE_FIELD])
+def table_schema(fields: Iterable[DeclaredField], key: str = "raw") -> pa.Schema:
+    """Rows of the target table: Kafka metadata (the key as ``format.key`` says), the declared fields, the raw value."""
+    meta = [pa.field("kafka_key", KEY_TYPES[key]) if f.name == "kafka_key" else f for f in METADATA_FIELDS]
+    return pa.schema([*meta, *(pa.field(f.name, field_type(f.type)) for f in fields), VALUE_FIELD])
 
 
 def field_type(text: str) -> pa.DataType:
@@ -93,6 +99,7 @@ class RangeMarker:
         r = self.range
         return pa.RecordBatch.from_arrays(
             [pa.array([r.topic]), pa.array([r.partition], pa.int32()), pa.array([r.start], pa.int64()),
-             pa.nulls(1, TIMESTAMP), pa.nulls(1, pa.binary()), pa.nulls(1, pa.binary()), pa.array([self.to_json()])],
+             pa.nulls(1, TIMESTAMP), pa.nulls(1, pa.binary()), pa.nulls(1, HEADERS), pa.nulls(1, pa.binary()),
+             pa.array([self.to_json()])],
             schema=RAW_SCHEMA,
         )

@@ -1,5 +1,5 @@
-"""Shared fixtures: one tansu broker, one SparkSession and (on demand) one moto S3 server, one
-Postgres server and one Spark standalone cluster per session.
+"""Shared fixtures: one tansu broker, one SparkSession and (on demand) one moto S3 server, one SeaweedFS
+(S3 and an Iceberg REST catalog), one Postgres server and one Spark standalone cluster per session.
 
 Every server binds a free loopback port and is stopped when the session ends. Each test gets its
 own TAILFILL_HOME and its own topic, so tests never see each other's data.
@@ -26,6 +26,7 @@ os.environ.update(
         "AWS_EC2_METADATA_DISABLED": "true",
         "AWS_ACCESS_KEY_ID": "tailfill-test",
         "AWS_SECRET_ACCESS_KEY": "tailfill-test",
+        "TAILFILL_TEST_REST_CREDENTIAL": "tailfill-test:tailfill-test",  # SeaweedFS's REST catalog (OAuth)
         # File-based failpoints (tailfill.failpoints.maybe_fail) are armed in here by tests.
         "TAILFILL_FAULT_DIR": tempfile.mkdtemp(prefix="tailfill-faults-"),
     }
@@ -130,6 +131,21 @@ def s3_endpoint():
 
 
 @pytest.fixture(scope="session")
+def seaweedfs():
+    """SeaweedFS (``weed mini``) on loopback: S3 and an Iceberg REST catalog, started once, stopped at the end."""
+    import shutil
+
+    from seaweedfs import SeaweedFS
+
+    base = Path(tempfile.mkdtemp(prefix="tailfill-seaweedfs-"))
+    try:
+        with SeaweedFS(base) as server:
+            yield server
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
 def postgres():
     """A Postgres server on a free loopback port (databases ``iceberg`` and ``airflow``), stopped at the end.
 
@@ -171,13 +187,19 @@ def make_pipeline(tmp_path, broker, home):
     """Write a pipeline YAML (the demo one, on a fresh topic, with ``changes`` applied) and load it."""
 
     def make(name: str = "itest", s3_endpoint: str | None = None, catalog_uri: str | None = None,
-             **changes) -> PipelineConfig:
+             rest=None, **changes) -> PipelineConfig:
         data = yaml.safe_load(DEMO.read_text())
         data["name"] = name
         data["source"]["bootstrap_servers"] = broker.bootstrap_servers
         data["source"]["topic"] = f"t-{uuid.uuid4().hex[:10]}"
         if catalog_uri:
             data["target"]["catalog"]["uri"] = catalog_uri
+        if rest is not None:  # a SeaweedFS: its REST catalog, its S3; a namespace of the test's own
+            s3_endpoint = rest.s3_endpoint
+            data["target"]["catalog"] = {"type": "rest", "uri": rest.rest_uri, "warehouse": "s3://warehouse",
+                                         "credential_env": "TAILFILL_TEST_REST_CREDENTIAL",
+                                         "properties": {"oauth2-server-uri": f"{rest.rest_uri}/v1/oauth/tokens"}}
+            data["target"]["namespace"] = f"ns_{uuid.uuid4().hex[:10]}"
         if s3_endpoint:
             data["target"]["warehouse"] = f"s3://tailfill/{uuid.uuid4().hex[:8]}/warehouse"
             data["target"]["s3"] = {"endpoint": s3_endpoint}

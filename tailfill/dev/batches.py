@@ -23,7 +23,7 @@ from tailfill.lake.rows import RowParser, split_records
 from tailfill.lake.storage import filesystem
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange
-from tailfill.schema import RAW_SCHEMA, TIMESTAMP, RangeMarker
+from tailfill.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
 
 
 def prepare_sample(cfg: PipelineConfig, run_id: str, ranges: Sequence[OffsetRange],
@@ -40,7 +40,8 @@ def prepare_sample(cfg: PipelineConfig, run_id: str, ranges: Sequence[OffsetRang
         raw = pa.table([pa.array([r.topic] * r.size), pa.array([r.partition] * r.size, pa.int32()),
                         pa.array(offsets, pa.int64()),
                         pa.array([datetime.now(UTC)] * r.size, TIMESTAMP), pa.nulls(r.size, pa.binary()),
-                        pa.array(values, pa.binary()), pa.nulls(r.size, pa.string())], schema=RAW_SCHEMA)
+                        pa.array([[]] * r.size, HEADERS), pa.array(values, pa.binary()), pa.nulls(r.size, pa.string())],
+                       schema=RAW_SCHEMA)
         output = RangeOutput(fs, cfg, run_id, tables.data.location(), tables.quarantine.location())
         output.add(*split_records(raw, cfg.format, run_id, parser))
         out.append(PreparedRange(RangeMarker(r, r.size), *output.close(), output.rows, output.quarantined))

@@ -194,4 +194,4 @@ def follow_declared(cfg: PipelineConfig, table: Table) -> bool:
     """Give ``table`` the columns ``format.fields`` declares now (a field added to a json pipeline)."""
     if cfg.format.type != "json":
         return False
-    return evolve(table, table_schema(cfg.format.fields), "format.fields")
+    return evolve(table, table_schema(cfg.format.fields, cfg.format.key), "format.fields")

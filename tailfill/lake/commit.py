@@ -23,6 +23,7 @@ from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.storage import filesystem
 from tailfill.lake.tables import Tables
 from tailfill.offsets import OffsetRange, intersect_all
+from tailfill.upkeep.audit_log import audit_log
 
 _TURNS = threading.Lock()
 
@@ -41,7 +42,7 @@ def commit_prepared(cfg: PipelineConfig, tables: Tables, run_id: str, batch_id: 
         def commit(table, files: list[str]) -> CommitResult:
             return commit_batch(table, summary, files,
                                 lambda files_, keep: rewrite_files(fs, files_, keep, table.location(), run_id),
-                                lambda kept: records_in(fs, prepared, kept))
+                                lambda kept: records_in(fs, prepared, kept), audit_log(cfg, table))
 
         data_files = [f for p in prepared for f in p.data_files]
         follow_files(cfg, tables.data, fs, data_files)  # new columns first: nothing committed if it cannot

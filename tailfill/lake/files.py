@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from tailfill.lake.storage import fs_path
+from tailfill.lake.storage import fs_path, make_dirs
 from tailfill.offsets import OffsetRange
 
 # zstd, and a small dictionary page: a column of unique values (ids, the raw value) gives up on its
@@ -26,11 +26,14 @@ class FileSet:
     """Parquet files under one table location, opened lazily: at most one open file per task.
 
     ``schema`` None: files take the schema of what is written, a new file when it changes (rows of
-    registry formats carry their writer schema's columns)."""
+    registry formats carry their writer schema's columns). ``footer``: Parquet key-value metadata of
+    every file (a partitioned file's partition)."""
 
-    def __init__(self, fs: pafs.FileSystem, location: str, schema: pa.Schema | None, run_id: str):
+    def __init__(self, fs: pafs.FileSystem, location: str, schema: pa.Schema | None, run_id: str,
+                 footer: dict[bytes, bytes] | None = None):
         self.fs, self.location, self.schema, self.run_id = fs, location.rstrip("/"), schema, run_id
         self.follows = schema is None
+        self.footer = footer or {}
         self.writer: pq.ParquetWriter | None = None
         self.uris: list[str] = []
 
@@ -44,8 +47,9 @@ class FileSet:
             if self.follows:
                 self.schema = table.schema
             uri = new_file_uri(self.location, self.run_id)
-            self.fs.create_dir(fs_path(f"{self.location}/data"), recursive=True)
-            self.writer = pq.ParquetWriter(fs_path(uri), self.schema, filesystem=self.fs, **PARQUET_OPTIONS)
+            make_dirs(self.fs, f"{self.location}/data")
+            schema = self.schema.with_metadata({**(self.schema.metadata or {}), **self.footer})
+            self.writer = pq.ParquetWriter(fs_path(uri), schema, filesystem=self.fs, **PARQUET_OPTIONS)
             self.uris.append(uri)
         self.writer.write_table(table)
 
@@ -97,7 +101,7 @@ def rewrite_files(fs: pafs.FileSystem, files: Sequence[str], keep: list[OffsetRa
         kept = table.filter(mask)
         if kept.num_rows:
             new_uri = new_file_uri(location, run_id)
-            fs.create_dir(fs_path(f"{location.rstrip('/')}/data"), recursive=True)
+            make_dirs(fs, f"{location.rstrip('/')}/data")
             pq.write_table(kept, fs_path(new_uri), filesystem=fs, **PARQUET_OPTIONS)
             out.append(new_uri)
     return out

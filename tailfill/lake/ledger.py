@@ -3,7 +3,9 @@
 Each micro-batch commit is one Iceberg transaction that (1) adds the batch's data files with a
 snapshot summary naming pipeline, run id, batch id and the exact ``[start, end)`` ranges it
 covers, and (2) updates the table property holding the merged ranges of all commits. The
-property is the resume position (it survives snapshot expiry); the summaries are the audit trail.
+property is the resume position (it survives snapshot expiry); the summaries are the audit trail,
+also written before the commit to the durable audit log, whose chain head (:data:`AUDIT_HEAD`) the
+same transaction moves (:mod:`tailfill.upkeep.audit_log`), so they outlive any snapshot expiry.
 
 Commits are idempotent by offsets: a batch whose ranges are already in the ledger commits
 nothing; one that partly overlaps keeps only the rows of the uncommitted part.
@@ -14,13 +16,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.table import Table
+from pyiceberg.table import Table, TableProperties
 from sqlalchemy.exc import SQLAlchemyError
 
 from tailfill.errors import CommitConflictError, LakeError
 from tailfill.lake.batch_summary import BatchSummary
+from tailfill.lake.partition import data_files
 from tailfill.offsets import (
     OffsetRange,
     PartitionOffsets,
@@ -32,10 +36,13 @@ from tailfill.offsets import (
 )
 
 COMMITTED_PROP = "tailfill.committed-ranges"
+AUDIT_HEAD = "tailfill.audit-head"  # the snapshot id of the latest batch commit (its audit's chain starts there)
+PREVIOUS_AUDIT = "tailfill.previous-audit"  # in a batch's summary: the head its commit replaced
 LOST_PROP = "tailfill.lost-ranges"
 CUTOVER_PROP = "tailfill.cutover"
 
 COMMIT_ATTEMPTS = 20
+DEFAULT_NAME_MAPPING = TableProperties.DEFAULT_NAME_MAPPING
 
 
 @dataclass(frozen=True)
@@ -108,14 +115,25 @@ class CommitResult:
 Rewriter = Callable[[Sequence[str], list[OffsetRange]], list[str]]
 
 
+class AuditWriter(Protocol):
+    """Where a batch's summary is written with its commit (:class:`tailfill.upkeep.audit_log.AuditLog`)."""
+
+    def write_batch(self, snapshot_id: int, summary: dict[str, str]) -> None: ...
+
+    def drop_batches(self, snapshot_ids: list[int]) -> None: ...
+
+
 def commit_batch(table: Table, batch: BatchSummary, files: Sequence[str], rewrite: Rewriter,
-                 records_in: Callable[[list[OffsetRange]], int] | None = None) -> CommitResult:
+                 records_in: Callable[[list[OffsetRange]], int] | None = None,
+                 audit: AuditWriter | None = None) -> CommitResult:
     """Commit ``batch`` (its ``files``) to ``table`` exactly once per offset; retries concurrency conflicts.
 
     ``rewrite(files, keep)`` must return new files holding only the rows whose offsets lie in
     ``keep``; it is called only when part of the batch is already committed. The snapshot's summary
     is ``batch`` with the ranges it actually committed; ``records_in(ranges)`` gives the records read
     in those ranges when they are only part of the batch (the proof compares them with what is stored).
+    With ``audit``, the summary is also written there before the commit, and the table's
+    :data:`AUDIT_HEAD` moves to the new snapshot in the same transaction (the audit survives any expiry).
     """
     asked = merge(batch.ranges)
     for _ in commit_attempts():
@@ -128,18 +146,29 @@ def commit_batch(table: Table, batch: BatchSummary, files: Sequence[str], rewrit
         lost = intersect_all(subtract(batch.lost, ledger.lost), new)
         records = batch.records_read if new == asked or records_in is None else records_in(new)
         summary = replace(batch, ranges=new, lost=lost, records_read=records).to_properties()
+        if audit is not None and AUDIT_HEAD in table.properties:
+            summary[PREVIOUS_AUDIT] = table.properties[AUDIT_HEAD]
+        snapshot_id = None
         try:
             with table.transaction() as tx:
-                if kept:
-                    tx.add_files(kept, snapshot_properties=summary, check_duplicate_files=False)
-                else:  # nothing to store (all quarantined / absent), but the ranges are done
-                    with tx.update_snapshot(snapshot_properties=summary).fast_append():
-                        pass
+                if kept and tx.table_metadata.name_mapping() is None:  # files carry no field ids: map by name
+                    tx.set_properties({DEFAULT_NAME_MAPPING: tx.table_metadata.schema().name_mapping.model_dump_json()})
+                # Not add_files: it infers partitions from column bounds (refusing bucket); files record theirs.
+                entries = data_files(table.io, tx.table_metadata, kept)
+                with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
+                    for entry in entries:  # none: nothing to store (all quarantined / absent), but the ranges are done
+                        append.append_data_file(entry)
+                    snapshot_id = append.snapshot_id
                 props = {COMMITTED_PROP: ranges_to_json(merge([*ledger.committed, *new]))}
+                if audit is not None:
+                    audit.write_batch(snapshot_id, summary)  # durable before the commit that makes it true
+                    props[AUDIT_HEAD] = str(snapshot_id)
                 if lost:
                     props[LOST_PROP] = ranges_to_json(merge([*ledger.lost, *lost]))
                 tx.set_properties(props)
         except CommitFailedException:
+            if audit is not None and snapshot_id is not None:  # off the chain anyway; one object less to list
+                audit.drop_batches([snapshot_id])
             continue
         table.refresh()
         return CommitResult(new, subtract(asked, new), table.current_snapshot().snapshot_id)
@@ -155,5 +184,5 @@ def batch_summaries(table: Table) -> list[dict[str, str]]:
     for snap in table.snapshots():
         props = snap.summary.additional_properties if snap.summary else {}
         if BatchSummary.recorded_in(props):
-            out.append({"snapshot-id": str(snap.snapshot_id), **props})
+            out.append({"snapshot-id": str(snap.snapshot_id), "timestamp-ms": str(snap.timestamp_ms), **props})
     return out

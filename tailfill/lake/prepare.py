@@ -19,6 +19,8 @@ from tailfill.config import REGISTRY_FORMATS, PipelineConfig
 from tailfill.errors import DroppedRecordsError
 from tailfill.formats.decode import RegistryDecoder
 from tailfill.lake.files import FileSet
+from tailfill.lake.partition import footer, split
+from tailfill.lake.partition_terms import parse_terms
 from tailfill.lake.rows import RowParser, split_records
 from tailfill.lake.storage import filesystem
 from tailfill.offsets import OffsetRange
@@ -146,8 +148,11 @@ class RangeOutput:
     """One range's rows and quarantined rows on their way to Parquet, in row groups of a good size."""
 
     def __init__(self, fs, cfg: PipelineConfig, run_id: str, data_location: str, quarantine_location: str):
+        self.fs, self.run_id, self.data_location = fs, run_id, data_location
         follows = cfg.format.type in REGISTRY_FORMATS  # rows carry their writer schema's columns
-        self.data = FileSet(fs, data_location, None if follows else table_schema(cfg.format.fields), run_id)
+        self.schema = None if follows else table_schema(cfg.format.fields, cfg.format.key)
+        self.terms = parse_terms(cfg.target.partition_by)
+        self.data: dict[tuple, FileSet] = {}  # one file set per partition value: no file mixes partitions
         self.bad = FileSet(fs, quarantine_location, QUARANTINE_SCHEMA, run_id)
         self.pending: tuple[list[pa.Table], list[pa.Table]] = ([], [])
         self.rows = self.quarantined = 0
@@ -160,11 +165,19 @@ class RangeOutput:
         self._flush(force=False)
 
     def _flush(self, force: bool) -> None:
-        for fileset, pending in zip((self.data, self.bad), self.pending, strict=True):
+        for data, pending in zip((True, False), self.pending, strict=True):
             if pending and (force or sum(t.num_rows for t in pending) >= ROW_GROUP_ROWS):
-                fileset.write(pa.concat_tables(pending, promote_options="permissive"))
+                rows = pa.concat_tables(pending, promote_options="permissive")
                 pending.clear()
+                if not data:
+                    self.bad.write(rows)
+                    continue
+                for values, part in split(rows, self.terms):
+                    if values not in self.data:
+                        self.data[values] = FileSet(self.fs, self.data_location, self.schema, self.run_id,
+                                                    footer(self.terms, values))
+                    self.data[values].write(part)
 
     def close(self) -> tuple[list[str], list[str]]:
         self._flush(force=True)
-        return self.data.close(), self.bad.close()
+        return [uri for fileset in self.data.values() for uri in fileset.close()], self.bad.close()

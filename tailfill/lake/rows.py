@@ -291,13 +291,26 @@ def _decodes(value: bytes | None) -> bool:
     return True
 
 
+def _keys_decode(keys: pa.Array, columns: list[pa.Array], good: list[bool],
+                 errors: list[str]) -> tuple[list[pa.Array], list[bool], list[str]]:
+    """With ``format.key: string``, records whose key is not UTF-8 join the quarantine (in record order)."""
+    decodes = _valid_utf8(keys)
+    if decodes.all():
+        return columns, good, errors
+    parse_errors = iter(errors)
+    reasons = [None if ok and key_ok else "key is not valid UTF-8 (format.key: string)" if ok else next(parse_errors)
+               for ok, key_ok in zip(good, decodes, strict=True)]
+    keep = pa.array([bool(key_ok) for ok, key_ok in zip(good, decodes, strict=True) if ok])  # among parsed rows
+    return [c.filter(keep) for c in columns], [r is None for r in reasons], [r for r in reasons if r is not None]
+
+
 def split_records(batch: pa.RecordBatch | pa.Table, fmt: FormatConfig, run_id: str,
                   parser: RowParser | None = None) -> tuple[pa.Table, pa.Table]:
     """Split raw records (``kafka_*`` columns) into (rows, quarantined rows)."""
     table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
     meta = table.select([f.name for f in METADATA_FIELDS]).cast(pa.schema(METADATA_FIELDS))
     value_arr = table.column("kafka_value").combine_chunks().cast(pa.binary())
-    schema = table_schema(fmt.fields)
+    schema = table_schema(fmt.fields, fmt.key)
     if fmt.type == "raw":
         lengths = pc.fill_null(pc.binary_length(value_arr), 0).to_pylist()
         good = [n <= fmt.max_value_bytes for n in lengths]
@@ -306,9 +319,12 @@ def split_records(batch: pa.RecordBatch | pa.Table, fmt: FormatConfig, run_id: s
         columns: list[pa.Array] = []
     else:
         columns, good, errors = (parser or RowParser(fmt)).parse(value_arr)
+    if fmt.key == "string":
+        columns, good, errors = _keys_decode(meta.column("kafka_key").combine_chunks(), columns, good, errors)
     ok_mask = pa.array(good, pa.bool_())
     bad_mask = pc.invert(ok_mask)
-    ok = pa.Table.from_arrays([*meta.filter(ok_mask).columns, *columns, value_arr.filter(ok_mask)], schema=schema)
+    ok_meta = meta.filter(ok_mask).cast(pa.schema(list(schema)[:len(METADATA_FIELDS)]))  # the key decoded, if asked
+    ok = pa.Table.from_arrays([*ok_meta.columns, *columns, value_arr.filter(ok_mask)], schema=schema)
     bad = pa.Table.from_arrays(
         [*meta.filter(bad_mask).columns, value_arr.filter(bad_mask), pa.array(errors, pa.string()),
          pa.array([run_id] * len(errors), pa.string())],

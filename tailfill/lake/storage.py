@@ -60,6 +60,13 @@ def fs_path(uri: str) -> str:
     return uri
 
 
+def make_dirs(fs: pafs.FileSystem, uri: str) -> None:
+    """Create directory ``uri`` on a local filesystem; nothing on S3, which has no directories (an S3 Tables
+    bucket even refuses the marker objects pyarrow would write for them)."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        fs.create_dir(fs_path(uri), recursive=True)
+
+
 def write_whole(fs: pafs.FileSystem, uri: str, data: bytes) -> None:
     """Write ``data`` to ``uri`` under a hidden temporary name, then move it into place.
 

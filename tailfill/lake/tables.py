@@ -1,4 +1,4 @@
-"""The pipeline's Iceberg tables and their SQL catalog (SQLite by default, Postgres in compose).
+"""The pipeline's Iceberg tables and their catalog (SQL: SQLite by default, Postgres in compose; REST, Glue, Hive).
 
 The catalog is opened once per process and reused; tables are loaded fresh on every call (their
 state changes under us). Files and the warehouse itself are :mod:`tailfill.lake.storage`'s.
@@ -10,13 +10,13 @@ import contextlib
 import functools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
     NamespaceAlreadyExistsError,
@@ -30,6 +30,8 @@ from tailfill.config import REGISTRY_FORMATS, PipelineConfig, TargetConfig
 from tailfill.errors import LakeError, RegistryError, SchemaChangeError
 from tailfill.formats.decode import latest_columns
 from tailfill.formats.evolve import follow_declared
+from tailfill.lake.partition import spec_terms
+from tailfill.lake.partition_terms import parse_terms
 from tailfill.lake.storage import s3_credentials, warehouse_uri
 from tailfill.redact import redact_text
 from tailfill.schema import METADATA_FIELDS, QUARANTINE_SCHEMA, VALUE_FIELD, table_schema
@@ -38,7 +40,16 @@ CATALOG_OPEN_ATTEMPTS = 5
 
 
 def catalog_properties(target: TargetConfig) -> dict[str, str]:
-    props = {"uri": target.catalog.uri, "warehouse": warehouse_uri(target)}
+    """pyiceberg's properties for the pipeline's catalog, secrets read from the variables the config names."""
+    cat = target.catalog
+    props = {**cat.properties, "type": cat.type,
+             "warehouse": cat.warehouse or (warehouse_uri(target) if cat.type == "sql" else None)}
+    if cat.uri is not None:
+        props["uri"] = cat.uri
+    if cat.credential_env is not None:
+        if not os.environ.get(cat.credential_env):
+            raise LakeError(f"target.catalog.credential_env names {cat.credential_env}, which is not set")
+        props["credential"] = os.environ[cat.credential_env]
     if target.s3 is not None:
         key, secret = s3_credentials(target)
         props.update(
@@ -50,29 +61,37 @@ def catalog_properties(target: TargetConfig) -> dict[str, str]:
                 "s3.force-virtual-addressing": "false",
             }
         )
-    return props
+    return {k: v for k, v in props.items() if v is not None}
+
+
+def catalog_label(target: TargetConfig) -> str:
+    """Where the catalog is, as messages name it: its (redacted) uri, or its type when it has none (Glue)."""
+    return redact_text(target.catalog.uri or f"({target.catalog.type})")
 
 
 @functools.lru_cache(maxsize=16)
 def load_catalog(target: TargetConfig) -> Catalog:
-    """The pipeline's Iceberg SQL catalog (SQLite by default, Postgres in compose), one per process."""
+    """The pipeline's Iceberg catalog, one per process: SQL (SQLite by default, Postgres in compose), REST,
+    Glue or Hive, through pyiceberg's ``load_catalog``."""
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+    uri = target.catalog.uri or ""
     try:
-        if target.catalog.uri.startswith("sqlite:///"):
-            Path(target.catalog.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        if uri.startswith("sqlite:///"):
+            Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         if not target.warehouse.startswith("s3://"):
             Path(target.warehouse).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise LakeError(f"cannot create the local warehouse or catalog directory: {exc}") from exc
+    props = catalog_properties(target)
     for attempt in range(CATALOG_OPEN_ATTEMPTS):
         try:
-            return SqlCatalog(target.catalog.name, **catalog_properties(target))
+            return pyiceberg_load_catalog(target.catalog.name, **props)
         except Exception as exc:
             if attempt + 1 < CATALOG_OPEN_ATTEMPTS and _lost_creation_race(exc):
                 time.sleep(0.1 * (attempt + 1))  # the winner's tables exist now: opening again finds them
                 continue
-            # SQLAlchemy's errors may quote the URL: the message is redacted as a whole.
-            raise LakeError(redact_text(f"cannot open the Iceberg catalog at {target.catalog.uri}: {exc}")) from exc
+            # Errors may quote the URL or a credential: the message is redacted as a whole.
+            raise LakeError(redact_text(f"cannot open the Iceberg catalog at {catalog_label(target)}: {exc}")) from exc
     raise AssertionError("unreachable")
 
 
@@ -96,7 +115,10 @@ TABLE_PROPERTIES = {"format-version": "2", "commit.retry.num-retries": "0",
                     "write.metadata.previous-versions-max": "10", "write.metadata.delete-after-commit.enabled": "true"}
 
 
-def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema | Callable[[], pa.Schema]) -> Table:
+def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema | Callable[[], pa.Schema],
+            partition_by: Sequence[str] = ()) -> Table:
+    """Load the table ``ident``, or create it with ``schema`` (a callable: asked only then) and the spec;
+    a concrete ``schema`` also adds the columns an older table lacks."""
     try:
         table = catalog.load_table(ident)
     except NoSuchTableError:
@@ -104,10 +126,18 @@ def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema | Callab
         with contextlib.suppress(NamespaceAlreadyExistsError, IntegrityError):
             catalog.create_namespace(ident[0])
         try:
-            return catalog.create_table(ident, schema=schema() if callable(schema) else schema,
-                                        properties=TABLE_PROPERTIES)
-        except TableAlreadyExistsError:
+            new_schema = schema() if callable(schema) else schema
+            with catalog.create_table_transaction(ident, schema=new_schema, properties=TABLE_PROPERTIES) as tx:
+                if partition_by:
+                    with tx.update_spec() as spec:
+                        for term in parse_terms(partition_by):
+                            spec.add_field(term.column, term.iceberg())
+            return catalog.load_table(ident)
+        except (TableAlreadyExistsError, CommitFailedException):
             table = catalog.load_table(ident)
+    if not callable(schema):  # the data table's columns follow its format (formats.evolve)
+        _add_missing_columns(table, schema)
+    evolve_spec(table, list(partition_by))
     missing = {k: v for k, v in TABLE_PROPERTIES.items() if table.properties.get(k) != v and k != "format-version"}
     if missing:  # a table created before the property existed
         with contextlib.suppress(CommitFailedException), table.transaction() as tx:
@@ -120,7 +150,46 @@ def initial_schema(cfg: PipelineConfig) -> pa.Schema:
     """A new data table's schema: the declared fields, or (registry formats) the subject's latest schema."""
     if cfg.format.type in REGISTRY_FORMATS:
         return pa.schema([*METADATA_FIELDS, *latest_columns(cfg), VALUE_FIELD])
-    return table_schema(cfg.format.fields)
+    return table_schema(cfg.format.fields, cfg.format.key)
+
+
+def _add_missing_columns(table: Table, schema: pa.Schema) -> None:
+    """Add the columns of ``schema`` a table created by an older Tailfill lacks (e.g. ``kafka_headers``)."""
+    missing = [f for f in schema if f.name not in table.schema().column_names]
+    if not missing:
+        return
+    with contextlib.suppress(CommitFailedException), table.update_schema() as update:  # lost a race: it is done
+        update.union_by_name(pa.schema(missing))
+    table.refresh()
+
+
+def evolve_spec(table: Table, partition_by: list[str]) -> None:
+    """Make ``table``'s partition spec ``partition_by`` for the data written from now on (files already
+    written keep theirs); a change Iceberg refuses stops with one line naming both specs."""
+    for _ in range(CATALOG_OPEN_ATTEMPTS):
+        current = spec_terms(table.spec(), table.schema())
+        if current == partition_by:
+            return
+        try:
+            with table.update_spec() as spec:
+                for field, term in zip(table.spec().fields, current, strict=True):
+                    if term not in partition_by:
+                        spec.remove_field(field.name)
+                for term in parse_terms(partition_by):
+                    if str(term) not in current:
+                        spec.add_field(term.column, term.iceberg())
+        except CommitFailedException:  # another process changed the table first: look again
+            table.refresh()
+            continue
+        except ValueError as exc:
+            raise LakeError(f"cannot change the partition spec of {'.'.join(table.name())} from {current} to "
+                            f"{partition_by}: {exc} (fix: restore target.partition_by)") from None
+        table.refresh()
+        if spec_terms(table.spec(), table.schema()) != partition_by:  # e.g. a reordering Iceberg cannot express
+            raise LakeError(f"cannot change the partition spec of {'.'.join(table.name())} from {current} to "
+                            f"{partition_by}: only adding and removing transforms is supported, not reordering "
+                            "(fix: restore target.partition_by)")
+    raise LakeError(f"the partition spec of {'.'.join(table.name())} kept changing under us")
 
 
 class Tables(NamedTuple):
@@ -135,10 +204,10 @@ def ensure_tables(cfg: PipelineConfig) -> Tables:
     catalog = load_catalog(cfg.target)
     ns = cfg.target.namespace
     try:
-        data = _ensure(catalog, (ns, cfg.target.table), lambda: initial_schema(cfg))
+        data = _ensure(catalog, (ns, cfg.target.table), lambda: initial_schema(cfg), cfg.target.partition_by)
         follow_declared(cfg, data)  # a field added to format.fields: a new column before any row carries it
         quarantine = _ensure(catalog, (ns, cfg.target.quarantine_name), QUARANTINE_SCHEMA)
-    except (RegistryError, SchemaChangeError):
+    except (LakeError, RegistryError, SchemaChangeError):
         raise
     except Exception as exc:
         where = f"{ns} at {warehouse_uri(cfg.target)}"

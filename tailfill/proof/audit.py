@@ -2,8 +2,8 @@
 
 Only the two coordinate columns are read for offset accounting, with Iceberg's file pruning on
 the ranges in question, so checking a run costs in proportion to the run, not the table. The
-commits are the batch summaries of the live snapshots plus those archived before maintenance
-expired their snapshots (:mod:`tailfill.upkeep.audit_log`). A data or quarantine file that the table
+commits are the batch summaries of the live snapshots plus the durable audit written with each
+commit and archived at expiry (:mod:`tailfill.upkeep.audit_log`). A data or quarantine file that the table
 references but that cannot be read (deleted or damaged behind the table's back) is not an error
 of the check: it becomes a :class:`DamagedFile` naming the offset ranges it held, from the file's
 column bounds in the manifest.
@@ -18,7 +18,6 @@ from functools import reduce
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, GreaterThanOrEqual, LessThan, Or
 from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
@@ -28,13 +27,14 @@ from tailfill.lake.batch_summary import BatchSummary
 from tailfill.offsets import OffsetRange, TopicPartition, intersect_all, merge
 from tailfill.proof.completeness import Offsets
 from tailfill.schema import COORDINATES
-from tailfill.upkeep.audit_log import all_batch_summaries
+from tailfill.upkeep.audit_log import AuditLog, all_batch_summaries
 
 
-def committed_batches(fs: pafs.FileSystem, table: Table, run_id: str | None = None) -> list[BatchSummary]:
-    """The batches committed to ``table`` (all, or one run's), archived and live, oldest first."""
+def committed_batches(audit: AuditLog, table: Table, run_id: str | None = None) -> list[BatchSummary]:
+    """The batches committed to ``table`` (all, or one run's), from its durable audit and live snapshots,
+    oldest first."""
     table.refresh()
-    batches = [BatchSummary.from_properties(s) for s in all_batch_summaries(fs, table)]
+    batches = [BatchSummary.from_properties(s) for s in all_batch_summaries(audit, table)]
     return [b for b in batches if run_id is None or b.run_id == run_id]
 
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tailfill.config import PipelineConfig, tailfill_home
-from tailfill.lake.storage import filesystem, fs_path, warehouse_uri, write_whole
+from tailfill.lake.storage import filesystem, fs_path, make_dirs, warehouse_uri, write_whole
 from tailfill.proof.result import ValidationResult
 from tailfill.redact import redact_data
 
@@ -32,7 +32,7 @@ def gx_root(cfg: PipelineConfig) -> Path:
 def _write(cfg: PipelineConfig, name: str, text: str) -> str:
     fs = filesystem(cfg.target)
     base = results_uri(cfg)
-    fs.create_dir(fs_path(base), recursive=True)
+    make_dirs(fs, base)
     uri = f"{base}/{name}"
     write_whole(fs, uri, text.encode())  # latest.json is read while lanes validate: never half a file
     return uri

@@ -16,7 +16,6 @@ import pandas as pd
 
 from tailfill.config import PipelineConfig
 from tailfill.lake.ledger import read_ledger
-from tailfill.lake.storage import filesystem
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, by_partition, merge, total
 from tailfill.proof.audit import committed_batches, run_rows, stored_offsets
@@ -33,6 +32,7 @@ from tailfill.proof.data_checks import DATA_COLUMNS, check_rows, expectation_col
 from tailfill.proof.expectations import DATA_SUITE, RUN_SUITE, TILING_SUITE, exclusive, run_suites
 from tailfill.proof.reports import gx_root, persist
 from tailfill.proof.result import ValidationResult
+from tailfill.upkeep.audit_log import audit_log
 
 
 def _spans(ranges: list[OffsetRange]) -> list[OffsetRange]:
@@ -67,7 +67,7 @@ def validate(cfg: PipelineConfig, run_id: str | None = None, all_runs: bool = Fa
     """
     started = time.perf_counter()
     data, quarantine = ensure_tables(cfg)
-    every = committed_batches(filesystem(cfg.target), data)
+    every = committed_batches(audit_log(cfg, data), data)
     ledger = read_ledger(data)
     if all_runs:
         batches, runs, scope = every, list(dict.fromkeys(b.run_id for b in every)), "all runs"

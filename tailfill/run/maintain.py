@@ -16,6 +16,7 @@ from tailfill.config import MaintenanceConfig, PipelineConfig, duration_seconds
 from tailfill.errors import ConfigError
 from tailfill.lake.storage import filesystem
 from tailfill.lake.tables import ensure_tables
+from tailfill.upkeep.audit_log import audit_log
 from tailfill.upkeep.compact import CompactionResult, compact
 from tailfill.upkeep.expire import ExpiryResult, expire
 from tailfill.upkeep.orphans import OrphanResult, remove_orphans
@@ -91,7 +92,7 @@ def maintain(cfg: PipelineConfig, settings: MaintenanceConfig) -> MaintenanceRes
     result = MaintenanceResult(cfg.name, settings)
     for table in ensure_tables(cfg):
         compacted = compact(table, fs, settings.target_file_bytes)
-        expired = expire(table, fs, older_than, settings.keep_last)
+        expired = expire(table, audit_log(cfg, table), older_than, settings.keep_last)
         orphans = remove_orphans(table, fs, duration_seconds(settings.orphan_min_age))
         result.tables.append(TableUpkeep(".".join(table.name()), compacted, expired, orphans))
     result.seconds = round(time.perf_counter() - started, 3)

@@ -12,7 +12,7 @@ from tailfill.config import PipelineConfig
 from tailfill.errors import BrokerError, ConfigError, LakeError, PreflightError, RegistryError, SourceError
 from tailfill.formats.registry import RegistryClient
 from tailfill.lake.storage import filesystem, fs_path, warehouse_uri
-from tailfill.redact import redact_uri
+from tailfill.lake.tables import catalog_label
 from tailfill.run.plan import SourceState, source_state, tail_start
 from tailfill.run.tail_health import describe, read_tail
 
@@ -74,7 +74,7 @@ def preflight(cfg: PipelineConfig, mode: str) -> list[str]:
         raise PreflightError(f"schema registry: {exc}") from exc
     passed.append(f"broker reachable, topic {cfg.source.topic!r} has {len(state.marks.high.offsets)} partitions")
     tables = f"{cfg.target.namespace}.{cfg.target.table}"
-    passed.append(f"catalog {redact_uri(cfg.target.catalog.uri)} reachable, tables {tables} ready")
+    passed.append(f"catalog {catalog_label(cfg.target)} reachable, tables {tables} ready")
     passed.append(check_warehouse_writable(cfg))
     if cfg.format.schema_registry is not None:
         passed.append(check_registry(state.cfg))

@@ -25,7 +25,7 @@ from tailfill.config import EMBEDDED, SourceConfig
 from tailfill.errors import ConfigError, ExpiredOffsetsError, SourceError
 from tailfill.offsets import OffsetRange, PartitionOffsets, TopicPartition
 from tailfill.redact import register_secret
-from tailfill.schema import RAW_SCHEMA, TIMESTAMP, RangeMarker
+from tailfill.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
 
 METADATA_TIMEOUT_S = 10.0
 RECONNECT_TIMEOUT_S = 15.0  # how long a read waits for librdkafka to reconnect before the batch fails
@@ -199,11 +199,21 @@ def _batch(messages: list, topic: str, partition: int, offsets: list[int]) -> pa
             pa.array(offsets, pa.int64()),
             stamps,
             pa.array([m.key() for m in messages], pa.binary()),
+            pa.array([_headers(m) for m in messages], HEADERS),
             pa.array([m.value() for m in messages], pa.binary()),
             pa.nulls(n, pa.string()),
         ],
         schema=RAW_SCHEMA,
     )
+
+
+def _headers(message) -> list[dict] | None:
+    """A message's headers as ``kafka_headers`` holds them (a key that is not UTF-8 is kept escaped)."""
+    headers = message.headers()
+    if not headers:
+        return []
+    return [{"key": k.decode("utf-8", "backslashreplace") if isinstance(k, bytes) else k,
+             "value": v.encode() if isinstance(v, str) else v} for k, v in headers]
 
 
 @dataclass

@@ -2,11 +2,11 @@
 
 Every micro-batch adds at least one small file per task. Files smaller than the target are grouped
 by the Kafka partitions they hold (from their column bounds in the manifest: one partition per
-file in the normal case), read, sorted by ``(topic, partition, offset)`` and written again into
-files that roll over once they reach the target; one Iceberg overwrite removes the old files and
-adds the new ones atomically, so a reader sees either set, never both. Rows keep their coordinate
-columns, so the offset proof reads the same offsets afterwards. A group's files end up at most
-``bytes / target + 1``.
+file in the normal case) and by their Iceberg partition (``target.partition_by``), read, sorted by
+``(topic, partition, offset)`` and written again into files that roll over once they reach the
+target; one Iceberg overwrite removes the old files and adds the new ones atomically, so a reader
+sees either set, never both. Rows keep their coordinate columns, so the offset proof reads the
+same offsets afterwards. A group's files end up at most ``bytes / target + 1``.
 
 A concurrent commit (a tail or backfill batch) makes the overwrite conflict: it is retried on the
 refreshed table as long as the rewritten files are all still live; if another compaction took
@@ -24,14 +24,15 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import CommitFailedException, ValidationException
-from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
+from pyiceberg.typedef import Record
 
 from tailfill.errors import CommitConflictError, LakeError
 from tailfill.lake.files import PARQUET_OPTIONS, new_file_uri
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, commit_attempts
-from tailfill.lake.storage import fs_path
+from tailfill.lake.partition import data_file
+from tailfill.lake.storage import fs_path, make_dirs
 
 MAINTENANCE_SUMMARY = "tailfill.maintenance"
 CHUNKS_PER_FILE = 8  # rows are written in about this many chunks per target-sized file
@@ -64,7 +65,7 @@ def _write_rolling(fs: pafs.FileSystem, location: str, rows: pa.Table, target_by
         return []
     per_row = max(rows.nbytes / rows.num_rows, 1.0)
     chunk = max(int(target_bytes / per_row / CHUNKS_PER_FILE), 1)
-    fs.create_dir(fs_path(f"{location.rstrip('/')}/data"), recursive=True)
+    make_dirs(fs, f"{location.rstrip('/')}/data")
     uris: list[str] = []
     sink = writer = None
     for start in range(0, rows.num_rows, chunk):
@@ -92,10 +93,11 @@ def _read(fs: pafs.FileSystem, uri: str) -> pa.Table:
                         "offsets it held") from exc
 
 
-def _commit_rewrite(table: Table, old: Sequence[DataFile], new_uris: list[str]) -> bool:
-    """Swap ``old`` for ``new_uris`` in one overwrite; False if ``old`` is no longer all live."""
+def _commit_rewrite(table: Table, old: Sequence[DataFile], new: list[tuple[str, Record]]) -> bool:
+    """Swap ``old`` for ``new`` (files and their partitions) in one overwrite; False if ``old`` is no longer
+    all live."""
     wanted = {f.file_path for f in old}
-    new_files = [parquet_file_to_data_file(table.io, table.metadata, uri) for uri in new_uris]  # footers read once
+    new_files = [data_file(table.io, table.metadata, uri, partition) for uri, partition in new]  # footers read once
     for _ in commit_attempts():
         table.refresh()
         live = {t.file.file_path: t.file for t in table.scan().plan_files()}
@@ -115,14 +117,17 @@ def _commit_rewrite(table: Table, old: Sequence[DataFile], new_uris: list[str]) 
 
 
 def compact(table: Table, fs: pafs.FileSystem, target_bytes: int) -> CompactionResult:
-    """Rewrite the small data files of ``table`` into files of about ``target_bytes``, per partition."""
+    """Rewrite the small data files of ``table`` into files of about ``target_bytes``, per Kafka partition
+    and per Iceberg partition (files of an older partition spec are left as they are)."""
     table.refresh()
-    groups: dict[tuple[int, int] | None, list[DataFile]] = defaultdict(list)
+    spec_id = table.spec().spec_id
+    groups: dict[tuple, list[DataFile]] = defaultdict(list)
     for task in table.scan().plan_files():
-        if task.file.file_size_in_bytes < target_bytes and not task.delete_files:
-            groups[_partition_bounds(table, task.file)].append(task.file)
+        f = task.file
+        if f.file_size_in_bytes < target_bytes and not task.delete_files and f.spec_id == spec_id:
+            groups[(_partition_bounds(table, f), tuple(f.partition[i] for i in range(len(f.partition))))].append(f)
     old: list[DataFile] = []
-    new: list[str] = []
+    new: list[tuple[str, Record]] = []
     for files in groups.values():
         if len(files) < 2:
             continue
@@ -130,10 +135,10 @@ def compact(table: Table, fs: pafs.FileSystem, target_bytes: int) -> CompactionR
         rows = pa.concat_tables(parts, promote_options="permissive").sort_by(
             [("kafka_topic", "ascending"), ("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
         old += files
-        new += _write_rolling(fs, table.location(), rows, target_bytes)
+        new += [(uri, files[0].partition) for uri in _write_rolling(fs, table.location(), rows, target_bytes)]
     committed = bool(old) and _commit_rewrite(table, old, new)
     if old and not committed:  # another compaction took these files first: ours were never referenced
-        for uri in new:
+        for uri, _ in new:
             fs.delete_file(fs_path(uri))
     table.refresh()
     live = [t.file for t in table.scan().plan_files()]

@@ -13,13 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-import pyarrow.fs as pafs
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
 from tailfill.errors import CommitConflictError
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, batch_summaries, commit_attempts
-from tailfill.upkeep.audit_log import archive_summaries
+from tailfill.upkeep.audit_log import AuditLog
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -38,7 +37,7 @@ class ExpiryResult:
         return self.__dict__.copy()
 
 
-def expire(table: Table, fs: pafs.FileSystem, older_than: datetime, keep_last: int) -> ExpiryResult:
+def expire(table: Table, audit: AuditLog, older_than: datetime, keep_last: int) -> ExpiryResult:
     """Expire snapshots of ``table`` taken before ``older_than``, keeping the newest ``keep_last``."""
     for _ in commit_attempts():
         table.refresh()
@@ -53,12 +52,13 @@ def expire(table: Table, fs: pafs.FileSystem, older_than: datetime, keep_last: i
         when = {s.snapshot_id: s.timestamp_ms for s in snaps}
         going = [{**s, "timestamp-ms": str(when[int(s["snapshot-id"])])}
                  for s in batch_summaries(table) if int(s["snapshot-id"]) in going_ids]
-        archive = archive_summaries(fs, table, going)  # durable before the snapshots go
+        archive = audit.archive(going)  # one object, durable before the snapshots go
         try:
             expiry = table.maintenance.expire_snapshots().older_than(EPOCH + timedelta(milliseconds=cutoff_ms))
             expiry.commit()
         except (CommitFailedException, ValueError):  # ValueError: another run expired one of them first
             continue
+        audit.drop_batches(sorted(going_ids))  # their per-commit objects: the archive holds them now
         table.refresh()
         return ExpiryResult(".".join(table.name()), len(going_ids), len(going), archive, len(table.snapshots()))
     raise CommitConflictError(f"snapshot expiry of {table.name()} kept conflicting after {COMMIT_ATTEMPTS} attempts")

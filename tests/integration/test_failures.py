@@ -176,11 +176,12 @@ def test_batch_reader_reads_a_bounded_range_as_dataframe(spark, make_pipeline):
         .load()
     )
     assert df.rdd.getNumPartitions() == 2  # one input partition per non-empty range
-    rows = df.select("kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_value").collect()
+    rows = df.select("kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_headers", "kafka_value").collect()
     assert sorted((r.kafka_partition, r.kafka_offset) for r in rows) == (
         [(0, o) for o in range(10, 60)] + [(1, o) for o in range(5)]
     )
     assert all(r.kafka_timestamp is not None and r.kafka_value.startswith(b"{") for r in rows)
+    assert all(r.kafka_headers == [] for r in rows)  # the sample producer sends none; the column is there
 
 
 def test_preflight_passes_when_ready_and_names_what_is_not(make_pipeline, tmp_path, capsys):

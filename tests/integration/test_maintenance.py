@@ -30,7 +30,7 @@ from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange
 from tailfill.proof.validate import validate
 from tailfill.run.maintain import maintain, maintenance_settings
-from tailfill.upkeep.audit_log import archived_summaries
+from tailfill.upkeep.audit_log import audit_log
 from tailfill.upkeep.orphans import referenced_files, remove_orphans
 
 pytestmark = pytest.mark.integration
@@ -102,7 +102,7 @@ def test_maintain_compacts_expires_and_the_proof_survives(committed, capsys):
 
     # Every snapshot but the last two expired; the batch audit of the 39 expired batches was archived.
     assert len(data.snapshots()) == 2
-    archived = archived_summaries(fs, data)
+    archived = audit_log(cfg, data).archived()
     assert sorted(int(s["tailfill.batch-id"]) for s in archived) == list(range(BATCHES - 1))
 
     everything = validate(cfg, all_runs=True)
@@ -264,9 +264,10 @@ def test_maintenance_beside_a_backfill_and_a_tail(spark, make_pipeline):
     assert report.offsets_checked == 5_500
 
 
-def test_maintain_on_an_s3_warehouse(make_pipeline, s3_endpoint):
-    """The same upkeep on moto S3: compaction, the archive object, orphan listing, then every offset checked."""
-    cfg = make_pipeline(s3_endpoint=s3_endpoint, maintenance__target_file_bytes=TARGET)
+def test_maintain_on_an_s3_warehouse(make_pipeline, seaweedfs):
+    """The same upkeep on a real object store (SeaweedFS's S3): compaction, the archive object, orphan listing,
+    then every offset checked."""
+    cfg = make_pipeline(s3_endpoint=seaweedfs.s3_endpoint, maintenance__target_file_bytes=TARGET)
     for b in range(12):
         commit_sample_batch(cfg, "s3-run", b, batch_ranges(cfg, b), bad_every=97)
     report = maintain(cfg, maintenance_settings(cfg, "0s", 2))
@@ -275,7 +276,7 @@ def test_maintain_on_an_s3_warehouse(make_pipeline, s3_endpoint):
     assert data_report["expiry"]["archived"] == 11 and data_report["expiry"]["archive"].startswith("s3://")
     assert data_report["orphans"]["files_seen"] > 0
     data, _ = ensure_tables(cfg)
-    assert len(archived_summaries(filesystem(cfg.target), data)) == 11
+    assert len(audit_log(cfg, data).archived()) == 11
     everything = validate(cfg, all_runs=True)
     assert everything.success, everything.problems
     assert everything.offsets_checked == 12 * PARTITIONS * PER_BATCH

@@ -1,4 +1,5 @@
-"""A tail and a backfill on two machines: different ``TAILFILL_HOME``s, one S3 warehouse, one catalog.
+"""A tail and a backfill on two machines: different ``TAILFILL_HOME``s, one S3 warehouse and one Iceberg REST
+catalog (SeaweedFS's, a real object store).
 
 The backfill's governor sees the tail's health through the shared run state (beside the table on
 S3), so it yields to a tail that misses its freshness objective exactly as on one machine, and
@@ -32,12 +33,11 @@ def _wait_for(condition, what: str, running: threading.Thread | None = None, tim
         time.sleep(0.2)
 
 
-def test_a_backfill_on_another_machine_yields_to_the_tail(spark, make_pipeline, s3_endpoint, home, tmp_path,
+def test_a_backfill_on_another_machine_yields_to_the_tail(spark, make_pipeline, seaweedfs, home, tmp_path,
                                                            monkeypatch, capsys):
     tail_home, backfill_home = home, tmp_path / "backfill-home"
-    cfg = make_pipeline(s3_endpoint=s3_endpoint, catalog_uri=f"sqlite:///{tmp_path}/shared-catalog.db",
-                        backfill__slices=1, backfill__max_offsets_per_batch=1_000, backfill__batch_seconds=None,
-                        backfill__when_tail_unknown="proceed")
+    cfg = make_pipeline(rest=seaweedfs, backfill__slices=1, backfill__max_offsets_per_batch=1_000,
+                        backfill__batch_seconds=None, backfill__when_tail_unknown="proceed")
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, HISTORY, PARTITIONS)
 
     # The tail's machine: a real tail records the cutover and publishes its health to the shared state.

@@ -222,3 +222,56 @@ def test_maintain_without_a_maintenance_block_says_what_to_add(tmp_path):
         maintenance_settings(demo, "soon")
     with pytest.raises(ConfigError, match="--keep-last: must be at least 1"):
         maintenance_settings(demo, keep_last=0)
+
+
+@pytest.mark.parametrize(("entries", "problem"), [
+    (["day(created_at)", "bucket(16 user_id)"], r"target\.partition_by: entry 1: 'bucket\(16 user_id\)' is not a "
+                                                r"partition transform"),
+    (["day(kind)"], r"target\.partition_by: 'day\(kind\)': day\(\) needs a timestamp column, kind holds string"),
+    (["identity(user)"], r"target\.partition_by: 'identity\(user\)' names no column \(columns: kafka_topic"),
+    (["truncate(4, amount)"], r"'truncate\(4, amount\)': truncate\(\) needs a string, long or binary column"),
+])
+def test_a_bad_partition_by_entry_is_named(tmp_path, entries, problem):
+    path = write_variant(tmp_path, lambda d: d["target"].update(partition_by=entries))
+    with pytest.raises(ConfigError, match=problem):
+        load_pipeline(path)
+
+
+def test_partition_by_takes_every_transform_of_the_issue(tmp_path):
+    spec = ["day(created_at)", "bucket(16, user_id)", "hour(kafka_timestamp)", "identity(kind)",
+            "truncate(4, event_id)"]
+    cfg = load_pipeline(write_variant(tmp_path, lambda d: d["target"].update(partition_by=spec)))
+    assert list(cfg.target.partition_by) == spec
+    assert PipelineConfig.from_json(cfg.to_json()).target == cfg.target
+
+
+def test_a_rest_catalog_takes_its_credential_by_variable_name_only(tmp_path, monkeypatch):
+    from tailfill.lake.tables import catalog_properties
+    from tailfill.redact import redact_text
+
+    catalog = {"type": "rest", "uri": "http://127.0.0.1:8181", "warehouse": "s3://warehouse",
+               "credential_env": "MY_REST_CREDENTIAL", "properties": {"oauth2-server-uri": "http://127.0.0.1:8181/t"}}
+    monkeypatch.setenv("MY_REST_CREDENTIAL", "client:s3cr3t-value")
+    cfg = load_pipeline(write_variant(tmp_path, lambda d: d["target"].update(catalog=catalog)))
+    assert "s3cr3t" not in redact_text("opening with client:s3cr3t-value")  # registered as a secret on load
+    props = catalog_properties(cfg.target)
+    assert (props["type"], props["uri"], props["warehouse"], props["credential"]) == (
+        "rest", "http://127.0.0.1:8181", "s3://warehouse", "client:s3cr3t-value")
+    assert props["oauth2-server-uri"] == "http://127.0.0.1:8181/t"
+    inline = {**catalog, "properties": {"credential": "client:s3cr3t-value"}}
+    with pytest.raises(ConfigError, match=r"target\.catalog: catalog property 'credential' looks like a secret"):
+        load_pipeline(write_variant(tmp_path, lambda d: d["target"].update(catalog=inline)))
+    no_uri = {"type": "hive"}
+    with pytest.raises(ConfigError, match=r"target\.catalog: a hive catalog needs a uri"):
+        load_pipeline(write_variant(tmp_path, lambda d: d["target"].update(catalog=no_uri)))
+
+
+def test_an_unset_credential_variable_is_named(tmp_path, monkeypatch):
+    from tailfill.errors import LakeError
+    from tailfill.lake.tables import catalog_properties
+
+    catalog = {"type": "rest", "uri": "http://127.0.0.1:8181", "credential_env": "UNSET_REST_CREDENTIAL"}
+    monkeypatch.delenv("UNSET_REST_CREDENTIAL", raising=False)
+    cfg = load_pipeline(write_variant(tmp_path, lambda d: d["target"].update(catalog=catalog)))
+    with pytest.raises(LakeError, match="credential_env names UNSET_REST_CREDENTIAL, which is not set"):
+        catalog_properties(cfg.target)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from tailfill.config import FieldSpec, FormatConfig
 from tailfill.errors import RecordError
 from tailfill.lake.rows import RowParser, parse_value, split_records
-from tailfill.schema import QUARANTINE_SCHEMA, table_schema
+from tailfill.schema import HEADERS, QUARANTINE_SCHEMA, table_schema
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 FMT = FormatConfig(
@@ -35,9 +35,11 @@ def batch(values, start_offset=100):
             pa.array(range(start_offset, start_offset + n), pa.int64()),
             pa.array([T0] * n, pa.timestamp("us", tz="UTC")),
             pa.array([b"k%d" % i for i in range(n)], pa.binary()),
+            pa.array([[{"key": "trace", "value": b"t%d" % i}] for i in range(n)], HEADERS),
             pa.array(values, pa.binary()),
         ],
-        names=["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_value"],
+        names=["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_headers",
+               "kafka_value"],
     )
 
 
@@ -83,6 +85,7 @@ def test_good_records_become_typed_rows():
     assert rows.column("at").to_pylist() == [datetime(2024, 5, 1, 12, 30, tzinfo=UTC), T0, None]
     assert rows.column("kafka_value").to_pylist() == GOOD
     assert rows.column("kafka_key").to_pylist() == [b"k0", b"k1", b"k2"]
+    assert rows.column("kafka_headers").to_pylist()[1] == [{"key": "trace", "value": b"t1"}]
 
 
 def test_bad_records_are_quarantined_with_reason():
@@ -93,6 +96,7 @@ def test_bad_records_are_quarantined_with_reason():
     assert bad.column("kafka_offset").to_pylist() == list(range(100, 100 + len(values)))
     assert bad.column("kafka_value").to_pylist() == values
     assert set(bad.column("run_id").to_pylist()) == {"r1"}
+    assert bad.column("kafka_headers").to_pylist()[2] == [{"key": "trace", "value": b"t2"}]
     for value, error in zip(values, bad.column("error").to_pylist(), strict=True):
         assert BAD[value] in error, (value, error)
 
@@ -307,3 +311,18 @@ def test_mostly_valid_records_agree_and_most_become_rows():
 def test_known_edges_agree(value):
     fmt = DIFF_FORMATS[0].model_copy(update={"max_value_bytes": 65536})
     assert fast(fmt, [value]) == reference(fmt, [value])
+
+
+def test_a_string_key_is_decoded_and_a_key_that_is_not_utf8_is_quarantined():
+    fmt = FMT.model_copy(update={"key": "string"})
+    records = batch([js(id=1), js(id=2), b"{broken", js(id=4)])
+    keys = pa.array([b"k0", b"\xff\xfe", b"\xff", b"k3"], pa.binary())
+    records = records.set_column(records.schema.get_field_index("kafka_key"), "kafka_key", keys)
+    rows, bad = split_records(records, fmt, run_id="r")
+    assert rows.schema == table_schema(fmt.fields, "string")
+    assert rows.column("kafka_key").to_pylist() == ["k0", "k3"]
+    assert rows.column("id").to_pylist() == [1, 4]
+    assert bad.column("kafka_offset").to_pylist() == [101, 102]
+    assert bad.column("kafka_key").to_pylist() == [b"\xff\xfe", b"\xff"]  # the quarantine keeps the raw key
+    assert bad.column("error").to_pylist()[0] == "key is not valid UTF-8 (format.key: string)"
+    assert "malformed JSON" in bad.column("error").to_pylist()[1]

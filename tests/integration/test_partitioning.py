@@ -1,0 +1,104 @@
+"""A partitioned table (``target.partition_by``): created with the spec, one partition value per file,
+partition pruning for readers, compaction within partitions, spec evolution, and the proof unchanged."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+from helpers import assert_exactly_once, backfill, high_watermarks, tail
+from pyiceberg.expressions import EqualTo
+
+from tailfill.dev.batches import commit_sample_batch
+from tailfill.dev.sample import produce_sample
+from tailfill.errors import LakeError
+from tailfill.lake.partition import spec_terms
+from tailfill.lake.partition_terms import parse_terms
+from tailfill.lake.storage import filesystem, fs_path
+from tailfill.lake.tables import ensure_tables
+from tailfill.offsets import OffsetRange
+from tailfill.proof.validate import validate
+from tailfill.upkeep.compact import compact
+
+pytestmark = pytest.mark.integration
+
+SPEC = ["day(created_at)", "bucket(16, user_id)", "hour(kafka_timestamp)", "identity(kind)", "truncate(4, event_id)"]
+PARTITIONS = 4
+
+
+def assert_one_partition_value_per_file(cfg, table) -> int:
+    """Every live file's rows share one value of every partition term, the one its manifest entry names."""
+    terms, fs = parse_terms(cfg.target.partition_by), filesystem(cfg.target)
+    table.refresh()
+    tasks = list(table.scan().plan_files())
+    for task in tasks:
+        rows = pq.read_table(fs_path(task.file.file_path), filesystem=fs)
+        recorded = [task.file.partition[i] for i in range(len(task.file.partition))]
+        for i, term in enumerate(terms):
+            assert set(term.values(rows[term.column]).to_pylist()) == {recorded[i]}, (task.file.file_path, str(term))
+    return len(tasks)
+
+
+def test_a_partitioned_table_backfilled_and_tailed_exactly_once(spark, make_pipeline):
+    cfg = make_pipeline(target__partition_by=SPEC)
+    bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
+    produce_sample(bs, topic, 3_000, PARTITIONS, bad_every=101)
+    backfill(spark, cfg, slices=2)
+    produce_sample(bs, topic, 1_000, PARTITIONS, bad_every=101)
+    tail(spark, cfg)
+
+    data, _ = ensure_tables(cfg)
+    assert spec_terms(data.spec(), data.schema()) == SPEC
+    assert assert_one_partition_value_per_file(cfg, data) > PARTITIONS  # 16 buckets: more files than partitions
+    assert_exactly_once(cfg, high_watermarks(cfg))
+    assert validate(cfg, all_runs=True).success
+
+
+@pytest.fixture
+def partitioned(make_pipeline):
+    """A table partitioned by kind and bucket, 12 micro-batches of 4 x 40 sample offsets committed."""
+    cfg = make_pipeline(target__partition_by=["identity(kind)", "bucket(4, user_id)"],
+                        maintenance__target_file_bytes=1 << 20)
+    for b in range(12):
+        commit_sample_batch(cfg, "run-p", b, [OffsetRange(cfg.source.topic, p, b * 40, (b + 1) * 40)
+                                              for p in range(PARTITIONS)], bad_every=53)
+    return cfg
+
+
+def test_a_partition_filter_plans_only_its_partitions_files(partitioned):
+    data, _ = ensure_tables(partitioned)
+    every = list(data.scan().plan_files())
+    clicks = list(data.scan(row_filter=EqualTo("kind", "click")).plan_files())
+    assert 0 < len(clicks) < len(every)
+    kind = data.spec().fields[0]
+    assert kind.name == "kind" and {t.file.partition[0] for t in clicks} == {"click"}
+    fs = filesystem(partitioned.target)
+    for task in clicks:  # what the planned files hold: clicks only, and every click is in them
+        assert set(pq.read_table(fs_path(task.file.file_path), filesystem=fs)["kind"].to_pylist()) == {"click"}
+    assert data.scan(row_filter=EqualTo("kind", "click")).to_arrow().num_rows == sum(
+        t.file.record_count for t in clicks)
+
+
+def test_compaction_keeps_one_partition_value_per_file(partitioned):
+    data, _ = ensure_tables(partitioned)
+    before = assert_one_partition_value_per_file(partitioned, data)
+    result = compact(data, filesystem(partitioned.target), partitioned.maintenance.target_file_bytes)
+    assert result.files_removed == before
+    after = assert_one_partition_value_per_file(partitioned, data)
+    assert after < before and after <= 4 * 4 * PARTITIONS  # kinds x buckets x Kafka partitions
+    assert validate(partitioned, all_runs=True).success
+
+
+def test_changing_partition_by_evolves_the_spec_for_new_data(partitioned, make_pipeline):
+    cfg = partitioned.model_copy(update={"target": partitioned.target.model_copy(
+        update={"partition_by": ("identity(kind)", "day(created_at)")})})
+    commit_sample_batch(cfg, "run-q", 12, [OffsetRange(cfg.source.topic, p, 480, 520) for p in range(PARTITIONS)])
+    data, _ = ensure_tables(cfg)
+    assert spec_terms(data.spec(), data.schema()) == ["identity(kind)", "day(created_at)"]
+    specs = {t.file.spec_id for t in data.scan().plan_files()}
+    assert len(specs) == 2  # the old files keep the spec they were written with
+    assert validate(cfg, all_runs=True).success
+
+    reordered = cfg.model_copy(update={"target": cfg.target.model_copy(
+        update={"partition_by": ("day(created_at)", "identity(kind)")})})
+    with pytest.raises(LakeError, match=r"cannot change the partition spec .* not reordering"):
+        ensure_tables(reordered)
