@@ -193,6 +193,9 @@ class FormatConfig(_Model):
                 raise ValueError(f"{self.type} format needs schema_registry (url, and subject if not <topic>-value)")
             if self.fields:
                 raise ValueError(f"{self.type} format takes its columns from the registry's schema, not 'fields'")
+            if self.key != "raw":
+                raise ValueError(f"{self.type} format keeps kafka_key as the bytes sent: key: {self.key} is for json "
+                                 "and raw (registry-encoded keys are not decoded yet)")
         elif self.schema_registry is not None:
             raise ValueError(f"{self.type} format takes no schema_registry (it is for avro, protobuf, json_schema)")
         names = [f.name for f in self.fields]

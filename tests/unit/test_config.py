@@ -275,3 +275,16 @@ def test_an_unset_credential_variable_is_named(tmp_path, monkeypatch):
     cfg = load_pipeline(write_variant(tmp_path, lambda d: d["target"].update(catalog=catalog)))
     with pytest.raises(LakeError, match="credential_env names UNSET_REST_CREDENTIAL, which is not set"):
         catalog_properties(cfg.target)
+
+
+def test_a_registry_format_refuses_a_decoded_key_and_takes_registry_columns_in_partition_by(tmp_path):
+    avro = yaml.safe_load((Path(__file__).parents[2] / "pipelines" / "orders_avro.yaml").read_text())
+    avro["format"]["key"] = "string"
+    path = tmp_path / "avro.yaml"
+    path.write_text(yaml.safe_dump(avro))
+    with pytest.raises(ConfigError, match="avro format keeps kafka_key as the bytes sent: key: string is for json"):
+        load_pipeline(path)
+    del avro["format"]["key"]
+    avro["target"]["partition_by"] = ["day(created_at)", "hour(kafka_timestamp)"]  # created_at: the registry's
+    path.write_text(yaml.safe_dump(avro))
+    assert list(load_pipeline(path).target.partition_by) == ["day(created_at)", "hour(kafka_timestamp)"]

@@ -29,7 +29,7 @@ from tailfill.formats.evolve import conflicts, evolve, schema_line
 from tailfill.formats.registry import RegistryClient
 from tailfill.formats.types import parse_type
 from tailfill.lake.rows import parse_value, split_records
-from tailfill.schema import TIMESTAMP
+from tailfill.schema import HEADERS, TIMESTAMP
 
 CTX = SerializationContext("orders", MessageField.VALUE)
 
@@ -45,7 +45,7 @@ def raw(values: list[bytes | None]) -> pa.Table:
     return pa.table({"kafka_topic": ["orders"] * n, "kafka_partition": pa.array([0] * n, pa.int32()),
                      "kafka_offset": pa.array(range(100, 100 + n), pa.int64()),
                      "kafka_timestamp": pa.array([None] * n, TIMESTAMP), "kafka_key": pa.array([None] * n, pa.binary()),
-                     "kafka_value": pa.array(values, pa.binary())})
+                     "kafka_headers": pa.array([None] * n, HEADERS), "kafka_value": pa.array(values, pa.binary())})
 
 
 def fmt(kind: str, url: str, **more) -> FormatConfig:
