@@ -11,10 +11,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pyarrow.parquet as pq
 from processes import kill_marked
 
 from tailfill.config import PipelineConfig
 from tailfill.lake.ledger import read_ledger
+from tailfill.lake.partition_terms import parse_terms
+from tailfill.lake.storage import filesystem, fs_path
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import PartitionOffsets, total
 from tailfill.run.submit import (
@@ -154,3 +157,16 @@ def wait_until(condition, what: str, timeout: float = 180, poll: float = 0.2) ->
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(poll)
+
+
+def assert_one_partition_value_per_file(cfg, table) -> int:
+    """Every live file's rows share one value of every partition term, the one its manifest entry names."""
+    terms, fs = parse_terms(cfg.target.partition_by), filesystem(cfg.target)
+    table.refresh()
+    tasks = list(table.scan().plan_files())
+    for task in tasks:
+        rows = pq.read_table(fs_path(task.file.file_path), filesystem=fs)
+        recorded = [task.file.partition[i] for i in range(len(task.file.partition))]
+        for i, term in enumerate(terms):
+            assert set(term.values(rows[term.column]).to_pylist()) == {recorded[i]}, (task.file.file_path, str(term))
+    return len(tasks)

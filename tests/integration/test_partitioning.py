@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import assert_exactly_once, backfill, high_watermarks, tail
+from helpers import assert_exactly_once, assert_one_partition_value_per_file, backfill, high_watermarks, tail
 from pyiceberg.expressions import EqualTo
 
 from tailfill.dev.batches import commit_sample_batch
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import LakeError
 from tailfill.lake.partition import spec_terms
-from tailfill.lake.partition_terms import parse_terms
 from tailfill.lake.storage import filesystem, fs_path
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange
@@ -23,19 +22,6 @@ pytestmark = pytest.mark.integration
 
 SPEC = ["day(created_at)", "bucket(16, user_id)", "hour(kafka_timestamp)", "identity(kind)", "truncate(4, event_id)"]
 PARTITIONS = 4
-
-
-def assert_one_partition_value_per_file(cfg, table) -> int:
-    """Every live file's rows share one value of every partition term, the one its manifest entry names."""
-    terms, fs = parse_terms(cfg.target.partition_by), filesystem(cfg.target)
-    table.refresh()
-    tasks = list(table.scan().plan_files())
-    for task in tasks:
-        rows = pq.read_table(fs_path(task.file.file_path), filesystem=fs)
-        recorded = [task.file.partition[i] for i in range(len(task.file.partition))]
-        for i, term in enumerate(terms):
-            assert set(term.values(rows[term.column]).to_pylist()) == {recorded[i]}, (task.file.file_path, str(term))
-    return len(tasks)
 
 
 def test_a_partitioned_table_backfilled_and_tailed_exactly_once(spark, make_pipeline):

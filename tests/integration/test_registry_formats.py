@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from helpers import assert_exactly_once, backfill, high_watermarks, tail
+from helpers import assert_exactly_once, assert_one_partition_value_per_file, backfill, high_watermarks, tail
 
 from tailfill.dev.broker import free_port
 from tailfill.dev.format_samples import avro_schema, produce_format_sample
@@ -92,6 +92,25 @@ def test_a_writer_schema_adding_a_field_mid_stream_becomes_a_new_column(spark, m
     assert len(by_id) == HISTORY + 600
     assert all(by_id[f"ord-{i:09d}"] is None for i in range(HISTORY + 300))
     assert all(by_id[f"ord-{i:09d}"] == f"c{i % 5}" for i in range(HISTORY + 300, HISTORY + 600))
+    assert_exactly_once(cfg, high_watermarks(cfg))
+    assert validate(cfg, all_runs=True).success
+
+
+def test_a_partitioned_avro_table_keeps_one_partition_per_file_across_a_new_writer_schema(spark, make_pipeline,
+                                                                                          registry):
+    """Partitioned by registry columns: files follow each writer schema and still hold one partition value."""
+    spec = ["day(created_at)", "identity(status)"]
+    cfg = registry_pipeline(make_pipeline, "avro", registry.url, target__partition_by=spec)
+    produce(cfg, registry.url, "avro", HISTORY, 0)
+    backfill(spark, cfg)
+    produce(cfg, registry.url, "avro", 300, HISTORY, with_country=True)
+    tail(spark, cfg)
+
+    data = ensure_tables(cfg).data
+    assert [str(f.transform) for f in data.spec().fields] == ["day", "identity"]
+    assert assert_one_partition_value_per_file(cfg, data) > 1
+    countries = data.scan(selected_fields=("order_id", "country")).to_arrow().column("country").to_pylist()
+    assert countries.count(None) == HISTORY and len(countries) == HISTORY + 300
     assert_exactly_once(cfg, high_watermarks(cfg))
     assert validate(cfg, all_runs=True).success
 
