@@ -47,15 +47,7 @@ def _running(path: Path) -> dict | None:
 
 def resolve_bootstrap(value: str) -> str:
     """Turn ``embedded`` into the running embedded broker's address; other values pass through."""
-    if value != EMBEDDED:
-        return value
-    state = broker_state()
-    if not state:
-        raise BrokerError(
-            f"the pipeline uses the embedded broker, but none is running for TAILFILL_HOME={tailfill_home()} "
-            "(fix: run `tailfill broker up`)"
-        )
-    return state["bootstrap_servers"]
+    return _resolve(value, broker_state, "bootstrap_servers", BrokerError, "the embedded broker", "broker")
 
 
 def resolved(cfg: PipelineConfig) -> PipelineConfig:
@@ -83,12 +75,15 @@ def registry_state(home: Path | None = None) -> dict | None:
 
 def resolve_registry(value: str) -> str:
     """Turn ``embedded`` into the running development registry's URL; other values pass through."""
+    return _resolve(value, registry_state, "url", RegistryError, "the development Schema Registry", "registry")
+
+
+def _resolve(value: str, state_of, key: str, error: type[Exception], what: str, command: str) -> str:
+    """``value``, or for ``embedded`` the ``key`` of the running development service ``state_of`` reads."""
     if value != EMBEDDED:
         return value
-    state = registry_state()
+    state = state_of()
     if not state:
-        raise RegistryError(
-            f"the pipeline uses the development Schema Registry, but none is running for "
-            f"TAILFILL_HOME={tailfill_home()} (fix: run `tailfill registry up`)"
-        )
-    return state["url"]
+        raise error(f"the pipeline uses {what}, but none is running for TAILFILL_HOME={tailfill_home()} "
+                    f"(fix: run `tailfill {command} up`)")
+    return state[key]

@@ -51,3 +51,15 @@ def test_the_log_servers_are_reached_on_loopback_at_ports_the_caller_may_choose(
     again = local_env(tmp_path / "airflow", 8080, base=env)  # the launcher's own call keeps the test's values
     assert {k: again[k] for k in env if "LOG_SERVER" in k or "SECRET" in k} == \
         {k: env[k] for k in env if "LOG_SERVER" in k or "SECRET" in k}
+
+
+def test_embedded_services_that_are_not_running_are_named_with_their_command(tmp_path, monkeypatch):
+    from tailfill.errors import BrokerError, RegistryError
+    from tailfill.source.embedded import resolve_bootstrap, resolve_registry
+
+    monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
+    assert resolve_bootstrap("127.0.0.1:9092") == "127.0.0.1:9092"
+    with pytest.raises(BrokerError, match=r"embedded broker, but none is running .*\(fix: run `tailfill broker up`\)"):
+        resolve_bootstrap("embedded")
+    with pytest.raises(RegistryError, match=r"development Schema Registry, but none .*`tailfill registry up`"):
+        resolve_registry("embedded")
