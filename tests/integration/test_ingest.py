@@ -34,7 +34,7 @@ def snapshot_count(cfg) -> int:
 
 @pytest.mark.parametrize("warehouse", ["local", "s3"])
 def test_backfill_then_tail_lands_every_offset_exactly_once(spark, make_pipeline, warehouse, request):
-    s3 = request.getfixturevalue("s3_endpoint") if warehouse == "s3" else None
+    s3 = request.getfixturevalue("seaweedfs").s3_endpoint if warehouse == "s3" else None  # a real object store
     cfg = make_pipeline(s3_endpoint=s3, backfill__max_offsets_per_batch=15_000, tail__max_offsets_per_batch=12_000)
     assert cfg.target.warehouse.startswith("s3://") == (warehouse == "s3")
     bs, topic = cfg.source.bootstrap_servers, cfg.source.topic

@@ -217,7 +217,7 @@ class DeletedMeanwhile:
 def test_orphan_cleanup_racing_a_deletion_succeeds(make_pipeline, request, warehouse):
     """A candidate deleted by someone else just before the cleanup deletes it is not an error; every
     orphan ends up gone and every referenced file stays."""
-    s3 = request.getfixturevalue("s3_endpoint") if warehouse == "s3" else None
+    s3 = request.getfixturevalue("seaweedfs").s3_endpoint if warehouse == "s3" else None  # a real object store
     cfg = make_pipeline(s3_endpoint=s3, maintenance__target_file_bytes=TARGET)
     for b in range(3):
         commit_sample_batch(cfg, "live", b, batch_ranges(cfg, b), bad_every=97)
