@@ -520,6 +520,11 @@ def test_marking_a_run_failed_while_its_tail_runs_stops_it_with_one_line(airflow
         assert time.monotonic() < deadline and tail["state"] not in (*FINISHED, "skipped", "upstream_failed"), \
             airflow.describe_run(INCREMENTAL, run_id)
         time.sleep(0.5)
+    # "running" comes before the operator's execute (the runner still loads the DAG): wait for the job itself,
+    # or Airflow's runner, not Tailfill's operator, is what the state change meets.
+    while "progress tail:" not in airflow.task_log(tail, max_lines=10_000):
+        assert time.monotonic() < deadline, airflow.describe_run(INCREMENTAL, run_id)
+        time.sleep(0.5)
     airflow.request("PATCH", f"/api/v2/dags/{INCREMENTAL}/dagRuns/{airflow._q(run_id)}", {"state": "failed"})
     deadline = time.monotonic() + 120
     while True:  # the task's log is whole once its runner has gone
