@@ -165,18 +165,23 @@ class RangeOutput:
         self._flush(force=False)
 
     def _flush(self, force: bool) -> None:
-        for data, pending in zip((True, False), self.pending, strict=True):
-            if pending and (force or sum(t.num_rows for t in pending) >= ROW_GROUP_ROWS):
-                rows = pa.concat_tables(pending, promote_options="permissive")
-                pending.clear()
-                if not data:
-                    self.bad.write(rows)
-                    continue
-                for values, part in split(rows, self.terms):
-                    if values not in self.data:
-                        self.data[values] = FileSet(self.fs, self.data_location, self.schema, self.run_id,
-                                                    footer(self.terms, values))
-                    self.data[values].write(part)
+        rows, quarantined = (self._take(pending, force) for pending in self.pending)
+        if quarantined is not None:
+            self.bad.write(quarantined)
+        for values, part in split(rows, self.terms) if rows is not None else ():
+            if values not in self.data:
+                self.data[values] = FileSet(self.fs, self.data_location, self.schema, self.run_id,
+                                            footer(self.terms, values))
+            self.data[values].write(part)
+
+    @staticmethod
+    def _take(pending: list[pa.Table], force: bool) -> pa.Table | None:
+        """The pending tables as one, emptying ``pending``, once there is a row group's worth (or ``force``)."""
+        if not pending or not (force or sum(t.num_rows for t in pending) >= ROW_GROUP_ROWS):
+            return None
+        rows = pa.concat_tables(pending, promote_options="permissive")
+        pending.clear()
+        return rows
 
     def close(self) -> tuple[list[str], list[str]]:
         self._flush(force=True)

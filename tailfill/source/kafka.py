@@ -207,7 +207,7 @@ def _batch(messages: list, topic: str, partition: int, offsets: list[int]) -> pa
     )
 
 
-def _headers(message) -> list[dict] | None:
+def _headers(message) -> list[dict]:
     """A message's headers as ``kafka_headers`` holds them (a key that is not UTF-8 is kept escaped)."""
     headers = message.headers()
     if not headers:
