@@ -31,7 +31,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from ingest_vs_consume import PARTITIONS, consume_all, stage_times, timed_backfill, timed_consume, validate_all
+from ingest_vs_consume import (
+    PARTITIONS,
+    consume_all,
+    report_warm,
+    stage_times,
+    timed_backfill,
+    timed_consume,
+    validate_all,
+    warm_backfills,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 NOT_WIRE_EVERY = 1_000
@@ -129,6 +138,7 @@ def main() -> int:
         launched, backfill_s = timed_backfill(path, home)
         batches, stages, first, last = stage_times(cfg)
         complete = validate_all(path, home)
+        up_s, warm = warm_backfills(spec, home)
 
     a, b, c = events / consume_s, events / naive_s, events / backfill_s
     steady = last - first
@@ -142,7 +152,8 @@ def main() -> int:
         print("      batch time by stage   " + ", ".join(f"{k} {v:.1f}s" for k, v in stages.items()))
     print(f"      validate --all: {'COMPLETE' if complete else 'INCOMPLETE'}")
     print(f"  ratios: c/a {c / a:.2f}   c/b {c / b:.2f} (steady {events / steady / b:.2f})")
-    return 0 if complete else 1
+    report_warm(events, naive_s, up_s, warm)
+    return 0 if complete and all(w.complete for w in warm) else 1
 
 
 if __name__ == "__main__":

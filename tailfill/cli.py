@@ -15,7 +15,8 @@ from tailfill.errors import ConfigError, TailfillError
 from tailfill.offsets import PartitionOffsets
 from tailfill.redact import redact_text
 from tailfill.run.planner import BackfillPlan, BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
-from tailfill.run.submit import IngestResult, new_run_id, parse_conf, run_job
+from tailfill.run.submit import IngestResult, new_run_id, parse_conf
+from tailfill.run.warm_spark import run_job, server_state, spark_server_down, spark_server_up
 from tailfill.source.embedded import broker_state, registry_state, resolve_bootstrap, resolve_registry
 from tailfill.state.freshness import Freshness
 from tailfill.state.records import format_stages
@@ -26,9 +27,11 @@ def _say(line: str) -> None:
     print(redact_text(line), flush=True)
 
 
-# `tailfill broker|registry up|down|status`: start, stop, read state; the state's address; a note on `up`.
+# `tailfill broker|registry|spark-server up|down|status`: start, stop, read state; the state's address; a note on `up`.
 _DEV_SERVICES = {"broker": (broker_up, broker_down, broker_state, "bootstrap_servers", ""),
-                 "registry": (registry_up, registry_down, registry_state, "url", "for demos and tests only; ")}
+                 "registry": (registry_up, registry_down, registry_state, "url", "for demos and tests only; "),
+                 "spark-server": (spark_server_up, spark_server_down, server_state, "url",
+                                  "jobs run there with --spark warm or TAILFILL_SPARK=warm; ")}
 
 
 def cmd_dev_service(args: argparse.Namespace) -> int:
@@ -123,7 +126,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     if not specs:
         return _summarise(cfg, "backfill", 0, [])
     with ThreadPoolExecutor(max_workers=len(specs)) as pool:  # lanes run side by side, as in the DAG
-        runs = list(pool.map(lambda spec: run_job(spec, args.master, conf), specs))
+        runs = list(pool.map(lambda spec: run_job(spec, args.master, conf, args.spark, cfg.secret_env_names), specs))
     code = next((c for c, _ in runs if c != 0), 0)
     return _summarise(cfg, "backfill", code, [r for _, results in runs for r in results])
 
@@ -132,7 +135,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     conf = parse_conf(args.conf)
     cfg = resolve_pipeline(args.pipeline)
     plan = plan_tail(cfg, TailRequest(args.once, getattr(args, "stop_after", None)), new_run_id("tail"))
-    code, results = run_job(plan.spec, args.master, conf)
+    code, results = run_job(plan.spec, args.master, conf, args.spark, cfg.secret_env_names)
     return _summarise(cfg, "tail", code, results)
 
 
@@ -215,11 +218,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
          lambda: cmd_produce_sample(ns(pipeline=args.pipeline, count=args.count, bad_every=args.bad_every))),
         ("backfill history [earliest, cutover)",
          lambda: cmd_backfill(ns(pipeline=args.pipeline, start=None, end=None, slices=None, master=None,
-                                  conf=None))),
+                                  conf=None, spark=None))),
         (f"produce {args.tail_count:,} live events",
          lambda: cmd_produce_sample(ns(pipeline=args.pipeline, count=args.tail_count, bad_every=args.bad_every))),
         ("tail from the cutover (once)",
-         lambda: cmd_tail(ns(pipeline=args.pipeline, once=True, master=None, conf=None))),
+         lambda: cmd_tail(ns(pipeline=args.pipeline, once=True, master=None, conf=None, spark=None))),
         ("validate every offset landed exactly once (Great Expectations)",
          lambda: cmd_validate(ns(pipeline=args.pipeline, run=None, all=True))),
         ("status", lambda: cmd_status(ns(pipeline=args.pipeline))),
@@ -240,6 +243,9 @@ def _spark_options(parser: argparse.ArgumentParser) -> None:
                                          "(default: $TAILFILL_SPARK_MASTER, else local[2])")
     parser.add_argument("--conf", action="append", metavar="KEY=VALUE",
                         help="a Spark setting for spark-submit (repeatable), e.g. spark.executor.memory=2g")
+    parser.add_argument("--spark", choices=("warm", "submit"),
+                        help="warm: on the long-lived Spark server (`tailfill spark-server`, started if need be); "
+                             "submit: a spark-submit of its own (default: $TAILFILL_SPARK, else submit)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -253,6 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("registry", help="the development Schema Registry on loopback (demos and tests only)")
     r.add_argument("action", choices=("up", "down", "status"))
     r.set_defaults(func=cmd_dev_service)
+
+    ss = sub.add_parser("spark-server", help="the warm Spark server: one long-lived driver that runs ingest jobs")
+    ss.add_argument("action", choices=("up", "down", "status"))
+    ss.set_defaults(func=cmd_dev_service)
 
     s = sub.add_parser("produce-sample", help="write sample events to a pipeline's topic (JSON, or a registry format)")
     s.add_argument("--pipeline", help="default: demo (json), orders_<format> otherwise")

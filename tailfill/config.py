@@ -422,6 +422,14 @@ class PipelineConfig(_Model):
         return self
 
     @property
+    def secret_env_names(self) -> tuple[str, ...]:
+        """The environment variables this pipeline reads secrets from (broker, registry, catalog)."""
+        registry = self.format.schema_registry
+        names = [*(self.source.security.credential_env or ()), *((registry.credential_env or ()) if registry else ()),
+                 self.target.catalog.credential_env]
+        return tuple(n for n in names if n)
+
+    @property
     def subject(self) -> str:
         """The registry subject of the value schema: as configured, or ``<topic>-value``."""
         registry = self.format.schema_registry

@@ -99,6 +99,19 @@ class IngestError(TailfillError):
     """An ingest run stopped; the message names the cause."""
 
 
+class JobCancelled(IngestError):
+    """A job on the warm Spark server was stopped because its caller went away or asked it to."""
+
+    fix = "nothing to fix: what it committed stays; running it again resumes"
+
+
+class SparkServerError(TailfillError):
+    """The warm Spark server could not be started, reached, or would not take a job."""
+
+    retryable = True
+    fix = "see $TAILFILL_HOME/logs/spark-server.log; `tailfill spark-server down` then `up` starts a fresh one"
+
+
 class InjectedFault(TailfillError):
     """A failure a test asked for (see :mod:`tailfill.failpoints`)."""
 

@@ -26,11 +26,12 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from tailfill.dev.broker import free_port
-from tailfill.run import runtime
+from tailfill.run import runtime, warm_spark
 from tailfill_airflow.naming import SLOTS_ENV, SPARK_POOL, spark_slots
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,6 +73,8 @@ def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None,
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "TAILFILL_PIPELINES": env.get("TAILFILL_PIPELINES", str(REPO / "pipelines")),
         SLOTS_ENV: str(spark_slots(env)),
+        # Ingest jobs run on the warm Spark server (started by the first, stopped with Airflow).
+        warm_spark.MODE_ENV: env.get(warm_spark.MODE_ENV, "warm"),
         **runtime.spark_env(),
     })
     for key in ("WORKER", "TRIGGER"):  # kept when the caller chose them (a test that asks these servers)
@@ -160,6 +163,8 @@ def main() -> None:
                 port = env[f"AIRFLOW__LOGGING__{key}_LOG_SERVER_PORT"]
                 procs.append(_start([sys.executable, "-m", "tailfill_airflow.local", "--serve-logs", port], env))
             procs += [_start([airflow, *component], env) for component in COMPONENTS]
+            if env[warm_spark.MODE_ENV] == "warm":  # so that the first run finds it warm too
+                threading.Thread(target=_warm_up, args=(env,), name="warm-spark-up", daemon=True).start()
             while all(p.poll() is None for p in procs):  # one component gone: stop the others too
                 time.sleep(1)
             sys.exit(next(p.returncode for p in procs if p.returncode is not None))
@@ -167,6 +172,17 @@ def main() -> None:
             pass
         finally:
             _stop_all(procs)
+            if warm_spark.spark_server_down():
+                print("warm Spark server stopped", flush=True)
+
+
+def _warm_up(env: dict[str, str]) -> None:
+    """Start the warm Spark server with the tasks' environment (a task starts it otherwise)."""
+    try:
+        state = warm_spark.spark_server_up(env=env)
+        print(f"warm Spark server up: {state['url']} (pid {state['pid']})", flush=True)
+    except Exception as exc:  # the tasks start it themselves, or run spark-submit
+        print(f"warm Spark server not started ({exc}); the first task that needs it starts it", flush=True)
 
 
 def create_pool(airflow: str, env: dict[str, str]) -> None:

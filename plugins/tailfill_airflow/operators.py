@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import re
 import signal
 import threading
@@ -36,7 +37,7 @@ from tailfill.config import PipelineConfig, load_pipeline
 from tailfill.errors import TailfillError
 from tailfill.offsets import total
 from tailfill.redact import redact_text
-from tailfill.run import runtime
+from tailfill.run import runtime, warm_spark
 from tailfill.run.runtime import code_archive_path
 from tailfill.state.store import read_lane, run_reports, write_lane
 from tailfill_airflow.causes import JobOutput, committed_summary, headline
@@ -145,6 +146,9 @@ class TailfillSubmitOperator(SparkSubmitOperator):
                          py_files=str(code_archive_path()), **kwargs)
         self.pipeline = pipeline
         self.planned_offsets = planned_offsets
+        self._extra_conf = dict(conf or {})  # beyond Tailfill's own: only a new application takes them
+        self._warm_run_id: str | None = None  # the run on the warm Spark server, while there
+        self._warm_code: int | None = None
         self._output: JobOutput | None = None
         self._output_file: Path | None = None
         self._stopped = False  # Airflow sent SIGTERM: the task's state was changed from outside
@@ -167,6 +171,43 @@ class TailfillSubmitOperator(SparkSubmitOperator):
                 out.flush()
                 if self._output.observe(line) or _PROVIDER_LINES.search(line):
                     yield line
+
+    # --- warm Spark --------------------------------------------------------------------------------
+
+    def _why_cold(self) -> str | None:
+        """Why this job cannot run on the warm Spark server (None: it can), as ``TAILFILL_SPARK`` asks."""
+        if warm_spark.default_mode() != "warm":
+            return f"{warm_spark.MODE_ENV} is not warm"
+        if self._hook is None:
+            self._hook = self._get_hook()
+        master = self._hook._connection["master"]
+        return warm_spark.why_cold(master, self._extra_conf)
+
+    def _run_warm(self, cfg: PipelineConfig, spec: Any) -> int | None:
+        """Run the job on the warm Spark server, its lines handled as a ``spark-submit``'s; its exit code,
+        or None when the server would not take it (then it runs through ``spark-submit``)."""
+        lines: queue.Queue[str | None] = queue.Queue()
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["code"], _ = warm_spark.run_warm(spec, {**os.environ, **(self.env_vars or {})}, lines.put,
+                                                         cfg.secret_env_names)
+            except warm_spark.SparkServerError as exc:
+                outcome["refused"] = str(exc)
+            finally:
+                lines.put(None)
+
+        self._warm_run_id = spec.run_id
+        threading.Thread(target=run, name="warm-spark-job", daemon=True).start()
+        for line in self._divert(iter(lines.get, None)):
+            log.info("%s", line.rstrip())
+        if "refused" in outcome:
+            log.warning("not on the warm Spark server (%s): running spark-submit", outcome["refused"])
+            self._warm_run_id = None
+            return None
+        self._warm_code = outcome["code"]
+        return self._warm_code
 
     # --- execute ----------------------------------------------------------------------------------
 
@@ -203,9 +244,16 @@ class TailfillSubmitOperator(SparkSubmitOperator):
         write_lane(cfg, spec.run_id, label=label, planned=planned, started_at=watcher.started_at,
                    try_number=ti.try_number, tries=tries, cause=None, state="running", ended_at=None)
         self._note_sigterm()
+        why_cold = self._why_cold()
+        if why_cold is None:
+            log.info("on the warm Spark server (%s=warm)", warm_spark.MODE_ENV)
         try:
             with watcher:
-                super().execute(context)
+                code = self._run_warm(cfg, spec) if why_cold is None else None
+                if code is None:
+                    super().execute(context)
+                elif code != 0:
+                    raise AirflowException(f"the job on the warm Spark server failed (exit {code})")
         except AirflowException as exc:
             if self._stopped:
                 self._exit_stopped(cfg, spec, label)
@@ -232,7 +280,12 @@ class TailfillSubmitOperator(SparkSubmitOperator):
             signal.signal(signal.SIGTERM, stopped)
 
     def on_kill(self) -> None:
-        """Stop the ``spark-submit`` (the provider's kill); what it committed stays committed."""
+        """Stop the job (the provider's kill of ``spark-submit``, or a cancel on the warm Spark server);
+        what it committed stays committed."""
+        if self._warm_run_id is not None:
+            log.warning("Airflow stopped this task: cancelling its job on the warm Spark server")
+            warm_spark.cancel_warm(self._warm_run_id)
+            return
         log.warning("Airflow stopped this task: killing its spark-submit")
         super().on_kill()
 
@@ -259,8 +312,9 @@ class TailfillSubmitOperator(SparkSubmitOperator):
 
     def _failure(self, cfg: PipelineConfig, spec: Any, label: str, exc: AirflowException) -> JobFailed:
         assert self._output is not None
-        code = getattr(self._hook, "_submit_sp", None)
-        returncode = code.returncode if code is not None else "?"
+        submitted = getattr(self._hook, "_submit_sp", None)
+        returncode = (self._warm_code if self._warm_code is not None
+                      else submitted.returncode if submitted is not None else "?")
         what = f"ingest of {cfg.name} ({spec.mode}, {label}, run {spec.run_id})"
         first = headline(what, self._output, returncode)
         committed = committed_summary(run_reports(cfg, spec.run_id))

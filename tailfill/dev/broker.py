@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -18,7 +17,8 @@ from pathlib import Path
 
 from tailfill.config import tailfill_home
 from tailfill.errors import BrokerError
-from tailfill.source.embedded import alive, broker_state, state_file
+from tailfill.source.embedded import broker_state, state_file
+from tailfill.state.detached import stop_detached
 
 
 def free_port() -> int:
@@ -112,19 +112,3 @@ def broker_down(home: Path | None = None) -> bool:
     """Stop the detached broker; True if one was running. Its in-memory data is gone."""
     home = home or tailfill_home()
     return stop_detached(broker_state(home), state_file(home))
-
-
-def stop_detached(state: dict | None, path: Path) -> bool:
-    """Stop the detached process of ``state`` (SIGTERM, SIGKILL after 5 s) and forget ``path``, its state
-    file; True if it was running."""
-    path.unlink(missing_ok=True)
-    if not state:
-        return False
-    os.kill(state["pid"], signal.SIGTERM)
-    for _ in range(100):
-        if not alive(state["pid"]):
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(state["pid"], signal.SIGKILL)
-    return True

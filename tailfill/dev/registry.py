@@ -25,10 +25,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from tailfill.config import tailfill_home
-from tailfill.dev.broker import free_port, stop_detached
+from tailfill.dev.broker import free_port
 from tailfill.errors import RegistryError
 from tailfill.formats.avro_compat import backward_problems
 from tailfill.source.embedded import registry_state, registry_state_file
+from tailfill.state.detached import stop_detached
 
 LEVELS = {"NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE"}
 

@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from tailfill import failpoints
 from tailfill.config import PipelineConfig
-from tailfill.errors import IngestError, error_class, is_retryable
+from tailfill.errors import IngestError, JobCancelled, error_class, is_retryable
 from tailfill.formats.evolve import registry_columns
 from tailfill.lake.commit import commit_prepared
 from tailfill.lake.prepare import PreparedRange
@@ -213,7 +213,7 @@ def commit_report(cfg: PipelineConfig, tables: Tables, run_id: str, batch_id: in
 
 
 def _run_query(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, writer: BatchWriter,
-               log: Callable[[str], None]) -> None:
+               log: Callable[[str], None], cancel: threading.Event | None) -> None:
     reader = (
         spark.readStream.format("tailfill_kafka")
         .option("source", cfg.source.model_dump_json())
@@ -239,6 +239,11 @@ def _run_query(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, wri
     started, printed, printed_at, beat_at = time.monotonic(), -1, 0.0, 0.0
     try:
         while not query.awaitTermination(1.0):
+            if cancel is not None and cancel.is_set():
+                writer.stopping.set()
+                query.stop()  # at once, as a killed spark-submit would: an unfinished batch is replayed later
+                raise JobCancelled(f"[{req.label}] cancelled: its caller went away or asked to stop; "
+                                   f"{writer.done.offsets:,} offsets committed before")
             if req.stop_after_seconds is not None and time.monotonic() - started >= req.stop_after_seconds:
                 writer.stopping.set()
                 _stop_between_batches(query)
@@ -272,9 +277,14 @@ def _stop_between_batches(query, wait_s: float = 120.0) -> None:
 
 
 def run_ingest(
-    spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, log: Callable[[str], None] | None = None
+    spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, log: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> IngestResult:
-    """Run ``req`` to completion (availableNow) or until it is stopped (processing time)."""
+    """Run ``req`` to completion (availableNow) or until it is stopped (processing time).
+
+    ``cancel``: once set, the query stops at once and :class:`~tailfill.errors.JobCancelled` is raised
+    (the warm Spark server's caller went away); what was committed stays, the rest is replayed later.
+    """
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     tables = ensure_tables(cfg)
     reports = report_file(cfg, req.run_id, req.name)
@@ -285,7 +295,7 @@ def run_ingest(
     started = time.monotonic()
     result = writer.done
     try:
-        _attempts(spark, cfg, req, writer, log)
+        _attempts(spark, cfg, req, writer, log, cancel)
     finally:
         writer.pacer.stopped()
     shutil.rmtree(req.checkpoint, ignore_errors=True)  # finished: the ledger holds everything it did
@@ -297,7 +307,7 @@ def run_ingest(
 
 
 def _attempts(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, writer: BatchWriter,
-              log: Callable[[str], None]) -> None:
+              log: Callable[[str], None], cancel: threading.Event | None = None) -> None:
     """Run the query until it completes, restarting it from its checkpoint within the failure budget.
 
     Each restart waits ``restart_backoff_seconds``, doubling with every consecutive failure (at most
@@ -312,7 +322,7 @@ def _attempts(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, writ
         before = result.batches
         writer.failed_step = None
         try:
-            _run_query(spark, cfg, req, writer, log)
+            _run_query(spark, cfg, req, writer, log, cancel)
             return
         except StreamingQueryException as exc:
             kind, message = explain(exc)

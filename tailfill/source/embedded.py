@@ -8,12 +8,11 @@ the development tools. Executors get the resolved address, never ``embedded``.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 from tailfill.config import EMBEDDED, PipelineConfig, tailfill_home
 from tailfill.errors import BrokerError, RegistryError
+from tailfill.state.detached import running
 
 
 def state_file(home: Path) -> Path:
@@ -21,28 +20,9 @@ def state_file(home: Path) -> Path:
     return home / "broker.json"
 
 
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (a process of another user counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def broker_state(home: Path | None = None) -> dict | None:
     """The running embedded broker's ``{pid, port, bootstrap_servers}``, or None."""
-    return _running(state_file(home or tailfill_home()))
-
-
-def _running(path: Path) -> dict | None:
-    """The state a detached development process recorded in ``path``, if that process is alive."""
-    if not path.exists():
-        return None
-    state = json.loads(path.read_text())
-    return state if alive(state["pid"]) else None
+    return running(state_file(home or tailfill_home()))
 
 
 def resolve_bootstrap(value: str) -> str:
@@ -70,7 +50,7 @@ def registry_state_file(home: Path) -> Path:
 
 def registry_state(home: Path | None = None) -> dict | None:
     """The running development registry's ``{pid, port, url}``, or None."""
-    return _running(registry_state_file(home or tailfill_home()))
+    return running(registry_state_file(home or tailfill_home()))
 
 
 def resolve_registry(value: str) -> str:

@@ -1,0 +1,121 @@
+"""Benchmark: an incremental run in Airflow, from trigger to validated, warm Spark beside spark-submit.
+
+Starts the local Airflow (``tailfill_airflow.local``: Postgres metadata, LocalExecutor, on free
+loopback ports) once per mode, with the demo pipeline on a fresh topic of an embedded broker. A
+first incremental run records the cutover (nothing to ingest, no Spark); then, ``--runs`` times,
+``--count`` new events are produced and the incremental DAG is triggered through the REST API.
+Printed per run: seconds from the trigger to the end of ``validate`` (validated), to the end of the
+run, and each task's duration. Modes: ``warm`` (``TAILFILL_SPARK=warm``: jobs on the warm Spark
+server, which the first run starts) and ``submit`` (a ``spark-submit`` per run, as before).
+
+    .venv/bin/python benchmarks/airflow_incremental.py [--count 10000] [--runs 3] [--modes warm,submit]
+
+Every process it starts is stopped at the end (Airflow, its Postgres, the broker, the Spark server).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from airflow_server import AirflowServer  # noqa: E402
+
+from tailfill.config import load_pipeline  # noqa: E402
+from tailfill.dev.broker import EmbeddedBroker  # noqa: E402
+from tailfill.dev.sample import produce_sample  # noqa: E402
+
+NAME = "bench"
+INCREMENTAL = f"{NAME}_incremental"
+ISSUE_BASELINE = "45–66 s (issue 22: a spark-submit per run, measured before this work)"
+
+
+def pipeline(folder: Path, bootstrap: str) -> Path:
+    data = yaml.safe_load((REPO / "pipelines" / "demo.yaml").read_text())
+    data["name"] = NAME
+    data["source"]["bootstrap_servers"] = bootstrap
+    data["source"]["topic"] = f"t-bench-{uuid.uuid4().hex[:8]}"
+    data["tail"]["schedule"] = None
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{NAME}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _at(value: str) -> float:
+    return datetime.fromisoformat(value).timestamp()
+
+
+def one_run(af: AirflowServer, cfg, count: int) -> dict:
+    """Produce ``count`` events, trigger the incremental DAG, wait; seconds to validated and to the end."""
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, count, cfg.source.partitions)
+    triggered = time.time()
+    run_id = af.trigger_dag(INCREMENTAL, {})
+    af.wait_for_run(INCREMENTAL, run_id, timeout=600, poll=0.5)
+    tis = {t["task_id"]: t for t in af.task_instances(INCREMENTAL, run_id)}
+    ended = max(_at(t["end_date"]) for t in tis.values() if t.get("end_date"))
+    return {"validated": _at(tis["validate"]["end_date"]) - triggered, "run": ended - triggered,
+            "tasks": {k: round(t["duration"] or 0.0, 1) for k, t in tis.items()}}
+
+
+def bench_mode(mode: str, home: Path, broker: EmbeddedBroker, count: int, runs: int) -> list[dict]:
+    folder = home / "pipelines"
+    path = pipeline(folder, broker.bootstrap_servers)
+    env = dict(os.environ, TAILFILL_HOME=str(home), TAILFILL_PIPELINES=str(folder), TAILFILL_SPARK=mode)
+    os.environ["TAILFILL_HOME"] = str(home)
+    cfg = load_pipeline(path)
+    out = []
+    with AirflowServer(home / "airflow", env=env) as af:
+        af.wait_for_dag(INCREMENTAL)
+        produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 100, cfg.source.partitions)  # the topic
+        first = af.trigger_dag(INCREMENTAL, {})  # records the cutover: nothing to ingest yet
+        af.wait_for_run(INCREMENTAL, first, timeout=300)
+        for i in range(runs):
+            r = one_run(af, cfg, count)
+            print(f"  {mode} run {i + 1}: validated {r['validated']:.1f} s after the trigger, run done "
+                  f"{r['run']:.1f} s; tasks (s): " + ", ".join(f"{k} {v}" for k, v in r["tasks"].items()), flush=True)
+            out.append(r)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--count", type=int, default=10_000)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--modes", default="warm,submit")
+    args = p.parse_args()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="tailfill-af-bench-") as tmp, EmbeddedBroker() as broker:
+        Path(tmp).chmod(0o755)  # Airflow's Postgres runs as the postgres user when this runs as root
+        for mode in args.modes.split(","):
+            print(f"{mode}: Airflow up, {args.runs} incremental runs of {args.count:,} new offsets", flush=True)
+            results[mode] = bench_mode(mode, Path(tmp) / mode, broker, args.count, args.runs)
+    print(f"\nincremental run of {args.count:,} new offsets in Airflow, trigger → validated (median of runs; "
+          "the first warm run also starts the server):")
+    for mode, rs in results.items():
+        later = rs[1:] or rs
+        validated, done = (statistics.median(r[k] for r in later) for k in ("validated", "run"))
+        print(f"  {mode:6s}: first {rs[0]['validated']:.1f} s, then median {validated:.1f} s "
+              f"(run done: median {done:.1f} s)")
+    if {"warm", "submit"} <= results.keys():
+        warm = statistics.median(r["validated"] for r in results["warm"][1:] or results["warm"])
+        cold = statistics.median(r["validated"] for r in results["submit"][1:] or results["submit"])
+        print(f"  warm / submit: {warm / cold:.2f}")
+    print(f"  baseline: {ISSUE_BASELINE}")
+
+
+if __name__ == "__main__":
+    main()

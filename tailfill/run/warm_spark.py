@@ -1,0 +1,249 @@
+"""Warm Spark: start, supervise and use the long-lived Spark server (:mod:`tailfill.run.spark_server`).
+
+A job asked to run warm (``tailfill backfill|tail --spark warm``, or ``TAILFILL_SPARK=warm``, which
+the local Airflow sets) goes to the server recorded in ``$TAILFILL_HOME/spark-server.json``. It is
+started when none runs, and replaced when the one running has other code and is idle. A job runs
+cold, through ``spark-submit``, with one line saying why, when the server cannot take it: other
+Spark settings or master asked for, settings that reach the job (``TAILFILL_*``, ``AWS_*``, Spark's,
+the pipeline's secrets) that differ from the server's (compared as digests, never sent or printed),
+or a server that runs other code and is busy. No pyspark here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import http.client
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import tailfill
+from tailfill.config import tailfill_home
+from tailfill.errors import SparkServerError
+from tailfill.run import runtime
+from tailfill.run.submit import RESULT_PREFIX, JobResult, JobSpec, parse_result
+from tailfill.state.detached import alive, running, stop_detached
+
+MODE_ENV = "TAILFILL_SPARK"  # warm | submit: how jobs run when the caller does not say
+SERVED_BY = "warm Spark server:"  # the first line of a job the server runs
+_SETTING_PREFIXES = ("TAILFILL_", "AWS_", "SPARK_", "PYSPARK_")
+_NOT_SETTINGS = frozenset({MODE_ENV})  # how to run, not what the job does
+START_TIMEOUT_S = 180.0  # a JVM and a session on a busy 2-core machine
+
+
+def state_file(home: Path | None = None) -> Path:
+    """The warm Spark server's address file: ``$TAILFILL_HOME/spark-server.json``."""
+    return (home or tailfill_home()) / "spark-server.json"
+
+
+def default_mode() -> str:
+    """``warm`` or ``submit``, from ``TAILFILL_SPARK`` (``submit`` when unset)."""
+    mode = os.environ.get(MODE_ENV, "submit")
+    if mode not in ("warm", "submit"):
+        raise SparkServerError(f"{MODE_ENV}={mode!r}: use warm or submit")
+    return mode
+
+
+def code_fingerprint() -> str:
+    """A digest of the tailfill code this process runs (each module's path, size and mtime)."""
+    package = Path(tailfill.__file__).parent
+    h = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        st = path.stat()
+        h.update(f"{path.relative_to(package)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _digest(value: str | None) -> str | None:
+    return None if value is None else hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+def job_env_digests(env: Mapping[str, str], extra: tuple[str, ...] = ()) -> dict[str, str | None]:
+    """Digests of the settings in ``env`` that reach a job: Tailfill's, AWS's, Spark's, and ``extra``
+    (the pipeline's secrets by name)."""
+    names = {n for n in env if n.startswith(_SETTING_PREFIXES) and n not in _NOT_SETTINGS} | set(extra)
+    return {n: _digest(env.get(n)) for n in sorted(names)}
+
+
+def differing_settings(theirs: Mapping[str, str | None], ours: Mapping[str, str | None]) -> list[str]:
+    """Names of the settings whose digests differ between a job (``theirs``) and the server (``ours``).
+
+    ``ours`` holds every setting of the server's prefixes; a name only the job names (a secret) is
+    compared against its absence."""
+    return sorted(n for n in set(theirs) | set(ours) if theirs.get(n) != ours.get(n))
+
+
+def server_state(home: Path | None = None) -> dict | None:
+    """The running server's ``{pid, url, code, master, …}``, or None."""
+    return running(state_file(home))
+
+
+def _request(url: str, method: str, path: str, body: dict | None = None,
+             timeout: float | None = 10.0) -> http.client.HTTPResponse:
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    data = json.dumps(body).encode() if body is not None else None
+    conn.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
+    return conn.getresponse()
+
+
+def server_status(state: dict) -> dict | None:
+    """What the server at ``state['url']`` says of itself, or None if it does not answer."""
+    try:
+        resp = _request(state["url"], "GET", "/status", timeout=5.0)
+        return json.loads(resp.read()) if resp.status == 200 else None
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def _lock(home: Path) -> Iterator[None]:
+    """One process at a time starts or replaces the server of ``home``."""
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / "spark-server.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def spark_server_up(home: Path | None = None, env: Mapping[str, str] | None = None) -> dict:
+    """The running server (started if none runs, or replaced if it runs other code and is idle)."""
+    home = home or tailfill_home()
+    with _lock(home):
+        state = server_state(home)
+        if state is not None:
+            status = server_status(state)
+            if status is not None and (status["code"] == code_fingerprint() or status["running"]):
+                return status
+            stop_detached(state, state_file(home), grace_s=30.0)  # dead inside, or idle on old code
+        return _start(home, env)
+
+
+def _job_env(env: Mapping[str, str] | None, home: Path) -> dict[str, str]:
+    """The environment a job sees: the caller's, with Tailfill's Spark environment and home on top."""
+    return {**(env if env is not None else os.environ), **runtime.spark_env(), "TAILFILL_HOME": str(home)}
+
+
+def _start(home: Path, env: Mapping[str, str] | None) -> dict:
+    log_path = home / "logs" / "spark-server.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    child_env = {**_job_env(env, home), **runtime.shipped_code_env()}
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "tailfill.run.spark_server"], env=child_env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SparkServerError(f"the warm Spark server exited with code {proc.returncode} before serving "
+                                   f"(see {log_path})")
+        state = server_state(home)
+        if state is not None and state["pid"] == proc.pid:
+            status = server_status(state)
+            if status is not None:
+                return status
+        time.sleep(0.2)
+    proc.kill()
+    raise SparkServerError(f"the warm Spark server did not serve within {START_TIMEOUT_S:.0f}s (see {log_path})")
+
+
+def spark_server_down(home: Path | None = None) -> bool:
+    """Stop the server (its running jobs are cancelled: what they committed stays); True if one ran."""
+    home = home or tailfill_home()
+    with _lock(home):
+        return stop_detached(server_state(home), state_file(home), grace_s=30.0)
+
+
+def why_cold(master: str | None, conf: Mapping[str, str] | None) -> str | None:
+    """Why a job with this master and these extra Spark settings cannot run warm, or None if it can."""
+    if conf:
+        return f"extra Spark settings asked for ({', '.join(sorted(conf))}) apply only to a new application"
+    if master and master != runtime.master():
+        return f"master {master} asked for; the warm Spark server runs on {runtime.master()}"
+    return None
+
+
+class Refused(SparkServerError):
+    """The server would not take this job (its settings differ); the job can still run cold."""
+
+
+def run_warm(spec: JobSpec, env: Mapping[str, str], on_line: Callable[[str], None],
+             secrets: tuple[str, ...] = (), home: Path | None = None) -> tuple[int, JobResult | None]:
+    """Run ``spec`` on the warm Spark server (started if needed), each of its lines (its result's too) to
+    ``on_line``.
+
+    Returns (exit code as ``spark-submit`` would give it, the job's result): 0, or 2 when the job
+    failed with a cause, or 1 when the server went away without a result. Raises :class:`Refused`
+    when the server will not take the job, :class:`SparkServerError` when none can be started.
+    """
+    home = home or tailfill_home()
+    status = spark_server_up(home, env)
+    if status["code"] != code_fingerprint():
+        raise Refused("the warm Spark server runs other code and is busy")
+    job = {"argv": spec.argv(), "env": job_env_digests(_job_env(env, home), secrets)}
+    try:
+        resp = _request(status["url"], "POST", "/jobs", job, timeout=None)
+    except OSError as exc:
+        raise SparkServerError(f"the warm Spark server at {status['url']} did not take the job: {exc}") from None
+    if resp.status != 200:
+        raise Refused(json.loads(resp.read() or b"{}").get("error", f"HTTP {resp.status}"))
+    documents = []
+    try:
+        for raw in resp:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if line.startswith(RESULT_PREFIX):
+                documents.append(line)
+            on_line(line)
+    except OSError as exc:
+        on_line(f"error: the warm Spark server's connection broke: {exc}")
+    result = parse_result(documents)
+    if result is None:
+        pid = status["pid"]
+        on_line(f"error: the warm Spark server (pid {pid}) ended the job without a result"
+                + ("" if alive(pid) else ": it is no longer running"))
+        return 1, None
+    return (2 if result.error else 0), result
+
+
+def cancel_warm(run_id: str, home: Path | None = None) -> int:
+    """Cancel the jobs of ``run_id`` on the running server; how many were cancelled."""
+    state = server_state(home)
+    if state is None:
+        return 0
+    try:
+        resp = _request(state["url"], "POST", f"/jobs/{run_id}/cancel", {})
+        return int(json.loads(resp.read()).get("cancelled", 0))
+    except OSError:
+        return 0
+
+
+def run_job(spec: JobSpec, master: str | None = None, conf: dict[str, str] | None = None, mode: str | None = None,
+            secrets: tuple[str, ...] = ()) -> tuple[int, list]:
+    """Run ``spec`` warm (``mode`` ``warm``, default :func:`default_mode`) or through ``spark-submit``
+    (:func:`tailfill.run.submit.run_job`); a job that cannot run warm runs cold, saying why on stderr.
+    Returns (exit code, the job's :class:`~tailfill.run.submit.IngestResult` list)."""
+    from tailfill.redact import redact_text
+    from tailfill.run import submit
+
+    def show(line: str) -> None:
+        if not line.startswith(RESULT_PREFIX):
+            print(redact_text(line), file=sys.stderr, flush=True)
+
+    if (mode or default_mode()) == "warm":
+        why = why_cold(master, conf)
+        if why is None:
+            try:
+                code, result = run_warm(spec, os.environ, show, secrets)
+                return code, result.results if result is not None else []
+            except SparkServerError as exc:
+                why = str(exc)
+        show(f"[{spec.run_id}] running cold (spark-submit): {why}")
+    return submit.run_job(spec, master, conf)

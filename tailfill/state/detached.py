@@ -1,0 +1,46 @@
+"""Detached local processes (the embedded broker, the development registry, the warm Spark server):
+the state file each records when it is up, whether it is alive, and stopping it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a process of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def running(path: Path) -> dict | None:
+    """The state a detached process recorded in ``path`` (``{"pid": …, …}``), if that process is alive."""
+    if not path.exists():
+        return None
+    state = json.loads(path.read_text())
+    return state if alive(state["pid"]) else None
+
+
+def stop_detached(state: dict | None, path: Path, grace_s: float = 5.0) -> bool:
+    """Stop the detached process of ``state`` (SIGTERM, SIGKILL after ``grace_s``) and forget ``path``, its
+    state file; True if it was running."""
+    path.unlink(missing_ok=True)
+    if not state:
+        return False
+    os.kill(state["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not alive(state["pid"]):
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(state["pid"], signal.SIGKILL)
+    return True
