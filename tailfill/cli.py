@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from tailfill.config import PipelineConfig, resolve_pipeline, tailfill_home
+from tailfill.config import PipelineConfig, env_names, resolve_pipeline, tailfill_home
 from tailfill.dev.broker import broker_down, broker_up
 from tailfill.dev.registry import registry_down, registry_up
 from tailfill.errors import ConfigError, TailfillError
@@ -126,7 +126,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     if not specs:
         return _summarise(cfg, "backfill", 0, [])
     with ThreadPoolExecutor(max_workers=len(specs)) as pool:  # lanes run side by side, as in the DAG
-        runs = list(pool.map(lambda spec: run_job(spec, args.master, conf, args.spark, cfg.secret_env_names), specs))
+        runs = list(pool.map(lambda spec: run_job(spec, args.master, conf, args.spark, env_names(cfg)), specs))
     code = next((c for c, _ in runs if c != 0), 0)
     return _summarise(cfg, "backfill", code, [r for _, results in runs for r in results])
 
@@ -135,7 +135,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     conf = parse_conf(args.conf)
     cfg = resolve_pipeline(args.pipeline)
     plan = plan_tail(cfg, TailRequest(args.once, getattr(args, "stop_after", None)), new_run_id("tail"))
-    code, results = run_job(plan.spec, args.master, conf, args.spark, cfg.secret_env_names)
+    code, results = run_job(plan.spec, args.master, conf, args.spark, env_names(cfg))
     return _summarise(cfg, "tail", code, results)
 
 

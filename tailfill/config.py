@@ -516,6 +516,12 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
     return cfg
 
 
+def env_names(cfg: PipelineConfig) -> tuple[str, ...]:
+    """Every environment variable a run of ``cfg`` reads: those its YAML references, and its secrets'."""
+    referenced = _ENV_REF.findall(Path(cfg.path).read_text()) if cfg.path and Path(cfg.path).exists() else []
+    return tuple(dict.fromkeys([*(name for name, _ in referenced), *cfg.secret_env_names]))
+
+
 def pipelines_dir() -> Path:
     return Path(os.environ.get("TAILFILL_PIPELINES", "pipelines")).absolute()
 

@@ -33,7 +33,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.exceptions import AirflowException
 
-from tailfill.config import PipelineConfig, load_pipeline
+from tailfill.config import PipelineConfig, env_names, load_pipeline
 from tailfill.errors import TailfillError
 from tailfill.offsets import total
 from tailfill.redact import redact_text
@@ -192,7 +192,7 @@ class TailfillSubmitOperator(SparkSubmitOperator):
         def run() -> None:
             try:
                 outcome["code"], _ = warm_spark.run_warm(spec, {**os.environ, **(self.env_vars or {})}, lines.put,
-                                                         cfg.secret_env_names)
+                                                         env_names(cfg))
             except warm_spark.SparkServerError as exc:
                 outcome["refused"] = str(exc)
             finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tailfill.errors import SparkServerError
@@ -42,3 +44,13 @@ def test_the_mode_comes_from_the_environment_and_a_typo_is_named(monkeypatch):
     monkeypatch.setenv("TAILFILL_SPARK", "hot")
     with pytest.raises(SparkServerError, match="TAILFILL_SPARK='hot'"):
         warm_spark.default_mode()
+
+
+def test_the_variables_a_pipeline_yaml_references_are_settings_of_its_job(tmp_path):
+    from tailfill.config import env_names, load_pipeline
+
+    demo = (Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml").read_text()
+    path = tmp_path / "demo.yaml"
+    path.write_text(demo.replace("namespace: tailfill", "namespace: ${MY_NAMESPACE:-tailfill}"))
+    names = env_names(load_pipeline(path))
+    assert {"MY_NAMESPACE", "TAILFILL_BOOTSTRAP_SERVERS", "TAILFILL_HOME"} <= set(names)
