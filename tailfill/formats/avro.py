@@ -4,6 +4,7 @@ record → struct, array → list, map → map<string, ...>, enum → string, fi
 decimal → decimal(p, s), date → date, timestamp-millis/micros → timestamp (UTC, µs),
 local-timestamp-* → timestamp without zone, uuid → string, a union with null → an optional value.
 A union of several non-null types has no column type: such a schema is refused with the reason.
+A top-level field is *required* when its type is not a union with null and it has no default.
 """
 
 from __future__ import annotations
@@ -77,16 +78,26 @@ def avro_columns(text: str) -> pa.Schema:
     return pa.schema(list(_arrow(schema, {})))
 
 
+def avro_required(text: str) -> tuple[str, ...]:
+    """The top-level fields a record of this Avro schema always carries: not a union with null, no default."""
+    return tuple(f["name"] for f in json.loads(text).get("fields", [])
+                 if "default" not in f and not (isinstance(f["type"], list) and "null" in f["type"]))
+
+
 class AvroWriter:
     """Decodes payloads written with one Avro schema (parsed once) into rows of :attr:`columns`."""
 
     def __init__(self, text: str):
         self.columns = avro_columns(text)
+        self.required = avro_required(text)
         self.parsed = fastavro.parse_schema(json.loads(text))
         self.uuids = "uuid" in text
 
     def columns_of(self, variant: tuple) -> pa.Schema:
         return self.columns
+
+    def required_of(self, variant: tuple) -> tuple[str, ...]:
+        return self.required
 
     def read(self, payload: bytes) -> tuple[tuple, dict]:
         """((), the record as a dict) — one payload (after the schema id) decoded."""

@@ -4,8 +4,10 @@ Each record is decoded with the writer schema of its own id, fetched from the re
 process (:mod:`tailfill.formats.registry`). A record without the magic byte, with an id the registry
 does not know, whose schema has no column types, that does not decode, or whose writer schema
 conflicts with the table (``on_incompatible_schema: quarantine``) goes to quarantine with the
-reason; nothing is dropped. Rows carry the columns of their writer schema; the driver adds new ones
-to the table before it commits them (:mod:`tailfill.formats.evolve`).
+reason; nothing is dropped. A writer schema without a field the table requires stops the run here
+with ``on_incompatible_schema: fail`` (the driver cannot see a missing field in the batch's files).
+Rows carry the columns of their writer schema; the driver adds new ones to the table before it
+commits them (:mod:`tailfill.formats.evolve`).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailfill.config import RESERVED_PREFIX, FormatConfig, PipelineConfig
+from tailfill.errors import SchemaChangeError
 from tailfill.formats.avro import AvroWriter
-from tailfill.formats.evolve import canon, conflicts
+from tailfill.formats.evolve import canon, conflicts, missing_required
 from tailfill.formats.json_schema import JsonSchemaWriter
 from tailfill.formats.protobuf import ProtobufWriter
 from tailfill.formats.registry import RegistryClient
@@ -38,6 +41,8 @@ class Writer(Protocol):
 
     def columns_of(self, variant: tuple) -> pa.Schema: ...
 
+    def required_of(self, variant: tuple) -> tuple[str, ...]: ...
+
 
 _WRITERS: dict[tuple[str, str, int], Writer | str] = {}  # (registry url, format, id) -> writer, or why none
 _LOCK = threading.Lock()
@@ -56,15 +61,17 @@ def build_writer(kind: str, schema_type: str, text: str) -> Writer:
     return writer
 
 
-def latest_columns(cfg: PipelineConfig) -> pa.Schema:
-    """The columns of the pipeline's subject's latest schema (what a new table is made with)."""
+def latest_columns(cfg: PipelineConfig) -> tuple[pa.Schema, tuple[str, ...]]:
+    """The columns and required top-level fields of the pipeline's subject's latest schema (what a new table
+    is made with)."""
     fmt, subject = resolved(cfg).format, cfg.subject
     latest = RegistryClient(fmt.schema_registry).latest(subject)
     try:
         writer = build_writer(fmt.type, latest.kind, latest.text)
     except (ValueError, KeyError) as exc:
         raise ValueError(f"the latest schema of subject {subject!r} (id {latest.id}) cannot be a table: {exc}") from exc
-    return writer.columns_of((0,) if fmt.type == "protobuf" else ())
+    variant = (0,) if fmt.type == "protobuf" else ()
+    return writer.columns_of(variant), writer.required_of(variant)
 
 
 class RegistryDecoder:
@@ -121,7 +128,10 @@ class RegistryDecoder:
             key = (schema_id, variant)
             if key not in groups:
                 columns = writer.columns_of(variant)
-                problems = conflicts(columns, table_columns) if table_columns is not None else []
+                missing = missing_required(columns, table_columns) if table_columns is not None else []
+                if missing and self.fmt.on_incompatible_schema == "fail":
+                    raise SchemaChangeError(f"incompatible writer schema id {schema_id}: {'; '.join(missing)}")
+                problems = conflicts(columns, table_columns) + missing if table_columns is not None else []
                 if problems and self.fmt.on_incompatible_schema == "quarantine":
                     refused[key] = f"writer schema id {schema_id} is incompatible with the table: {'; '.join(problems)}"
                 groups[key] = (columns, [], [])

@@ -3,6 +3,7 @@
 object with properties → struct, array → list, an object with only additionalProperties → map,
 string (format date-time → timestamp, date → date), integer → long, number → double, boolean;
 ["null", T] or anyOf/oneOf with null → optional T; $ref to #/definitions or #/$defs is followed.
+A top-level property listed in the schema's ``required`` is a required field.
 """
 
 from __future__ import annotations
@@ -71,9 +72,14 @@ class JsonSchemaWriter:
         if not pa.types.is_struct(kind):
             raise ValueError("the top-level JSON Schema is not an object with properties")
         self.columns = pa.schema(list(kind))
+        top = _resolve(root, root)
+        self.required = tuple(n for n in top.get("required", []) if n in self.columns.names)
 
     def columns_of(self, variant: tuple) -> pa.Schema:
         return self.columns
+
+    def required_of(self, variant: tuple) -> tuple[str, ...]:
+        return self.required
 
     def read(self, payload: bytes) -> tuple[tuple, dict]:
         """((), the value's fields as Python values of their column types); RecordError if one does not fit."""

@@ -5,6 +5,7 @@ other integers → long, float/double, bool, string, bytes → binary, google.pr
 timestamp (UTC, µs), wrapper types (Int64Value, StringValue, ...) → their optional value. A field
 without presence (a proto3 scalar not marked ``optional``) reads as its default when absent, as
 Protobuf itself says. Schemas that import files other than Google's well-known types are refused.
+Only proto2's ``required`` fields are required fields: in proto3 every field is optional.
 """
 
 from __future__ import annotations
@@ -141,10 +142,11 @@ class ProtobufWriter:
         self.file = pool.Add(proto)
         if not self.file.message_types_by_name:
             raise ValueError("the Protobuf schema declares no message")
-        self.classes: dict[tuple[int, ...], tuple[type, pa.Schema]] = {}
+        self.classes: dict[tuple[int, ...], tuple[type, pa.Schema, tuple[str, ...]]] = {}
 
-    def message(self, indexes: list[int]) -> tuple[type, pa.Schema]:
-        """The message class and columns of the message at ``indexes`` (top-level, then nested)."""
+    def message(self, indexes: list[int]) -> tuple[type, pa.Schema, tuple[str, ...]]:
+        """The message class, columns and required fields (proto2) of the message at ``indexes`` (top-level,
+        then nested)."""
         key = tuple(indexes)
         if key not in self.classes:
             messages = list(self.file.message_types_by_name.values())
@@ -155,7 +157,8 @@ class ProtobufWriter:
                 descriptor = messages[i]
                 messages = list(descriptor.nested_types)
             self.classes[key] = (message_factory.GetMessageClass(descriptor),
-                                 pa.schema(list(_message_type(descriptor, 0))))
+                                 pa.schema(list(_message_type(descriptor, 0))),
+                                 tuple(f.name for f in descriptor.fields if f.is_required))
         return self.classes[key]
 
     @property
@@ -166,8 +169,11 @@ class ProtobufWriter:
     def columns_of(self, variant: tuple[int, ...]) -> pa.Schema:
         return self.message(list(variant))[1]
 
+    def required_of(self, variant: tuple[int, ...]) -> tuple[str, ...]:
+        return self.message(list(variant))[2]
+
     def read(self, payload: bytes) -> tuple[tuple[int, ...], dict]:
         """(the message index path, the message as a dict) — one payload (after the schema id) decoded."""
         indexes, start = message_indexes(payload, 0)
-        cls, _ = self.message(indexes)
+        cls = self.message(indexes)[0]
         return tuple(indexes), _row(cls.FromString(payload[start:]))

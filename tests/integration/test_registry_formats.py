@@ -17,7 +17,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from helpers import assert_exactly_once, assert_one_partition_value_per_file, backfill, high_watermarks, tail
 
 from tailfill.dev.broker import free_port
-from tailfill.dev.format_samples import avro_schema, produce_format_sample
+from tailfill.dev.format_samples import avro_schema, produce_format_sample, sample_order
 from tailfill.dev.registry import DevRegistry
 from tailfill.dev.sample import _SampleProducer
 from tailfill.errors import IngestError, PreflightError, RegistryError
@@ -115,34 +115,45 @@ def test_a_partitioned_avro_table_keeps_one_partition_per_file_across_a_new_writ
     assert validate(cfg, all_runs=True).success
 
 
-def _produce_retyped(cfg, url: str, count: int) -> None:
-    """``count`` records of a schema version that turns ``quantity`` (int) into a string."""
+def _produce_v2(cfg, url: str, count: int, change: str) -> None:
+    """``count`` records of a schema version (registered with compatibility NONE) that turns ``quantity`` (a
+    required int) into a string (``retyped``) or lacks it (``dropped``)."""
     client = SchemaRegistryClient({"url": url})
     client.set_compatibility(cfg.subject, "NONE")
     schema = avro_schema()
-    schema["fields"] = [{"name": "order_id", "type": "string"}, {"name": "quantity", "type": "string"}]
+    schema["fields"] = [f for f in schema["fields"] if f["name"] != "quantity"]
+    if change == "retyped":
+        schema["fields"].append({"name": "quantity", "type": "string"})
     ser = AvroSerializer(client, json.dumps(schema))
     ctx = SerializationContext(cfg.source.topic, MessageField.VALUE)
     out = _SampleProducer(cfg.source.bootstrap_servers, cfg.source.topic, PARTITIONS)
     for i in range(count):
-        out.send(i, ser({"order_id": f"re-{i}", "quantity": "many"}, ctx))
+        order = {k: v for k, v in sample_order(i).items() if k != "quantity"}
+        out.send(i, ser({**order, "order_id": f"re-{i}", **({"quantity": "many"} if change == "retyped" else {})},
+                        ctx))
     out.finish()
 
 
+INCOMPATIBLE = {"retyped": "field 'quantity': the table has int32, the writer schema has string",
+                "dropped": "field 'quantity': the table requires it (int32), the writer schema does not have it"}
+
+
 @pytest.mark.parametrize("policy", ["quarantine", "fail"])
-def test_an_incompatible_writer_schema_is_quarantined_or_stops_the_run(spark, make_pipeline, registry, policy):
+@pytest.mark.parametrize("change", ["retyped", "dropped"])
+def test_an_incompatible_writer_schema_is_quarantined_or_stops_the_run(spark, make_pipeline, registry, policy,
+                                                                       change):
+    """A column retyped beyond a promotion, or a required field gone (the table records its required fields)."""
     cfg = registry_pipeline(make_pipeline, "avro", registry.url, on_incompatible=policy,
                             tail__max_consecutive_failures=0)
     produce(cfg, registry.url, "avro", 400, 0)
     backfill(spark, cfg)
     committed_before = read_ledger(ensure_tables(cfg).data).committed
-    _produce_retyped(cfg, registry.url, 40)
+    _produce_v2(cfg, registry.url, 40, change)
     if policy == "quarantine":
         tail(spark, cfg)
         quarantine = ensure_tables(cfg).quarantine.scan().to_arrow()
         assert set(quarantine["error"].to_pylist()) == {
-            "writer schema id 2 is incompatible with the table: field 'quantity': the table has int32, "
-            "the writer schema has string"}
+            f"writer schema id 2 is incompatible with the table: {INCOMPATIBLE[change]}"}
         assert quarantine.num_rows == 40
         assert_exactly_once(cfg, high_watermarks(cfg))
         assert validate(cfg, all_runs=True).success
@@ -150,8 +161,7 @@ def test_an_incompatible_writer_schema_is_quarantined_or_stops_the_run(spark, ma
         with pytest.raises(IngestError) as err:
             tail(spark, cfg)
         line = str(err.value).splitlines()[-1]
-        assert "SchemaChangeError" in line and "field 'quantity': the table has int32, the writer schema has string" \
-            in line
+        assert "SchemaChangeError" in line and INCOMPATIBLE[change] in line
         assert read_ledger(ensure_tables(cfg).data).committed == committed_before  # nothing committed
 
 
@@ -188,8 +198,6 @@ def test_a_registry_down_at_start_or_mid_run_fails_naming_its_url_and_commits_no
 
 
 def _v2(i: int) -> dict:
-    from tailfill.dev.format_samples import sample_order
-
     order = sample_order(i, country="nl")
     order.pop("order_id")
     return order

@@ -276,3 +276,65 @@ def test_a_json_field_retyped_in_format_fields_is_one_line_naming_both_types(tmp
 def test_registry_format_settings_are_checked(fmt_, message):
     with pytest.raises(ValidationError, match=message):
         FormatConfig(**fmt_)
+
+
+def test_each_writer_says_which_top_level_fields_it_requires():
+    import base64
+
+    from google.protobuf import descriptor_pb2
+
+    from tailfill.formats.avro import AvroWriter
+    from tailfill.formats.json_schema import JsonSchemaWriter
+    from tailfill.formats.protobuf import ProtobufWriter
+
+    assert AvroWriter(json.dumps(avro_schema(with_country=True))).required == (
+        "order_id", "quantity", "tags", "scores", "status", "amount", "day", "created_at")  # not device, country
+    schema = {"type": "object", "properties": {"id": {"type": "string"}, "n": {"type": "integer"}},
+              "required": ["id", "gone"]}
+    assert JsonSchemaWriter(json.dumps(schema)).required == ("id",)
+    proto = descriptor_pb2.FileDescriptorProto(name="p.proto", syntax="proto2")
+    msg = proto.message_type.add(name="M")
+    for number, (name, label) in enumerate([("id", "LABEL_REQUIRED"), ("note", "LABEL_OPTIONAL")], 1):
+        msg.field.add(name=name, number=number, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+                      label=getattr(descriptor_pb2.FieldDescriptorProto, label))
+    two = ProtobufWriter(base64.b64encode(proto.SerializeToString()).decode())
+    assert two.required_of((0,)) == ("id",)
+    proto.syntax, msg.field[0].label = "proto3", descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
+    proto.name = "p3.proto"
+    assert ProtobufWriter(base64.b64encode(proto.SerializeToString()).decode()).required_of((0,)) == ()
+
+
+def test_a_field_the_table_requires_is_missing_from_a_writer_schema():
+    from tailfill.formats.evolve import missing_required
+
+    table = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("n", pa.int64(), nullable=False),
+                       pa.field("note", pa.string())])
+    assert missing_required(pa.schema([("id", pa.string()), ("n", pa.int32())]), table) == []
+    assert missing_required(pa.schema([("n", pa.int64())]), table) == [
+        "field 'id': the table requires it (string), the writer schema does not have it"]
+    assert missing_required(pa.schema([("id", pa.string()), ("n", pa.int64())]), table) == []  # note: optional
+
+
+@pytest.mark.parametrize("policy", ["quarantine", "fail"])
+def test_records_of_a_writer_schema_without_a_required_field_are_quarantined_or_stop(registry, policy):
+    client = SchemaRegistryClient({"url": registry.url})
+    client.set_compatibility(level="NONE")
+    base = avro_schema()
+    dropped = dict(base, fields=[f for f in base["fields"] if f["name"] != "quantity"])
+    v1, v2 = (AvroSerializer(client, json.dumps(s)) for s in (base, dropped))
+    order = sample_order(3)
+    values = [v1(order, CTX), v2({k: v for k, v in order.items() if k != "quantity"}, CTX)]
+    table = pa.schema([pa.field("order_id", pa.string(), nullable=False), pa.field("quantity", pa.int32(),
+                                                                                   nullable=False)])
+    decoder = RegistryDecoder(fmt("avro", registry.url, on_incompatible_schema=policy))
+    if policy == "fail":
+        with pytest.raises(SchemaChangeError) as err:
+            decoder.split(raw(values), "r", table)
+        assert str(err.value) == ("incompatible writer schema id 2: field 'quantity': the table requires it (int32), "
+                                  "the writer schema does not have it")
+        return
+    ok, bad = decoder.split(raw(values), "r", table)
+    assert ok.column("kafka_offset").to_pylist() == [100] and bad.column("kafka_offset").to_pylist() == [101]
+    assert bad.column("error").to_pylist() == [
+        "writer schema id 2 is incompatible with the table: field 'quantity': the table requires it (int32), "
+        "the writer schema does not have it"]
