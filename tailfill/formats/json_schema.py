@@ -19,7 +19,8 @@ from tailfill.formats.types import TIMESTAMP, coerce
 SIMPLE = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
 
 
-def _resolve(node: Any, root: dict) -> Any:
+def resolve(node: Any, root: dict) -> Any:
+    """``node`` with its ``$ref``s (inside the schema, ``#/...``) followed; ValueError for any other."""
     while isinstance(node, dict) and "$ref" in node:
         ref = node["$ref"]
         if not ref.startswith("#/"):
@@ -33,12 +34,12 @@ def _resolve(node: Any, root: dict) -> Any:
 def _arrow(node: Any, root: dict, depth: int = 0) -> pa.DataType:
     if depth > 32:
         raise ValueError("nested more than 32 levels deep (a recursive schema has no column type)")
-    node = _resolve(node, root)
+    node = resolve(node, root)
     if not isinstance(node, dict):
         raise ValueError(f"schema {json.dumps(node)[:60]} has no column type")
     for key in ("anyOf", "oneOf"):
         if key in node:
-            branches = [b for b in node[key] if _resolve(b, root) != {"type": "null"}]
+            branches = [b for b in node[key] if resolve(b, root) != {"type": "null"}]
             if len(branches) != 1:
                 raise ValueError(f"{key} with several non-null schemas has no column type")
             return _arrow(branches[0], root, depth + 1)
@@ -72,7 +73,7 @@ class JsonSchemaWriter:
         if not pa.types.is_struct(kind):
             raise ValueError("the top-level JSON Schema is not an object with properties")
         self.columns = pa.schema(list(kind))
-        top = _resolve(root, root)
+        top = resolve(root, root)
         self.required = tuple(n for n in top.get("required", []) if n in self.columns.names)
 
     def columns_of(self, variant: tuple) -> pa.Schema:

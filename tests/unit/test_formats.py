@@ -338,3 +338,82 @@ def test_records_of_a_writer_schema_without_a_required_field_are_quarantined_or_
     assert bad.column("error").to_pylist() == [
         "writer schema id 2 is incompatible with the table: field 'quantity': the table requires it (int32), "
         "the writer schema does not have it"]
+
+
+def _proto(fields: list[tuple[str, int, str, str]], syntax: str = "proto3") -> str:
+    """A registered Protobuf schema (base64 FileDescriptorProto) of ``message Order`` with ``fields``:
+    (name, number, type such as TYPE_INT32, label such as LABEL_OPTIONAL)."""
+    import base64
+
+    from google.protobuf import descriptor_pb2
+
+    P = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(name="order.proto", package="shop", syntax=syntax)
+    msg = proto.message_type.add(name="Order")
+    for name, number, kind, label in fields:
+        msg.field.add(name=name, number=number, type=getattr(P, kind), label=getattr(P, label))
+    return base64.b64encode(proto.SerializeToString()).decode()
+
+
+def test_protobuf_compatibility_rules():
+    from tailfill.formats.protobuf_compat import backward_problems, parse_file
+
+    def problems(new: list, old: list, syntax: str = "proto3") -> list[str]:
+        return backward_problems(parse_file(_proto(new, syntax)), parse_file(_proto(old, syntax)))
+
+    base = [("id", 1, "TYPE_STRING", "LABEL_OPTIONAL"), ("n", 2, "TYPE_INT32", "LABEL_OPTIONAL")]
+    assert problems([base[0], ("n", 2, "TYPE_INT64", "LABEL_OPTIONAL"), ("x", 3, "TYPE_BOOL", "LABEL_OPTIONAL")],
+                    base) == []  # int32 → int64 is wire-compatible, a new optional field is fine
+    assert problems([base[0]], base) == []  # proto3: removing a field is fine
+    assert problems([base[0], ("n", 2, "TYPE_STRING", "LABEL_OPTIONAL")], base) == [
+        "shop.Order.n (field 2): type int32 became string"]
+    assert problems([base[0], ("n", 2, "TYPE_INT32", "LABEL_REPEATED")], base) == [
+        "shop.Order.n (field 2): changes between repeated and single"]
+    required = [("id", 1, "TYPE_STRING", "LABEL_REQUIRED"), base[1]]
+    assert problems([base[1]], required, "proto2") == ["shop.Order.id (field 1): a required field is removed"]
+    assert problems(required, [base[1]], "proto2") == ["shop.Order.id (field 1): a required field is added"]
+    with pytest.raises(ValueError, match="not a serialized FileDescriptorProto"):
+        parse_file("syntax = 'proto3'; message Order {}")
+
+
+def test_json_schema_compatibility_rules():
+    from tailfill.formats.json_schema_compat import backward_problems
+
+    def obj(props: dict, required: list[str] = ()) -> dict:
+        return {"type": "object", "properties": props, "required": list(required)}
+
+    old = obj({"id": {"type": "string"}, "n": {"type": "integer"}, "d": obj({"os": {"type": "string"}})}, ["id"])
+    widened = obj({"id": {"type": "string"}, "n": {"type": ["number", "null"]}, "d": obj({"os": {"type": "string"}}),
+                   "c": {"type": "string", "default": "nl"}}, ["id", "c"])
+    assert backward_problems(reader=widened, writer=old) == []  # integer → number; required with a default
+    assert backward_problems(reader=old, writer=widened) == ["n: type null|number became integer"]
+    retyped = obj({"id": {"type": "string"}, "d": obj({"os": {"type": "integer"}}), "z": {"type": "string"}},
+                  ["id", "z"])
+    assert backward_problems(reader=retyped, writer=old) == ["z: newly required without a default",
+                                                             "d.os: type string became integer"]
+    refs = {"$defs": {"D": obj({"os": {"type": "integer"}})}, **obj({"d": {"$ref": "#/$defs/D"}})}
+    assert backward_problems(reader=refs, writer=old) == ["d.os: type string became integer"]
+
+
+def test_the_registry_checks_protobuf_and_json_schema_versions_too(registry):
+    client = SchemaRegistryClient({"url": registry.url})
+    v1 = _proto([("id", 1, "TYPE_STRING", "LABEL_OPTIONAL"), ("n", 2, "TYPE_INT32", "LABEL_OPTIONAL")])
+    retyped = _proto([("id", 1, "TYPE_STRING", "LABEL_OPTIONAL"), ("n", 2, "TYPE_STRING", "LABEL_OPTIONAL")])
+    widened = _proto([("id", 1, "TYPE_STRING", "LABEL_OPTIONAL"), ("n", 2, "TYPE_INT64", "LABEL_OPTIONAL")])
+    assert client.register_schema("p-value", Schema(v1, "PROTOBUF")) == 1
+    assert client.test_compatibility("p-value", Schema(retyped, "PROTOBUF")) is False
+    with pytest.raises(SchemaRegistryError) as err:
+        client.register_schema("p-value", Schema(retyped, "PROTOBUF"))
+    assert err.value.http_status_code == 409 and "shop.Order.n (field 2): type int32 became string" in str(err.value)
+    assert client.test_compatibility("p-value", Schema(widened, "PROTOBUF")) is True
+    assert client.register_schema("p-value", Schema(widened, "PROTOBUF")) == 2
+
+    j1 = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+    j2 = {"type": "object", "properties": {"id": {"type": "string"}, "c": {"type": "string"}}, "required": ["id", "c"]}
+    assert client.register_schema("j-value", Schema(json.dumps(j1), "JSON")) == 3
+    assert client.test_compatibility("j-value", Schema(json.dumps(j2), "JSON")) is False
+    with pytest.raises(SchemaRegistryError, match="c: newly required without a default") as err:
+        client.register_schema("j-value", Schema(json.dumps(j2), "JSON"))
+    assert err.value.http_status_code == 409
+    client.set_compatibility("j-value", "NONE")
+    assert client.register_schema("j-value", Schema(json.dumps(j2), "JSON")) == 4
