@@ -70,12 +70,17 @@ def _arrow(schema: Any, names: dict[str, Any], depth: int = 0) -> pa.DataType:
     raise ValueError(f"unsupported Avro type {kind!r}")
 
 
+def avro_type(schema: Any) -> pa.DataType:
+    """The Arrow type of any Avro schema (parsed JSON: a primitive, a record, ...); ValueError if it has none."""
+    return _arrow(schema, {})
+
+
 def avro_columns(text: str) -> pa.Schema:
     """The columns of a top-level Avro record schema (JSON text); ValueError if it is not one or cannot map."""
     schema = json.loads(text)
     if not isinstance(schema, dict) or schema.get("type") != "record":
         raise ValueError("the top-level Avro schema is not a record")
-    return pa.schema(list(_arrow(schema, {})))
+    return pa.schema(list(avro_type(schema)))
 
 
 def avro_required(text: str) -> tuple[str, ...]:
@@ -101,13 +106,16 @@ class AvroWriter:
 
     def read(self, payload: bytes) -> tuple[tuple, dict]:
         """((), the record as a dict) — one payload (after the schema id) decoded."""
-        buf = io.BytesIO(payload)
-        row = fastavro.schemaless_reader(buf, self.parsed, None)
-        if buf.tell() != len(payload):
-            raise ValueError(f"{len(payload) - buf.tell()} bytes left over after the record")
-        if self.uuids:
-            row = _uuids_as_text(row)
-        return (), row
+        return (), read_avro(payload, self.parsed, self.uuids)
+
+
+def read_avro(payload: bytes, parsed: Any, uuids: bool) -> Any:
+    """One payload (after the schema id) decoded with a parsed schema; ``uuids``: turn UUIDs into text."""
+    buf = io.BytesIO(payload)
+    value = fastavro.schemaless_reader(buf, parsed, None)
+    if buf.tell() != len(payload):
+        raise ValueError(f"{len(payload) - buf.tell()} bytes left over after the record")
+    return _uuids_as_text(value) if uuids else value
 
 
 def _uuids_as_text(value: Any) -> Any:

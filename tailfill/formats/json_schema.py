@@ -64,12 +64,17 @@ def _arrow(node: Any, root: dict, depth: int = 0) -> pa.DataType:
     raise ValueError(f"schema {json.dumps(node)[:60]} has no column type (give it a type)")
 
 
+def json_type(root: Any) -> pa.DataType:
+    """The Arrow type of a whole JSON Schema (an object, a string, ...); ValueError if it has none."""
+    return _arrow(root, root)
+
+
 class JsonSchemaWriter:
     """Decodes JSON payloads whose writer schema is one JSON Schema: each value is checked against its types."""
 
     def __init__(self, text: str):
         root = json.loads(text)
-        kind = _arrow(root, root)
+        kind = json_type(root)
         if not pa.types.is_struct(kind):
             raise ValueError("the top-level JSON Schema is not an object with properties")
         self.columns = pa.schema(list(kind))

@@ -28,7 +28,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from tailfill.config import REGISTRY_FORMATS, PipelineConfig, TargetConfig
 from tailfill.errors import LakeError, RegistryError, SchemaChangeError
-from tailfill.formats.decode import latest_columns
+from tailfill.formats.decode import latest_columns, latest_key_type
 from tailfill.formats.evolve import follow_declared, required_properties
 from tailfill.lake.partition import spec_terms
 from tailfill.lake.partition_terms import parse_terms
@@ -152,10 +152,15 @@ def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema | NewTab
 
 def initial_table(cfg: PipelineConfig) -> tuple[pa.Schema, dict[str, str]]:
     """A new data table's schema and properties: the declared fields, or (registry formats) the subject's latest
-    schema, whose required fields the table records (``tailfill.required-fields``)."""
+    schema, whose required fields the table records (``tailfill.required-fields``), and with ``format.key:
+    registry`` the key subject's latest type as ``kafka_key``."""
     if cfg.format.type in REGISTRY_FORMATS:
         columns, required = latest_columns(cfg)
-        return pa.schema([*METADATA_FIELDS, *columns, VALUE_FIELD]), required_properties(required)
+        meta = METADATA_FIELDS
+        if cfg.format.key == "registry":  # kafka_key: the key subject's type (a struct for a record key)
+            key = pa.field("kafka_key", latest_key_type(cfg))
+            meta = [key if f.name == "kafka_key" else f for f in METADATA_FIELDS]
+        return pa.schema([*meta, *columns, VALUE_FIELD]), required_properties(required)
     return table_schema(cfg.format.fields, cfg.format.key), {}
 
 

@@ -39,7 +39,7 @@ def registry():
 
 def registry_pipeline(make_pipeline, kind: str, url: str, **changes):
     fmt = {"type": kind, "schema_registry": {"url": url, "attempts": 2, "timeout_seconds": 2},
-           "on_incompatible_schema": changes.pop("on_incompatible", "quarantine")}
+           "on_incompatible_schema": changes.pop("on_incompatible", "quarantine"), "key": changes.pop("key", "raw")}
     return make_pipeline(format=fmt, expectations=[], backfill__max_offsets_per_batch=1_000,
                          backfill__restart_backoff_seconds=0, tail__restart_backoff_seconds=0, **changes)
 
@@ -201,3 +201,48 @@ def _v2(i: int) -> dict:
     order = sample_order(i, country="nl")
     order.pop("order_id")
     return order
+
+
+KEY_SCHEMA = {"type": "record", "name": "OrderKey", "fields": [{"name": "customer", "type": "string"},
+                                                                {"name": "region", "type": "int"}]}
+
+
+def _produce_keyed(cfg, url: str, first: int, count: int) -> dict[str, int]:
+    """Orders with Avro record keys (subject ``<topic>-key``); every 7th without a key, every 50th with a key
+    not in the wire format. Returns ``{"good", "bad"}``."""
+    client = SchemaRegistryClient({"url": url})
+    values, keys = AvroSerializer(client, json.dumps(avro_schema())), AvroSerializer(client, json.dumps(KEY_SCHEMA))
+    value_ctx = SerializationContext(cfg.source.topic, MessageField.VALUE)
+    key_ctx = SerializationContext(cfg.source.topic, MessageField.KEY)
+    out = _SampleProducer(cfg.source.bootstrap_servers, cfg.source.topic, PARTITIONS)
+    bad = 0
+    for i in range(first, first + count):
+        if i % 50 == 0:
+            key, bad = b"plain-key", bad + 1
+        else:
+            key = None if i % 7 == 0 else keys({"customer": f"c{i % 13}", "region": i % 4}, key_ctx)
+        out.send(i, values(sample_order(i), value_ctx), key)
+    out.finish()
+    return {"good": count - bad, "bad": bad}
+
+
+def test_registry_keys_are_decoded_into_kafka_key_or_quarantined(spark, make_pipeline, registry):
+    cfg = registry_pipeline(make_pipeline, "avro", registry.url, key="registry")
+    history = _produce_keyed(cfg, registry.url, 0, 600)
+    backfill(spark, cfg)
+    live = _produce_keyed(cfg, registry.url, 600, 200)
+    tail(spark, cfg)
+
+    rows, bad = assert_exactly_once(cfg, high_watermarks(cfg))
+    assert (len(rows), len(bad)) == (history["good"] + live["good"], history["bad"] + live["bad"])
+    data, quarantine = ensure_tables(cfg)
+    key_type = data.schema().find_field("kafka_key").field_type
+    assert [(f.name, str(f.field_type)) for f in key_type.fields] == [("customer", "string"), ("region", "int")]
+    keys = {r["order_id"]: r["kafka_key"] for r in data.scan(selected_fields=("order_id", "kafka_key")).to_arrow()
+            .to_pylist()}
+    assert keys["ord-000000001"] == {"customer": "c1", "region": 1} and keys["ord-000000007"] is None
+    assert keys["ord-000000799"] == {"customer": f"c{799 % 13}", "region": 799 % 4}
+    errors = quarantine.scan().to_arrow()
+    assert set(errors["error"].to_pylist()) == {"key not in the Confluent wire format (no magic byte 0 and schema id)"}
+    assert set(errors["kafka_key"].to_pylist()) == {b"plain-key"}  # the quarantine keeps the raw key
+    assert validate(cfg, all_runs=True).success

@@ -40,11 +40,12 @@ def registry():
         yield reg
 
 
-def raw(values: list[bytes | None]) -> pa.Table:
+def raw(values: list[bytes | None], keys: list[bytes | None] | None = None) -> pa.Table:
     n = len(values)
     return pa.table({"kafka_topic": ["orders"] * n, "kafka_partition": pa.array([0] * n, pa.int32()),
                      "kafka_offset": pa.array(range(100, 100 + n), pa.int64()),
-                     "kafka_timestamp": pa.array([None] * n, TIMESTAMP), "kafka_key": pa.array([None] * n, pa.binary()),
+                     "kafka_timestamp": pa.array([None] * n, TIMESTAMP),
+                     "kafka_key": pa.array(keys or [None] * n, pa.binary()),
                      "kafka_headers": pa.array([None] * n, HEADERS), "kafka_value": pa.array(values, pa.binary())})
 
 
@@ -417,3 +418,53 @@ def test_the_registry_checks_protobuf_and_json_schema_versions_too(registry):
     assert err.value.http_status_code == 409
     client.set_compatibility("j-value", "NONE")
     assert client.register_schema("j-value", Schema(json.dumps(j2), "JSON")) == 4
+
+
+def test_keys_decode_with_their_own_schema_or_send_their_record_to_quarantine(registry):
+    client = SchemaRegistryClient({"url": registry.url})
+    key_ctx = SerializationContext("orders", MessageField.KEY)
+    record = {"type": "record", "name": "OrderKey", "fields": [{"name": "customer", "type": "string"},
+                                                                {"name": "region", "type": "int"}]}
+    by_record = AvroSerializer(client, json.dumps(record))
+    value = AvroSerializer(client, json.dumps(avro_schema()))(sample_order(1), CTX)
+    keys = [by_record({"customer": "c1", "region": 3}, key_ctx), None, b"plain-key", b"\x00\x00\x00\x03\xe7k",
+            by_record({"customer": "c2", "region": 4}, key_ctx)[:-1]]
+    decoder = RegistryDecoder(fmt("avro", registry.url, key="registry"))
+    table = pa.schema([pa.field("kafka_key", pa.struct([("customer", pa.string()), ("region", pa.int64())]))])
+    ok, bad = decoder.split(raw([value] * len(keys), keys), "r", table)
+    assert ok.column("kafka_key").to_pylist() == [{"customer": "c1", "region": 3}, None]
+    assert ok.schema.field("kafka_key").type == table.field("kafka_key").type  # int → the table's long
+    assert ok.column("order_id").to_pylist() == ["ord-000000001"] * 2
+    errors = dict(zip(bad.column("kafka_offset").to_pylist(), bad.column("error").to_pylist(), strict=True))
+    assert errors[102] == "key not in the Confluent wire format (no magic byte 0 and schema id)"
+    assert errors[103] == "key: unknown schema id 999 (the registry has no such schema)"
+    assert errors[104] == "key does not decode with key schema id 2: EOFError"
+    assert bad.column("kafka_key").to_pylist()[0] == b"plain-key"  # the quarantine keeps the raw key
+
+    client.set_compatibility("orders-key", "NONE")
+    as_text = AvroSerializer(client, json.dumps("string"))("k1", key_ctx)
+    ok, bad = decoder.split(raw([value], [as_text]), "r")
+    assert bad.num_rows == 0 and ok.column("kafka_key").to_pylist() == ["k1"]
+    assert ok.column_names.index("kafka_key") == 4  # where the table has it
+
+
+def test_protobuf_and_json_schema_keys_decode_too(registry):
+    client = SchemaRegistryClient({"url": registry.url})
+    key_ctx = SerializationContext("orders", MessageField.KEY)
+    order = order_class()
+    proto = ProtobufSerializer(order, client, {"use.deprecated.format": False})
+    msg = order(order_id="o1", quantity=2)
+    ok, bad = RegistryDecoder(fmt("protobuf", registry.url, key="registry")).split(
+        raw([proto(msg, CTX)], [proto(order(order_id="k1", quantity=5), key_ctx)]), "r")
+    assert bad.num_rows == 0
+    key = ok.column("kafka_key").to_pylist()[0]
+    assert (key["order_id"], key["quantity"]) == ("k1", 5)
+
+    jvalue = JSONSerializer(json.dumps({"type": "object", "properties": {"id": {"type": "string"}}}), client)
+    jkey = JSONSerializer(json.dumps({"type": "string"}), client)
+    json_fmt = FormatConfig(type="json_schema", key="registry",
+                            schema_registry={"url": registry.url, "subject": "events-value"})
+    ctx, key_ctx = (SerializationContext("events", field) for field in (MessageField.VALUE, MessageField.KEY))
+    ok, bad = RegistryDecoder(json_fmt).split(raw([jvalue({"id": "e1"}, ctx)], [jkey("customer-9", key_ctx)]), "r")
+    assert bad.num_rows == 0 and ok.select(["kafka_key", "id"]).to_pylist() == [{"kafka_key": "customer-9",
+                                                                                  "id": "e1"}]
