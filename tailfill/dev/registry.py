@@ -181,6 +181,11 @@ def _register(store: _Store, subject: str, body: dict) -> dict:
             json.loads(doc["schema"])
         except ValueError as exc:
             raise _Error(422, 42201, f"Invalid schema: {exc}") from None
+    for ref in doc["references"]:
+        versions = store.subjects.get(ref.get("subject"), [])
+        if not 1 <= int(ref.get("version", 0)) <= len(versions):
+            raise _Error(422, 42201, f"Invalid schema: reference {ref.get('name')!r} names subject "
+                                     f"{ref.get('subject')!r} version {ref.get('version')}, which is not registered")
     ids = store.subjects.setdefault(subject, [])
     sid = store.find(doc)
     if sid is not None and sid in ids:

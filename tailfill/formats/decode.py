@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailfill.config import RESERVED_PREFIX, FormatConfig, PipelineConfig
-from tailfill.errors import SchemaChangeError
+from tailfill.errors import RegistryError, SchemaChangeError
 from tailfill.formats.avro import AvroWriter
 from tailfill.formats.evolve import canon, conflicts, missing_required
 from tailfill.formats.json_schema import JsonSchemaWriter
@@ -60,15 +60,19 @@ _LOCK = threading.Lock()
 KEY_AT = [f.name for f in METADATA_FIELDS].index("kafka_key")
 
 
-def build_writer(kind: str, schema_type: str, text: str, key: bool = False) -> Writer | KeyWriter:
-    """The :class:`Writer` (``key``: :class:`KeyWriter`) of a registry schema for a pipeline of format ``kind``;
-    ValueError if it cannot be one."""
+def build_writer(kind: str, schema_type: str, text: str, key: bool = False,
+                 imports: dict[str, str] | None = None) -> Writer | KeyWriter:
+    """The :class:`Writer` (``key``: :class:`KeyWriter`) of a registry schema for a pipeline of format ``kind``
+    (``imports``: the texts of the schemas it references, by name); ValueError if it cannot be one."""
     want, cls = KINDS[kind]
     if schema_type != want:
         raise ValueError(f"it is a {schema_type} schema, the pipeline reads {kind}")
+    if imports and want != "PROTOBUF":
+        raise ValueError("it references other subjects, which Tailfill reads for Protobuf schemas only")
+    args = (text, imports) if want == "PROTOBUF" else (text,)
     if key:
-        return KEYS[want](text)
-    writer = cls(text)
+        return KEYS[want](*args)
+    writer = cls(*args)
     columns = writer.columns_of((0,) if kind == "protobuf" else ())
     reserved = [f.name for f in columns if f.name.startswith(RESERVED_PREFIX)]
     if reserved:
@@ -76,29 +80,29 @@ def build_writer(kind: str, schema_type: str, text: str, key: bool = False) -> W
     return writer
 
 
+def _latest(cfg: PipelineConfig, subject: str, key: bool) -> Writer | KeyWriter:
+    """The writer of ``subject``'s latest schema; ValueError if it cannot be a table's columns (or kafka_key)."""
+    fmt = resolved(cfg).format
+    client = RegistryClient(fmt.schema_registry)
+    latest = client.latest(subject)
+    try:
+        return build_writer(fmt.type, latest.kind, latest.text, key, client.imports(latest))
+    except (ValueError, KeyError) as exc:
+        raise ValueError(f"the latest schema of {'key ' if key else ''}subject {subject!r} (id {latest.id}) cannot be "
+                         f"{'kafka_key' if key else 'a table'}: {exc}") from exc
+
+
 def latest_columns(cfg: PipelineConfig) -> tuple[pa.Schema, tuple[str, ...]]:
     """The columns and required top-level fields of the pipeline's subject's latest schema (what a new table
     is made with)."""
-    fmt, subject = resolved(cfg).format, cfg.subject
-    latest = RegistryClient(fmt.schema_registry).latest(subject)
-    try:
-        writer = build_writer(fmt.type, latest.kind, latest.text)
-    except (ValueError, KeyError) as exc:
-        raise ValueError(f"the latest schema of subject {subject!r} (id {latest.id}) cannot be a table: {exc}") from exc
-    variant = (0,) if fmt.type == "protobuf" else ()
+    writer = _latest(cfg, cfg.subject, key=False)
+    variant = (0,) if cfg.format.type == "protobuf" else ()
     return writer.columns_of(variant), writer.required_of(variant)
 
 
 def latest_key_type(cfg: PipelineConfig) -> pa.DataType:
     """The type of ``kafka_key`` from the latest schema of the pipeline's key subject (``format.key: registry``)."""
-    fmt, subject = resolved(cfg).format, cfg.key_subject
-    latest = RegistryClient(fmt.schema_registry).latest(subject)
-    try:
-        writer = build_writer(fmt.type, latest.kind, latest.text, key=True)
-        return writer.type_of((0,) if fmt.type == "protobuf" else ())
-    except (ValueError, KeyError) as exc:
-        raise ValueError(f"the latest schema of key subject {subject!r} (id {latest.id}) cannot be kafka_key: "
-                         f"{exc}") from exc
+    return _latest(cfg, cfg.key_subject, key=True).type_of((0,) if cfg.format.type == "protobuf" else ())
 
 
 class RegistryDecoder:
@@ -120,7 +124,9 @@ class RegistryDecoder:
             writer: Writer | KeyWriter | str = f"unknown schema id {schema_id} (the registry has no such schema)"
         else:
             try:
-                writer = build_writer(self.fmt.type, found.kind, found.text, key)
+                writer = build_writer(self.fmt.type, found.kind, found.text, key, self.client.imports(found))
+            except RegistryError:  # unreachable: the batch fails, nothing commits
+                raise
             except Exception as exc:  # a schema we cannot map: its records are quarantined with the reason
                 writer = f"writer schema id {schema_id} cannot be read: {exc}"
         with _LOCK:

@@ -50,8 +50,8 @@ class JsonKey:
 class ProtobufKey:
     """Keys written with one Protobuf schema: a message (by its indexes) → struct."""
 
-    def __init__(self, text: str):
-        self.writer = ProtobufWriter(text)
+    def __init__(self, text: str, imports: dict[str, str] | None = None):
+        self.writer = ProtobufWriter(text, imports)
 
     def type_of(self, variant: tuple[int, ...]) -> pa.DataType:
         return pa.struct(list(self.writer.columns_of(variant)))

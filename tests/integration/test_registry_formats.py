@@ -246,3 +246,30 @@ def test_registry_keys_are_decoded_into_kafka_key_or_quarantined(spark, make_pip
     assert set(errors["error"].to_pylist()) == {"key not in the Confluent wire format (no magic byte 0 and schema id)"}
     assert set(errors["kafka_key"].to_pylist()) == {b"plain-key"}  # the quarantine keeps the raw key
     assert validate(cfg, all_runs=True).success
+
+
+def test_a_protobuf_schema_referencing_another_subject_is_backfilled(spark, make_pipeline, registry):
+    """The order's customer message lives in another file, registered as its own subject and referenced."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    from tailfill.dev.format_samples import referencing_order_class
+
+    cfg = registry_pipeline(make_pipeline, "protobuf", registry.url)
+    order = referencing_order_class()
+    ser = ProtobufSerializer(order, SchemaRegistryClient({"url": registry.url}), {"use.deprecated.format": False})
+    ctx = SerializationContext(cfg.source.topic, MessageField.VALUE)
+    out = _SampleProducer(cfg.source.bootstrap_servers, cfg.source.topic, PARTITIONS)
+    for i in range(300):
+        msg = order(order_id=f"o{i}")
+        msg.customer.id, msg.customer.tier = f"cust-{i % 9}", i % 3
+        out.send(i, ser(msg, ctx))
+    out.finish()
+    backfill(spark, cfg)
+
+    rows, bad = assert_exactly_once(cfg, high_watermarks(cfg))
+    assert (len(rows), len(bad)) == (300, 0)
+    data = ensure_tables(cfg).data
+    customers = {r["order_id"]: r["customer"] for r in data.scan(selected_fields=("order_id", "customer")).to_arrow()
+                 .to_pylist()}
+    assert customers["o10"] == {"id": "cust-1", "tier": 1}
+    assert validate(cfg, all_runs=True).success

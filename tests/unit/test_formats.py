@@ -468,3 +468,33 @@ def test_protobuf_and_json_schema_keys_decode_too(registry):
     ok, bad = RegistryDecoder(json_fmt).split(raw([jvalue({"id": "e1"}, ctx)], [jkey("customer-9", key_ctx)]), "r")
     assert bad.num_rows == 0 and ok.select(["kafka_key", "id"]).to_pylist() == [{"kafka_key": "customer-9",
                                                                                   "id": "e1"}]
+
+
+def test_protobuf_schemas_referencing_other_subjects_decode(registry):
+    from tailfill.dev.format_samples import referencing_order_class
+
+    client = SchemaRegistryClient({"url": registry.url})
+    order = referencing_order_class()
+    ser = ProtobufSerializer(order, client, {"use.deprecated.format": False})
+    msg = order(order_id="o9")
+    msg.customer.id, msg.customer.tier = "cust-1", 2
+    value = ser(msg, CTX)
+    assert client.get_subjects() == ["orders-value", "tailfill/sample/customer.proto"]
+    refs = client.get_latest_version("orders-value").schema.references
+    assert [(r.name, r.subject, r.version) for r in refs] == [("tailfill/sample/customer.proto",
+                                                               "tailfill/sample/customer.proto", 1)]
+    ok, bad = RegistryDecoder(fmt("protobuf", registry.url)).split(raw([value]), "r")
+    assert bad.num_rows == 0
+    assert ok.select(["order_id", "customer"]).to_pylist() == [{"order_id": "o9",
+                                                                "customer": {"id": "cust-1", "tier": 2}}]
+
+    from confluent_kafka.schema_registry import SchemaReference
+
+    from tailfill.formats.registry import Reference, RegisteredSchema
+
+    gone = RegisteredSchema(9, "PROTOBUF", "", references=(Reference("x.proto", "nowhere", 1),))
+    with pytest.raises(ValueError, match=r"its reference 'x.proto' \(subject 'nowhere' version 1\) is not in the"):
+        RegistryClient(fmt("protobuf", registry.url).schema_registry).imports(gone)
+    with pytest.raises(SchemaRegistryError, match=r"reference 'x.proto' names subject 'nowhere' version 1, which"):
+        client.register_schema("other-value", Schema(client.get_latest_version("orders-value").schema.schema_str,
+                                                     "PROTOBUF", [SchemaReference("x.proto", "nowhere", 1)]))
