@@ -206,8 +206,9 @@ class RegistryDecoder:
         parts = [self._rows(meta, values, columns, sources, rows, errors, table_columns, keyed)
                  for columns, sources, rows in groups.values()]
         parts = [p for p in parts if p is not None]
-        ok = (pa.concat_tables(parts, promote_options="permissive") if parts
-              else pa.schema([*METADATA_FIELDS, VALUE_FIELD]).empty_table())
+        ok = (pa.concat_tables(parts, promote_options="permissive") if parts  # no raw kafka_key beside decoded ones:
+              else pa.schema([f for f in [*METADATA_FIELDS, VALUE_FIELD] if not keyed or f.name != "kafka_key"])
+              .empty_table())
         bad_idx = pa.array(sorted(errors), pa.int64())
         bad = pa.Table.from_arrays(
             [*meta.take(bad_idx).columns, values.take(bad_idx),

@@ -440,6 +440,8 @@ def test_keys_decode_with_their_own_schema_or_send_their_record_to_quarantine(re
     assert errors[103] == "key: unknown schema id 999 (the registry has no such schema)"
     assert errors[104] == "key does not decode with key schema id 2: EOFError"
     assert bad.column("kafka_key").to_pylist()[0] == b"plain-key"  # the quarantine keeps the raw key
+    none_ok, _ = decoder.split(raw([value], [b"plain-key"]), "r", table)  # a batch of only bad keys: no rows
+    assert pa.concat_tables([none_ok, ok], promote_options="permissive").num_rows == 2  # joins decoded keys
 
     client.set_compatibility("orders-key", "NONE")
     as_text = AvroSerializer(client, json.dumps("string"))("k1", key_ctx)
@@ -498,3 +500,24 @@ def test_protobuf_schemas_referencing_other_subjects_decode(registry):
     with pytest.raises(SchemaRegistryError, match=r"reference 'x.proto' names subject 'nowhere' version 1, which"):
         client.register_schema("other-value", Schema(client.get_latest_version("orders-value").schema.schema_str,
                                                      "PROTOBUF", [SchemaReference("x.proto", "nowhere", 1)]))
+
+
+def test_preflight_checks_the_key_subject_with_registry_keys(registry, tmp_path):
+    import yaml
+
+    from tailfill.config import load_pipeline
+    from tailfill.errors import PreflightError
+    from tailfill.run.preflight import check_registry
+
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "pipelines" / "orders_avro.yaml").read_text())
+    spec["format"].update(key="registry", schema_registry={"url": registry.url})
+    path = tmp_path / "orders.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    cfg = load_pipeline(path)
+    client = SchemaRegistryClient({"url": registry.url})
+    client.register_schema(cfg.subject, Schema(json.dumps(avro_schema()), "AVRO"))
+    with pytest.raises(PreflightError, match=f"has no subject '{cfg.key_subject}'"):
+        check_registry(cfg)
+    client.register_schema(cfg.key_subject, Schema(json.dumps("string"), "AVRO"))
+    assert check_registry(cfg) == (f"schema registry {registry.url} reachable, subject '{cfg.subject}' at version 1 "
+                                   f"(id 1), key subject '{cfg.key_subject}' at version 1 (id 2)")
