@@ -177,8 +177,9 @@ class FormatConfig(_Model):
     max_value_bytes: int = Field(default=1_048_576, ge=1)
     unknown_fields: Literal["ignore", "quarantine"] = "ignore"
     schema_registry: SchemaRegistryConfig | None = None
-    # A writer schema that changes a column's type beyond a promotion: its records go to quarantine with
-    # the reason, or the run stops naming the field and both types.
+    # A writer schema that changes a column's type beyond a promotion, or lacks a field the table requires
+    # (tailfill.required-fields): its records go to quarantine with the reason, or the run stops naming the
+    # field and both types (or the schema id that lacks it).
     on_incompatible_schema: Literal["quarantine", "fail"] = "quarantine"
     # The table's kafka_key: the bytes as sent ("raw"), decoded UTF-8 ("string"; a key that is not
     # UTF-8 sends its record to the quarantine, which keeps the raw key), or (registry formats) decoded
