@@ -138,9 +138,13 @@ def _describe(current: pa.Schema, columns: pa.Schema) -> str:
 
 
 def schema_line(table: Table) -> str:
-    """``table schema: version N, K columns; last change <when>: <what>`` (for ``tailfill status``)."""
+    """``table schema: version N, K columns[; requires a, b]; last change <when>: <what>`` (for ``tailfill
+    status``; the required fields of a registry table, :data:`REQUIRED_PROP`)."""
     schema = table.schema()
     line = f"table schema: version {schema.schema_id}, {len(schema.fields)} columns"
+    required = json.loads(table.properties.get(REQUIRED_PROP, "[]"))
+    if required:
+        line += f"; requires {', '.join(required)}"
     recorded = table.properties.get(SCHEMA_CHANGE_PROP)
     if not recorded:
         return line + "; unchanged since the table was made"

@@ -156,16 +156,19 @@ def test_a_writer_schema_that_retypes_a_column_is_quarantined_when_so_configured
 def test_evolution_adds_optional_columns_keeps_ids_and_refuses_retyping(tmp_path):
     from pyiceberg.catalog.sql import SqlCatalog
 
+    from tailfill.formats.evolve import required_properties
+
     catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=str(tmp_path))
     catalog.create_namespace("ns")
-    table = catalog.create_table("ns.t", schema=pa.schema([("a", pa.string()), ("n", pa.int32()),
+    table = catalog.create_table("ns.t", properties=required_properties(("n", "a")),
+                                 schema=pa.schema([("a", pa.string()), ("n", pa.int32()),
                                                           ("s", pa.struct([("x", pa.int64())])),
                                                           ("l", pa.list_(pa.int32())), ("p", pa.decimal128(10, 2))]))
     ids = {f.name: f.field_id for f in table.schema().fields}
     assert evolve(table, pa.schema([("n", pa.int32()), ("l", pa.list_(pa.int32()))])) is False  # nothing new
     wider = pa.schema([("a", pa.string()), ("n", pa.int64()), ("s", pa.struct([("x", pa.int64()), ("y", pa.string())])),
                        ("l", pa.list_(pa.int64())), ("p", pa.decimal128(12, 2)), ("country", pa.string())])
-    assert schema_line(table).endswith("unchanged since the table was made")
+    assert schema_line(table) == "table schema: version 0, 5 columns; requires a, n; unchanged since the table was made"
     assert evolve(table, wider) is True
     assert evolve(table, wider) is False  # nothing left to change
     assert "added country; widened n int32 → int64, s" in schema_line(table)
