@@ -139,6 +139,8 @@ class SchemaRegistryConfig(_Model):
 
     url: str = Field(description="http(s)://host:port of the registry, or 'embedded' for `tailfill registry up`")
     subject: str | None = Field(default=None, description="subject of the value schema (default: <topic>-value)")
+    key_subject: str | None = Field(default=None, description="subject of the key schema, with format.key: registry "
+                                                              "(default: <topic>-key)")
     username_env: str | None = None  # basic auth: the variables holding login and password, never inline
     password_env: str | None = None
     airflow_conn_id: str | None = None
@@ -175,12 +177,14 @@ class FormatConfig(_Model):
     max_value_bytes: int = Field(default=1_048_576, ge=1)
     unknown_fields: Literal["ignore", "quarantine"] = "ignore"
     schema_registry: SchemaRegistryConfig | None = None
-    # A writer schema that changes a column's type beyond a promotion: its records go to quarantine with
-    # the reason, or the run stops naming the field and both types.
+    # A writer schema that changes a column's type beyond a promotion, or lacks a field the table requires
+    # (tailfill.required-fields): its records go to quarantine with the reason, or the run stops naming the
+    # field and both types (or the schema id that lacks it).
     on_incompatible_schema: Literal["quarantine", "fail"] = "quarantine"
-    # The table's kafka_key: the bytes as sent ("raw"), or decoded UTF-8 ("string"; a key that is not
-    # UTF-8 sends its record to the quarantine, which keeps the raw key).
-    key: Literal["raw", "string"] = "raw"
+    # The table's kafka_key: the bytes as sent ("raw"), decoded UTF-8 ("string"; a key that is not
+    # UTF-8 sends its record to the quarantine, which keeps the raw key), or (registry formats) decoded
+    # with its own writer schema from the registry ("registry": the key subject's type, e.g. a struct).
+    key: Literal["raw", "string", "registry"] = "raw"
 
     @model_validator(mode="after")
     def _fields_match_type(self) -> FormatConfig:
@@ -193,11 +197,14 @@ class FormatConfig(_Model):
                 raise ValueError(f"{self.type} format needs schema_registry (url, and subject if not <topic>-value)")
             if self.fields:
                 raise ValueError(f"{self.type} format takes its columns from the registry's schema, not 'fields'")
-            if self.key != "raw":
-                raise ValueError(f"{self.type} format keeps kafka_key as the bytes sent: key: {self.key} is for json "
-                                 "and raw (registry-encoded keys are not decoded yet)")
+            if self.key == "string":
+                raise ValueError(f"{self.type} format decodes keys with key: registry (their writer schema), or "
+                                 "keeps the bytes sent (key: raw); key: string is for json and raw")
         elif self.schema_registry is not None:
             raise ValueError(f"{self.type} format takes no schema_registry (it is for avro, protobuf, json_schema)")
+        elif self.key == "registry":
+            raise ValueError(f"key: registry decodes keys with a Schema Registry: it is for avro, protobuf and "
+                             f"json_schema, not {self.type}")
         names = [f.name for f in self.fields]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -435,12 +442,20 @@ class PipelineConfig(_Model):
         registry = self.format.schema_registry
         return (registry.subject if registry and registry.subject else None) or f"{self.source.topic}-value"
 
+    @property
+    def key_subject(self) -> str:
+        """The registry subject of the key schema (``format.key: registry``): as configured, or ``<topic>-key``."""
+        registry = self.format.schema_registry
+        return (registry.key_subject if registry and registry.key_subject else None) or f"{self.source.topic}-key"
+
     @model_validator(mode="after")
     def _partition_by_names_columns(self) -> PipelineConfig:
-        schema = table_schema(self.format.fields, self.format.key)
+        registry_key = self.format.key == "registry"
+        schema = table_schema(self.format.fields, "raw" if registry_key else self.format.key)
         for entry in self.target.partition_by:
             term = parse_term(entry)
-            if term.column not in schema.names and self.format.type in REGISTRY_FORMATS:
+            if (term.column not in schema.names and self.format.type in REGISTRY_FORMATS) or \
+                    (term.column == "kafka_key" and registry_key):
                 continue  # a column of the registry's schema: checked when the table is made
             if term.column not in schema.names:
                 raise ValueError(f"target.partition_by: {entry!r} names no column (columns: {', '.join(schema.names)})")

@@ -85,7 +85,8 @@ class RegistryError(TailfillError):
 
 
 class SchemaChangeError(TailfillError):
-    """A writer schema changed a column in a way the table cannot follow (``on_incompatible_schema: fail``)."""
+    """A writer schema changed a column in a way the table cannot follow, or lacks a field the table requires
+    (``on_incompatible_schema: fail``)."""
 
     fix = ("make the producers' schema compatible again, or set format.on_incompatible_schema: quarantine to keep "
            "such records in the quarantine table")

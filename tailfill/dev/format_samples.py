@@ -81,6 +81,32 @@ def sample_order(i: int, country: str | None = None) -> dict:
     return order
 
 
+def referencing_order_class() -> type:
+    """A Protobuf order whose ``customer`` is a message of another file (``tailfill/sample/customer.proto``):
+    confluent-kafka's serializer registers that file as its own subject and the order with a reference to it."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    pool = descriptor_pool.Default()
+    try:
+        return message_factory.GetMessageClass(pool.FindMessageTypeByName("tailfill.sample.ShopOrder"))
+    except KeyError:
+        pass
+    T = descriptor_pb2.FieldDescriptorProto
+    customer = descriptor_pb2.FileDescriptorProto(name="tailfill/sample/customer.proto", package="tailfill.sample",
+                                                  syntax="proto3")
+    message = customer.message_type.add(name="Customer")
+    message.field.add(name="id", number=1, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL)
+    message.field.add(name="tier", number=2, type=T.TYPE_INT32, label=T.LABEL_OPTIONAL)
+    pool.Add(customer)
+    order = descriptor_pb2.FileDescriptorProto(name="tailfill/sample/shop_order.proto", package="tailfill.sample",
+                                               syntax="proto3", dependency=[customer.name])
+    message = order.message_type.add(name="ShopOrder")
+    message.field.add(name="order_id", number=1, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL)
+    message.field.add(name="customer", number=2, type=T.TYPE_MESSAGE, label=T.LABEL_OPTIONAL,
+                      type_name=".tailfill.sample.Customer")
+    return message_factory.GetMessageClass(pool.Add(order).message_types_by_name["ShopOrder"])
+
+
 def order_class() -> type:
     """The sample order as a Protobuf message class (built from a descriptor: no protoc needed)."""
     from google.protobuf import (

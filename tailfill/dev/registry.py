@@ -3,8 +3,9 @@
 For the demo and the tests only (no Schema Registry server installs on these machines): subjects
 and versions are registered and looked up, schemas are served by id, and a new Avro version is
 checked against the subject's compatibility level (``BACKWARD`` by default; ``NONE`` accepts
-anything). Protobuf and JSON Schema versions are stored without a compatibility check. State is
-in memory. ``tailfill registry up`` starts it detached and records its address in
+anything): Avro by the specification's resolution rules, Protobuf and JSON Schema by a small subset of
+Confluent's (:mod:`tailfill.formats.protobuf_compat`, :mod:`tailfill.formats.json_schema_compat`). State
+is in memory. ``tailfill registry up`` starts it detached and records its address in
 ``$TAILFILL_HOME/registry.json``, which ``schema_registry.url: embedded`` resolves to; tests use
 :class:`DevRegistry`, which stops it when the block ends.
 """
@@ -20,14 +21,19 @@ import sys
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from tailfill.config import tailfill_home
 from tailfill.dev.broker import free_port
 from tailfill.errors import RegistryError
-from tailfill.formats.avro_compat import backward_problems
+from tailfill.formats.avro_compat import backward_problems as avro_backward
+from tailfill.formats.json_schema_compat import backward_problems as json_backward
+from tailfill.formats.protobuf_compat import backward_problems as protobuf_backward
+from tailfill.formats.protobuf_compat import parse_file
 from tailfill.source.embedded import registry_state, registry_state_file
 from tailfill.state.detached import stop_detached
 
@@ -83,20 +89,36 @@ def _pick_version(store: _Store, subject: str, version: str) -> int:
     return n
 
 
+_CHECKS: dict[str, tuple[Callable[[str], Any], Callable[[Any, Any], list[str]]]] = {
+    "AVRO": (json.loads, avro_backward), "JSON": (json.loads, json_backward),
+    "PROTOBUF": (parse_file, protobuf_backward)}  # schema type -> (parse the text, why reader cannot read writer)
+
+
 def _compatible(store: _Store, subject: str, body: dict, against: list[int]) -> list[str]:
     """Why ``body`` is not compatible with ``against`` (schema ids) under the subject's level, or []."""
     level = store.level(subject)
-    if level == "NONE" or (body.get("schemaType") or "AVRO") != "AVRO" or not against:
+    if level == "NONE" or not against:
         return []
+    kind = body.get("schemaType") or "AVRO"
+    parse, problems_of = _CHECKS[kind]
+    try:
+        new = parse(body["schema"])
+    except ValueError:
+        return []  # e.g. Protobuf as .proto text: stored unchecked
     targets = against if level.endswith("TRANSITIVE") else against[-1:]
-    new = json.loads(body["schema"])
     problems = []
     for sid in targets:
-        old = json.loads(store.schemas[sid]["schema"])
-        if level.startswith(("BACKWARD", "FULL")):
-            problems += backward_problems(reader=new, writer=old)
-        if level.startswith(("FORWARD", "FULL")):
-            problems += backward_problems(reader=old, writer=new)
+        if store.schemas[sid]["schemaType"] != kind:
+            problems.append(f"schema type {kind} differs from version of id {sid} ({store.schemas[sid]['schemaType']})")
+            continue
+        try:
+            old = parse(store.schemas[sid]["schema"])
+            if level.startswith(("BACKWARD", "FULL")):
+                problems += problems_of(new, old)
+            if level.startswith(("FORWARD", "FULL")):
+                problems += problems_of(old, new)
+        except (ValueError, KeyError):
+            continue  # a schema this registry cannot compare (e.g. an external $ref): not checked
     return problems
 
 
@@ -155,11 +177,16 @@ def _register(store: _Store, subject: str, body: dict) -> dict:
         raise _Error(422, 42201, "Invalid schema: 'schema' must be a string")
     doc = {"schema": body["schema"], "schemaType": body.get("schemaType") or "AVRO",
            "references": body.get("references") or []}
-    if doc["schemaType"] == "AVRO":
+    if doc["schemaType"] in ("AVRO", "JSON"):
         try:
             json.loads(doc["schema"])
         except ValueError as exc:
             raise _Error(422, 42201, f"Invalid schema: {exc}") from None
+    for ref in doc["references"]:
+        versions = store.subjects.get(ref.get("subject"), [])
+        if not 1 <= int(ref.get("version", 0)) <= len(versions):
+            raise _Error(422, 42201, f"Invalid schema: reference {ref.get('name')!r} names subject "
+                                     f"{ref.get('subject')!r} version {ref.get('version')}, which is not registered")
     ids = store.subjects.setdefault(subject, [])
     sid = store.find(doc)
     if sid is not None and sid in ids:

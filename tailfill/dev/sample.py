@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from types import EllipsisType
 
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -68,11 +69,13 @@ class _SampleProducer:
         if err is not None:
             self.failures.append(str(err))
 
-    def send(self, i: int, value: bytes | None) -> None:
-        """Record ``i`` (key ``i``) to partition ``i mod partitions``, waiting while the queue is full."""
+    def send(self, i: int, value: bytes | None, key: bytes | EllipsisType | None = ...) -> None:
+        """Record ``i`` (key ``i`` unless ``key`` is given, None for none) to partition ``i mod partitions``,
+        waiting while the queue is full."""
+        key = str(i).encode() if key is ... else key
         while True:
             try:
-                self.producer.produce(self.topic, value=value, key=str(i).encode(), partition=i % self.partitions,
+                self.producer.produce(self.topic, value=value, key=key, partition=i % self.partitions,
                                       on_delivery=self._delivered)
                 return
             except BufferError:

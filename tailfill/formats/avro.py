@@ -4,6 +4,7 @@ record → struct, array → list, map → map<string, ...>, enum → string, fi
 decimal → decimal(p, s), date → date, timestamp-millis/micros → timestamp (UTC, µs),
 local-timestamp-* → timestamp without zone, uuid → string, a union with null → an optional value.
 A union of several non-null types has no column type: such a schema is refused with the reason.
+A top-level field is *required* when its type is not a union with null and it has no default.
 """
 
 from __future__ import annotations
@@ -69,12 +70,23 @@ def _arrow(schema: Any, names: dict[str, Any], depth: int = 0) -> pa.DataType:
     raise ValueError(f"unsupported Avro type {kind!r}")
 
 
+def avro_type(schema: Any) -> pa.DataType:
+    """The Arrow type of any Avro schema (parsed JSON: a primitive, a record, ...); ValueError if it has none."""
+    return _arrow(schema, {})
+
+
 def avro_columns(text: str) -> pa.Schema:
     """The columns of a top-level Avro record schema (JSON text); ValueError if it is not one or cannot map."""
     schema = json.loads(text)
     if not isinstance(schema, dict) or schema.get("type") != "record":
         raise ValueError("the top-level Avro schema is not a record")
-    return pa.schema(list(_arrow(schema, {})))
+    return pa.schema(list(avro_type(schema)))
+
+
+def avro_required(text: str) -> tuple[str, ...]:
+    """The top-level fields a record of this Avro schema always carries: not a union with null, no default."""
+    return tuple(f["name"] for f in json.loads(text).get("fields", [])
+                 if "default" not in f and not (isinstance(f["type"], list) and "null" in f["type"]))
 
 
 class AvroWriter:
@@ -82,21 +94,28 @@ class AvroWriter:
 
     def __init__(self, text: str):
         self.columns = avro_columns(text)
+        self.required = avro_required(text)
         self.parsed = fastavro.parse_schema(json.loads(text))
         self.uuids = "uuid" in text
 
     def columns_of(self, variant: tuple) -> pa.Schema:
         return self.columns
 
+    def required_of(self, variant: tuple) -> tuple[str, ...]:
+        return self.required
+
     def read(self, payload: bytes) -> tuple[tuple, dict]:
         """((), the record as a dict) — one payload (after the schema id) decoded."""
-        buf = io.BytesIO(payload)
-        row = fastavro.schemaless_reader(buf, self.parsed, None)
-        if buf.tell() != len(payload):
-            raise ValueError(f"{len(payload) - buf.tell()} bytes left over after the record")
-        if self.uuids:
-            row = _uuids_as_text(row)
-        return (), row
+        return (), read_avro(payload, self.parsed, self.uuids)
+
+
+def read_avro(payload: bytes, parsed: Any, uuids: bool) -> Any:
+    """One payload (after the schema id) decoded with a parsed schema; ``uuids``: turn UUIDs into text."""
+    buf = io.BytesIO(payload)
+    value = fastavro.schemaless_reader(buf, parsed, None)
+    if buf.tell() != len(payload):
+        raise ValueError(f"{len(payload) - buf.tell()} bytes left over after the record")
+    return _uuids_as_text(value) if uuids else value
 
 
 def _uuids_as_text(value: Any) -> Any:

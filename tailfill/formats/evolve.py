@@ -4,6 +4,10 @@ A column a writer schema adds becomes a new optional column of the table (``unio
 field ids stay); int → long, float → double and a wider decimal are promoted; any other change of a
 column's type is a conflict, which the pipeline's ``on_incompatible_schema`` decides (quarantine the
 records on the executors, or stop the run here before anything is committed).
+
+A registry table also records, in its property ``tailfill.required-fields``, the top-level fields the
+subject's latest schema required when the table was made (:func:`required_properties`); a writer schema
+without one of them is a conflict too, decided the same way (on the executors, which see the fields).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from tailfill.schema import table_schema
 ATTEMPTS = 5
 SCALAR_PROMOTIONS = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}  # (from, to)
 SCHEMA_CHANGE_PROP = "tailfill.schema-change"  # the last change this module made: {"at", "change"}
+REQUIRED_PROP = "tailfill.required-fields"  # JSON list of top-level columns every writer schema must have
 
 
 def canon(kind: pa.DataType) -> pa.DataType:
@@ -77,6 +82,18 @@ def conflicts(columns: pa.Schema, table: pa.Schema, source: str = "the writer sc
     return out
 
 
+def missing_required(columns: pa.Schema, table: pa.Schema, source: str = "the writer schema") -> list[str]:
+    """Each field ``table`` requires (not nullable, as :func:`registry_columns` marks them) that ``columns``
+    lacks, as ``field 'x': the table requires it (long), the writer schema does not have it``."""
+    return [f"field '{f.name}': the table requires it ({canon(f.type)}), {source} does not have it"
+            for f in table if not f.nullable and columns.get_field_index(f.name) < 0]
+
+
+def required_properties(required: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """The table properties that record ``required`` (top-level field names) for :func:`registry_columns`."""
+    return {REQUIRED_PROP: json.dumps(sorted(required))}
+
+
 def file_columns(fs: pafs.FileSystem, files: list[str]) -> pa.Schema | None:
     """The union of the columns of ``files`` (their Parquet footers), or None without files."""
     schemas = [pq.read_schema(fs_path(f), filesystem=fs) for f in files]
@@ -121,9 +138,13 @@ def _describe(current: pa.Schema, columns: pa.Schema) -> str:
 
 
 def schema_line(table: Table) -> str:
-    """``table schema: version N, K columns; last change <when>: <what>`` (for ``tailfill status``)."""
+    """``table schema: version N, K columns[; requires a, b]; last change <when>: <what>`` (for ``tailfill
+    status``; the required fields of a registry table, :data:`REQUIRED_PROP`)."""
     schema = table.schema()
     line = f"table schema: version {schema.schema_id}, {len(schema.fields)} columns"
+    required = json.loads(table.properties.get(REQUIRED_PROP, "[]"))
+    if required:
+        line += f"; requires {', '.join(required)}"
     recorded = table.properties.get(SCHEMA_CHANGE_PROP)
     if not recorded:
         return line + "; unchanged since the table was made"
@@ -177,8 +198,12 @@ def _nullable(f: pa.Field) -> pa.Field:
 
 
 def registry_columns(cfg: PipelineConfig, table: Table) -> pa.Schema | None:
-    """The data table's columns for the executors of a registry format (None for json and raw)."""
-    return table.schema().as_arrow() if cfg.format.type in REGISTRY_FORMATS else None
+    """The data table's columns for the executors of a registry format (None for json and raw): the
+    fields the table requires (its ``tailfill.required-fields``) not nullable, every other one nullable."""
+    if cfg.format.type not in REGISTRY_FORMATS:
+        return None
+    required = set(json.loads(table.properties.get(REQUIRED_PROP, "[]")))
+    return pa.schema([f.with_nullable(f.name not in required) for f in table.schema().as_arrow()])
 
 
 def follow_files(cfg: PipelineConfig, table: Table, fs: pafs.FileSystem, files: list[str]) -> bool:

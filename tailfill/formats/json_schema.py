@@ -3,6 +3,7 @@
 object with properties → struct, array → list, an object with only additionalProperties → map,
 string (format date-time → timestamp, date → date), integer → long, number → double, boolean;
 ["null", T] or anyOf/oneOf with null → optional T; $ref to #/definitions or #/$defs is followed.
+A top-level property listed in the schema's ``required`` is a required field.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from tailfill.formats.types import TIMESTAMP, coerce
 SIMPLE = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
 
 
-def _resolve(node: Any, root: dict) -> Any:
+def resolve(node: Any, root: dict) -> Any:
+    """``node`` with its ``$ref``s (inside the schema, ``#/...``) followed; ValueError for any other."""
     while isinstance(node, dict) and "$ref" in node:
         ref = node["$ref"]
         if not ref.startswith("#/"):
@@ -32,12 +34,12 @@ def _resolve(node: Any, root: dict) -> Any:
 def _arrow(node: Any, root: dict, depth: int = 0) -> pa.DataType:
     if depth > 32:
         raise ValueError("nested more than 32 levels deep (a recursive schema has no column type)")
-    node = _resolve(node, root)
+    node = resolve(node, root)
     if not isinstance(node, dict):
         raise ValueError(f"schema {json.dumps(node)[:60]} has no column type")
     for key in ("anyOf", "oneOf"):
         if key in node:
-            branches = [b for b in node[key] if _resolve(b, root) != {"type": "null"}]
+            branches = [b for b in node[key] if resolve(b, root) != {"type": "null"}]
             if len(branches) != 1:
                 raise ValueError(f"{key} with several non-null schemas has no column type")
             return _arrow(branches[0], root, depth + 1)
@@ -62,18 +64,28 @@ def _arrow(node: Any, root: dict, depth: int = 0) -> pa.DataType:
     raise ValueError(f"schema {json.dumps(node)[:60]} has no column type (give it a type)")
 
 
+def json_type(root: Any) -> pa.DataType:
+    """The Arrow type of a whole JSON Schema (an object, a string, ...); ValueError if it has none."""
+    return _arrow(root, root)
+
+
 class JsonSchemaWriter:
     """Decodes JSON payloads whose writer schema is one JSON Schema: each value is checked against its types."""
 
     def __init__(self, text: str):
         root = json.loads(text)
-        kind = _arrow(root, root)
+        kind = json_type(root)
         if not pa.types.is_struct(kind):
             raise ValueError("the top-level JSON Schema is not an object with properties")
         self.columns = pa.schema(list(kind))
+        top = resolve(root, root)
+        self.required = tuple(n for n in top.get("required", []) if n in self.columns.names)
 
     def columns_of(self, variant: tuple) -> pa.Schema:
         return self.columns
+
+    def required_of(self, variant: tuple) -> tuple[str, ...]:
+        return self.required
 
     def read(self, payload: bytes) -> tuple[tuple, dict]:
         """((), the value's fields as Python values of their column types); RecordError if one does not fit."""

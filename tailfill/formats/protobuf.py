@@ -4,7 +4,9 @@ message → struct, repeated → list, map<k, v> → map, enum → string, int32
 other integers → long, float/double, bool, string, bytes → binary, google.protobuf.Timestamp →
 timestamp (UTC, µs), wrapper types (Int64Value, StringValue, ...) → their optional value. A field
 without presence (a proto3 scalar not marked ``optional``) reads as its default when absent, as
-Protobuf itself says. Schemas that import files other than Google's well-known types are refused.
+Protobuf itself says. A schema may import Google's well-known types and the files its registry
+references give (other subjects); any other import is refused.
+Only proto2's ``required`` fields are required fields: in proto3 every field is optional.
 """
 
 from __future__ import annotations
@@ -122,29 +124,47 @@ def _row(message: Any) -> dict:
     return out
 
 
-class ProtobufWriter:
-    """Decodes payloads written with one Protobuf schema (a FileDescriptorProto, built once)."""
+def _file(text: str) -> descriptor_pb2.FileDescriptorProto:
+    return descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(text, validate=True))
 
-    def __init__(self, text: str):
-        proto = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(text, validate=True))
+
+def _add(pool: descriptor_pool.DescriptorPool, proto: descriptor_pb2.FileDescriptorProto, imports: dict[str, str],
+         added: set[str]) -> None:
+    """Add ``proto`` to ``pool`` after the files it imports: Google's well-known types, or ``imports``."""
+    for dep in proto.dependency:
+        if dep in added:
+            continue
+        added.add(dep)
+        if dep in imports:
+            _add(pool, _file(imports[dep]), imports, added)
+            continue
+        try:
+            known = descriptor_pool.Default().FindFileByName(dep)
+        except KeyError:
+            raise ValueError(f"imports {dep!r}, which is neither one of Google's well-known types nor a reference "
+                             "the registry gives") from None
+        dep_proto = descriptor_pb2.FileDescriptorProto()
+        known.CopyToProto(dep_proto)
+        pool.Add(dep_proto)
+    pool.Add(proto)
+
+
+class ProtobufWriter:
+    """Decodes payloads written with one Protobuf schema (a FileDescriptorProto, built once); ``imports``: the
+    serialized files its registry references give, by import name."""
+
+    def __init__(self, text: str, imports: dict[str, str] | None = None):
+        proto = _file(text)
         pool = descriptor_pool.DescriptorPool()
-        default = descriptor_pool.Default()
-        for dep in proto.dependency:
-            try:
-                known = default.FindFileByName(dep)
-            except KeyError:
-                raise ValueError(f"imports {dep!r}: schema references other than Google's well-known types are "
-                                 "not supported") from None
-            dep_proto = descriptor_pb2.FileDescriptorProto()
-            known.CopyToProto(dep_proto)
-            pool.Add(dep_proto)
-        self.file = pool.Add(proto)
+        _add(pool, proto, imports or {}, set())
+        self.file = pool.FindFileByName(proto.name)
         if not self.file.message_types_by_name:
             raise ValueError("the Protobuf schema declares no message")
-        self.classes: dict[tuple[int, ...], tuple[type, pa.Schema]] = {}
+        self.classes: dict[tuple[int, ...], tuple[type, pa.Schema, tuple[str, ...]]] = {}
 
-    def message(self, indexes: list[int]) -> tuple[type, pa.Schema]:
-        """The message class and columns of the message at ``indexes`` (top-level, then nested)."""
+    def message(self, indexes: list[int]) -> tuple[type, pa.Schema, tuple[str, ...]]:
+        """The message class, columns and required fields (proto2) of the message at ``indexes`` (top-level,
+        then nested)."""
         key = tuple(indexes)
         if key not in self.classes:
             messages = list(self.file.message_types_by_name.values())
@@ -155,7 +175,8 @@ class ProtobufWriter:
                 descriptor = messages[i]
                 messages = list(descriptor.nested_types)
             self.classes[key] = (message_factory.GetMessageClass(descriptor),
-                                 pa.schema(list(_message_type(descriptor, 0))))
+                                 pa.schema(list(_message_type(descriptor, 0))),
+                                 tuple(f.name for f in descriptor.fields if f.is_required))
         return self.classes[key]
 
     @property
@@ -166,8 +187,11 @@ class ProtobufWriter:
     def columns_of(self, variant: tuple[int, ...]) -> pa.Schema:
         return self.message(list(variant))[1]
 
+    def required_of(self, variant: tuple[int, ...]) -> tuple[str, ...]:
+        return self.message(list(variant))[2]
+
     def read(self, payload: bytes) -> tuple[tuple[int, ...], dict]:
         """(the message index path, the message as a dict) — one payload (after the schema id) decoded."""
         indexes, start = message_indexes(payload, 0)
-        cls, _ = self.message(indexes)
+        cls = self.message(indexes)[0]
         return tuple(indexes), _row(cls.FromString(payload[start:]))

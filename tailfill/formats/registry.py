@@ -22,18 +22,36 @@ from tailfill.config import EMBEDDED, SchemaRegistryConfig
 from tailfill.errors import RegistryError
 
 BACKOFF_SECONDS = 0.5  # first wait between tries, doubled per try (at most 8 s)
-_CACHE: dict[tuple[str, int], RegisteredSchema | None] = {}
+_CACHE: dict[tuple, RegisteredSchema | None] = {}  # (url, id) or (url, subject, version) -> the schema, or None
 _LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
+class Reference:
+    """A schema's reference to another subject's version, under the name it imports it by."""
+
+    name: str
+    subject: str
+    version: int
+
+
+@dataclass(frozen=True)
 class RegisteredSchema:
-    """One schema of the registry: its id, type (AVRO, PROTOBUF, JSON) and text (Protobuf: serialized)."""
+    """One schema of the registry: its id, type (AVRO, PROTOBUF, JSON), text (Protobuf: serialized) and the
+    schemas it references."""
 
     id: int
     kind: str
     text: str
     version: int | None = None
+    references: tuple[Reference, ...] = ()
+
+    @classmethod
+    def of(cls, doc: dict, schema_id: int | None = None) -> RegisteredSchema:
+        """The schema of a registry response (``schemas/ids/N`` or ``subjects/S/versions/V``)."""
+        refs = tuple(Reference(r["name"], r["subject"], int(r["version"])) for r in doc.get("references") or [])
+        return cls(schema_id if schema_id is not None else doc["id"], doc.get("schemaType") or "AVRO", doc["schema"],
+                   doc.get("version"), refs)
 
 
 def _url_for_humans(url: str) -> str:
@@ -88,15 +106,39 @@ class RegistryClient:
 
     def schema(self, schema_id: int) -> RegisteredSchema | None:
         """The schema with ``schema_id`` (None if the registry has none), asked once per process."""
-        key = (self.cfg.url, schema_id)
+        return self._cached((self.cfg.url, schema_id), f"schemas/ids/{schema_id}?format=serialized", schema_id)
+
+    def version(self, subject: str, version: int) -> RegisteredSchema | None:
+        """Version ``version`` of ``subject`` (None if the registry has none), asked once per process."""
+        path = f"subjects/{urllib.parse.quote(subject, safe='')}/versions/{version}?format=serialized"
+        return self._cached((self.cfg.url, subject, version), path)
+
+    def _cached(self, key: tuple, path: str, schema_id: int | None = None) -> RegisteredSchema | None:
         with _LOCK:
             if key in _CACHE:
                 return _CACHE[key]
-        doc = self._get(f"schemas/ids/{schema_id}?format=serialized")
-        found = None if doc is None else RegisteredSchema(schema_id, doc.get("schemaType") or "AVRO", doc["schema"])
+        doc = self._get(path)
+        found = None if doc is None else RegisteredSchema.of(doc, schema_id)
         with _LOCK:
             _CACHE[key] = found
         return found
+
+    def imports(self, schema: RegisteredSchema) -> dict[str, str]:
+        """The text of every schema ``schema`` references, directly or not, by the name it is imported by;
+        ValueError naming a reference the registry does not have."""
+        out: dict[str, str] = {}
+        pending = list(schema.references)
+        while pending:
+            ref = pending.pop()
+            if ref.name in out:
+                continue
+            found = self.version(ref.subject, ref.version)
+            if found is None:
+                raise ValueError(f"its reference {ref.name!r} (subject {ref.subject!r} version {ref.version}) is "
+                                 "not in the registry")
+            out[ref.name] = found.text
+            pending += found.references
+        return out
 
     def latest(self, subject: str) -> RegisteredSchema:
         """The latest version of ``subject``; RegistryError if the subject has none."""
@@ -104,4 +146,4 @@ class RegistryClient:
         if doc is None:
             raise RegistryError(f"the Schema Registry at {self.where} has no subject {subject!r} (register the "
                                 "producers' schema first, or set format.schema_registry.subject)")
-        return RegisteredSchema(doc["id"], doc.get("schemaType") or "AVRO", doc["schema"], doc.get("version"))
+        return RegisteredSchema.of(doc)

@@ -28,8 +28,8 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from tailfill.config import REGISTRY_FORMATS, PipelineConfig, TargetConfig
 from tailfill.errors import LakeError, RegistryError, SchemaChangeError
-from tailfill.formats.decode import latest_columns
-from tailfill.formats.evolve import follow_declared
+from tailfill.formats.decode import latest_columns, latest_key_type
+from tailfill.formats.evolve import follow_declared, required_properties
 from tailfill.lake.partition import spec_terms
 from tailfill.lake.partition_terms import parse_terms
 from tailfill.lake.storage import s3_credentials, warehouse_uri
@@ -115,10 +115,13 @@ TABLE_PROPERTIES = {"format-version": "2", "commit.retry.num-retries": "0",
                     "write.metadata.previous-versions-max": "10", "write.metadata.delete-after-commit.enabled": "true"}
 
 
-def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema | Callable[[], pa.Schema],
+NewTable = Callable[[], tuple[pa.Schema, dict[str, str]]]  # a new table's schema and more properties
+
+
+def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema | NewTable,
             partition_by: Sequence[str] = ()) -> Table:
-    """Load the table ``ident``, or create it with ``schema`` (a callable: asked only then) and the spec;
-    a concrete ``schema`` also adds the columns an older table lacks."""
+    """Load the table ``ident``, or create it with ``schema`` (a callable: asked only then, for the schema and
+    more table properties) and the spec; a concrete ``schema`` also adds the columns an older table lacks."""
     try:
         table = catalog.load_table(ident)
     except NoSuchTableError:
@@ -126,8 +129,9 @@ def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema | Callab
         with contextlib.suppress(NamespaceAlreadyExistsError, IntegrityError):
             catalog.create_namespace(ident[0])
         try:
-            new_schema = schema() if callable(schema) else schema
-            with catalog.create_table_transaction(ident, schema=new_schema, properties=TABLE_PROPERTIES) as tx:
+            new_schema, more = schema() if callable(schema) else (schema, {})
+            with catalog.create_table_transaction(ident, schema=new_schema,
+                                                  properties={**TABLE_PROPERTIES, **more}) as tx:
                 if partition_by:
                     with tx.update_spec() as spec:
                         for term in parse_terms(partition_by):
@@ -146,11 +150,18 @@ def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema | Callab
     return table
 
 
-def initial_schema(cfg: PipelineConfig) -> pa.Schema:
-    """A new data table's schema: the declared fields, or (registry formats) the subject's latest schema."""
+def initial_table(cfg: PipelineConfig) -> tuple[pa.Schema, dict[str, str]]:
+    """A new data table's schema and properties: the declared fields, or (registry formats) the subject's latest
+    schema, whose required fields the table records (``tailfill.required-fields``), and with ``format.key:
+    registry`` the key subject's latest type as ``kafka_key``."""
     if cfg.format.type in REGISTRY_FORMATS:
-        return pa.schema([*METADATA_FIELDS, *latest_columns(cfg), VALUE_FIELD])
-    return table_schema(cfg.format.fields, cfg.format.key)
+        columns, required = latest_columns(cfg)
+        meta = METADATA_FIELDS
+        if cfg.format.key == "registry":  # kafka_key: the key subject's type (a struct for a record key)
+            key = pa.field("kafka_key", latest_key_type(cfg))
+            meta = [key if f.name == "kafka_key" else f for f in METADATA_FIELDS]
+        return pa.schema([*meta, *columns, VALUE_FIELD]), required_properties(required)
+    return table_schema(cfg.format.fields, cfg.format.key), {}
 
 
 def _add_missing_columns(table: Table, schema: pa.Schema) -> None:
@@ -204,7 +215,7 @@ def ensure_tables(cfg: PipelineConfig) -> Tables:
     catalog = load_catalog(cfg.target)
     ns = cfg.target.namespace
     try:
-        data = _ensure(catalog, (ns, cfg.target.table), lambda: initial_schema(cfg), cfg.target.partition_by)
+        data = _ensure(catalog, (ns, cfg.target.table), lambda: initial_table(cfg), cfg.target.partition_by)
         follow_declared(cfg, data)  # a field added to format.fields: a new column before any row carries it
         quarantine = _ensure(catalog, (ns, cfg.target.quarantine_name), QUARANTINE_SCHEMA)
     except (LakeError, RegistryError, SchemaChangeError):

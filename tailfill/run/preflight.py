@@ -31,13 +31,16 @@ def check_warehouse_writable(cfg: PipelineConfig) -> str:
 
 
 def check_registry(cfg: PipelineConfig) -> str:
-    """The Schema Registry answers and has the pipeline's subject (``cfg`` resolved)."""
+    """The Schema Registry answers and has the pipeline's subject, and key subject with ``format.key: registry``
+    (``cfg`` resolved)."""
+    subjects = [cfg.subject, *([cfg.key_subject] if cfg.format.key == "registry" else [])]
     try:
-        latest = RegistryClient(cfg.format.schema_registry).latest(cfg.subject)
+        found = [RegistryClient(cfg.format.schema_registry).latest(subject) for subject in subjects]
     except RegistryError as exc:
         raise PreflightError(f"schema registry: {exc}") from exc
-    return f"schema registry {cfg.format.schema_registry.url} reachable, subject {cfg.subject!r} at version " \
-           f"{latest.version} (id {latest.id})"
+    return f"schema registry {cfg.format.schema_registry.url} reachable, " + ", ".join(
+        f"{'key ' if i else ''}subject {subject!r} at version {latest.version} (id {latest.id})"
+        for i, (subject, latest) in enumerate(zip(subjects, found, strict=True)))
 
 
 def check_retention(state: SourceState, mode: str) -> str:

@@ -17,7 +17,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from helpers import assert_exactly_once, assert_one_partition_value_per_file, backfill, high_watermarks, tail
 
 from tailfill.dev.broker import free_port
-from tailfill.dev.format_samples import avro_schema, produce_format_sample
+from tailfill.dev.format_samples import avro_schema, produce_format_sample, sample_order
 from tailfill.dev.registry import DevRegistry
 from tailfill.dev.sample import _SampleProducer
 from tailfill.errors import IngestError, PreflightError, RegistryError
@@ -39,7 +39,7 @@ def registry():
 
 def registry_pipeline(make_pipeline, kind: str, url: str, **changes):
     fmt = {"type": kind, "schema_registry": {"url": url, "attempts": 2, "timeout_seconds": 2},
-           "on_incompatible_schema": changes.pop("on_incompatible", "quarantine")}
+           "on_incompatible_schema": changes.pop("on_incompatible", "quarantine"), "key": changes.pop("key", "raw")}
     return make_pipeline(format=fmt, expectations=[], backfill__max_offsets_per_batch=1_000,
                          backfill__restart_backoff_seconds=0, tail__restart_backoff_seconds=0, **changes)
 
@@ -115,34 +115,45 @@ def test_a_partitioned_avro_table_keeps_one_partition_per_file_across_a_new_writ
     assert validate(cfg, all_runs=True).success
 
 
-def _produce_retyped(cfg, url: str, count: int) -> None:
-    """``count`` records of a schema version that turns ``quantity`` (int) into a string."""
+def _produce_v2(cfg, url: str, count: int, change: str) -> None:
+    """``count`` records of a schema version (registered with compatibility NONE) that turns ``quantity`` (a
+    required int) into a string (``retyped``) or lacks it (``dropped``)."""
     client = SchemaRegistryClient({"url": url})
     client.set_compatibility(cfg.subject, "NONE")
     schema = avro_schema()
-    schema["fields"] = [{"name": "order_id", "type": "string"}, {"name": "quantity", "type": "string"}]
+    schema["fields"] = [f for f in schema["fields"] if f["name"] != "quantity"]
+    if change == "retyped":
+        schema["fields"].append({"name": "quantity", "type": "string"})
     ser = AvroSerializer(client, json.dumps(schema))
     ctx = SerializationContext(cfg.source.topic, MessageField.VALUE)
     out = _SampleProducer(cfg.source.bootstrap_servers, cfg.source.topic, PARTITIONS)
     for i in range(count):
-        out.send(i, ser({"order_id": f"re-{i}", "quantity": "many"}, ctx))
+        order = {k: v for k, v in sample_order(i).items() if k != "quantity"}
+        out.send(i, ser({**order, "order_id": f"re-{i}", **({"quantity": "many"} if change == "retyped" else {})},
+                        ctx))
     out.finish()
 
 
+INCOMPATIBLE = {"retyped": "field 'quantity': the table has int32, the writer schema has string",
+                "dropped": "field 'quantity': the table requires it (int32), the writer schema does not have it"}
+
+
 @pytest.mark.parametrize("policy", ["quarantine", "fail"])
-def test_an_incompatible_writer_schema_is_quarantined_or_stops_the_run(spark, make_pipeline, registry, policy):
+@pytest.mark.parametrize("change", ["retyped", "dropped"])
+def test_an_incompatible_writer_schema_is_quarantined_or_stops_the_run(spark, make_pipeline, registry, policy,
+                                                                       change):
+    """A column retyped beyond a promotion, or a required field gone (the table records its required fields)."""
     cfg = registry_pipeline(make_pipeline, "avro", registry.url, on_incompatible=policy,
                             tail__max_consecutive_failures=0)
     produce(cfg, registry.url, "avro", 400, 0)
     backfill(spark, cfg)
     committed_before = read_ledger(ensure_tables(cfg).data).committed
-    _produce_retyped(cfg, registry.url, 40)
+    _produce_v2(cfg, registry.url, 40, change)
     if policy == "quarantine":
         tail(spark, cfg)
         quarantine = ensure_tables(cfg).quarantine.scan().to_arrow()
         assert set(quarantine["error"].to_pylist()) == {
-            "writer schema id 2 is incompatible with the table: field 'quantity': the table has int32, "
-            "the writer schema has string"}
+            f"writer schema id 2 is incompatible with the table: {INCOMPATIBLE[change]}"}
         assert quarantine.num_rows == 40
         assert_exactly_once(cfg, high_watermarks(cfg))
         assert validate(cfg, all_runs=True).success
@@ -150,8 +161,7 @@ def test_an_incompatible_writer_schema_is_quarantined_or_stops_the_run(spark, ma
         with pytest.raises(IngestError) as err:
             tail(spark, cfg)
         line = str(err.value).splitlines()[-1]
-        assert "SchemaChangeError" in line and "field 'quantity': the table has int32, the writer schema has string" \
-            in line
+        assert "SchemaChangeError" in line and INCOMPATIBLE[change] in line
         assert read_ledger(ensure_tables(cfg).data).committed == committed_before  # nothing committed
 
 
@@ -188,8 +198,78 @@ def test_a_registry_down_at_start_or_mid_run_fails_naming_its_url_and_commits_no
 
 
 def _v2(i: int) -> dict:
-    from tailfill.dev.format_samples import sample_order
-
     order = sample_order(i, country="nl")
     order.pop("order_id")
     return order
+
+
+KEY_SCHEMA = {"type": "record", "name": "OrderKey", "fields": [{"name": "customer", "type": "string"},
+                                                                {"name": "region", "type": "int"}]}
+
+
+def _produce_keyed(cfg, url: str, first: int, count: int) -> dict[str, int]:
+    """Orders with Avro record keys (subject ``<topic>-key``); every 7th without a key, every 50th with a key
+    not in the wire format. Returns ``{"good", "bad"}``."""
+    client = SchemaRegistryClient({"url": url})
+    values, keys = AvroSerializer(client, json.dumps(avro_schema())), AvroSerializer(client, json.dumps(KEY_SCHEMA))
+    value_ctx = SerializationContext(cfg.source.topic, MessageField.VALUE)
+    key_ctx = SerializationContext(cfg.source.topic, MessageField.KEY)
+    out = _SampleProducer(cfg.source.bootstrap_servers, cfg.source.topic, PARTITIONS)
+    bad = 0
+    for i in range(first, first + count):
+        if i % 50 == 0:
+            key, bad = b"plain-key", bad + 1
+        else:
+            key = None if i % 7 == 0 else keys({"customer": f"c{i % 13}", "region": i % 4}, key_ctx)
+        out.send(i, values(sample_order(i), value_ctx), key)
+    out.finish()
+    return {"good": count - bad, "bad": bad}
+
+
+def test_registry_keys_are_decoded_into_kafka_key_or_quarantined(spark, make_pipeline, registry):
+    cfg = registry_pipeline(make_pipeline, "avro", registry.url, key="registry")
+    history = _produce_keyed(cfg, registry.url, 0, 600)
+    backfill(spark, cfg)
+    live = _produce_keyed(cfg, registry.url, 600, 200)
+    tail(spark, cfg)
+
+    rows, bad = assert_exactly_once(cfg, high_watermarks(cfg))
+    assert (len(rows), len(bad)) == (history["good"] + live["good"], history["bad"] + live["bad"])
+    data, quarantine = ensure_tables(cfg)
+    key_type = data.schema().find_field("kafka_key").field_type
+    assert [(f.name, str(f.field_type)) for f in key_type.fields] == [("customer", "string"), ("region", "int")]
+    keys = {r["order_id"]: r["kafka_key"] for r in data.scan(selected_fields=("order_id", "kafka_key")).to_arrow()
+            .to_pylist()}
+    assert keys["ord-000000001"] == {"customer": "c1", "region": 1} and keys["ord-000000007"] is None
+    assert keys["ord-000000799"] == {"customer": f"c{799 % 13}", "region": 799 % 4}
+    errors = quarantine.scan().to_arrow()
+    assert set(errors["error"].to_pylist()) == {"key not in the Confluent wire format (no magic byte 0 and schema id)"}
+    assert set(errors["kafka_key"].to_pylist()) == {b"plain-key"}  # the quarantine keeps the raw key
+    assert validate(cfg, all_runs=True).success
+
+
+def test_a_protobuf_schema_referencing_another_subject_is_backfilled(spark, make_pipeline, registry):
+    """The order's customer message lives in another file, registered as its own subject and referenced."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    from tailfill.dev.format_samples import referencing_order_class
+
+    cfg = registry_pipeline(make_pipeline, "protobuf", registry.url)
+    order = referencing_order_class()
+    ser = ProtobufSerializer(order, SchemaRegistryClient({"url": registry.url}), {"use.deprecated.format": False})
+    ctx = SerializationContext(cfg.source.topic, MessageField.VALUE)
+    out = _SampleProducer(cfg.source.bootstrap_servers, cfg.source.topic, PARTITIONS)
+    for i in range(300):
+        msg = order(order_id=f"o{i}")
+        msg.customer.id, msg.customer.tier = f"cust-{i % 9}", i % 3
+        out.send(i, ser(msg, ctx))
+    out.finish()
+    backfill(spark, cfg)
+
+    rows, bad = assert_exactly_once(cfg, high_watermarks(cfg))
+    assert (len(rows), len(bad)) == (300, 0)
+    data = ensure_tables(cfg).data
+    customers = {r["order_id"]: r["customer"] for r in data.scan(selected_fields=("order_id", "customer")).to_arrow()
+                 .to_pylist()}
+    assert customers["o10"] == {"id": "cust-1", "tier": 1}
+    assert validate(cfg, all_runs=True).success

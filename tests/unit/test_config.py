@@ -277,12 +277,22 @@ def test_an_unset_credential_variable_is_named(tmp_path, monkeypatch):
         catalog_properties(cfg.target)
 
 
-def test_a_registry_format_refuses_a_decoded_key_and_takes_registry_columns_in_partition_by(tmp_path):
+def test_a_registry_format_decodes_keys_only_by_registry_and_takes_registry_columns_in_partition_by(tmp_path):
     avro = yaml.safe_load((Path(__file__).parents[2] / "pipelines" / "orders_avro.yaml").read_text())
     avro["format"]["key"] = "string"
     path = tmp_path / "avro.yaml"
     path.write_text(yaml.safe_dump(avro))
-    with pytest.raises(ConfigError, match="avro format keeps kafka_key as the bytes sent: key: string is for json"):
+    with pytest.raises(ConfigError, match=r"avro format decodes keys with key: registry .* key: string is for json"):
+        load_pipeline(path)
+    avro["format"]["key"] = "registry"
+    avro["target"]["partition_by"] = ["bucket(4, kafka_key)"]  # the key's type: known when the table is made
+    path.write_text(yaml.safe_dump(avro))
+    cfg = load_pipeline(path)
+    assert (cfg.format.key, cfg.key_subject) == ("registry", f"{cfg.source.topic}-key")
+    demo = yaml.safe_load((Path(__file__).parents[2] / "pipelines" / "demo.yaml").read_text())
+    demo["format"]["key"] = "registry"
+    path.write_text(yaml.safe_dump(demo))
+    with pytest.raises(ConfigError, match=r"key: registry decodes keys with a Schema Registry: .* not json"):
         load_pipeline(path)
     del avro["format"]["key"]
     avro["target"]["partition_by"] = ["day(created_at)", "hour(kafka_timestamp)"]  # created_at: the registry's
