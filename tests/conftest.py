@@ -44,6 +44,8 @@ def pytest_addoption(parser):
                      help="run the fault suite's long soak (50 random SIGKILLs instead of 8)")
     parser.addoption("--soak-kills", type=int, default=50,
                      help="random SIGKILLs in the soak (with --soak; default 50)")
+    parser.addoption("--demo-settings", action="store_true",
+                     help="test_tail_first: the demo pipeline's slices and tail batch bounds (seed 001 as shipped)")
 
 
 @pytest.hookimpl(wrapper=True)

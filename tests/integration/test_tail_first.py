@@ -42,12 +42,13 @@ def _wait(condition, timeout: float, what: str, proc: subprocess.Popen, log_path
         time.sleep(0.5)
 
 
-def test_backfill_beside_a_live_tail_keeps_the_tail_fresh(spark, make_pipeline, home, tmp_path):
-    cfg = make_pipeline(
-        tail__trigger="processing_time", tail__trigger_interval_seconds=INTERVAL,
-        tail__min_offsets_per_batch=500, tail__max_offsets_per_batch=50_000, tail__freshness_seconds=2 * INTERVAL,
-        backfill__slices=2,
-    )
+def test_backfill_beside_a_live_tail_keeps_the_tail_fresh(spark, make_pipeline, home, tmp_path, request):
+    # ``--demo-settings``: the shipped demo pipeline's slices and tail batch bounds, not this test's smaller ones.
+    demo = request.config.getoption("--demo-settings")
+    sizes = {} if demo else {"tail__min_offsets_per_batch": 500, "tail__max_offsets_per_batch": 50_000,
+                             "backfill__slices": 2}
+    cfg = make_pipeline(tail__trigger="processing_time", tail__trigger_interval_seconds=INTERVAL,
+                        tail__freshness_seconds=2 * INTERVAL, **sizes)
     bootstrap, topic = cfg.source.bootstrap_servers, cfg.source.topic
     produce_sample(bootstrap, topic, HISTORY, 4, bad_every=1_001)
     marker = f"TAILFILL_TEST_MARKER={uuid.uuid4().hex}"
@@ -91,7 +92,12 @@ def test_backfill_beside_a_live_tail_keeps_the_tail_fresh(spark, make_pipeline, 
     stale = [(b.batch_id, b.freshness) for b in beside if b.freshness["p95"] > 2 * INTERVAL]
     assert not stale, f"tail freshness p95 above {2 * INTERVAL}s beside the backfill: {stale}"
     backfill_text = backfill_log.read_text()
-    assert "backfill slices 1-2/2" in backfill_text and "beside the live tail" in backfill_text, backfill_text[-3000:]
+    slices = cfg.backfill.slices
+    assert f"backfill slices 1-{slices}/{slices}" in backfill_text and "beside the live tail" in backfill_text, \
+        backfill_text[-3000:]
+    print(f"\ntail batches beside the backfill ({'demo settings' if demo else 'test settings'}): "
+          + ", ".join(f"{b.seconds:.1f} s (p95 {b.freshness['p95']:.1f} s)" for b in beside)
+          + f"; backfill {backfill_ended - backfill_started:.1f} s")
 
     tail(spark, cfg, once=True)  # what the stopped tail had not reached yet
     assert_exactly_once(cfg, high_watermarks(cfg))
