@@ -194,7 +194,7 @@ def serve(home: Path | None = None, port: int = 0) -> None:
     server = ThreadingHTTPServer((runtime.LOOPBACK, port), None)  # type: ignore[arg-type]
     server.daemon_threads = True
     state = {"pid": os.getpid(), "url": f"http://{runtime.LOOPBACK}:{server.server_address[1]}",
-             "code": warm_spark.code_fingerprint(), "master": spark.sparkContext.master,
+             "code": runtime.code_fingerprint(), "master": spark.sparkContext.master,
              "started_at": started, "ready_s": round(time.time() - started, 1)}
     server.RequestHandlerClass = _handler(spark, jobs, state, settings)
     stop = threading.Event()

@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import tailfill
 from tailfill.config import tailfill_home
 from tailfill.errors import SparkServerError
 from tailfill.run import runtime
@@ -49,16 +48,6 @@ def default_mode() -> str:
     if mode not in ("warm", "submit"):
         raise SparkServerError(f"{MODE_ENV}={mode!r}: use warm or submit")
     return mode
-
-
-def code_fingerprint() -> str:
-    """A digest of the tailfill code this process runs (each module's path, size and mtime)."""
-    package = Path(tailfill.__file__).parent
-    h = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        st = path.stat()
-        h.update(f"{path.relative_to(package)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()[:16]
 
 
 def _digest(value: str | None) -> str | None:
@@ -122,7 +111,7 @@ def spark_server_up(home: Path | None = None, env: Mapping[str, str] | None = No
         state = server_state(home)
         if state is not None:
             status = server_status(state)
-            if status is not None and (status["code"] == code_fingerprint() or status["running"]):
+            if status is not None and (status["code"] == runtime.code_fingerprint() or status["running"]):
                 return status
             stop_detached(state, state_file(home), grace_s=30.0)  # dead inside, or idle on old code
         return _start(home, env)
@@ -186,7 +175,7 @@ def run_warm(spec: JobSpec, env: Mapping[str, str], on_line: Callable[[str], Non
     """
     home = home or tailfill_home()
     status = spark_server_up(home, env)
-    if status["code"] != code_fingerprint():
+    if status["code"] != runtime.code_fingerprint():
         raise Refused("the warm Spark server runs other code and is busy")
     job = {"argv": spec.argv(), "env": job_env_digests(_job_env(env, home), secrets)}
     try:

@@ -3,6 +3,8 @@ arguments (what every planner writes with ``JobSpec.argv`` and the job reads bac
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import zipfile
 from dataclasses import fields
 from pathlib import Path
@@ -67,10 +69,19 @@ def test_every_submit_ships_the_installed_package():
     assert Path(archive) == runtime.code_archive_path()
     names = set(zipfile.ZipFile(archive).namelist())
     package = Path(runtime.__file__).parents[1]
-    expected = {str(p.relative_to(package.parent)) for p in package.rglob("*.py")}
-    assert names == expected
+    sources = {str(p.relative_to(package.parent)) for p in package.rglob("*.py")}
+    assert names == sources | {name + "c" for name in sources}  # each module with its bytecode beside it
     assert {"tailfill/source/spark_reader.py", "tailfill/lake/spark_writer.py", "tailfill/config.py"} <= names
     assert not list(Path(archive).parent.glob("*.tmp")), "a temporary archive was left behind"
+
+
+def test_the_archive_is_imported_from_its_bytecode_in_a_fresh_python(tmp_path):
+    archive = runtime.code_archive(tmp_path / "code.zip")
+    assert runtime.code_archive(tmp_path / "code.zip").stat().st_mtime_ns == archive.stat().st_mtime_ns  # kept
+    probe = "import tailfill.lake.prepare as m; print(m.__file__)"
+    done = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(archive)!r}); {probe}"],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == f"{archive}/tailfill/lake/prepare.pyc"
 
 
 @pytest.mark.parametrize("bad", ["spark.executor.memory", "=2g", " spark.x=1"])
