@@ -250,6 +250,8 @@ class TailfillSubmitOperator(SparkSubmitOperator):
         try:
             with watcher:
                 code = self._run_warm(cfg, spec) if why_cold is None else None
+                if code is None and self._stopped:  # never fall back to spark-submit once Airflow stopped us
+                    raise AirflowException("stopped before its job could start")
                 if code is None:
                     super().execute(context)
                 elif code != 0:
