@@ -1,8 +1,10 @@
 """Failpoints for the crash and failure-budget tests. Outside tests, both are no-ops.
 
 - ``pause(point)``: with ``TAILFILL_FAULT_PAUSE=<point>`` (and ``TAILFILL_FAULT_SKIP=N`` to let the
-  first N arrivals pass), create ``$TAILFILL_FAULT_DIR/<point>`` and sleep until killed, or until a
-  test creates ``$TAILFILL_FAULT_DIR/<point>.release`` (after it broke something meanwhile).
+  first N arrivals pass), or while ``$TAILFILL_FAULT_DIR/pause-<point>`` exists (armed by a file, for
+  a process started earlier: the warm Spark server), create ``$TAILFILL_FAULT_DIR/<point>`` and sleep
+  until killed, or until a test creates ``$TAILFILL_FAULT_DIR/<point>.release`` (after it broke
+  something meanwhile).
 - ``maybe_fail(point)``: if ``$TAILFILL_FAULT_DIR/fail-<point>`` holds a count above zero,
   decrement it and raise :class:`InjectedFault`. File-based, so a test can arm it after Spark's
   workers have started.
@@ -26,7 +28,9 @@ def _dir() -> Path | None:
 def pause(point: str) -> None:
     """Block at ``point`` if a test asked for it: until killed, or until the test releases it."""
     flag_dir = _dir()
-    if os.environ.get("TAILFILL_FAULT_PAUSE") != point or flag_dir is None:
+    if flag_dir is None:
+        return
+    if os.environ.get("TAILFILL_FAULT_PAUSE") != point and not (flag_dir / f"pause-{point}").exists():
         return
     flag_dir.mkdir(parents=True, exist_ok=True)
     arrivals_file = flag_dir / f"{point}.arrivals"

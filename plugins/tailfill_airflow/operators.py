@@ -262,6 +262,8 @@ class TailfillSubmitOperator(SparkSubmitOperator):
             failure = self._failure(cfg, spec, label, exc)
             write_lane(cfg, spec.run_id, cause=str(failure).splitlines()[0])
             raise failure from None
+        if self._stopped:  # the job ended well, but Airflow changed the task's state meanwhile: report nothing
+            self._exit_stopped(cfg, spec, label)
         result = self._result()
         if result is not None:
             ti.xcom_push(key=RESULT_KEY, value=result)

@@ -514,31 +514,41 @@ def test_an_impossible_range_fails_before_spark_with_one_line_in_headless_chromi
     wait_for_text(browser, shot, "impossible-range", "asked up to 500,000", f"the broker's end is {high:,}")
 
 
+STOPPING = ("cancelling its job on the warm Spark server", "killing its spark-submit")  # on_kill's line
+
+
 def test_marking_a_run_failed_while_its_tail_runs_stops_it_with_one_line(airflow, pipeline, backfill_run):
     """Issue 23, item 10: marking the run failed while its Spark task ran left Airflow's ``invalid_state``
     traceback in the task's log; now the job is killed and the log says so in one line. (The backfill
     records the cutover when this test runs alone: the records produced here are the tail's.)"""
     cfg = pipeline
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 200, PARTITIONS)
-    run_id = airflow.trigger_dag(INCREMENTAL, {})
-    deadline = time.monotonic() + 300
-    while (tail := next(t for t in airflow.task_instances(INCREMENTAL, run_id) if t["task_id"] == "tail"))[
-            "state"] != "running":
-        assert time.monotonic() < deadline and tail["state"] not in (*FINISHED, "skipped", "upstream_failed"), \
-            airflow.describe_run(INCREMENTAL, run_id)
-        time.sleep(0.5)
-    # "running" comes before the operator's execute (the runner still loads the DAG): wait for the job itself,
-    # or Airflow's runner, not Tailfill's operator, is what the state change meets.
-    while "progress tail:" not in airflow.task_log(tail, max_lines=10_000):
-        assert time.monotonic() < deadline, airflow.describe_run(INCREMENTAL, run_id)
-        time.sleep(0.5)
-    airflow.request("PATCH", f"/api/v2/dags/{INCREMENTAL}/dagRuns/{airflow._q(run_id)}", {"state": "failed"})
+    faults = Path(os.environ["TAILFILL_FAULT_DIR"])
+    (faults / "pause-before-commit").touch()  # the job holds before its commit: it is running when marked
+    try:
+        run_id = airflow.trigger_dag(INCREMENTAL, {})
+        deadline = time.monotonic() + 300
+        while not (faults / "before-commit").exists():
+            tail = next(t for t in airflow.task_instances(INCREMENTAL, run_id) if t["task_id"] == "tail")
+            assert time.monotonic() < deadline and tail["state"] not in (*FINISHED, "skipped", "upstream_failed"), \
+                airflow.describe_run(INCREMENTAL, run_id)
+            time.sleep(0.5)
+        airflow.request("PATCH", f"/api/v2/dags/{INCREMENTAL}/dagRuns/{airflow._q(run_id)}", {"state": "failed"})
+        deadline = time.monotonic() + 120
+        while not any(line in airflow.task_log(tail, max_lines=10_000) for line in STOPPING):
+            assert time.monotonic() < deadline, airflow.describe_run(INCREMENTAL, run_id)
+            time.sleep(0.5)
+    finally:  # let the held batch go: its job is stopping
+        (faults / "pause-before-commit").unlink()
+        (faults / "before-commit.release").touch()
     deadline = time.monotonic() + 120
     while True:  # the task's log is whole once its runner has gone
         log = airflow.task_log(tail, max_lines=10_000)
         if "stopped: its task's state was changed in Airflow" in log or time.monotonic() > deadline:
             break
         time.sleep(2)
+    for name in ("before-commit", "before-commit.release", "before-commit.arrivals"):
+        (faults / name).unlink(missing_ok=True)
     time.sleep(5)  # the lines a runner could still write after it
     log = airflow.task_log(tail, max_lines=10_000)
     assert "stopped: its task's state was changed in Airflow while it ran" in log, log
