@@ -104,7 +104,7 @@ def main() -> None:
             print(f"{mode}: Airflow up, {args.runs} incremental runs of {args.count:,} new offsets", flush=True)
             results[mode] = bench_mode(mode, Path(tmp) / mode, broker, args.count, args.runs)
     print(f"\nincremental run of {args.count:,} new offsets in Airflow, trigger → validated (median of runs; "
-          "the first warm run also starts the server):")
+          "the first warm run is the server's first job):")
     for mode, rs in results.items():
         later = rs[1:] or rs
         validated, done = (statistics.median(r[k] for r in later) for k in ("validated", "run"))
