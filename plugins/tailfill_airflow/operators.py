@@ -37,7 +37,7 @@ from tailfill.config import PipelineConfig, env_names, load_pipeline
 from tailfill.errors import TailfillError
 from tailfill.offsets import total
 from tailfill.redact import redact_text
-from tailfill.run import runtime, warm_spark
+from tailfill.run import runtime
 from tailfill.run.runtime import code_archive_path
 from tailfill.state.store import read_lane, run_reports, write_lane
 from tailfill_airflow.causes import JobOutput, committed_summary, headline
@@ -176,6 +176,8 @@ class TailfillSubmitOperator(SparkSubmitOperator):
 
     def _why_cold(self) -> str | None:
         """Why this job cannot run on the warm Spark server (None: it can), as ``TAILFILL_SPARK`` asks."""
+        from tailfill.run import warm_spark  # not at parse time: it imports the planner (broker, catalog)
+
         if warm_spark.default_mode() != "warm":
             return f"{warm_spark.MODE_ENV} is not warm"
         if self._hook is None:
@@ -186,6 +188,8 @@ class TailfillSubmitOperator(SparkSubmitOperator):
     def _run_warm(self, cfg: PipelineConfig, spec: Any) -> int | None:
         """Run the job on the warm Spark server, its lines handled as a ``spark-submit``'s; its exit code,
         or None when the server would not take it (then it runs through ``spark-submit``)."""
+        from tailfill.run import warm_spark
+
         lines: queue.Queue[str | None] = queue.Queue()
         outcome: dict[str, Any] = {}
 
@@ -246,7 +250,7 @@ class TailfillSubmitOperator(SparkSubmitOperator):
         self._note_sigterm()
         why_cold = self._why_cold()
         if why_cold is None:
-            log.info("on the warm Spark server (%s=warm)", warm_spark.MODE_ENV)
+            log.info("on the warm Spark server (TAILFILL_SPARK=warm)")
         try:
             with watcher:
                 code = self._run_warm(cfg, spec) if why_cold is None else None
@@ -287,6 +291,8 @@ class TailfillSubmitOperator(SparkSubmitOperator):
         """Stop the job (the provider's kill of ``spark-submit``, or a cancel on the warm Spark server);
         what it committed stays committed."""
         if self._warm_run_id is not None:
+            from tailfill.run import warm_spark
+
             log.warning("Airflow stopped this task: cancelling its job on the warm Spark server")
             warm_spark.cancel_warm(self._warm_run_id)
             return
