@@ -21,6 +21,7 @@ and with ``--scale`` the same at 5N and the 5N/N cost. Nothing here is a test: i
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import subprocess
 import sys
@@ -250,7 +251,7 @@ def warm_backfills(spec: dict, home: Path) -> tuple[float, list[WarmRun]]:
     runs = []
     try:
         for i, label in enumerate(("first job of the server", "next job")):
-            data = yaml.safe_load(yaml.safe_dump(spec))
+            data = copy.deepcopy(spec)
             data["name"] = f"{spec['name']}_warm{i}"
             data["target"]["table"] = f"{data['target']['table']}_warm{i}"
             path = home / f"{data['name']}.yaml"

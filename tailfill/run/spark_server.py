@@ -118,8 +118,9 @@ def _handler(spark, jobs: _Jobs, state: dict, settings: dict) -> type[BaseHTTPRe
             return self._json(404, {"error": f"no such action: {self.path}"})
 
         def _run(self, body: dict) -> None:
-            differs = warm_spark.differing_settings(body.get("env", {}), {**settings, **{
-                n: warm_spark.job_env_digests(os.environ, (n,))[n] for n in body.get("env", {}) if n not in settings}})
+            theirs = body.get("env", {})  # a name only the job gives (a secret) is compared with ours now
+            ours = {**{n: warm_spark.digest(os.environ.get(n)) for n in theirs}, **settings}
+            differs = warm_spark.differing_settings(theirs, ours)
             if differs:
                 return self._json(409, {"error": "the job's settings differ from the warm Spark server's: "
                                         + ", ".join(differs), "differs": differs})

@@ -26,8 +26,10 @@ from urllib.parse import urlsplit
 
 from tailfill.config import tailfill_home
 from tailfill.errors import SparkServerError
+from tailfill.redact import redact_text
 from tailfill.run import runtime
 from tailfill.run.submit import RESULT_PREFIX, JobResult, JobSpec, parse_result
+from tailfill.run.submit import run_job as submit_job
 from tailfill.state.detached import alive, running, stop_detached
 
 MODE_ENV = "TAILFILL_SPARK"  # warm | submit: how jobs run when the caller does not say
@@ -50,7 +52,8 @@ def default_mode() -> str:
     return mode
 
 
-def _digest(value: str | None) -> str | None:
+def digest(value: str | None) -> str | None:
+    """A setting's value as it is compared (never sent or printed): a short sha256, None when unset."""
     return None if value is None else hashlib.sha256(value.encode()).hexdigest()[:16]
 
 
@@ -58,7 +61,7 @@ def job_env_digests(env: Mapping[str, str], extra: tuple[str, ...] = ()) -> dict
     """Digests of the settings in ``env`` that reach a job: Tailfill's, AWS's, Spark's, and ``extra``
     (the pipeline's secrets by name)."""
     names = {n for n in env if n.startswith(_SETTING_PREFIXES) and n not in _NOT_SETTINGS} | set(extra)
-    return {n: _digest(env.get(n)) for n in sorted(names)}
+    return {n: digest(env.get(n)) for n in sorted(names)}
 
 
 def differing_settings(theirs: Mapping[str, str | None], ours: Mapping[str, str | None]) -> list[str]:
@@ -219,9 +222,6 @@ def run_job(spec: JobSpec, master: str | None = None, conf: dict[str, str] | Non
     """Run ``spec`` warm (``mode`` ``warm``, default :func:`default_mode`) or through ``spark-submit``
     (:func:`tailfill.run.submit.run_job`); a job that cannot run warm runs cold, saying why on stderr.
     Returns (exit code, the job's :class:`~tailfill.run.submit.IngestResult` list)."""
-    from tailfill.redact import redact_text
-    from tailfill.run import submit
-
     def show(line: str) -> None:
         if not line.startswith(RESULT_PREFIX):
             print(redact_text(line), file=sys.stderr, flush=True)
@@ -235,4 +235,4 @@ def run_job(spec: JobSpec, master: str | None = None, conf: dict[str, str] | Non
             except SparkServerError as exc:
                 why = str(exc)
         show(f"[{spec.run_id}] running cold (spark-submit): {why}")
-    return submit.run_job(spec, master, conf)
+    return submit_job(spec, master, conf)
