@@ -2,7 +2,7 @@
 PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | sha1sum | cut -c1-12)
 
 export SPARK_LOCAL_IP := 127.0.0.1
 export AWS_EC2_METADATA_DISABLED := true
@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 
 .PHONY: install demo test lint airflow clean postgres-server
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

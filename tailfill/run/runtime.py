@@ -25,6 +25,8 @@ from tailfill.state.durable import write_atomic
 LOOPBACK = "127.0.0.1"
 DEFAULT_MASTER = "local[2]"
 JOBS_PACKAGE = "tailfill.spark_jobs"  # the repo's spark_jobs/ folder, installed as package data
+# Packages whose folders sit outside tailfill/ in a checkout (pyproject.toml maps them in).
+MAPPED_PACKAGES = (JOBS_PACKAGE, "tailfill.proof.suites")
 # The driver JVM plans micro-batches and moves one small row per offset range; the records never
 # pass through it. So it gains nothing from C2's optimising compiler or a parallel collector, and
 # both cost CPU the executors' Python workers need (measured: 14 → 7.6 CPU-s for a 1M backfill).
@@ -107,18 +109,36 @@ def code_archive_path() -> Path:
     return tailfill_home() / "dist" / f"tailfill-{tailfill.__version__}.zip"
 
 
+def code_modules() -> dict[str, Path]:
+    """Every module of the ``tailfill`` package this process runs, by its path inside the package.
+
+    Read from the import system, not from one folder: an installed wheel holds ``tailfill.spark_jobs``
+    and ``tailfill.proof.suites`` inside ``tailfill/``, a checkout maps them from the repository's
+    ``spark_jobs/`` and ``expectations/``; both give the same modules.
+    """
+    modules: dict[str, Path] = {}
+    for package in ("tailfill", *MAPPED_PACKAGES):
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise RuntimeError(f"package {package} is not installed with tailfill: reinstall tailfill")
+        for folder in map(Path, spec.submodule_search_locations):
+            prefix = package.replace(".", "/")
+            for path in sorted(folder.rglob("*.py")):
+                modules.setdefault(f"{prefix}/{path.relative_to(folder).as_posix()}", path)
+    return dict(sorted(modules.items()))
+
+
 def code_fingerprint() -> str:
     """A digest of the tailfill code this process runs (each module's path, size and mtime)."""
-    package = Path(tailfill.__file__).parent
     h = hashlib.sha256(sys.version.encode())
-    for path in sorted(package.rglob("*.py")):
+    for name, path in code_modules().items():
         st = path.stat()
-        h.update(f"{path.relative_to(package)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+        h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
     return h.hexdigest()[:16]
 
 
 def code_archive(dest: Path | None = None) -> Path:
-    """A zip of the installed ``tailfill`` package, shipped to executors with ``--py-files``.
+    """A zip of the ``tailfill`` package this process runs (:func:`code_modules`), shipped with ``--py-files``.
 
     The only builder of that archive (CLI and Airflow alike). Built from the code this process runs
     and swapped in atomically, so parallel submits never see a half-written zip; an archive already
@@ -131,12 +151,10 @@ def code_archive(dest: Path | None = None) -> Path:
     with contextlib.suppress(OSError, zipfile.BadZipFile), zipfile.ZipFile(dest) as existing:
         if existing.comment == fingerprint:
             return dest
-    package = Path(tailfill.__file__).parent
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.comment = fingerprint
-        for path in sorted(package.rglob("*.py")):
-            name = path.relative_to(package.parent).as_posix()
+        for name, path in code_modules().items():
             source = path.read_bytes()
             zf.writestr(name, source)
             code = compile(source, f"{dest}/{name}", "exec", dont_inherit=True)
