@@ -37,7 +37,7 @@ PARTITIONS = 4
 
 def pipeline(home: Path, target_bytes: int, keep_last: int):
     os.environ["TAILFILL_HOME"] = str(home)
-    from tailfill.config import load_pipeline
+    from tailfill.pipeline.load import load_pipeline
 
     data = yaml.safe_load((REPO / "pipelines" / "demo.yaml").read_text())
     data["source"]["bootstrap_servers"] = "127.0.0.1:9"  # never contacted

@@ -103,7 +103,7 @@ def naive_script(bootstrap: str, topic: str, ends: dict[int, int], cfg, out: Pat
     """What a user would write in 40 lines: consume, parse each record, Arrow, Parquet (rows, bad)."""
     from tailfill.errors import RecordError
     from tailfill.lake.rows import parse_value
-    from tailfill.schema import table_schema
+    from tailfill.values.schema import table_schema
 
     fmt = cfg.format
     names = [f.name for f in fmt.fields]
@@ -196,9 +196,9 @@ def validate_all(path: Path, home: Path) -> bool:
 
 
 def run_once(events: int) -> Figures:
-    from tailfill.config import load_pipeline
     from tailfill.dev.broker import EmbeddedBroker
     from tailfill.dev.sample import produce_sample
+    from tailfill.pipeline.load import load_pipeline
 
     home = Path(tempfile.mkdtemp(prefix="tailfill-bench-"))
     os.environ["TAILFILL_HOME"] = str(home)
@@ -241,7 +241,7 @@ def run_once(events: int) -> Figures:
 def warm_backfills(spec: dict, home: Path) -> tuple[float, list[WarmRun]]:
     """Start the warm Spark server (seconds taken), then backfill ``spec``'s topic with ``--spark warm``
     twice, each into a table of its own; the server is stopped afterwards."""
-    from tailfill.config import load_pipeline
+    from tailfill.pipeline.load import load_pipeline
     from tailfill.run.warm_spark import spark_server_down, spark_server_up
 
     t0 = time.perf_counter()

@@ -39,7 +39,7 @@ def tailfill(env: dict, *args: str) -> None:
 
 def first_plan(home: Path, mode: str) -> float:
     """The plan stage of the first batch of the (only) run of ``mode`` under ``home`` (from the run state)."""
-    from tailfill.config import resolve_pipeline
+    from tailfill.pipeline.load import resolve_pipeline
     from tailfill.state.store import run_ids, run_reports
 
     os.environ["TAILFILL_HOME"] = str(home)  # the demo's warehouse, where its run state lives

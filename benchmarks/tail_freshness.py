@@ -46,9 +46,9 @@ def main() -> int:
     args = ap.parse_args()
 
 
-    from tailfill.config import load_pipeline
     from tailfill.dev.broker import EmbeddedBroker
     from tailfill.dev.sample import produce_live, produce_sample
+    from tailfill.pipeline.load import load_pipeline
     from tailfill.state.store import read_health, run_ids, run_reports
 
     home = Path(tempfile.mkdtemp(prefix="tailfill-fresh-"))

@@ -8,19 +8,22 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from tailfill.config import PipelineConfig, env_names, resolve_pipeline, tailfill_home
+from tailfill.config import PipelineConfig
 from tailfill.dev.broker import broker_down, broker_up
 from tailfill.dev.registry import registry_down, registry_up
 from tailfill.errors import ConfigError, TailfillError
 from tailfill.offsets import PartitionOffsets
+from tailfill.pipeline.load import env_names, resolve_pipeline
 from tailfill.redact import redact_text
+from tailfill.run.contract import IngestResult, new_run_id
 from tailfill.run.planner import BackfillPlan, BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
-from tailfill.run.submit import IngestResult, new_run_id, parse_conf
+from tailfill.run.submit import parse_conf
 from tailfill.run.warm_spark import run_job, server_state, spark_server_down, spark_server_up
+from tailfill.settings import settings
 from tailfill.source.embedded import broker_state, registry_state, resolve_bootstrap, resolve_registry
-from tailfill.state.freshness import Freshness
 from tailfill.state.records import format_stages
 from tailfill.state.store import StateStore
+from tailfill.values.freshness import Freshness
 
 
 def _say(line: str) -> None:
@@ -38,7 +41,7 @@ def cmd_dev_service(args: argparse.Namespace) -> int:
     up, down, current, address, note = _DEV_SERVICES[args.command]
     if args.action == "up":
         state = up()
-        _say(f"{args.command} up: {state[address]} (pid {state['pid']}, {note}state in {tailfill_home()})")
+        _say(f"{args.command} up: {state[address]} (pid {state['pid']}, {note}state in {settings().home})")
     elif args.action == "down":
         _say(f"{args.command} stopped" if down() else f"no {args.command} was running")
     else:
@@ -204,8 +207,8 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     from tailfill.run.maintain import maintain, maintenance_settings
 
     cfg = resolve_pipeline(args.pipeline)
-    settings = maintenance_settings(cfg, args.expire_older_than, args.keep_last)
-    _say(maintain(cfg, settings).asstr())
+    upkeep = maintenance_settings(cfg, args.expire_older_than, args.keep_last)
+    _say(maintain(cfg, upkeep).asstr())
     return 0
 
 
@@ -233,7 +236,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if code != 0:
             _say(f"demo stopped at step {i} ({title}) with exit code {code}")
             return code
-    _say(f"\ndemo done. State is in {tailfill_home()}; stop the broker with `tailfill broker down`.")
+    _say(f"\ndemo done. State is in {settings().home}; stop the broker with `tailfill broker down`.")
     return 0
 
 

@@ -1,41 +1,28 @@
 """Pipeline definitions: one YAML file per pipeline, validated into one typed model.
 
 Nothing about checkpointing or triggering is implicit: every setting the Spark job uses has a
-field here, is validated when the file is loaded, and a bad value is reported as
-``file: field: problem (fix: ...)``.
-
-Values may reference the environment as ``${VAR}`` or ``${VAR:-default}``; ``TAILFILL_HOME``
-defaults to ``./.tailfill`` in the working directory. Secrets are never written inline: the
-``security`` block names environment variables (or an Airflow connection) that hold them.
+field here, and is validated when the file is loaded (:mod:`tailfill.pipeline.load`, which also
+resolves ``${VAR}`` references and reports a bad value as ``file: field: problem (fix: ...)``).
+Secrets are never written inline: the ``security`` block names environment variables (or an
+Airflow connection) that hold them.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pyarrow as pa
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tailfill.errors import ConfigError
-from tailfill.lake.partition_terms import parse_term
-from tailfill.redact import register_model_secrets
-from tailfill.schema import field_type, table_schema
+from tailfill.values.partition_terms import parse_term
+from tailfill.values.schema import field_type, table_schema
 
 RESERVED_PREFIX = "kafka_"
 EMBEDDED = "embedded"  # bootstrap_servers of the local broker started by `tailfill broker up`
 # librdkafka settings that carry secrets: passwords, client secrets, JAAS configs, inline PEM keys.
 SECRET_HINTS = ("password", "secret", "jaas", "ssl.key.pem", "ssl.keystore.key")
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def tailfill_home() -> Path:
-    """Where local state (warehouse, catalog, checkpoints, broker) lives by default."""
-    return Path(os.environ.get("TAILFILL_HOME", ".tailfill")).absolute()
 
 
 class _Model(BaseModel):
@@ -109,7 +96,7 @@ REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
 class FieldSpec(_Model):
     name: str
     # A scalar (string, long, double, boolean, timestamp, int, float, date, binary, decimal(p, s)) or a
-    # nested type (struct<name: type, ...>, list<type>, map<string, type>): see tailfill.formats.types.
+    # nested type (struct<name: type, ...>, list<type>, map<string, type>): see tailfill.values.column_types.
     type: str
     required: bool = False
 
@@ -470,86 +457,3 @@ class PipelineConfig(_Model):
     @classmethod
     def from_json(cls, text: str) -> PipelineConfig:
         return cls.model_validate(json.loads(text))
-
-
-def _interpolate(value: Any, where: str) -> Any:
-    if isinstance(value, dict):
-        return {k: _interpolate(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_interpolate(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if not isinstance(value, str):
-        return value
-
-    def sub(m: re.Match[str]) -> str:
-        var, default = m.group(1), m.group(2)
-        if var == "TAILFILL_HOME":
-            return os.environ.get(var) or str(tailfill_home())
-        if var in os.environ:
-            return os.environ[var]
-        if default is not None:
-            return default
-        raise ConfigError(
-            f"{where}: environment variable {var} is not set (fix: export it or write ${{{var}:-default}})"
-        )
-
-    return _ENV_REF.sub(sub, value)
-
-
-_FIXES = {
-    "missing": "add it",
-    "extra_forbidden": "remove it or check its spelling",
-    "literal_error": "use one of the allowed values",
-}
-
-
-def load_pipeline(path: str | Path) -> PipelineConfig:
-    """Load and validate one pipeline YAML; raise :class:`ConfigError` naming file, field and fix."""
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError as exc:
-        raise ConfigError(f"{path}: no such pipeline file") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: a pipeline file must be a YAML mapping")
-    try:
-        data = _interpolate(raw, "")
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
-    try:
-        cfg = PipelineConfig.model_validate({**data, "path": str(path)})
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            msg = err["msg"].removeprefix("Value error, ")
-            fix = _FIXES.get(err["type"], "")
-            problems.append(f"{path}: {field}: {msg}" + (f" (fix: {fix})" if fix else ""))
-        raise ConfigError("\n".join(problems)) from None
-    register_model_secrets(cfg)  # what this process prints from now on never shows them
-    return cfg
-
-
-def env_names(cfg: PipelineConfig) -> tuple[str, ...]:
-    """Every environment variable a run of ``cfg`` reads: those its YAML references, and its secrets'."""
-    referenced = _ENV_REF.findall(Path(cfg.path).read_text()) if cfg.path and Path(cfg.path).exists() else []
-    return tuple(dict.fromkeys([*(name for name, _ in referenced), *cfg.secret_env_names]))
-
-
-def pipelines_dir() -> Path:
-    return Path(os.environ.get("TAILFILL_PIPELINES", "pipelines")).absolute()
-
-
-def resolve_pipeline(name_or_path: str) -> PipelineConfig:
-    """A pipeline by name (``pipelines/NAME.yaml``) or by path to its YAML file."""
-    candidate = Path(name_or_path)
-    if candidate.suffix in (".yaml", ".yml") or candidate.is_file():
-        return load_pipeline(candidate)
-    path = pipelines_dir() / f"{name_or_path}.yaml"
-    if not path.exists():
-        known = sorted(p.stem for p in pipelines_dir().glob("*.yaml"))
-        raise ConfigError(
-            f"no pipeline named {name_or_path!r} in {pipelines_dir()} (known: {', '.join(known) or 'none'})"
-        )
-    return load_pipeline(path)

@@ -1,13 +1,16 @@
-"""Every error Tailfill raises on purpose, under one base that says whether a restart can help.
+"""Every error Tailfill raises on purpose, under one base that says whether a restart can help, and
+what an error is when it travels between processes: :class:`ErrorInfo`, data.
 
-A run that fails inside Spark only sees its cause as text (the Python traceback travels through the
-JVM), so :func:`error_class` maps a class name found there back to its class, and the restart
-policy and the fix shown to the person running the pipeline ask the class (``retryable``, ``fix``),
-never a list of names kept somewhere else.
+An error that happens where its caller cannot catch it — on an executor, in the process where Spark
+plans a batch, in a Spark job seen from the process that submitted it — is handed on as an
+:class:`ErrorInfo` (its class's name, message, ``retryable``, ``fix``), never as a traceback to be
+read back: :class:`RemoteError` raises it again on the other side. The restart policy and the fix
+shown to the person running the pipeline read those fields.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, replace
 from typing import ClassVar
 
 
@@ -124,6 +127,95 @@ def _subclasses(cls: type[TailfillError]) -> list[type[TailfillError]]:
     for sub in cls.__subclasses__():
         out += [sub, *_subclasses(sub)]
     return out
+
+
+class RemoteError(TailfillError):
+    """An error that happened in another process, raised again here from its :class:`ErrorInfo`."""
+
+    def __init__(self, info: ErrorInfo):
+        super().__init__(info.message)
+        self.info = info
+        self.retryable = info.retryable  # type: ignore[misc]  # this error's, not the class's
+        self.fix = info.fix  # type: ignore[misc]
+        self.then_resume = info.then_resume  # type: ignore[misc]
+
+
+class RestartsExhausted(IngestError):
+    """A query failed more often in a row than its pipeline tolerates; ``last`` is the last failure's cause."""
+
+    def __init__(self, message: str, last: ErrorInfo):
+        super().__init__(message)
+        self.info = replace(last, message=message)
+
+
+# A foreign error's fix, by the library that raised it (its class's module): the first match wins.
+FOREIGN_FIXES: tuple[tuple[str, type[TailfillError]], ...] = (
+    ("confluent_kafka", BrokerError), ("cimpl", BrokerError),
+    ("pyiceberg", LakeError), ("sqlalchemy", LakeError), ("psycopg2", LakeError), ("pyarrow", LakeError),
+)
+MEMORY_FIX = "lower the batch cap (max_offsets_per_batch) or give the driver more memory"
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """An error as data: what crosses between processes instead of a traceback.
+
+    ``error_class``: the exception's class name (Tailfill's, or a foreign one such as ``OSError``);
+    ``message``: its text (a foreign one's first line); ``retryable``: whether running the same work again can succeed
+    (a foreign error: yes, within the failure budget); ``fix``: what the person running the pipeline
+    should do; ``then_resume``: whether running again after the fix resumes the work.
+    """
+
+    error_class: str
+    message: str
+    retryable: bool = True
+    fix: str = TailfillError.fix
+    then_resume: bool = True
+
+    @classmethod
+    def of(cls, exc: BaseException) -> ErrorInfo:
+        """``exc`` as data. Of a chain of exceptions (one raised while handling another), the first Tailfill
+        error from the root says what happened; without one, the root itself does."""
+        chain = [exc]
+        while (nxt := chain[-1].__cause__ or chain[-1].__context__) is not None and nxt not in chain:
+            chain.append(nxt)
+        chain.reverse()  # the root first
+        ours = next((e for e in chain if isinstance(e, TailfillError)), None)
+        if ours is not None:
+            info = getattr(ours, "info", None)
+            if isinstance(info, ErrorInfo):
+                return info
+            return cls(type(ours).__name__, str(ours), ours.retryable, ours.fix, ours.then_resume)
+        root = chain[0]
+        return cls(type(root).__name__, _first_line(root), True, _foreign_fix(root))
+
+    @classmethod
+    def foreign(cls, kind: str, message: str, fix: str = TailfillError.fix, retryable: bool = True) -> ErrorInfo:
+        """A failure known only by its text (Spark's own, from the JVM)."""
+        return cls(kind, message.strip().splitlines()[0] if message.strip() else kind, retryable, fix)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ErrorInfo:
+        return cls(**{k: data[k] for k in ("error_class", "message", "retryable", "fix", "then_resume") if k in data})
+
+    def __str__(self) -> str:
+        return f"{self.error_class}: {self.message}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else repr(exc)
+
+
+def _foreign_fix(exc: BaseException) -> str:
+    if isinstance(exc, MemoryError):
+        return MEMORY_FIX
+    module = type(exc).__module__ or ""
+    found = next((cls for prefix, cls in FOREIGN_FIXES if module.startswith(prefix)), None)
+    return found.fix if found is not None else TailfillError.fix
 
 
 def error_class(name: str) -> type[TailfillError] | None:

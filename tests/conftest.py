@@ -32,8 +32,9 @@ os.environ.update(
     }
 )
 
-from tailfill.config import PipelineConfig, load_pipeline
+from tailfill.config import PipelineConfig
 from tailfill.dev.broker import EmbeddedBroker, free_port
+from tailfill.pipeline.load import load_pipeline
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "pipelines" / "demo.yaml"

@@ -16,19 +16,13 @@ from processes import kill_marked
 
 from tailfill.config import PipelineConfig
 from tailfill.lake.ledger import read_ledger
-from tailfill.lake.partition_terms import parse_terms
-from tailfill.lake.storage import filesystem, fs_path
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import PartitionOffsets, total
-from tailfill.run.submit import (
-    IngestResult,
-    JobSpec,
-    backfill_spec,
-    new_run_id,
-    parse_result,
-    spark_submit_command,
-    submit_env,
-)
+from tailfill.plumbing.warehouse import filesystem, fs_path
+from tailfill.run.contract import IngestResult, JobSpec, new_run_id, parse_result
+from tailfill.run.planner import backfill_spec
+from tailfill.run.submit import spark_submit_command, submit_env
+from tailfill.values.partition_terms import parse_terms
 
 
 def ingested(cfg: PipelineConfig) -> tuple[Counter, Counter]:
@@ -79,11 +73,19 @@ def backfill(spark, cfg: PipelineConfig, start: dict | None = None, end: dict | 
     return [] if spec is None else run(spec, spark)
 
 
+def tail_spec(cfg: PipelineConfig, once: bool = True, stop_after: float | None = None) -> JobSpec:
+    """The tail's spec as ``tailfill tail`` plans it (recording the cutover when there is none yet)."""
+    from tailfill.run.planner import TailRequest, plan_tail
+
+    return plan_tail(cfg, TailRequest(once, stop_after), new_run_id("tail")).spec
+
+
 def tail(spark, cfg: PipelineConfig, once: bool = True, stop_after: float | None = None) -> list[IngestResult]:
-    """Run the tail job in-process on the shared session (same code as spark_jobs/ingest.py)."""
+    """Plan the tail as ``tailfill tail`` does and run the job in-process on the shared session (same code as
+    spark_jobs/ingest.py)."""
     from tailfill.run.spark_job import run
 
-    return run(JobSpec(cfg.path, "tail", new_run_id("tail"), once=once, stop_after_seconds=stop_after), spark)
+    return run(tail_spec(cfg, once, stop_after), spark)
 
 
 def kill_job_tree(proc: subprocess.Popen, marker: bytes) -> None:

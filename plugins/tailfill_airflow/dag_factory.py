@@ -23,8 +23,10 @@ from airflow.sdk import DAG, Asset, Param, get_current_context, task
 from airflow.sdk.definitions.callback import AsyncCallback
 from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
-from tailfill.config import PipelineConfig, load_pipeline, pipelines_dir
+from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
+from tailfill.pipeline.load import load_pipeline
+from tailfill.settings import settings
 from tailfill_airflow.callbacks import deadline_missed, on_failure, on_retry
 from tailfill_airflow.causes import causes_first
 from tailfill_airflow.hooks import TailfillHook
@@ -410,7 +412,7 @@ def maintenance_dag(cfg: PipelineConfig) -> DAG:
 def build_dags(folder: Path | None = None) -> dict[str, DAG]:
     """Both DAGs for every ``*.yaml`` in the pipelines folder; a broken file is logged, not fatal."""
     dags: dict[str, DAG] = {}
-    for path in sorted((folder or pipelines_dir()).glob("*.yaml")):
+    for path in sorted((folder or settings().pipelines).glob("*.yaml")):
         try:
             cfg = load_pipeline(path)
         except ConfigError as exc:

@@ -20,10 +20,11 @@ from collections.abc import Iterator
 from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
-from tailfill.config import PipelineConfig, tailfill_home
+from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
 from tailfill.redact import add_listener, register_model_secrets, register_secret, uri_password
 from tailfill.run import runtime
+from tailfill.settings import settings
 
 add_listener(mask_secret)  # what Tailfill registers (pipelines as they load, the hook's values) Airflow masks
 
@@ -73,7 +74,7 @@ class TailfillHook(BaseHook):
 
     def job_env(self) -> dict[str, str]:
         """Environment for the pipeline's ``spark-submit``: state, Spark runtime, credentials."""
-        env = {"TAILFILL_HOME": str(tailfill_home()), **runtime.spark_env()}
+        env = {"TAILFILL_HOME": str(settings().home), **runtime.spark_env()}
         names = [*PASSED_THROUGH]
         if self.cfg.target.s3 is not None:
             names += [self.cfg.target.s3.access_key_env, self.cfg.target.s3.secret_key_env]

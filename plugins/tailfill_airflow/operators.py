@@ -33,9 +33,10 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.exceptions import AirflowException
 
-from tailfill.config import PipelineConfig, env_names, load_pipeline
+from tailfill.config import PipelineConfig
 from tailfill.errors import TailfillError
 from tailfill.offsets import total
+from tailfill.pipeline.load import env_names, load_pipeline
 from tailfill.redact import redact_text
 from tailfill.run import runtime
 from tailfill.run.runtime import code_archive_path
@@ -216,7 +217,7 @@ class TailfillSubmitOperator(SparkSubmitOperator):
     # --- execute ----------------------------------------------------------------------------------
 
     def execute(self, context: Any) -> None:
-        from tailfill.run.submit import JobSpec  # not at parse time: it imports the planner (broker, catalog)
+        from tailfill.run.contract import JobSpec  # not at parse time: it imports the planner (broker, catalog
 
         cfg = load_pipeline(self.pipeline)
         spec = JobSpec.parse(list(self.application_args))
@@ -311,13 +312,11 @@ class TailfillSubmitOperator(SparkSubmitOperator):
         os._exit(STOPPED_EXIT)
 
     def _result(self) -> list[dict] | None:
-        """The job's result document (:func:`tailfill.run.submit.parse_result`): one IngestResult per query."""
+        """The job's result (:class:`tailfill.run.contract.JobResult`): one IngestResult per query."""
         from dataclasses import asdict
 
-        from tailfill.run.submit import parse_result
-
         assert self._output is not None
-        document = parse_result(self._output.own)
+        document = self._output.result
         return [asdict(r) for r in document.results] if document is not None else None
 
     def _failure(self, cfg: PipelineConfig, spec: Any, label: str, exc: AirflowException) -> JobFailed:

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from tailfill.config import PipelineConfig
-from tailfill.state.freshness import Freshness
 from tailfill.state.records import BatchReport
 from tailfill.state.store import RunReports
+from tailfill.values.freshness import Freshness
 
 log = logging.getLogger(__name__)
 

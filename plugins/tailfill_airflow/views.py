@@ -29,11 +29,13 @@ from urllib.parse import quote
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
 
-from tailfill.config import PipelineConfig, load_pipeline, pipelines_dir
+from tailfill.config import PipelineConfig
+from tailfill.pipeline.load import load_pipeline
 from tailfill.redact import redact_text
 from tailfill.run.runtime import log_dir
-from tailfill.state.freshness import Freshness
+from tailfill.settings import settings
 from tailfill.state.store import read_lane, run_exists, run_reports
+from tailfill.values.freshness import Freshness
 from tailfill_airflow.naming import BACKFILL, MAINTENANCE, split_dag_id, tailfill_run_id
 from tailfill_airflow.progress import progress
 
@@ -64,7 +66,7 @@ def pipeline_config(dag_id: str) -> tuple[PipelineConfig, str]:
         name, kind = split_dag_id(dag_id)
     except ValueError as exc:
         raise HTTPException(404, str(exc)) from None
-    path = pipelines_dir() / f"{name}.yaml"
+    path = settings().pipelines / f"{name}.yaml"
     if not path.exists():
         raise HTTPException(404, f"pipeline {name!r}: no {path}")
     return load_pipeline(path), kind
@@ -216,7 +218,7 @@ def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
 
 @app.get("/report/{dag_id}/{run_id}/{map_index}", response_class=HTMLResponse, dependencies=[_authorized()])
 def report_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
-    from tailfill.lake.storage import filesystem, fs_path
+    from tailfill.plumbing.warehouse import filesystem, fs_path
     from tailfill.proof.reports import results_uri
 
     cfg, kind = pipeline_config(dag_id)

@@ -20,10 +20,10 @@ from tailfill.lake.commit import commit_prepared
 from tailfill.lake.ledger import CommitResult
 from tailfill.lake.prepare import PreparedRange, RangeOutput
 from tailfill.lake.rows import RowParser, split_records
-from tailfill.lake.storage import filesystem
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange
-from tailfill.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
+from tailfill.plumbing.warehouse import filesystem
+from tailfill.values.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
 
 
 def prepare_sample(cfg: PipelineConfig, run_id: str, ranges: Sequence[OffsetRange],

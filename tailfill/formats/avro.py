@@ -17,7 +17,7 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 
-from tailfill.formats.types import TIMESTAMP
+from tailfill.values.column_types import TIMESTAMP
 
 PRIMITIVE = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
              "double": pa.float64(), "bytes": pa.binary(), "string": pa.string()}

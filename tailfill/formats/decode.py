@@ -28,8 +28,7 @@ from tailfill.formats.json_schema import JsonSchemaWriter
 from tailfill.formats.keys import KEYS
 from tailfill.formats.protobuf import ProtobufWriter
 from tailfill.formats.registry import RegistryClient
-from tailfill.schema import METADATA_FIELDS, QUARANTINE_SCHEMA, VALUE_FIELD
-from tailfill.source.embedded import resolved
+from tailfill.values.schema import METADATA_FIELDS, QUARANTINE_SCHEMA, VALUE_FIELD
 
 MAGIC = 0
 HEADER = 5  # magic byte + 4-byte big-endian schema id
@@ -82,7 +81,7 @@ def build_writer(kind: str, schema_type: str, text: str, key: bool = False,
 
 def _latest(cfg: PipelineConfig, subject: str, key: bool) -> Writer | KeyWriter:
     """The writer of ``subject``'s latest schema; ValueError if it cannot be a table's columns (or kafka_key)."""
-    fmt = resolved(cfg).format
+    fmt = cfg.format
     client = RegistryClient(fmt.schema_registry)
     latest = client.latest(subject)
     try:

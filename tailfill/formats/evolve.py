@@ -23,12 +23,13 @@ from pyiceberg.table import Table
 
 from tailfill.config import REGISTRY_FORMATS, PipelineConfig
 from tailfill.errors import SchemaChangeError
-from tailfill.lake.storage import fs_path
-from tailfill.schema import table_schema
+from tailfill.plumbing.retry import retrying
+from tailfill.plumbing.warehouse import fs_path
+from tailfill.values.schema import table_schema
 
 ATTEMPTS = 5
 SCALAR_PROMOTIONS = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}  # (from, to)
-SCHEMA_CHANGE_PROP = "tailfill.schema-change"  # the last change this module made: {"at", "change"}
+SCHEMA_CHANGE_PROP = "tailfill.values.schema-change"  # the last change this module made: {"at", "change"}
 REQUIRED_PROP = "tailfill.required-fields"  # JSON list of top-level columns every writer schema must have
 
 
@@ -107,25 +108,31 @@ def evolve(table: Table, columns: pa.Schema, source: str = "the writer schema") 
 
     Raises :class:`SchemaChangeError` (one line: the field and both types) on a change it cannot make.
     """
-    for _ in range(ATTEMPTS):
-        table.refresh()
-        current = table.schema().as_arrow()
-        problems = conflicts(columns, current, source)
-        if problems:
-            raise SchemaChangeError(f"incompatible schema change in {table.name()[-1]}: {'; '.join(problems)}")
-        if not _needs_change(current, columns):
-            return False
-        change = _describe(current, columns)
-        try:
-            with table.transaction() as tx:
-                with tx.update_schema() as update:
-                    update.union_by_name(_optional(columns))
-                tx.set_properties({SCHEMA_CHANGE_PROP: json.dumps(
-                    {"at": datetime.now(UTC).isoformat(timespec="seconds"), "change": change})})
-            return True
-        except CommitFailedException:  # another writer changed the table meanwhile: look again
-            continue
-    raise SchemaChangeError(f"could not update the schema of {table.name()[-1]}: kept conflicting with other writers")
+    try:  # another writer changed the table meanwhile: look again
+        for attempt in retrying(ATTEMPTS, on=CommitFailedException):
+            with attempt:
+                return _evolve_once(table, columns, source)
+    except CommitFailedException:
+        raise SchemaChangeError(f"could not update the schema of {table.name()[-1]}: kept conflicting with other "
+                                "writers") from None
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _evolve_once(table: Table, columns: pa.Schema, source: str) -> bool:
+    table.refresh()
+    current = table.schema().as_arrow()
+    problems = conflicts(columns, current, source)
+    if problems:
+        raise SchemaChangeError(f"incompatible schema change in {table.name()[-1]}: {'; '.join(problems)}")
+    if not _needs_change(current, columns):
+        return False
+    change = _describe(current, columns)
+    with table.transaction() as tx:
+        with tx.update_schema() as update:
+            update.union_by_name(_optional(columns))
+        tx.set_properties({SCHEMA_CHANGE_PROP: json.dumps(
+            {"at": datetime.now(UTC).isoformat(timespec="seconds"), "change": change})})
+    return True
 
 
 def _describe(current: pa.Schema, columns: pa.Schema) -> str:

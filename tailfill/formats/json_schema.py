@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from tailfill.errors import RecordError
-from tailfill.formats.types import TIMESTAMP, coerce
+from tailfill.values.column_types import TIMESTAMP, coerce
 
 SIMPLE = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 from tailfill.formats.avro import avro_type, read_avro
 from tailfill.formats.json_schema import json_type
 from tailfill.formats.protobuf import ProtobufWriter
-from tailfill.formats.types import coerce
+from tailfill.values.column_types import coerce
 
 
 class AvroKey:

@@ -28,7 +28,7 @@ from google.protobuf import (  # the well-known types' modules put their files i
 )
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from tailfill.formats.types import TIMESTAMP
+from tailfill.values.column_types import TIMESTAMP
 
 F = FieldDescriptor
 SCALARS = {

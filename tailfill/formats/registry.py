@@ -11,7 +11,6 @@ import base64
 import json
 import os
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -20,6 +19,7 @@ from typing import Any
 
 from tailfill.config import EMBEDDED, SchemaRegistryConfig
 from tailfill.errors import RegistryError
+from tailfill.plumbing.retry import retrying
 
 BACKOFF_SECONDS = 0.5  # first wait between tries, doubled per try (at most 8 s)
 _CACHE: dict[tuple, RegisteredSchema | None] = {}  # (url, id) or (url, subject, version) -> the schema, or None
@@ -54,6 +54,10 @@ class RegisteredSchema:
                    doc.get("version"), refs)
 
 
+class _Unanswered(Exception):
+    """A request the registry did not answer (worth another try)."""
+
+
 def _url_for_humans(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
@@ -83,26 +87,31 @@ class RegistryClient:
                                          headers={"Accept": "application/vnd.schemaregistry.v1+json"})
         if self.auth:
             request.add_header("Authorization", self.auth)
-        last = ""
-        for attempt in range(self.cfg.attempts):
-            if attempt:
-                time.sleep(min(BACKOFF_SECONDS * 2 ** (attempt - 1), 8.0))
-            try:
-                with urllib.request.urlopen(request, timeout=self.cfg.timeout_seconds) as response:
-                    return json.loads(response.read())
-            except urllib.error.HTTPError as exc:
-                if exc.code == 404:
-                    return None
-                if exc.code in (401, 403):
-                    raise RegistryError(f"the Schema Registry at {self.where} refused the login "
-                                        f"(HTTP {exc.code})") from None
-                last = f"HTTP {exc.code}"
-                if exc.code < 500 and exc.code != 429:
-                    break
-            except (OSError, ValueError) as exc:  # refused, reset, timed out, not JSON
-                last = str(getattr(exc, "reason", exc))
-        raise RegistryError(f"cannot reach the Schema Registry at {self.where} after {self.cfg.attempts} tries "
-                            f"({last})")
+        try:
+            for attempt in retrying(self.cfg.attempts, on=_Unanswered, first_wait=BACKOFF_SECONDS, max_wait=8.0):
+                with attempt:
+                    return self._get_once(request)
+        except _Unanswered as exc:
+            raise RegistryError(f"cannot reach the Schema Registry at {self.where} after {self.cfg.attempts} tries "
+                                f"({exc})") from None
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _get_once(self, request: urllib.request.Request) -> Any | None:
+        try:
+            with urllib.request.urlopen(request, timeout=self.cfg.timeout_seconds) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            if exc.code in (401, 403):
+                raise RegistryError(f"the Schema Registry at {self.where} refused the login "
+                                    f"(HTTP {exc.code})") from None
+            if exc.code < 500 and exc.code != 429:  # a request the registry will never answer
+                raise RegistryError(f"the Schema Registry at {self.where} refused the request (HTTP {exc.code})"
+                                    ) from None
+            raise _Unanswered(f"HTTP {exc.code}") from None
+        except (OSError, ValueError) as exc:  # refused, reset, timed out, not JSON
+            raise _Unanswered(str(getattr(exc, "reason", exc))) from None
 
     def schema(self, schema_id: int) -> RegisteredSchema | None:
         """The schema with ``schema_id`` (None if the registry has none), asked once per process."""

@@ -16,14 +16,14 @@ import pyarrow.fs as pafs
 
 from tailfill.config import PipelineConfig
 from tailfill.formats.evolve import follow_files
+from tailfill.lake.audit_log import audit_log
 from tailfill.lake.batch_summary import BatchSummary
 from tailfill.lake.files import rewrite_files, rows_in
 from tailfill.lake.ledger import CommitResult, commit_batch
 from tailfill.lake.prepare import PreparedRange
-from tailfill.lake.storage import filesystem
 from tailfill.lake.tables import Tables
 from tailfill.offsets import OffsetRange, intersect_all
-from tailfill.upkeep.audit_log import audit_log
+from tailfill.plumbing.warehouse import filesystem
 
 _TURNS = threading.Lock()
 

@@ -20,13 +20,13 @@ from tailfill.errors import DroppedRecordsError
 from tailfill.formats.decode import RegistryDecoder
 from tailfill.lake.files import FileSet
 from tailfill.lake.partition import footer, split
-from tailfill.lake.partition_terms import parse_terms
 from tailfill.lake.rows import RowParser, split_records
-from tailfill.lake.storage import filesystem
 from tailfill.offsets import OffsetRange
-from tailfill.schema import QUARANTINE_SCHEMA, RangeMarker, table_schema
+from tailfill.plumbing.warehouse import filesystem
 from tailfill.source.kafka import consumer_config, read_ranges, shared_consumer
-from tailfill.state.freshness import TimestampSketch
+from tailfill.values.freshness import TimestampSketch
+from tailfill.values.partition_terms import parse_terms
+from tailfill.values.schema import QUARANTINE_SCHEMA, RangeMarker, table_schema
 
 ROW_GROUP_ROWS = 131_072  # rows buffered before a Parquet row group is written
 

@@ -27,8 +27,8 @@ import pyarrow.compute as pc
 
 from tailfill.config import FieldSpec, FormatConfig
 from tailfill.errors import RecordError
-from tailfill.formats.types import coerce
-from tailfill.schema import FIELD_TYPES, METADATA_FIELDS, QUARANTINE_SCHEMA, TIMESTAMP, field_type, table_schema
+from tailfill.values.column_types import coerce
+from tailfill.values.schema import FIELD_TYPES, METADATA_FIELDS, QUARANTINE_SCHEMA, TIMESTAMP, field_type, table_schema
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # Values up to this size take the fast path. Valid JSON this short nests too shallowly to reach

@@ -1,7 +1,7 @@
 """The pipeline's Iceberg tables and their catalog (SQL: SQLite by default, Postgres in compose; REST, Glue, Hive).
 
 The catalog is opened once per process and reused; tables are loaded fresh on every call (their
-state changes under us). Files and the warehouse itself are :mod:`tailfill.lake.storage`'s.
+state changes under us). Files and the warehouse itself are :mod:`tailfill.plumbing.warehouse`'s.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -31,10 +30,12 @@ from tailfill.errors import LakeError, RegistryError, SchemaChangeError
 from tailfill.formats.decode import latest_columns, latest_key_type
 from tailfill.formats.evolve import follow_declared, required_properties
 from tailfill.lake.partition import spec_terms
-from tailfill.lake.partition_terms import parse_terms
-from tailfill.lake.storage import s3_credentials, warehouse_uri
+from tailfill.plumbing.retry import retrying
+from tailfill.plumbing.warehouse import s3_credentials, warehouse_uri
 from tailfill.redact import redact_text
-from tailfill.schema import METADATA_FIELDS, QUARANTINE_SCHEMA, VALUE_FIELD, table_schema
+from tailfill.source.embedded import resolved
+from tailfill.values.partition_terms import parse_terms
+from tailfill.values.schema import METADATA_FIELDS, QUARANTINE_SCHEMA, VALUE_FIELD, table_schema
 
 CATALOG_OPEN_ATTEMPTS = 5
 
@@ -83,19 +84,17 @@ def load_catalog(target: TargetConfig) -> Catalog:
     except OSError as exc:
         raise LakeError(f"cannot create the local warehouse or catalog directory: {exc}") from exc
     props = catalog_properties(target)
-    for attempt in range(CATALOG_OPEN_ATTEMPTS):
-        try:
-            return pyiceberg_load_catalog(target.catalog.name, **props)
-        except Exception as exc:
-            if attempt + 1 < CATALOG_OPEN_ATTEMPTS and _lost_creation_race(exc):
-                time.sleep(0.1 * (attempt + 1))  # the winner's tables exist now: opening again finds them
-                continue
-            # Errors may quote the URL or a credential: the message is redacted as a whole.
-            raise LakeError(redact_text(f"cannot open the Iceberg catalog at {catalog_label(target)}: {exc}")) from exc
-    raise AssertionError("unreachable")
+    try:  # a lost creation race: the winner's tables exist now, and opening again finds them
+        for attempt in retrying(CATALOG_OPEN_ATTEMPTS, on=SQLAlchemyError, when=_lost_creation_race, first_wait=0.1,
+                                max_wait=1.0):
+            with attempt:
+                return pyiceberg_load_catalog(target.catalog.name, **props)
+    except Exception as exc:  # errors may quote the URL or a credential: the message is redacted as a whole
+        raise LakeError(redact_text(f"cannot open the Iceberg catalog at {catalog_label(target)}: {exc}")) from exc
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def _lost_creation_race(exc: Exception) -> bool:
+def _lost_creation_race(exc: BaseException) -> bool:
     """Whether opening a new catalog failed because another process created its tables at the same time.
 
     pyiceberg checks for its tables and creates them if absent; two processes opening a new catalog at
@@ -155,6 +154,7 @@ def initial_table(cfg: PipelineConfig) -> tuple[pa.Schema, dict[str, str]]:
     schema, whose required fields the table records (``tailfill.required-fields``), and with ``format.key:
     registry`` the key subject's latest type as ``kafka_key``."""
     if cfg.format.type in REGISTRY_FORMATS:
+        cfg = resolved(cfg)  # the development registry's address, if the pipeline names it
         columns, required = latest_columns(cfg)
         meta = METADATA_FIELDS
         if cfg.format.key == "registry":  # kafka_key: the key subject's type (a struct for a record key)
@@ -177,30 +177,35 @@ def _add_missing_columns(table: Table, schema: pa.Schema) -> None:
 def evolve_spec(table: Table, partition_by: list[str]) -> None:
     """Make ``table``'s partition spec ``partition_by`` for the data written from now on (files already
     written keep theirs); a change Iceberg refuses stops with one line naming both specs."""
-    for _ in range(CATALOG_OPEN_ATTEMPTS):
-        current = spec_terms(table.spec(), table.schema())
-        if current == partition_by:
-            return
-        try:
-            with table.update_spec() as spec:
-                for field, term in zip(table.spec().fields, current, strict=True):
-                    if term not in partition_by:
-                        spec.remove_field(field.name)
-                for term in parse_terms(partition_by):
-                    if str(term) not in current:
-                        spec.add_field(term.column, term.iceberg())
-        except CommitFailedException:  # another process changed the table first: look again
-            table.refresh()
-            continue
-        except ValueError as exc:
-            raise LakeError(f"cannot change the partition spec of {'.'.join(table.name())} from {current} to "
-                            f"{partition_by}: {exc} (fix: restore target.partition_by)") from None
-        table.refresh()
-        if spec_terms(table.spec(), table.schema()) != partition_by:  # e.g. a reordering Iceberg cannot express
-            raise LakeError(f"cannot change the partition spec of {'.'.join(table.name())} from {current} to "
-                            f"{partition_by}: only adding and removing transforms is supported, not reordering "
-                            "(fix: restore target.partition_by)")
-    raise LakeError(f"the partition spec of {'.'.join(table.name())} kept changing under us")
+    try:  # another process changed the table first: look again
+        for attempt in retrying(CATALOG_OPEN_ATTEMPTS, on=CommitFailedException):
+            with attempt:
+                _evolve_spec_once(table, partition_by)
+    except CommitFailedException:
+        raise LakeError(f"the partition spec of {'.'.join(table.name())} kept changing under us") from None
+
+
+def _evolve_spec_once(table: Table, partition_by: list[str]) -> None:
+    table.refresh()
+    current = spec_terms(table.spec(), table.schema())
+    if current == partition_by:
+        return
+    try:
+        with table.update_spec() as spec:
+            for field, term in zip(table.spec().fields, current, strict=True):
+                if term not in partition_by:
+                    spec.remove_field(field.name)
+            for term in parse_terms(partition_by):
+                if str(term) not in current:
+                    spec.add_field(term.column, term.iceberg())
+    except ValueError as exc:
+        raise LakeError(f"cannot change the partition spec of {'.'.join(table.name())} from {current} to "
+                        f"{partition_by}: {exc} (fix: restore target.partition_by)") from None
+    table.refresh()
+    if spec_terms(table.spec(), table.schema()) != partition_by:  # e.g. a reordering Iceberg cannot express
+        raise LakeError(f"cannot change the partition spec of {'.'.join(table.name())} from {current} to "
+                        f"{partition_by}: only adding and removing transforms is supported, not reordering "
+                        "(fix: restore target.partition_by)")
 
 
 class Tables(NamedTuple):

@@ -11,10 +11,12 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from tailfill.config import PipelineConfig, tailfill_home
-from tailfill.lake.storage import filesystem, fs_path, make_dirs, warehouse_uri, write_whole
+from tailfill.config import PipelineConfig
+from tailfill.plumbing.durable import write_whole
+from tailfill.plumbing.warehouse import filesystem, fs_path, make_dirs, warehouse_uri
 from tailfill.proof.result import ValidationResult
 from tailfill.redact import redact_data
+from tailfill.settings import settings
 
 
 def results_uri(cfg: PipelineConfig) -> str:
@@ -26,7 +28,7 @@ def gx_root(cfg: PipelineConfig) -> Path:
     """The Great Expectations project directory (local) for a pipeline."""
     if cfg.target.s3 is None:
         return Path(fs_path(results_uri(cfg)))
-    return tailfill_home() / "validation" / cfg.name
+    return settings().home / "validation" / cfg.name
 
 
 def _write(cfg: PipelineConfig, name: str, text: str) -> str:
@@ -34,7 +36,7 @@ def _write(cfg: PipelineConfig, name: str, text: str) -> str:
     base = results_uri(cfg)
     make_dirs(fs, base)
     uri = f"{base}/{name}"
-    write_whole(fs, uri, text.encode())  # latest.json is read while lanes validate: never half a file
+    write_whole(uri, text, fs)  # latest.json is read while lanes validate: never half a file
     return uri
 
 

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 import pandas as pd
 
 from tailfill.config import PipelineConfig
+from tailfill.lake.audit_log import audit_log
 from tailfill.lake.ledger import read_ledger
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, by_partition, merge, total
@@ -32,7 +33,6 @@ from tailfill.proof.data_checks import DATA_COLUMNS, check_rows, expectation_col
 from tailfill.proof.expectations import DATA_SUITE, RUN_SUITE, TILING_SUITE, exclusive, run_suites
 from tailfill.proof.reports import gx_root, persist
 from tailfill.proof.result import ValidationResult
-from tailfill.upkeep.audit_log import audit_log
 
 
 def _spans(ranges: list[OffsetRange]) -> list[OffsetRange]:

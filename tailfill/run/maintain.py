@@ -14,9 +14,9 @@ from datetime import UTC, datetime, timedelta
 
 from tailfill.config import MaintenanceConfig, PipelineConfig, duration_seconds
 from tailfill.errors import ConfigError
-from tailfill.lake.storage import filesystem
+from tailfill.lake.audit_log import audit_log
 from tailfill.lake.tables import ensure_tables
-from tailfill.upkeep.audit_log import audit_log
+from tailfill.plumbing.warehouse import filesystem
 from tailfill.upkeep.compact import CompactionResult, compact
 from tailfill.upkeep.expire import ExpiryResult, expire
 from tailfill.upkeep.orphans import OrphanResult, remove_orphans

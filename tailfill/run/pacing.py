@@ -20,9 +20,9 @@ from tailfill.run.tail_health import TailPace, mark_stopped, read_tail
 from tailfill.run.tuning import tail_batch_offsets
 from tailfill.source.budget import Budget
 from tailfill.source.kafka import consumer_config, shared_consumer, watermarks
-from tailfill.state.freshness import Freshness
 from tailfill.state.records import BatchReport
 from tailfill.state.store import write_health
+from tailfill.values.freshness import Freshness
 
 KEEP_UP_WARNING_EVERY_S = 60.0
 

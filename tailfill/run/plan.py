@@ -19,11 +19,11 @@ from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError, SourceError
 from tailfill.lake.ledger import Ledger, read_cutover, read_ledger, record_cutover
 from tailfill.lake.tables import ensure_tables
-from tailfill.offsets import OffsetRange, PartitionOffsets, by_partition, ranges_between, split_slices, subtract, total
+from tailfill.offsets import PartitionOffsets, by_partition, ranges_between, split_slices, total
+from tailfill.run.contract import Mode, Slice
 from tailfill.source.embedded import resolved
 from tailfill.source.kafka import Watermarks, consumer_config, list_partitions, watermarks
 
-Mode = Literal["backfill", "tail"]
 CONFIRM_CUTOVER_S = 30.0  # how long to try to confirm the broker's ends before recording the cutover
 
 
@@ -94,41 +94,6 @@ def ensure_cutover(state: SourceState) -> PartitionOffsets:
     return record_cutover(state.table, marks.high)
 
 
-@dataclass(frozen=True)
-class Slice:
-    """A bounded part of the backfill: ``[start, end)`` per partition, exactly as planned."""
-
-    index: int
-    count: int
-    start: PartitionOffsets
-    end: PartitionOffsets
-
-    @property
-    def ranges(self) -> list[OffsetRange]:
-        return ranges_between(self.start, self.end)
-
-    def remaining(self, ledger: Ledger) -> Slice | None:
-        """This slice from the first uncommitted offset of each partition on, or None when all is committed."""
-        todo = subtract(self.ranges, ledger.committed)
-        if not todo:
-            return None
-        first = dict(self.end.offsets)  # a partition already done reads nothing
-        for r in reversed(todo):
-            first[r.tp] = r.start
-        return Slice(self.index, self.count, PartitionOffsets(first), self.end)
-
-    def to_dict(self) -> dict:
-        return {"index": self.index, "count": self.count, "start": self.start.to_dict(), "end": self.end.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Slice:
-        return cls(data["index"], data["count"], PartitionOffsets.from_dict(data["start"]),
-                   PartitionOffsets.from_dict(data["end"]))
-
-    def __str__(self) -> str:
-        return f"slice {self.index + 1}/{self.count} ({total(self.ranges):,} offsets)"
-
-
 def plan_backfill(
     state: SourceState,
     start: PartitionOffsets | None = None,
@@ -148,7 +113,7 @@ def plan_backfill(
     pieces = split_slices(ranges_between(start, end), slices or state.cfg.backfill.slices)
     planned = [Slice(i, len(pieces), PartitionOffsets({r.tp: r.start for r in piece}),
                      PartitionOffsets({r.tp: r.end for r in piece})) for i, piece in enumerate(pieces)]
-    return [s for s in planned if s.remaining(state.ledger) is not None]
+    return [s for s in planned if s.remaining(state.ledger.committed) is not None]
 
 
 def check_bounds(state: SourceState, start: PartitionOffsets | None, end: PartitionOffsets) -> None:
@@ -174,12 +139,11 @@ def check_bounds(state: SourceState, start: PartitionOffsets | None, end: Partit
                           "backfill up to the cutover)")
 
 
-def tail_start(state: SourceState) -> PartitionOffsets:
-    """Where the tail resumes: the end of the committed run from the cutover, per partition.
+def tail_start(state: SourceState, cutover: PartitionOffsets) -> PartitionOffsets:
+    """Where the tail resumes: the end of the committed run from the ``cutover``, per partition.
 
     Partitions created after the cutover are tail-only and start at 0.
     """
-    cutover = ensure_cutover(state)
     base = PartitionOffsets({tp: cutover.get(tp, 0) or 0 for tp in state.marks.high})
     return state.ledger.position(base)
 
@@ -246,7 +210,7 @@ def backfill_requests(state: SourceState, slices: list[Slice], run_id: str,
     """
     cfg, out = state.cfg, []
     for run in contiguous(slices):
-        s = joined(run).remaining(state.ledger)
+        s = joined(run).remaining(state.ledger.committed)
         if s is None:
             continue
         which = f"slice {run[0].index + 1}" if len(run) == 1 else f"slices {run[0].index + 1}-{run[-1].index + 1}"
@@ -265,11 +229,12 @@ def backfill_requests(state: SourceState, slices: list[Slice], run_id: str,
     return out
 
 
-def tail_request(state: SourceState, run_id: str, once: bool = False, stop_after_seconds: float | None = None,
-                 max_offsets_per_batch: int | None = None) -> IngestRequest:
-    """The tail from its committed position: once (what is there now) or on the pipeline's trigger."""
+def tail_request(state: SourceState, cutover: PartitionOffsets, run_id: str, once: bool = False,
+                 stop_after_seconds: float | None = None, max_offsets_per_batch: int | None = None) -> IngestRequest:
+    """The tail from its committed position after the recorded ``cutover``: once (what is there now) or on
+    the pipeline's trigger."""
     cfg = state.cfg
-    start = tail_start(state)
+    start = tail_start(state, cutover)
     return IngestRequest(
         label=f"{cfg.name} tail",
         start=start,

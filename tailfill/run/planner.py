@@ -1,12 +1,13 @@
 """The one planner: a request (the CLI's flags or the backfill form's params) becomes the job specs.
 
 A backfill request says ``[from, to)``, how many slices and lanes, a rate limit and what to do
-with offsets already committed; the plan is one :class:`~tailfill.run.submit.JobSpec` per lane, each
+with offsets already committed; the plan is one :class:`~tailfill.run.contract.JobSpec` per lane, each
 with its slices' exact bounds and the batch cap. A tail request (once, stop after) becomes the
-tail's spec and what it will find waiting. ``tailfill backfill``/``tail`` and the DAGs' ``plan`` and
-``tune`` tasks only turn their input into a request and run what comes out, so the same request
+tail's spec, with the cutover it starts from, and what it will find waiting. ``tailfill
+backfill``/``tail`` and the DAGs' ``plan`` and ``tune`` tasks only turn their input into a request
+and run what comes out, so the same request
 gets the same specs whichever way it arrives. Planning records the cutover when there is none yet
-(the first run's job, never a check's).
+(the first run's planner; never a check, never the job).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import Any, Literal
 from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
 from tailfill.offsets import OffsetRange, PartitionOffsets, ranges_between, subtract, total
-from tailfill.run.plan import Slice, SourceState, ensure_cutover, plan_backfill, source_state, tail_start
-from tailfill.run.submit import JobSpec
+from tailfill.run.contract import JobSpec, Slice, new_run_id
+from tailfill.run.plan import SourceState, ensure_cutover, plan_backfill, source_state, tail_start
 from tailfill.run.tuning import Tuning, tuned_max_offsets
 
 OnCommitted = Literal["skip", "fail"]
@@ -122,14 +123,25 @@ def plan_tail(cfg: PipelineConfig, request: TailRequest, run_id: str) -> TailPla
     cap tuned from measurements; the processing-time tail sizes its batches itself within the maximum.
     """
     state = source_state(cfg)
-    start = tail_start(state)
+    cutover = ensure_cutover(state)
+    start = tail_start(state, cutover)
     tuning = tuned_max_offsets(cfg, "tail")
     if not request.once and cfg.tail.trigger == "processing_time":  # it sizes each batch itself, up to the maximum
         tuning = replace(tuning, max_offsets_per_batch=tuning.configured_max,
                          reason="the adaptive tail sizes each batch from its last one, up to the configured maximum")
-    spec = JobSpec(cfg.path or cfg.name, "tail", run_id, once=request.once,
+    spec = JobSpec(cfg.path or cfg.name, "tail", run_id, cutover=cutover, once=request.once,
                    stop_after_seconds=request.stop_after_seconds, max_offsets_per_batch=tuning.max_offsets_per_batch)
     return TailPlan(spec, tuning, start, state.marks.high, total(ranges_between(start, state.marks.high)))
+
+
+def backfill_spec(cfg: PipelineConfig, start: PartitionOffsets | None = None, end: PartitionOffsets | None = None,
+                  slices: int | None = None, run_id: str | None = None,
+                  max_offsets_per_second: int | None = None) -> JobSpec | None:
+    """A one-lane backfill of ``[start, end)`` (default ``[earliest, cutover)``); None if all is committed."""
+    run_id = run_id or new_run_id("backfill")
+    request = BackfillRequest(start, end, slices, max_offsets_per_second=max_offsets_per_second)
+    specs = plan_backfill_lanes(cfg, request, lambda _lane: run_id).specs
+    return specs[0] if specs else None
 
 
 def pending_offsets(state: SourceState) -> tuple[int, int | None]:

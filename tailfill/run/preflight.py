@@ -11,8 +11,8 @@ import uuid
 from tailfill.config import PipelineConfig
 from tailfill.errors import BrokerError, ConfigError, LakeError, PreflightError, RegistryError, SourceError
 from tailfill.formats.registry import RegistryClient
-from tailfill.lake.storage import filesystem, fs_path, warehouse_uri
 from tailfill.lake.tables import catalog_label
+from tailfill.plumbing.warehouse import filesystem, fs_path, warehouse_uri
 from tailfill.run.plan import SourceState, source_state, tail_start
 from tailfill.run.tail_health import describe, read_tail
 
@@ -48,7 +48,7 @@ def check_retention(state: SourceState, mode: str) -> str:
     # A backfill plans from the earliest offset, so only the tail can find its start expired; a tail
     # with no cutover yet starts where the planner will record it, at the broker's end.
     if mode == "tail":
-        start = tail_start(state) if state.cutover is not None else state.marks.high
+        start = tail_start(state, state.cutover) if state.cutover is not None else state.marks.high
     else:
         start = state.marks.low
     expired = [f"{tp} [{start[tp]}, {state.marks.low[tp]})" for tp in start

@@ -36,14 +36,14 @@ from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.spark_writer import prepare_batch
 from tailfill.lake.tables import Tables, ensure_tables
 from tailfill.offsets import ranges_between, total
+from tailfill.plumbing.durable import write_whole
 from tailfill.run import checkpoint
+from tailfill.run.contract import IngestResult
 from tailfill.run.pacing import pacer_for
 from tailfill.run.plan import IngestRequest
-from tailfill.run.submit import IngestResult
-from tailfill.state.durable import write_atomic
-from tailfill.state.freshness import LatencySample, freshness
 from tailfill.state.records import BatchReport, format_stages
 from tailfill.state.store import ReportLog, append_report, clear_stop, read_reports, report_file, stop_requested
+from tailfill.values.freshness import LatencySample, freshness
 
 # The last line of a Python traceback: "package.module.ExceptionClass: message".
 _PY_EXCEPTION = re.compile(r"^(?:[a-z_]\w*\.)*([A-Z]\w*): (.+)$", re.MULTILINE)
@@ -84,7 +84,7 @@ def _open_checkpoint(req: IngestRequest, log: Callable[[str], None]) -> None:
     """
     req.checkpoint.mkdir(parents=True, exist_ok=True)
     checkpoint.make_startable(req.checkpoint, req.label, log, keep=_ours)
-    write_atomic(req.checkpoint / REQUEST_FILE, json.dumps(
+    write_whole(req.checkpoint / REQUEST_FILE, json.dumps(
         {"start": req.start.to_dict(), "end": req.end.to_dict() if req.end else None}))
 
 

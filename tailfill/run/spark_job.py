@@ -1,8 +1,8 @@
 """The Spark job behind ``spark_jobs/ingest.py``: a backfill's planned slices, or the tail.
 
-Prints progress to stderr and, last, one ``TAILFILL_RESULT {...}`` line to stdout: the run's
-:class:`~tailfill.run.submit.JobResult` as one JSON document. When the run cannot complete it also
-prints the cause on stderr (``error: …``), puts it in the document with its error class, and exits 2.
+Prints progress to stderr and, last, its :class:`~tailfill.run.contract.JobResult` to stdout (one
+line). When the run cannot complete it also prints the cause on stderr (``error: …``), puts it in the
+result as data (its class, message, fix), and exits 2.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from concurrent.futures import Future
 
 from pyspark.sql import SparkSession
 
-from tailfill.config import resolve_pipeline
-from tailfill.errors import TailfillError
+from tailfill.errors import ConfigError, ErrorInfo, TailfillError
 from tailfill.lake.spark_writer import warm_executors
+from tailfill.pipeline.load import resolve_pipeline
 from tailfill.redact import redact_text
+from tailfill.run.contract import IngestResult, JobResult, JobSpec
 from tailfill.run.plan import backfill_requests, source_state, tail_request
 from tailfill.run.spark_ingest import run_ingest
-from tailfill.run.submit import IngestResult, JobResult, JobSpec
 
 
 def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Callable[[str], None] | None = None,
@@ -39,7 +39,11 @@ def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Callable
         requests = backfill_requests(state, list(spec.slices), spec.run_id, spec.max_offsets_per_batch,
                                       spec.max_offsets_per_second)
     else:
-        requests = [tail_request(state, spec.run_id, spec.once, spec.stop_after_seconds, spec.max_offsets_per_batch)]
+        if spec.cutover is None:
+            raise ConfigError(f"the tail of {cfg.name} was asked for without its cutover (fix: plan it with "
+                              "`tailfill tail` or the incremental DAG, which record the cutover)")
+        requests = [tail_request(state, spec.cutover, spec.run_id, spec.once, spec.stop_after_seconds,
+                                 spec.max_offsets_per_batch)]
     session = spark.result() if isinstance(spark, Future) else spark
     if isinstance(spark, Future) and requests:
         warm_executors(session, state.cfg)
@@ -48,13 +52,14 @@ def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Callable
 
 def run_to_result(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Callable[[str], None],
                   cancel: threading.Event | None = None) -> JobResult:
-    """Run ``spec`` and describe it as its :class:`JobResult`; a Tailfill error is logged as ``error: …``
-    and becomes the result's cause (what ``spark-submit`` and the warm Spark server both hand back)."""
+    """Run ``spec`` and describe it as its :class:`JobResult`; whatever stops it is logged as ``error: …``
+    and becomes the result's error, as data (what ``spark-submit`` and the warm Spark server both hand back)."""
     try:
         return JobResult(run(spec, spark, log, cancel))
-    except (TailfillError, ValueError) as exc:  # ValueError: malformed offsets
-        log(redact_text(f"error: {exc}"))
-        return JobResult(error=redact_text(str(exc)), error_class=type(exc).__name__)
+    except Exception as exc:
+        error = ErrorInfo.of(exc)
+        log(redact_text(f"error: {exc}" if isinstance(exc, TailfillError | ValueError) else f"error: {error}"))
+        return JobResult(error=error)
 
 
 def main(argv: list[str] | None, spark: SparkSession | Future[SparkSession]) -> int:

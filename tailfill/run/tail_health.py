@@ -13,9 +13,9 @@ import time
 from dataclasses import replace
 
 from tailfill.config import PipelineConfig
-from tailfill.state.freshness import Freshness
 from tailfill.state.records import TailHealth
 from tailfill.state.store import HEALTH, StateStore, read_health, write_health
+from tailfill.values.freshness import Freshness
 
 
 def mark_stopped(cfg: PipelineConfig) -> None:

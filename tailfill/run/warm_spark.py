@@ -11,8 +11,6 @@ or a server that runs other code and is busy. No pyspark here.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import http.client
 import json
@@ -20,17 +18,18 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tailfill.config import tailfill_home
 from tailfill.errors import SparkServerError
+from tailfill.plumbing.detached import alive, running, stop_detached
+from tailfill.plumbing.durable import locked
 from tailfill.redact import redact_text
 from tailfill.run import runtime
-from tailfill.run.submit import RESULT_PREFIX, JobResult, JobSpec, parse_result
+from tailfill.run.contract import RESULT_PREFIX, JobResult, JobSpec, parse_result
 from tailfill.run.submit import run_job as submit_job
-from tailfill.state.detached import alive, running, stop_detached
+from tailfill.settings import settings
 
 MODE_ENV = "TAILFILL_SPARK"  # warm | submit: how jobs run when the caller does not say
 SERVED_BY = "warm Spark server:"  # the first line of a job the server runs
@@ -41,15 +40,12 @@ START_TIMEOUT_S = 180.0  # a JVM and a session on a busy 2-core machine
 
 def state_file(home: Path | None = None) -> Path:
     """The warm Spark server's address file: ``$TAILFILL_HOME/spark-server.json``."""
-    return (home or tailfill_home()) / "spark-server.json"
+    return (home or settings().home) / "spark-server.json"
 
 
 def default_mode() -> str:
     """``warm`` or ``submit``, from ``TAILFILL_SPARK`` (``submit`` when unset)."""
-    mode = os.environ.get(MODE_ENV, "submit")
-    if mode not in ("warm", "submit"):
-        raise SparkServerError(f"{MODE_ENV}={mode!r}: use warm or submit")
-    return mode
+    return settings().spark_mode
 
 
 def digest(value: str | None) -> str | None:
@@ -95,22 +91,10 @@ def server_status(state: dict) -> dict | None:
         return None
 
 
-@contextlib.contextmanager
-def _lock(home: Path) -> Iterator[None]:
-    """One process at a time starts or replaces the server of ``home``."""
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / "spark-server.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def spark_server_up(home: Path | None = None, env: Mapping[str, str] | None = None) -> dict:
     """The running server (started if none runs, or replaced if it runs other code and is idle)."""
-    home = home or tailfill_home()
-    with _lock(home):
+    home = home or settings().home
+    with locked(home / "spark-server.lock"):
         state = server_state(home)
         if state is not None:
             status = server_status(state)
@@ -149,8 +133,8 @@ def _start(home: Path, env: Mapping[str, str] | None) -> dict:
 
 def spark_server_down(home: Path | None = None) -> bool:
     """Stop the server (its running jobs are cancelled: what they committed stays); True if one ran."""
-    home = home or tailfill_home()
-    with _lock(home):
+    home = home or settings().home
+    with locked(home / "spark-server.lock"):
         return stop_detached(server_state(home), state_file(home), grace_s=30.0)
 
 
@@ -176,7 +160,7 @@ def run_warm(spec: JobSpec, env: Mapping[str, str], on_line: Callable[[str], Non
     failed with a cause, or 1 when the server went away without a result. Raises :class:`Refused`
     when the server will not take the job, :class:`SparkServerError` when none can be started.
     """
-    home = home or tailfill_home()
+    home = home or settings().home
     status = spark_server_up(home, env)
     if status["code"] != runtime.code_fingerprint():
         raise Refused("the warm Spark server runs other code and is busy")

@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tailfill.state.durable import write_atomic
+from tailfill.plumbing.durable import write_whole
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Budget:
 
     def write(self, path: Path) -> None:
         """Hand this budget to the source (atomically)."""
-        write_atomic(path, json.dumps(asdict(self)))
+        write_whole(path, json.dumps(asdict(self)))
 
     @classmethod
     def read(cls, path: Path | None) -> Budget | None:

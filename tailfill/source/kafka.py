@@ -25,7 +25,7 @@ from tailfill.config import EMBEDDED, SourceConfig
 from tailfill.errors import ConfigError, ExpiredOffsetsError, SourceError
 from tailfill.offsets import OffsetRange, PartitionOffsets, TopicPartition
 from tailfill.redact import register_secret
-from tailfill.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
+from tailfill.values.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
 
 METADATA_TIMEOUT_S = 10.0
 RECONNECT_TIMEOUT_S = 15.0  # how long a read waits for librdkafka to reconnect before the batch fails
@@ -252,7 +252,7 @@ def read_ranges(
     consumer: Consumer | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``ranges`` (one topic, one range per partition) as Arrow batches of
-    :data:`~tailfill.schema.RAW_SCHEMA`, then (optionally) one marker row per range.
+    :data:`~tailfill.values.schema.RAW_SCHEMA`, then (optionally) one marker row per range.
 
     The partitions are read together by one consumer (one fetch serves them all). Offsets absent
     on the broker inside a range (transaction markers, compaction) are simply not returned; the

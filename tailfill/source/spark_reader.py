@@ -22,10 +22,9 @@ from pyspark.sql.streaming.datasource import (
 from tailfill.config import SourceConfig
 from tailfill.errors import ConfigError, ExpiredOffsetsError
 from tailfill.offsets import OffsetRange, PartitionOffsets, cap, deal, ranges_between
-from tailfill.schema import RANGE_SCHEMA
 from tailfill.source.budget import Budget
 from tailfill.source.kafka import consumer_config, list_partitions, read_range, shared_consumer, watermarks
-from tailfill.source.spark_source import output_of
+from tailfill.values.schema import RANGE_SCHEMA
 
 MIN_SPLIT_OFFSETS = 100_000  # a range is halved for parallel tasks only if each half has this many
 
@@ -39,9 +38,9 @@ class RangePartition(InputPartition):
 
 
 class KafkaOptions:
-    """Parsed options shared by the batch and the streaming reader."""
+    """Parsed options shared by the batch and the streaming reader; ``output``: the checked ``output`` option."""
 
-    def __init__(self, options: dict[str, str]):
+    def __init__(self, options: dict[str, str], output: str):
         options = {k.lower(): v for k, v in options.items()}  # Spark lower-cases option keys
         if "source" not in options:
             raise ConfigError("tailfill_kafka needs the 'source' option (the pipeline's source block as JSON)")
@@ -53,7 +52,7 @@ class KafkaOptions:
         self.max_offsets = int(max_offsets) if max_offsets else None
         self.budget_file = Path(options["budgetfile"]) if options.get("budgetfile") else None
         self.markers = options.get("includerangemarkers", "false").lower() == "true"
-        self.output = output_of(options)
+        self.output = output
         self.tasks = int(options["tasks"]) if options.get("tasks") else None
 
     def budget(self) -> int | None:

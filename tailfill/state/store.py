@@ -24,8 +24,8 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from tailfill.config import PipelineConfig
-from tailfill.lake.storage import filesystem, fs_path
-from tailfill.state.durable import write_atomic
+from tailfill.plumbing.durable import write_whole
+from tailfill.plumbing.warehouse import filesystem, fs_path
 from tailfill.state.records import BatchReport, FailureRecord, LaneRecord, StopRequest, TailHealth
 
 STATE_DIR = "_tailfill"  # beside the table's data in the warehouse, unless target.state_root says where
@@ -45,18 +45,13 @@ class StateStore:
     def __init__(self, cfg: PipelineConfig):
         self.root = state_root(cfg)
         self.fs = filesystem(cfg.target)
-        self.local = not self.root.startswith("s3://")
 
     def uri(self, key: str) -> str:
         return f"{self.root}/{key}"
 
     def put(self, key: str, text: str) -> None:
         """Write ``key`` whole: a reader sees the previous object or this one, never part of it."""
-        if self.local:
-            write_atomic(Path(self.uri(key)), text)
-            return
-        with self.fs.open_output_stream(fs_path(self.uri(key))) as out:  # one PUT, visible only when complete
-            out.write(text.encode())
+        write_whole(self.uri(key), text, self.fs)  # a local file by one rename, an S3 object by one PUT
 
     def get(self, key: str) -> str | None:
         """The object's text, or None if there is none (any other failure to read is raised)."""

@@ -30,8 +30,8 @@ from browser import chromium
 from fault_outcomes import prove
 from helpers import assert_exactly_once, high_watermarks
 
-from tailfill.config import load_pipeline
 from tailfill.dev.sample import produce_sample
+from tailfill.pipeline.load import load_pipeline
 from tailfill.proof.reports import read_latest
 
 pytestmark = pytest.mark.integration

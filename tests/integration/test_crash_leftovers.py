@@ -18,9 +18,9 @@ import yaml
 from helpers import assert_exactly_once, backfill, high_watermarks, tail
 
 from tailfill import cli
-from tailfill.config import load_pipeline
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import IngestError
+from tailfill.pipeline.load import load_pipeline
 from tailfill.run.plan import checkpoint_root, source_state, tail_request
 from tailfill.state.store import read_reports, report_file
 
@@ -46,7 +46,8 @@ def test_a_tail_killed_while_spark_wrote_its_offset_log_runs_again(spark, make_p
     backfill(spark, cfg)
     produce_sample(bs, topic, 2_000, 4, bad_every=499)
     # The checkpoint the next tail will use (named by its bounds), as the kill left it.
-    checkpoint = tail_request(source_state(cfg), "any").checkpoint
+    state = source_state(cfg)
+    checkpoint = tail_request(state, state.cutover, "any").checkpoint
     leftovers = spark_kill_leftovers(checkpoint)
 
     results = tail(spark, cfg)

@@ -11,12 +11,12 @@ import pytest
 from helpers import assert_exactly_once
 
 from tailfill.dev.batches import commit_sample_batch
+from tailfill.lake.audit_log import audit_log
 from tailfill.lake.batch_summary import BatchSummary
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange
 from tailfill.proof.audit import committed_batches
 from tailfill.proof.validate import validate
-from tailfill.upkeep.audit_log import audit_log
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from tailfill.lake.ledger import read_ledger
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, total
 from tailfill.run import spark_job as job
-from tailfill.run.submit import backfill_spec
+from tailfill.run.planner import backfill_spec
 from tailfill.state.store import read_health, request_stop
 
 pytestmark = pytest.mark.integration

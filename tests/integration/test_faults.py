@@ -27,12 +27,21 @@ from pathlib import Path
 import pytest
 import yaml
 from fault_outcomes import prove
-from helpers import backfill, committed, finished, in_background, kill_job_tree, submit_at_once, tail, wait_until
+from helpers import (
+    backfill,
+    committed,
+    finished,
+    in_background,
+    kill_job_tree,
+    submit_at_once,
+    tail,
+    tail_spec,
+    wait_until,
+)
 from s3_fault_proxy import Fault, S3FaultProxy
 from tcp_outage import TcpOutage
 
 from tailfill import cli
-from tailfill.config import load_pipeline
 from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
 from tailfill.dev.postgres import LocalPostgres
 from tailfill.dev.sample import produce_sample
@@ -48,8 +57,11 @@ from tailfill.offsets import (
     subtract,
     total,
 )
+from tailfill.pipeline.load import load_pipeline
+from tailfill.run.contract import JobSpec
+from tailfill.run.planner import backfill_spec
 from tailfill.run.spark_job import run
-from tailfill.run.submit import JobSpec, backfill_spec, new_run_id, spark_submit_command, submit_env
+from tailfill.run.submit import spark_submit_command, submit_env
 from tailfill.state.store import run_reports
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -173,7 +185,7 @@ def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, t
             if kind not in active and launched < 3 * kills + 2:
                 if kind == "tail":
                     produce_sample(bs, topic, live_step, PARTITIONS, bad_every=BAD_EVERY)
-                spec = planned if kind == "backfill" else JobSpec(str(cfg.path), "tail", new_run_id("tail"), once=True)
+                spec = planned if kind == "backfill" else tail_spec(cfg)
                 launched += 1  # an interrupted backfill is run again with the same plan, as a retry would
                 active[kind] = Victim(spec, cfg, env, tmp_path / f"job-{launched}.log", rng, fixed.pop(kind, None))
         for kind, victim in list(active.items()):
@@ -389,7 +401,7 @@ def test_overlapping_backfills_and_the_tail_at_once(postgres, make_pipeline, tmp
 
     first = backfill_spec(cfg, *bounds(0, 2 * per // 3))
     second = backfill_spec(cfg, *bounds(per // 3, per))
-    specs = [first, second, JobSpec(str(cfg.path), "tail", new_run_id("tail"), once=True)]
+    specs = [first, second, tail_spec(cfg)]
     results = [r for rs in submit_at_once(specs, tmp_path).values() for r in rs]
     overlap = (2 * per // 3 - per // 3) * PARTITIONS
     reports = {spec.run_id: run_reports(cfg, spec.run_id) for spec in specs}

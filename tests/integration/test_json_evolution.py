@@ -13,9 +13,9 @@ import pytest
 import yaml
 from helpers import assert_exactly_once, backfill, high_watermarks, tail
 
-from tailfill.config import load_pipeline
 from tailfill.dev.sample import _SampleProducer
 from tailfill.lake.tables import ensure_tables
+from tailfill.pipeline.load import load_pipeline
 from tailfill.proof.validate import validate
 
 pytestmark = pytest.mark.integration

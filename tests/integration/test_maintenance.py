@@ -24,13 +24,13 @@ from helpers import assert_exactly_once, backfill, high_watermarks, tail, wait_u
 from tailfill import cli
 from tailfill.dev.batches import commit_sample_batch, prepare_sample
 from tailfill.dev.sample import produce_sample
+from tailfill.lake.audit_log import audit_log
 from tailfill.lake.files import written_by
-from tailfill.lake.storage import filesystem, fs_path
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange
+from tailfill.plumbing.warehouse import filesystem, fs_path
 from tailfill.proof.validate import validate
 from tailfill.run.maintain import maintain, maintenance_settings
-from tailfill.upkeep.audit_log import audit_log
 from tailfill.upkeep.orphans import referenced_files, remove_orphans
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ import traceback
 
 import pytest
 
-from tailfill.config import load_pipeline
+from tailfill.pipeline.load import load_pipeline
 from tailfill.proof.reports import gx_root
 
 pytestmark = pytest.mark.integration

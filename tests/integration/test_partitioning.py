@@ -12,9 +12,9 @@ from tailfill.dev.batches import commit_sample_batch
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import LakeError
 from tailfill.lake.partition import spec_terms
-from tailfill.lake.storage import filesystem, fs_path
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange
+from tailfill.plumbing.warehouse import filesystem, fs_path
 from tailfill.proof.validate import validate
 from tailfill.upkeep.compact import compact
 

@@ -13,8 +13,8 @@ from tailfill.errors import ConfigError
 from tailfill.lake.ledger import read_cutover
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, PartitionOffsets
+from tailfill.run.contract import JobSpec
 from tailfill.run.preflight import preflight
-from tailfill.run.submit import JobSpec
 
 pytestmark = pytest.mark.integration
 

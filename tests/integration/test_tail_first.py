@@ -14,12 +14,13 @@ import time
 import uuid
 
 import pytest
-from helpers import assert_exactly_once, high_watermarks, kill_job_tree, tail
+from helpers import assert_exactly_once, high_watermarks, kill_job_tree, tail, tail_spec
 
 from tailfill.cli import main as cli_main
 from tailfill.dev.sample import produce_live, produce_sample
 from tailfill.proof.validate import validate
-from tailfill.run.submit import JobSpec, backfill_spec, new_run_id, spark_submit_command, submit_env
+from tailfill.run.planner import backfill_spec
+from tailfill.run.submit import spark_submit_command, submit_env
 from tailfill.state.store import read_health, run_ids, run_reports
 
 # Its assertions are timings (batches inside their interval, freshness): it runs with the machine to itself.
@@ -56,10 +57,10 @@ def test_backfill_beside_a_live_tail_keeps_the_tail_fresh(spark, make_pipeline, 
     stop_producing = threading.Event()
     producer = threading.Thread(target=produce_live, args=(bootstrap, topic, LIVE_PER_SECOND, stop_producing))
     tail_log, backfill_log = tmp_path / "tail.log", tmp_path / "backfill.log"
-    tail_proc = _start(spark_submit_command(JobSpec(cfg.path, "tail", new_run_id("tail"))), env, tail_log)
+    # Planning the tail records the cutover: the history is the backfill's, the live events the tail's.
+    tail_proc = _start(spark_submit_command(tail_spec(cfg, once=False)), env, tail_log)
     backfill_proc = None
     try:
-        # The tail records the cutover at its start: the history is the backfill's, the live events the tail's.
         _wait(lambda: read_health(cfg) is not None, 240, "the tail's start", tail_proc, tail_log)
         producer.start()
         _wait(lambda: (h := read_health(cfg)) is not None and h.batch_at is not None, 120,

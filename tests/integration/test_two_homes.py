@@ -15,10 +15,10 @@ from dataclasses import replace
 import pytest
 from helpers import assert_exactly_once, backfill, high_watermarks, tail
 
-from tailfill.config import load_pipeline
 from tailfill.dev.sample import produce_sample
-from tailfill.state.freshness import Freshness
+from tailfill.pipeline.load import load_pipeline
 from tailfill.state.store import StateStore, read_health, run_ids, run_reports, write_health
+from tailfill.values.freshness import Freshness
 
 pytestmark = pytest.mark.integration
 

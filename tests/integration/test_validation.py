@@ -17,9 +17,9 @@ from tailfill import cli
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.batch_summary import BatchSummary
 from tailfill.lake.ledger import commit_batch, read_ledger
-from tailfill.lake.storage import filesystem, fs_path
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, TopicPartition, ranges_to_json
+from tailfill.plumbing.warehouse import filesystem, fs_path
 from tailfill.proof.completeness import islands
 from tailfill.proof.result import ValidationResult
 from tailfill.proof.validate import validate

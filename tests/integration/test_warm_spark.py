@@ -23,8 +23,8 @@ from tailfill.lake.ledger import read_ledger
 from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import total
 from tailfill.run import warm_spark
+from tailfill.run.contract import new_run_id
 from tailfill.run.planner import BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
-from tailfill.run.submit import new_run_id
 
 pytestmark = pytest.mark.integration
 

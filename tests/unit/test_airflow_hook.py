@@ -22,13 +22,13 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins"))
 from tailfill_airflow.hooks import TailfillHook  # noqa: E402
 
-from tailfill.config import load_pipeline  # noqa: E402
 from tailfill.errors import ConfigError  # noqa: E402
+from tailfill.pipeline.load import load_pipeline  # noqa: E402
 from tailfill.source.kafka import consumer_config  # noqa: E402
 
 JOB_SIDE = """
 import json, sys
-from tailfill.config import load_pipeline
+from tailfill.pipeline.load import load_pipeline
 from tailfill.source.kafka import consumer_config
 conf = consumer_config(load_pipeline(sys.argv[1]).source)
 print(json.dumps({k: conf.get(k) for k in ("security.protocol", "sasl.mechanism", "sasl.username", "sasl.password")}))
@@ -109,15 +109,19 @@ def test_the_spark_job_s_output_reaches_the_task_log_and_its_file_redacted(sasl_
     from tailfill_airflow.causes import JobOutput
     from tailfill_airflow.operators import TailfillSubmitOperator
 
+    from tailfill.errors import ErrorInfo, LakeError
+    from tailfill.run.contract import JobResult
+
     op = TailfillSubmitOperator(task_id="tail", pipeline=str(sasl_pipeline.path), application_args=[])
     op._output, op._output_file = JobOutput(), tmp_path / "spark-submit-try1.log"
-    job = ["26/11/24 01:00:00 INFO SparkContext: Running Spark version 4.2.0",
-           "error: cannot open the Iceberg catalog at postgresql+psycopg2://u:pw-in-uri@127.0.0.1:9/none: refused"]
+    cause = "cannot open the Iceberg catalog at postgresql+psycopg2://u:pw-in-uri@127.0.0.1:9/none: refused"
+    job = ["26/11/24 01:00:00 INFO SparkContext: Running Spark version 4.2.0", f"error: {cause}",
+           JobResult(error=ErrorInfo.of(LakeError(cause))).line()]
     shown = list(op._divert(iter(job)))
-    redacted = "error: cannot open the Iceberg catalog at postgresql+psycopg2://u:***@127.0.0.1:9/none: refused"
-    assert shown == [redacted]
-    assert op._output.cause == redacted.removeprefix("error: ")
-    assert op._output_file.read_text().splitlines() == [job[0], redacted]
+    redacted = "cannot open the Iceberg catalog at postgresql+psycopg2://u:***@127.0.0.1:9/none: refused"
+    assert shown[0] == f"error: {redacted}" and len(shown) == 2 and "pw-in-uri" not in shown[1]
+    assert op._output.cause == redacted
+    assert op._output_file.read_text().splitlines() == [job[0], *shown]
 
 
 def test_the_operator_s_adapter_fails_here_the_day_the_provider_s_private_log_parser_changes(
@@ -132,6 +136,9 @@ def test_the_operator_s_adapter_fails_here_the_day_the_provider_s_private_log_pa
     from tailfill_airflow.causes import JobOutput
     from tailfill_airflow.operators import TailfillSubmitOperator
 
+    from tailfill.errors import BrokerError, ErrorInfo
+    from tailfill.run.contract import JobResult
+
     assert list(inspect.signature(SparkSubmitHook._process_spark_submit_log).parameters) == ["self", "itr"]
     assert "self._process_spark_submit_log(" in inspect.getsource(SparkSubmitHook.submit)
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
@@ -139,10 +146,10 @@ def test_the_operator_s_adapter_fails_here_the_day_the_provider_s_private_log_pa
     op._output, op._output_file = JobOutput(), tmp_path / "spark-submit-try1.log"
 
     hook = op._get_hook()
-    hook._process_spark_submit_log(iter(["26/11/24 INFO SparkContext: Running Spark\n", "error: broker gone\n"]))
+    result = JobResult(error=ErrorInfo.of(BrokerError("broker gone"))).line()
+    hook._process_spark_submit_log(iter(["26/11/24 INFO SparkContext: Running Spark\n", result + "\n"]))
 
-    assert op._output_file.read_text().splitlines() == ["26/11/24 INFO SparkContext: Running Spark",
-                                                        "error: broker gone"]
+    assert op._output_file.read_text().splitlines() == ["26/11/24 INFO SparkContext: Running Spark", result]
     assert op._output.cause == "broker gone"
 
 
@@ -178,7 +185,7 @@ def test_the_schema_registry_login_of_a_connection_reaches_the_job_s_registry_cl
     monkeypatch.setenv("AIRFLOW_CONN_REGISTRY_TEST", json.dumps({"conn_type": "generic", "login": "bob",
                                                                  "password": "sr-s3cret"}))
     env = TailfillHook(load_pipeline(path)).job_env()
-    job_side = ("import sys; from tailfill.config import load_pipeline; from tailfill.formats.registry import "
+    job_side = ("import sys; from tailfill.pipeline.load import load_pipeline; from tailfill.formats.registry import "
                 "RegistryClient; print(RegistryClient(load_pipeline(sys.argv[1]).format.schema_registry).auth)")
     out = subprocess.run([sys.executable, "-c", job_side, str(path)], env=env, capture_output=True, text=True,
                          timeout=60)

@@ -19,17 +19,17 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from pydantic import ValidationError
 
 from tailfill.config import FieldSpec, FormatConfig
+from tailfill.dev.avro_compat import backward_problems
 from tailfill.dev.broker import free_port
 from tailfill.dev.format_samples import avro_schema, order_class, sample_order
 from tailfill.dev.registry import DevRegistry
 from tailfill.errors import RegistryError, SchemaChangeError
-from tailfill.formats.avro_compat import backward_problems
 from tailfill.formats.decode import RegistryDecoder
 from tailfill.formats.evolve import conflicts, evolve, schema_line
 from tailfill.formats.registry import RegistryClient
-from tailfill.formats.types import parse_type
 from tailfill.lake.rows import parse_value, split_records
-from tailfill.schema import HEADERS, TIMESTAMP
+from tailfill.values.column_types import parse_type
+from tailfill.values.schema import HEADERS, TIMESTAMP
 
 CTX = SerializationContext("orders", MessageField.VALUE)
 
@@ -248,8 +248,8 @@ def test_avro_types_map_to_iceberg_ready_arrow_types(tmp_path):
 def test_a_json_field_retyped_in_format_fields_is_one_line_naming_both_types(tmp_path, monkeypatch):
     import yaml
 
-    from tailfill.config import load_pipeline
     from tailfill.lake.tables import ensure_tables
+    from tailfill.pipeline.load import load_pipeline
 
     monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
     spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml").read_text())
@@ -360,7 +360,7 @@ def _proto(fields: list[tuple[str, int, str, str]], syntax: str = "proto3") -> s
 
 
 def test_protobuf_compatibility_rules():
-    from tailfill.formats.protobuf_compat import backward_problems, parse_file
+    from tailfill.dev.protobuf_compat import backward_problems, parse_file
 
     def problems(new: list, old: list, syntax: str = "proto3") -> list[str]:
         return backward_problems(parse_file(_proto(new, syntax)), parse_file(_proto(old, syntax)))
@@ -381,7 +381,7 @@ def test_protobuf_compatibility_rules():
 
 
 def test_json_schema_compatibility_rules():
-    from tailfill.formats.json_schema_compat import backward_problems
+    from tailfill.dev.json_schema_compat import backward_problems
 
     def obj(props: dict, required: list[str] = ()) -> dict:
         return {"type": "object", "properties": props, "required": list(required)}
@@ -508,8 +508,8 @@ def test_protobuf_schemas_referencing_other_subjects_decode(registry):
 def test_preflight_checks_the_key_subject_with_registry_keys(registry, tmp_path):
     import yaml
 
-    from tailfill.config import load_pipeline
     from tailfill.errors import PreflightError
+    from tailfill.pipeline.load import load_pipeline
     from tailfill.run.preflight import check_registry
 
     spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "pipelines" / "orders_avro.yaml").read_text())

@@ -4,12 +4,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tailfill.config import load_pipeline
+from tailfill.pipeline.load import load_pipeline
 from tailfill.run.governor import Governor
 from tailfill.run.tail_health import TailHealth, TailPace, describe, read_tail
 from tailfill.run.tuning import tail_batch_offsets
-from tailfill.schema import TIMESTAMP
-from tailfill.state.freshness import Freshness, LatencySample, TimestampSketch, freshness
+from tailfill.values.freshness import Freshness, LatencySample, TimestampSketch, freshness
+from tailfill.values.schema import TIMESTAMP
 
 
 def stamps(seconds: list[float]) -> pa.Array:

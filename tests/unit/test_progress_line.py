@@ -6,9 +6,9 @@ import time
 from pathlib import Path
 
 from tailfill.offsets import PartitionOffsets, TopicPartition
+from tailfill.run.contract import IngestResult
 from tailfill.run.plan import IngestRequest
 from tailfill.run.spark_ingest import _progress_line
-from tailfill.run.submit import IngestResult
 
 TP = TopicPartition("t", 0)
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from tailfill.config import FieldSpec, FormatConfig
 from tailfill.errors import RecordError
 from tailfill.lake.rows import RowParser, parse_value, split_records
-from tailfill.schema import HEADERS, QUARANTINE_SCHEMA, table_schema
+from tailfill.values.schema import HEADERS, QUARANTINE_SCHEMA, table_schema
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 FMT = FormatConfig(
@@ -257,7 +257,7 @@ DIFF_FORMATS = [
     FormatConfig(type="json", unknown_fields="quarantine", fields=[
         FieldSpec(name="id", type="string"), FieldSpec(name="n", type="long"), FieldSpec(name="x", type="double"),
         FieldSpec(name="at", type="timestamp", required=True)]),
-    FormatConfig(type="json", fields=[  # types the fast path leaves to tailfill.formats.types.coerce
+    FormatConfig(type="json", fields=[  # types the fast path leaves to tailfill.values.column_types.coerce
         FieldSpec(name="id", type="struct<a: string, b: list<long>>"), FieldSpec(name="n", type="list<long>"),
         FieldSpec(name="x", type="map<string, double>", required=True), FieldSpec(name="ok", type="decimal(5, 2)"),
         FieldSpec(name="at", type="date"), FieldSpec(name="extra", type="list<struct<a: boolean>>")]),

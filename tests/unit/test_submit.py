@@ -17,15 +17,8 @@ from tailfill.cli import build_parser, main
 from tailfill.errors import ConfigError
 from tailfill.offsets import PartitionOffsets, TopicPartition
 from tailfill.run import runtime
-from tailfill.run.plan import Slice
-from tailfill.run.submit import (
-    IngestResult,
-    JobResult,
-    JobSpec,
-    parse_conf,
-    parse_result,
-    spark_submit_command,
-)
+from tailfill.run.contract import IngestResult, JobResult, JobSpec, Slice, parse_result
+from tailfill.run.submit import parse_conf, spark_submit_command
 
 SPEC = JobSpec("demo", "tail", "tail-1", once=True)
 
@@ -135,6 +128,7 @@ def job_specs(draw) -> JobSpec:
     values = dict(
         pipeline=draw(NAMES), mode=mode, run_id=draw(NAMES),
         slices=tuple(draw(st.lists(slices(), min_size=1, max_size=4))) if mode == "backfill" else (),
+        cutover=draw(slices()).end if mode == "tail" else None,
         once=draw(st.booleans()),
         stop_after_seconds=draw(st.none() | st.floats(min_value=0, allow_nan=False, allow_infinity=False)),
         max_offsets_per_batch=draw(COUNTS), max_offsets_per_second=draw(COUNTS))

@@ -2,8 +2,8 @@
 
 import pytest
 
-from tailfill.config import load_pipeline
 from tailfill.offsets import OffsetRange
+from tailfill.pipeline.load import load_pipeline
 from tailfill.run.tuning import tuned_max_offsets
 from tailfill.state.records import BatchReport
 from tailfill.state.store import append_report, report_file

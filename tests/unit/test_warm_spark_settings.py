@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tailfill.errors import SparkServerError
+from tailfill.errors import ConfigError
 from tailfill.run import runtime, warm_spark
 
 
@@ -42,12 +42,12 @@ def test_the_mode_comes_from_the_environment_and_a_typo_is_named(monkeypatch):
     monkeypatch.setenv("TAILFILL_SPARK", "warm")
     assert warm_spark.default_mode() == "warm"
     monkeypatch.setenv("TAILFILL_SPARK", "hot")
-    with pytest.raises(SparkServerError, match="TAILFILL_SPARK='hot'"):
+    with pytest.raises(ConfigError, match="TAILFILL_SPARK='hot': use warm or submit"):
         warm_spark.default_mode()
 
 
 def test_the_variables_a_pipeline_yaml_references_are_settings_of_its_job(tmp_path):
-    from tailfill.config import env_names, load_pipeline
+    from tailfill.pipeline.load import env_names, load_pipeline
 
     demo = (Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml").read_text()
     path = tmp_path / "demo.yaml"
