@@ -153,9 +153,10 @@ def stage_times(cfg) -> tuple[int, dict[str, float], float, float]:
     The steady state starts when the first batch's executors start: before that are spark-submit,
     the session and the streaming query's own start (the first batch's "plan").
     """
-    from tailfill.state.store import run_ids, run_reports
+    from tailfill.state.store import StateStore, run_ids, run_reports
 
-    reports = [r for run in run_ids(cfg) for r in run_reports(cfg, run)]
+    store = StateStore.of(cfg)
+    reports = [r for run in run_ids(store) for r in run_reports(store, run)]
     stages: dict[str, float] = {}
     for r in reports:
         for stage, secs in r.stages.items():

@@ -16,8 +16,9 @@ from processes import kill_marked
 
 from tailfill.config import PipelineConfig
 from tailfill.lake.ledger import read_ledger
-from tailfill.lake.tables import ensure_tables
+from tailfill.lake.tables import Tables
 from tailfill.offsets import PartitionOffsets, total
+from tailfill.pipeline.handle import open_pipeline
 from tailfill.plumbing.warehouse import filesystem, fs_path
 from tailfill.run.contract import IngestResult, JobSpec, new_run_id, parse_result
 from tailfill.run.planner import backfill_spec
@@ -25,9 +26,23 @@ from tailfill.run.submit import spark_submit_command, submit_env
 from tailfill.values.partition_terms import parse_terms
 
 
+def tables_of(cfg: PipelineConfig) -> Tables:
+    """The pipeline's tables as they are now (read, as every check reads them); they must exist."""
+    with open_pipeline(cfg) as pipeline:
+        tables = pipeline.open_tables()
+    assert tables is not None, f"the tables of {cfg.name} were never made"
+    return tables
+
+
+def provision(cfg: PipelineConfig) -> Tables:
+    """The pipeline's tables, made (or evolved) as the planner makes them before a run."""
+    with open_pipeline(cfg) as pipeline:
+        return pipeline.provision_tables()
+
+
 def ingested(cfg: PipelineConfig) -> tuple[Counter, Counter]:
     """(partition, offset) counts in the data table and in the quarantine table."""
-    data, quarantine = ensure_tables(cfg)
+    data, quarantine = tables_of(cfg)
     counts = []
     for table in (data, quarantine):
         table.refresh()
@@ -68,8 +83,9 @@ def backfill(spark, cfg: PipelineConfig, start: dict | None = None, end: dict | 
     """Plan a backfill as ``tailfill backfill`` does and run the job in-process on the shared session."""
     from tailfill.run.spark_job import run
 
-    spec = backfill_spec(cfg, start and PartitionOffsets.from_dict(start), end and PartitionOffsets.from_dict(end),
-                         slices)
+    with open_pipeline(cfg) as pipeline:
+        spec = backfill_spec(pipeline, start and PartitionOffsets.from_dict(start),
+                             end and PartitionOffsets.from_dict(end), slices)
     return [] if spec is None else run(spec, spark)
 
 
@@ -77,7 +93,8 @@ def tail_spec(cfg: PipelineConfig, once: bool = True, stop_after: float | None =
     """The tail's spec as ``tailfill tail`` plans it (recording the cutover when there is none yet)."""
     from tailfill.run.planner import TailRequest, plan_tail
 
-    return plan_tail(cfg, TailRequest(once, stop_after), new_run_id("tail")).spec
+    with open_pipeline(cfg) as pipeline:
+        return plan_tail(pipeline, TailRequest(once, stop_after), new_run_id("tail")).spec
 
 
 def tail(spark, cfg: PipelineConfig, once: bool = True, stop_after: float | None = None) -> list[IngestResult]:
@@ -126,7 +143,7 @@ def submit_at_once(specs: list[JobSpec], logs: Path, master: str = "local[1]") -
 
 def committed(cfg: PipelineConfig) -> int:
     """Offsets the data table's ledger holds."""
-    data = ensure_tables(cfg).data
+    data = tables_of(cfg).data
     data.refresh()
     return total(read_ledger(data).committed)
 

@@ -22,7 +22,7 @@ from tailfill.pipeline.load import load_pipeline
 from tailfill.redact import redact_text
 from tailfill.settings import settings
 from tailfill.state.records import FailureRecord
-from tailfill.state.store import record_failure
+from tailfill.state.store import StateStore, record_failure
 from tailfill_airflow.naming import split_dag_id
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def _record(context: Any, record: dict) -> None:
     """Record the failure in its pipeline's run state and call the alerting hook, if one is set."""
     pipeline, _ = split_dag_id(record["dag_id"])
     try:
-        record_failure(load_pipeline(settings().pipelines / f"{pipeline}.yaml"), FailureRecord(**record))
+        record_failure(StateStore.of(load_pipeline(settings().pipelines / f"{pipeline}.yaml")), FailureRecord(**record))
     except (TailfillError, OSError) as exc:  # the headline is logged already; the hook still runs
         log.error("failure of %s not recorded in its run state: %s: %s", record["dag_id"], type(exc).__name__, exc)
     if target := settings().on_failure:

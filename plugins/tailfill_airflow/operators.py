@@ -40,7 +40,7 @@ from tailfill.pipeline.load import env_names, load_pipeline
 from tailfill.redact import redact_text
 from tailfill.run import runtime
 from tailfill.run.runtime import code_archive_path
-from tailfill.state.store import read_lane, run_reports, write_lane
+from tailfill.state.store import StateStore, read_lane, run_reports, write_lane
 from tailfill_airflow.causes import JobOutput, committed_summary, headline
 from tailfill_airflow.hooks import TailfillHook
 from tailfill_airflow.naming import lane_label
@@ -152,6 +152,7 @@ class TailfillSubmitOperator(SparkSubmitOperator):
         self._warm_code: int | None = None
         self._output: JobOutput | None = None
         self._output_file: Path | None = None
+        self._state: StateStore | None = None  # the pipeline's shared run state, while the task runs
         self._stopped = False  # Airflow sent SIGTERM: the task's state was changed from outside
 
     # --- what the job prints --------------------------------------------------------------------
@@ -220,6 +221,7 @@ class TailfillSubmitOperator(SparkSubmitOperator):
         from tailfill.run.contract import JobSpec  # not at parse time: it imports the planner (broker, catalog
 
         cfg = load_pipeline(self.pipeline)
+        store = self._state = StateStore.of(cfg)
         spec = JobSpec.parse(list(self.application_args))
         planned = (sum(total(s.ranges) for s in spec.slices) if spec.slices
                    else int(self.planned_offsets) if self.planned_offsets is not None else None)
@@ -238,15 +240,15 @@ class TailfillSubmitOperator(SparkSubmitOperator):
                 p = replace(p, state="stopped")
             log.info("progress %s: %s", label, p.asstr())
             ended = None if p.state == "running" else p.updated_at
-            write_lane(cfg, spec.run_id, state=p.state, ended_at=ended)
+            write_lane(store, spec.run_id, state=p.state, ended_at=ended)
             if not self._stopped:
                 ti.xcom_push(key=PROGRESS_KEY, value=p.asdict())
                 _show_in_grid(ti, f"{label} · {p.asstr()}")
 
-        watcher = ProgressWatcher(cfg, spec.run_id, planned, publish)
-        earlier = read_lane(cfg, spec.run_id)  # a retry: the batches of the tries before stay theirs
+        watcher = ProgressWatcher(store, spec.run_id, planned, publish)
+        earlier = read_lane(store, spec.run_id)  # a retry: the batches of the tries before stay theirs
         tries = {**(earlier.tries if earlier else {}), str(ti.try_number): watcher.started_at}
-        write_lane(cfg, spec.run_id, label=label, planned=planned, started_at=watcher.started_at,
+        write_lane(store, spec.run_id, label=label, planned=planned, started_at=watcher.started_at,
                    try_number=ti.try_number, tries=tries, cause=None, state="running", ended_at=None)
         self._note_sigterm()
         why_cold = self._why_cold()
@@ -265,7 +267,7 @@ class TailfillSubmitOperator(SparkSubmitOperator):
             if self._stopped:
                 self._exit_stopped(cfg, spec, label)
             failure = self._failure(cfg, spec, label, exc)
-            write_lane(cfg, spec.run_id, cause=str(failure).splitlines()[0])
+            write_lane(store, spec.run_id, cause=str(failure).splitlines()[0])
             raise failure from None
         if self._stopped:  # the job ended well, but Airflow changed the task's state meanwhile: report nothing
             self._exit_stopped(cfg, spec, label)
@@ -303,10 +305,11 @@ class TailfillSubmitOperator(SparkSubmitOperator):
     def _exit_stopped(self, cfg: PipelineConfig, spec: Any, label: str) -> NoReturn:
         """One line for a try stopped from outside, then leave without reporting a state: Airflow set it
         already, and refuses (``invalid_state``) any the task would report."""
-        committed = committed_summary(run_reports(cfg, spec.run_id)).replace("before the failure", "before the stop")
+        reports = run_reports(self._state, spec.run_id)
+        committed = committed_summary(reports).replace("before the failure", "before the stop")
         line = (f"ingest of {cfg.name} ({label}, run {spec.run_id}) stopped: its task's state was changed in "
                 f"Airflow while it ran (run or task marked, or cleared); {committed}; clearing the task resumes")
-        write_lane(cfg, spec.run_id, state="stopped", cause=line)
+        write_lane(self._state, spec.run_id, state="stopped", cause=line)
         log.warning(line)
         logging.shutdown()  # flush the task log before leaving
         os._exit(STOPPED_EXIT)
@@ -326,7 +329,7 @@ class TailfillSubmitOperator(SparkSubmitOperator):
                       else submitted.returncode if submitted is not None else "?")
         what = f"ingest of {cfg.name} ({spec.mode}, {label}, run {spec.run_id})"
         first = headline(what, self._output, returncode)
-        committed = committed_summary(run_reports(cfg, spec.run_id))
+        committed = committed_summary(run_reports(self._state, spec.run_id))
         if self._output.cause == "no cause printed":  # not the job's failure: spark-submit's own
             first += f" — spark-submit said: {redact_text(str(exc).splitlines()[0])[:300]}"
         log.error(first)

@@ -14,23 +14,22 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from tailfill.config import PipelineConfig
 from tailfill.dev.sample import sample_event
 from tailfill.lake.commit import commit_prepared
 from tailfill.lake.ledger import CommitResult
 from tailfill.lake.prepare import PreparedRange, RangeOutput
 from tailfill.lake.rows import RowParser, split_records
-from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange
-from tailfill.plumbing.warehouse import filesystem
+from tailfill.pipeline.handle import Pipeline
 from tailfill.values.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
 
 
-def prepare_sample(cfg: PipelineConfig, run_id: str, ranges: Sequence[OffsetRange],
+def prepare_sample(pipeline: Pipeline, run_id: str, ranges: Sequence[OffsetRange],
                    bad_every: int = 0) -> list[PreparedRange]:
-    """Write sample events for ``ranges`` (every ``bad_every``-th malformed) as a task would prepare them."""
-    fs = filesystem(cfg.target)
-    tables = ensure_tables(cfg)
+    """Write sample events for ``ranges`` (every ``bad_every``-th malformed) as a task would prepare them (the
+    tables made first, as the planner makes them)."""
+    cfg, fs = pipeline.cfg, pipeline.fs
+    tables = pipeline.provision_tables()
     parser = RowParser(cfg.format)
     out = []
     for r in ranges:
@@ -48,7 +47,9 @@ def prepare_sample(cfg: PipelineConfig, run_id: str, ranges: Sequence[OffsetRang
     return out
 
 
-def commit_sample_batch(cfg: PipelineConfig, run_id: str, batch_id: int, ranges: Sequence[OffsetRange],
+def commit_sample_batch(pipeline: Pipeline, run_id: str, batch_id: int, ranges: Sequence[OffsetRange],
                         bad_every: int = 0) -> tuple[CommitResult, float]:
     """Prepare and commit one synthetic micro-batch; returns the commit's result and its seconds."""
-    return commit_prepared(cfg, ensure_tables(cfg), run_id, batch_id, prepare_sample(cfg, run_id, ranges, bad_every))
+    prepared = prepare_sample(pipeline, run_id, ranges, bad_every)
+    return commit_prepared(pipeline.cfg, pipeline.provision_tables(), pipeline.fs, pipeline.state, run_id, batch_id,
+                           prepared)

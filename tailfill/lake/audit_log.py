@@ -35,12 +35,11 @@ from datetime import UTC, datetime
 import pyarrow.fs as pafs
 from pyiceberg.table import Table
 
-from tailfill.config import PipelineConfig
 from tailfill.lake.batch_summary import BatchSummary
 from tailfill.lake.ledger import AUDIT_HEAD, PREVIOUS_AUDIT, batch_summaries
 from tailfill.plumbing.durable import write_whole
-from tailfill.plumbing.warehouse import filesystem, fs_path, make_dirs
-from tailfill.state.store import state_root
+from tailfill.plumbing.warehouse import fs_path, make_dirs
+from tailfill.state.store import StateStore
 
 LEGACY_AUDIT_DIR = "tailfill-audit"  # beside the table's data: where archives were written before
 READERS = 8
@@ -112,9 +111,9 @@ class AuditLog:
             return None
 
 
-def audit_log(cfg: PipelineConfig, table: Table) -> AuditLog:
-    """The audit log of ``table`` (one of ``cfg``'s) in the pipeline's shared state folder."""
-    return AuditLog(filesystem(cfg.target), f"{state_root(cfg)}/audit/{'.'.join(table.name())}",
+def audit_log(store: StateStore, table: Table) -> AuditLog:
+    """The audit log of ``table`` in its pipeline's shared state folder (``store``)."""
+    return AuditLog(store.fs, f"{store.root}/audit/{'.'.join(table.name())}",
                     f"{table.location().rstrip('/')}/{LEGACY_AUDIT_DIR}")
 
 

@@ -23,26 +23,25 @@ from tailfill.lake.ledger import CommitResult, commit_batch
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.tables import Tables
 from tailfill.offsets import OffsetRange, intersect_all
-from tailfill.plumbing.warehouse import filesystem
+from tailfill.state.store import StateStore
 
 _TURNS = threading.Lock()
 
 
-def commit_prepared(cfg: PipelineConfig, tables: Tables, run_id: str, batch_id: int,
-                    prepared: Sequence[PreparedRange]) -> tuple[CommitResult, float]:
-    """Commit a batch's prepared ranges to ``tables`` (opened once per run; each commit refreshes them);
-    returns the data table's result and the seconds it took."""
+def commit_prepared(cfg: PipelineConfig, tables: Tables, fs: pafs.FileSystem, store: StateStore, run_id: str,
+                    batch_id: int, prepared: Sequence[PreparedRange]) -> tuple[CommitResult, float]:
+    """Commit a batch's prepared ranges to ``tables`` (opened once per run; each commit refreshes them), the
+    files on ``fs``, each batch's audit in ``store``; returns the data table's result and the seconds it took."""
     summary = BatchSummary(cfg.name, run_id, batch_id, ranges=[p.marker.range for p in prepared],
                            lost=[r for p in prepared for r in p.marker.lost],
                            records_read=sum(p.marker.records for p in prepared))
-    fs = filesystem(cfg.target)
     with _TURNS:
         started = time.perf_counter()
 
         def commit(table, files: list[str]) -> CommitResult:
             return commit_batch(table, summary, files,
                                 lambda files_, keep: rewrite_files(fs, files_, keep, table.location(), run_id),
-                                lambda kept: records_in(fs, prepared, kept), audit_log(cfg, table))
+                                lambda kept: records_in(fs, prepared, kept), audit_log(store, table))
 
         data_files = [f for p in prepared for f in p.data_files]
         follow_files(cfg, tables.data, fs, data_files)  # new columns first: nothing committed if it cannot

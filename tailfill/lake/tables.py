@@ -1,13 +1,16 @@
 """The pipeline's Iceberg tables and their catalog (SQL: SQLite by default, Postgres in compose; REST, Glue, Hive).
 
-The catalog is opened once per process and reused; tables are loaded fresh on every call (their
-state changes under us). Files and the warehouse itself are :mod:`tailfill.plumbing.warehouse`'s.
+Reading never creates: :func:`open_tables` loads the tables as they are (None when they were never
+made) and changes nothing — what preflight, status, validation and the Airflow pages use.
+:func:`provision_tables` creates them and evolves them to the pipeline's settings (namespace,
+schema, partition spec, properties): the planner's job, before a run. The catalog is opened by the
+owner of a pipeline's handle (:mod:`tailfill.pipeline.handle`), once, and closed with it. Files and
+the warehouse itself are :mod:`tailfill.plumbing.warehouse`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -70,10 +73,9 @@ def catalog_label(target: TargetConfig) -> str:
     return redact_text(target.catalog.uri or f"({target.catalog.type})")
 
 
-@functools.lru_cache(maxsize=16)
 def load_catalog(target: TargetConfig) -> Catalog:
-    """The pipeline's Iceberg catalog, one per process: SQL (SQLite by default, Postgres in compose), REST,
-    Glue or Hive, through pyiceberg's ``load_catalog``."""
+    """The pipeline's Iceberg catalog: SQL (SQLite by default, Postgres in compose), REST, Glue or Hive, through
+    pyiceberg's ``load_catalog``; :func:`close_catalog` when done with it."""
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
     uri = target.catalog.uri or ""
     try:
@@ -92,6 +94,13 @@ def load_catalog(target: TargetConfig) -> Catalog:
     except Exception as exc:  # errors may quote the URL or a credential: the message is redacted as a whole
         raise LakeError(redact_text(f"cannot open the Iceberg catalog at {catalog_label(target)}: {exc}")) from exc
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def close_catalog(catalog: Catalog) -> None:
+    """Let go of the catalog's connections (a SQL catalog's pool; other catalogs hold none open)."""
+    engine = getattr(catalog, "engine", None)
+    if engine is not None:
+        engine.dispose()
 
 
 def _lost_creation_race(exc: BaseException) -> bool:
@@ -215,9 +224,22 @@ class Tables(NamedTuple):
     quarantine: Table
 
 
-def ensure_tables(cfg: PipelineConfig) -> Tables:
-    """The pipeline's data table and quarantine table as they are now, created on first use."""
-    catalog = load_catalog(cfg.target)
+def open_tables(catalog: Catalog, target: TargetConfig) -> Tables | None:
+    """The pipeline's data table and quarantine table as they are now, or None when they were never made (or
+    only one of them was). Creates and changes nothing."""
+    try:
+        return Tables(catalog.load_table((target.namespace, target.table)),
+                      catalog.load_table((target.namespace, target.quarantine_name)))
+    except NoSuchTableError:
+        return None
+    except Exception as exc:
+        where = f"{target.namespace} at {warehouse_uri(target)}"
+        raise LakeError(redact_text(f"cannot load tables in {where}: {exc}")) from exc
+
+
+def provision_tables(catalog: Catalog, cfg: PipelineConfig) -> Tables:
+    """The pipeline's data table and quarantine table, created if they are not there yet and evolved to the
+    pipeline's settings (new declared columns, partition spec, table properties): the planner's, before a run."""
     ns = cfg.target.namespace
     try:
         data = _ensure(catalog, (ns, cfg.target.table), lambda: initial_table(cfg), cfg.target.partition_by)

@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
 from tailfill.offsets import OffsetRange, PartitionOffsets, ranges_between, subtract, total
+from tailfill.pipeline.handle import Pipeline
 from tailfill.run.contract import JobSpec, Slice, new_run_id
 from tailfill.run.plan import SourceState, ensure_cutover, plan_backfill, source_state, tail_start
 from tailfill.run.tuning import Tuning, tuned_max_offsets
@@ -87,13 +87,15 @@ def lanes_of(todo: list[Slice], lanes: int) -> list[list[Slice]]:
     return [todo[i * len(todo) // n:(i + 1) * len(todo) // n] for i in range(n)] if todo else []
 
 
-def plan_backfill_lanes(cfg: PipelineConfig, request: BackfillRequest,
+def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
                         run_id: Callable[[int], str]) -> BackfillPlan:
     """Plan ``request``: one spec per lane (``run_id(lane)`` names each), bounds as planned, the cap tuned once.
+    The tables are made (or evolved) first, and the cutover recorded when there is none yet.
 
     Raises :class:`ConfigError` when ``on_committed`` is ``fail`` and the range overlaps committed offsets.
     """
-    state = source_state(cfg)
+    cfg = pipeline.cfg
+    state = source_state(pipeline, pipeline.provision_tables())
     start = request.start or state.marks.low
     end = request.end or ensure_cutover(state)
     lines = [f"earliest {state.marks.low.to_dict()}, cutover {(state.cutover or end).to_dict()}, committed "
@@ -104,7 +106,7 @@ def plan_backfill_lanes(cfg: PipelineConfig, request: BackfillRequest,
         raise ConfigError(f"requested range overlaps committed offsets in {', '.join(map(str, overlap))} "
                           "(fix: skip committed ranges (committed_ranges=skip in the form, --on-committed skip on the "
                           "command line), or request a range after them)")
-    tuning = tuned_max_offsets(cfg, "backfill")
+    tuning = tuned_max_offsets(cfg, pipeline.state, "backfill")
     todo = plan_backfill(state, start, end, request.slices)
     if not todo:
         return BackfillPlan([], tuning, [*lines, "nothing to backfill: every offset of the range is committed"])
@@ -116,16 +118,17 @@ def plan_backfill_lanes(cfg: PipelineConfig, request: BackfillRequest,
     return BackfillPlan(specs, tuning, lines)
 
 
-def plan_tail(cfg: PipelineConfig, request: TailRequest, run_id: str) -> TailPlan:
-    """Plan the tail from its committed position (recording the cutover on its first run).
+def plan_tail(pipeline: Pipeline, request: TailRequest, run_id: str) -> TailPlan:
+    """Plan the tail from its committed position (the tables made, the cutover recorded, on its first run).
 
     A tail that runs to the broker's current end (``once``, or the ``available_now`` trigger) gets the
     cap tuned from measurements; the processing-time tail sizes its batches itself within the maximum.
     """
-    state = source_state(cfg)
+    cfg = pipeline.cfg
+    state = source_state(pipeline, pipeline.provision_tables())
     cutover = ensure_cutover(state)
     start = tail_start(state, cutover)
-    tuning = tuned_max_offsets(cfg, "tail")
+    tuning = tuned_max_offsets(cfg, pipeline.state, "tail")
     if not request.once and cfg.tail.trigger == "processing_time":  # it sizes each batch itself, up to the maximum
         tuning = replace(tuning, max_offsets_per_batch=tuning.configured_max,
                          reason="the adaptive tail sizes each batch from its last one, up to the configured maximum")
@@ -134,13 +137,13 @@ def plan_tail(cfg: PipelineConfig, request: TailRequest, run_id: str) -> TailPla
     return TailPlan(spec, tuning, start, state.marks.high, total(ranges_between(start, state.marks.high)))
 
 
-def backfill_spec(cfg: PipelineConfig, start: PartitionOffsets | None = None, end: PartitionOffsets | None = None,
+def backfill_spec(pipeline: Pipeline, start: PartitionOffsets | None = None, end: PartitionOffsets | None = None,
                   slices: int | None = None, run_id: str | None = None,
                   max_offsets_per_second: int | None = None) -> JobSpec | None:
     """A one-lane backfill of ``[start, end)`` (default ``[earliest, cutover)``); None if all is committed."""
     run_id = run_id or new_run_id("backfill")
     request = BackfillRequest(start, end, slices, max_offsets_per_second=max_offsets_per_second)
-    specs = plan_backfill_lanes(cfg, request, lambda _lane: run_id).specs
+    specs = plan_backfill_lanes(pipeline, request, lambda _lane: run_id).specs
     return specs[0] if specs else None
 
 

@@ -28,21 +28,21 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
 from tailfill import failpoints
-from tailfill.config import PipelineConfig
 from tailfill.errors import IngestError, JobCancelled, error_class, is_retryable
 from tailfill.formats.evolve import registry_columns
 from tailfill.lake.commit import commit_prepared
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.spark_writer import prepare_batch
-from tailfill.lake.tables import Tables, ensure_tables
+from tailfill.lake.tables import Tables
 from tailfill.offsets import ranges_between, total
+from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.durable import write_whole
 from tailfill.run import checkpoint
 from tailfill.run.contract import IngestResult
 from tailfill.run.pacing import pacer_for
 from tailfill.run.plan import IngestRequest
 from tailfill.state.records import BatchReport, format_stages
-from tailfill.state.store import ReportLog, append_report, clear_stop, read_reports, report_file, stop_requested
+from tailfill.state.store import ReportLog, clear_stop, report_file, stop_requested
 from tailfill.values.freshness import LatencySample, freshness
 
 # The last line of a Python traceback: "package.module.ExceptionClass: message".
@@ -117,13 +117,13 @@ class BatchWriter:
     reads before the next batch.
     """
 
-    def __init__(self, cfg: PipelineConfig, req: IngestRequest, tables: Tables, reports: ReportLog, cores: int,
+    def __init__(self, pipeline: Pipeline, req: IngestRequest, tables: Tables, reports: ReportLog, cores: int,
                  log: Callable[[str], None]):
-        self.cfg, self.req, self.reports = cfg, req, reports
+        self.pipeline, self.cfg, self.req, self.reports = pipeline, pipeline.resolved, req, reports
         self.tables = tables
         self.data_location, self.quarantine_location = tables.data.location(), tables.quarantine.location()
         self.done, self.last = IngestResult(req.run_id, req.label), None  # every batch of the run so far
-        for report in read_reports(reports):  # an earlier try of the same run: read once, then kept here
+        for report in reports.read():  # an earlier try of the same run: read once, then kept here
             self._count(report)
         self.budget_file = req.checkpoint / BUDGET_FILE
         self.last_end = time.time()
@@ -132,7 +132,7 @@ class BatchWriter:
         self.pending_yield = 0.0
         self.step = "starting"
         self.failed_step: str | None = None  # where the last failed attempt failed, if inside a batch
-        self.pacer = pacer_for(cfg, req, cores, self.stopping, lambda line: log(f"[{req.label}] {line}"))
+        self.pacer = pacer_for(pipeline, req, cores, self.stopping, lambda line: log(f"[{req.label}] {line}"))
         self.pacer.first_budget().write(self.budget_file)
 
     def _count(self, b: BatchReport) -> None:
@@ -174,9 +174,10 @@ class BatchWriter:
         stages = {"plan": started - triggered, "prepare": time.time() - started}
         if self.pending_yield:
             stages["yield"] = self.pending_yield
-        report, sample = commit_report(self.cfg, self.tables, self.req.run_id, batch_id, prepared, triggered, stages)
+        report, sample = commit_report(self.pipeline, self.tables, self.req.run_id, batch_id, prepared, triggered,
+                                       stages)
         self.step = f"report and sizing after batch {batch_id}"
-        append_report(self.reports, report)
+        self.reports.append(report)
         self._count(report)
         self.latencies = LatencySample.merged([self.latencies, sample])
         budget, self.pending_yield = self.pacer.after_batch(report)
@@ -184,7 +185,7 @@ class BatchWriter:
         self.last_end = time.time()
 
 
-def commit_report(cfg: PipelineConfig, tables: Tables, run_id: str, batch_id: int, prepared: list[PreparedRange],
+def commit_report(pipeline: Pipeline, tables: Tables, run_id: str, batch_id: int, prepared: list[PreparedRange],
                   triggered: float, stages: dict[str, float]) -> tuple[BatchReport, LatencySample]:
     """Commit one prepared batch and describe it: its :class:`BatchReport` and its records' latency sample.
 
@@ -193,7 +194,7 @@ def commit_report(cfg: PipelineConfig, tables: Tables, run_id: str, batch_id: in
     """
     failpoints.pause("before-commit")
     failpoints.maybe_fail("before-commit")
-    result, commit_s = commit_prepared(cfg, tables, run_id, batch_id, prepared)
+    result, commit_s = commit_prepared(pipeline.cfg, tables, pipeline.fs, pipeline.state, run_id, batch_id, prepared)
     failpoints.maybe_fail("after-commit")
     ended = time.time()
     sample = LatencySample.at(ended, [p.timestamps for p in prepared if p.timestamps])
@@ -212,8 +213,9 @@ def commit_report(cfg: PipelineConfig, tables: Tables, run_id: str, batch_id: in
     return report, sample
 
 
-def _run_query(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, writer: BatchWriter,
+def _run_query(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, writer: BatchWriter,
                log: Callable[[str], None], cancel: threading.Event | None) -> None:
+    cfg = pipeline.resolved
     reader = (
         spark.readStream.format("tailfill_kafka")
         .option("source", cfg.source.model_dump_json())
@@ -249,10 +251,10 @@ def _run_query(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, wri
                 _stop_between_batches(query)
                 log(f"[{req.label}] stopped after {req.stop_after_seconds:.0f}s as asked")
                 continue
-            if req.end is None and stop_requested(cfg):
+            if req.end is None and stop_requested(pipeline.state):
                 writer.stopping.set()
                 _stop_between_batches(query)
-                clear_stop(cfg)
+                clear_stop(pipeline.state)
                 log(f"[{req.label}] stopped between batches as asked (tailfill stop-tail)")
                 continue
             if time.monotonic() - beat_at >= HEARTBEAT_S / 3:
@@ -277,7 +279,8 @@ def _stop_between_batches(query, wait_s: float = 120.0) -> None:
 
 
 def run_ingest(
-    spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, log: Callable[[str], None] | None = None,
+    spark: SparkSession, pipeline: Pipeline, tables: Tables, req: IngestRequest,
+    log: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
 ) -> IngestResult:
     """Run ``req`` to completion (availableNow) or until it is stopped (processing time).
@@ -286,16 +289,15 @@ def run_ingest(
     (the warm Spark server's caller went away); what was committed stays, the rest is replayed later.
     """
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-    tables = ensure_tables(cfg)
-    reports = report_file(cfg, req.run_id, req.name)
+    reports = report_file(pipeline.state, req.run_id, req.name)
     _open_checkpoint(req, log)
-    writer = BatchWriter(cfg, req, tables, reports, spark.sparkContext.defaultParallelism, log)
+    writer = BatchWriter(pipeline, req, tables, reports, spark.sparkContext.defaultParallelism, log)
     if req.end is None:
-        clear_stop(cfg)  # a stop asked of an earlier tail is not for this one
+        clear_stop(pipeline.state)  # a stop asked of an earlier tail is not for this one
     started = time.monotonic()
     result = writer.done
     try:
-        _attempts(spark, cfg, req, writer, log, cancel)
+        _attempts(spark, pipeline, req, writer, log, cancel)
     finally:
         writer.pacer.stopped()
     shutil.rmtree(req.checkpoint, ignore_errors=True)  # finished: the ledger holds everything it did
@@ -306,7 +308,7 @@ def run_ingest(
     return result
 
 
-def _attempts(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, writer: BatchWriter,
+def _attempts(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, writer: BatchWriter,
               log: Callable[[str], None], cancel: threading.Event | None = None) -> None:
     """Run the query until it completes, restarting it from its checkpoint within the failure budget.
 
@@ -322,7 +324,7 @@ def _attempts(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, writ
         before = result.batches
         writer.failed_step = None
         try:
-            _run_query(spark, cfg, req, writer, log, cancel)
+            _run_query(spark, pipeline, req, writer, log, cancel)
             return
         except StreamingQueryException as exc:
             kind, message = explain(exc)

@@ -14,9 +14,9 @@ from concurrent.futures import Future
 
 from pyspark.sql import SparkSession
 
-from tailfill.errors import ConfigError, ErrorInfo, TailfillError
+from tailfill.errors import ConfigError, ErrorInfo, LakeError, TailfillError
 from tailfill.lake.spark_writer import warm_executors
-from tailfill.pipeline.load import resolve_pipeline
+from tailfill.pipeline.handle import open_pipeline
 from tailfill.redact import redact_text
 from tailfill.run.contract import IngestResult, JobResult, JobSpec
 from tailfill.run.plan import backfill_requests, source_state, tail_request
@@ -33,21 +33,25 @@ def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Callable
     (default: stderr); ``cancel``, once set, stops the job's query at once (see
     :func:`~tailfill.run.spark_ingest.run_ingest`).
     """
-    cfg = resolve_pipeline(spec.pipeline)
-    state = source_state(cfg)
-    if spec.mode == "backfill":
-        requests = backfill_requests(state, list(spec.slices), spec.run_id, spec.max_offsets_per_batch,
-                                      spec.max_offsets_per_second)
-    else:
-        if spec.cutover is None:
-            raise ConfigError(f"the tail of {cfg.name} was asked for without its cutover (fix: plan it with "
-                              "`tailfill tail` or the incremental DAG, which record the cutover)")
-        requests = [tail_request(state, spec.cutover, spec.run_id, spec.once, spec.stop_after_seconds,
-                                 spec.max_offsets_per_batch)]
-    session = spark.result() if isinstance(spark, Future) else spark
-    if isinstance(spark, Future) and requests:
-        warm_executors(session, state.cfg)
-    return [run_ingest(session, state.cfg, req, log, cancel) for req in requests]
+    with open_pipeline(spec.pipeline) as pipeline:
+        tables = pipeline.open_tables()
+        if tables is None:
+            raise LakeError(f"the tables of pipeline {pipeline.name} do not exist (fix: plan the run with "
+                            "`tailfill backfill|tail` or the DAG's plan task, which makes them)")
+        state = source_state(pipeline, tables)
+        if spec.mode == "backfill":
+            requests = backfill_requests(state, list(spec.slices), spec.run_id, spec.max_offsets_per_batch,
+                                          spec.max_offsets_per_second)
+        else:
+            if spec.cutover is None:
+                raise ConfigError(f"the tail of {pipeline.name} was asked for without its cutover (fix: plan it "
+                                  "with `tailfill tail` or the incremental DAG, which record the cutover)")
+            requests = [tail_request(state, spec.cutover, spec.run_id, spec.once, spec.stop_after_seconds,
+                                     spec.max_offsets_per_batch)]
+        session = spark.result() if isinstance(spark, Future) else spark
+        if isinstance(spark, Future) and requests:
+            warm_executors(session, pipeline.resolved)
+        return [run_ingest(session, pipeline, tables, req, log, cancel) for req in requests]
 
 
 def run_to_result(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Callable[[str], None],

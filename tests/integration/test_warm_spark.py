@@ -16,12 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import assert_exactly_once, high_watermarks, wait_until
+from helpers import assert_exactly_once, high_watermarks, tables_of, wait_until
 
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.ledger import read_ledger
-from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import total
+from tailfill.pipeline.handle import open_pipeline
 from tailfill.run import warm_spark
 from tailfill.run.contract import new_run_id
 from tailfill.run.planner import BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
@@ -60,14 +60,14 @@ def test_backfill_and_tail_run_on_the_server_exactly_once(server_home, warm_pipe
     cfg = warm_pipeline()
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 6_000, cfg.source.partitions, bad_every=500)
     run_id = new_run_id("backfill")
-    specs = plan_backfill_lanes(cfg, BackfillRequest(slices=2, lanes=2), lambda _lane: run_id).specs
+    specs = plan_backfill_lanes(open_pipeline(cfg), BackfillRequest(slices=2, lanes=2), lambda _lane: run_id).specs
     lines: list[str] = []
     with ThreadPoolExecutor(max_workers=2) as pool:  # two lanes at once, as the backfill DAG runs them
         runs = list(pool.map(lambda spec: warm_spark.run_warm(spec, os.environ, lines.append, home=home), specs))
     assert [code for code, _ in runs] == [0, 0], lines
     assert lines.count(f"{warm_spark.SERVED_BY} pid {status['pid']}, job {run_id}") == 2, lines  # not a spark-submit
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, cfg.source.partitions, bad_every=500)
-    tail = plan_tail(cfg, TailRequest(once=True), new_run_id("tail")).spec
+    tail = plan_tail(open_pipeline(cfg), TailRequest(once=True), new_run_id("tail")).spec
     code, result = warm_spark.run_warm(tail, os.environ, lines.append, home=home)
     assert code == 0 and result is not None, lines
     assert sum(r.offsets for _, res in runs for r in res.results) == 6_000
@@ -80,7 +80,8 @@ def test_a_job_whose_caller_is_killed_stops_and_the_next_run_resumes(server_home
     home, status = server_home
     cfg = warm_pipeline(tail__trigger="processing_time", tail__trigger_interval_seconds=2)
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 4_000, cfg.source.partitions)
-    history = plan_backfill_lanes(cfg, BackfillRequest(), lambda _lane: new_run_id("backfill")).specs  # the cutover
+    with open_pipeline(cfg) as pipeline:  # records the cutover
+        history = plan_backfill_lanes(pipeline, BackfillRequest(), lambda _lane: new_run_id("backfill")).specs
     assert warm_spark.run_warm(history[0], os.environ, lambda _line: None, home=home)[0] == 0
     # An open-ended processing-time tail would run for ever: only its caller going away stops it.
     caller = subprocess.Popen([TAILFILL, "tail", str(cfg.path), "--spark", "warm"], env=dict(os.environ),
@@ -88,7 +89,7 @@ def test_a_job_whose_caller_is_killed_stops_and_the_next_run_resumes(server_home
     try:
         wait_until(lambda: warm_spark.server_status(status)["running"], "the tail to run on the server")
         produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, cfg.source.partitions)
-        wait_until(lambda: total(read_ledger(ensure_tables(cfg).data).committed) >= 6_000, "the tail's batches")
+        wait_until(lambda: total(read_ledger(tables_of(cfg).data).committed) >= 6_000, "the tail's batches")
     finally:
         os.killpg(caller.pid, signal.SIGKILL)
         caller.wait()
@@ -110,7 +111,7 @@ def test_a_job_with_other_settings_is_refused_by_name(server_home, warm_pipeline
     secret = "s3cr3t-value-never-printed"
     env = dict(os.environ, TAILFILL_KAFKA_PASSWORD=secret)
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 100, cfg.source.partitions)
-    spec = plan_tail(cfg, TailRequest(once=True), new_run_id("tail")).spec
+    spec = plan_tail(open_pipeline(cfg), TailRequest(once=True), new_run_id("tail")).spec
     with pytest.raises(warm_spark.Refused) as refused:
         warm_spark.run_warm(spec, env, lambda _line: None, home=home)
     assert "TAILFILL_KAFKA_PASSWORD" in str(refused.value) and secret not in str(refused.value)

@@ -25,7 +25,12 @@ from tailfill_airflow.progress import ProgressWatcher, progress  # noqa: E402
 from tailfill.offsets import OffsetRange, TopicPartition  # noqa: E402
 from tailfill.pipeline.load import load_pipeline  # noqa: E402
 from tailfill.state.records import BatchReport  # noqa: E402
-from tailfill.state.store import append_report, read_failures, report_file, run_reports  # noqa: E402
+from tailfill.state.store import (  # noqa: E402
+    StateStore,
+    read_failures,
+    report_file,
+    run_reports,
+)
 from tailfill.values.freshness import Freshness  # noqa: E402
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -104,14 +109,14 @@ def test_progress_counts_an_earlier_try_as_done_but_not_as_speed():
 def test_watcher_publishes_at_once_then_each_new_batch_then_its_end(home):
     seen: list = []
     cfg = load_pipeline(REPO / "pipelines" / "demo.yaml")
-    path = report_file(cfg, "run1", "q0")
-    with ProgressWatcher(cfg, "run1", 400, seen.append, interval=3600) as watcher:
+    path = report_file(StateStore.of(cfg), "run1", "q0")
+    with ProgressWatcher(StateStore.of(cfg), "run1", 400, seen.append, interval=3600) as watcher:
         assert [s.batches for s in seen] == [0]  # the first line before any batch committed
-        append_report(path, report(0, 1.0, 0, 100))
+        path.append(report(0, 1.0, 0, 100))
         watcher.poll()
         watcher.poll()  # nothing new: nothing published
     assert [(s.state, s.batches) for s in seen] == [("running", 0), ("running", 1), ("finished", 1)]
-    assert [r.batch_id for r in run_reports(cfg, "run1")] == [0]
+    assert [r.batch_id for r in run_reports(StateStore.of(cfg), "run1")] == [0]
 
 
 def test_failure_headline_names_cause_and_fix_and_the_java_stack_is_not_the_cause():
@@ -207,7 +212,7 @@ def test_a_failed_task_of_every_tailfill_dag_is_recorded(kind, tmp_path, monkeyp
         ti = SimpleNamespace(dag_id=dag.dag_id, run_id="manual__1", task_id=t.task_id, map_index=-1, try_number=2)
         for callback in callbacks:
             callback({"ti": ti, "exception": RuntimeError(f"{t.task_id} broke\nstack")})
-    records = read_failures(load_pipeline(REPO / "pipelines" / "demo.yaml"))  # the demo's state root
+    records = read_failures(StateStore.of(load_pipeline(REPO / "pipelines" / "demo.yaml")))  # the demo's state root
     assert sorted((r.task_id, r.error) for r in records) == sorted(
         (t.task_id, f"{t.task_id} broke") for t in dag.tasks)
     assert {(r.dag_id, r.try_number) for r in records} == {(f"demo_{kind}", 2)}
@@ -224,7 +229,7 @@ def test_a_failure_record_keeps_the_user_but_not_the_password_of_a_uri(tmp_path,
                          try_number=1)
     error = "catalog: cannot open the Iceberg catalog at postgresql+psycopg2://u:pw-in-uri@127.0.0.1:9/none: refused"
     on_failure({"ti": ti, "exception": RuntimeError(error)})
-    [record] = read_failures(load_pipeline(REPO / "pipelines" / "demo.yaml"))  # the demo's state root
+    [record] = read_failures(StateStore.of(load_pipeline(REPO / "pipelines" / "demo.yaml")))  # the demo's state root
     assert record.error == error.replace("u:pw-in-uri@", "u:***@")
     stored = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert stored and not [p for p in stored if b"pw-in-uri" in p.read_bytes()]
@@ -262,7 +267,7 @@ def test_a_missed_deadline_is_recorded_with_its_run_and_the_fix(tmp_path, monkey
     context = {"dag_run": {"dag_id": "demo_incremental", "dag_run_id": "scheduled__2026-11-23T10:00"},
                "deadline": {"id": "d1", "deadline_time": "2026-11-23T10:10:00+00:00"}}
     asyncio.run(deadline_missed(interval_seconds=600.0, context=context))
-    [record] = read_failures(load_pipeline(REPO / "pipelines" / "demo.yaml"))
+    [record] = read_failures(StateStore.of(load_pipeline(REPO / "pipelines" / "demo.yaml")))
     assert (record.dag_id, record.run_id) == ("demo_incremental", "scheduled__2026-11-23T10:00")
     assert record.error.startswith("deadline missed: the run was not finished 600s after it was queued")
     assert "fix:" in record.error
@@ -295,7 +300,7 @@ def test_a_retried_failure_is_recorded_and_alerted_too(kind, tmp_path, monkeypat
     callbacks = task.on_retry_callback if isinstance(task.on_retry_callback, list) else [task.on_retry_callback]
     for callback in callbacks:
         callback({"ti": ti, "exception": RuntimeError("broker gone for a while")})
-    [record] = read_failures(cfg)
+    [record] = read_failures(StateStore.of(cfg))
     assert (record.task_id, record.will_retry, record.error) == (task.task_id, True, "broker gone for a while")
 
 

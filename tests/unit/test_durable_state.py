@@ -12,7 +12,7 @@ from tailfill.plumbing.durable import write_whole
 from tailfill.proof.expectations import run_suites
 from tailfill.run import checkpoint
 from tailfill.state.records import BatchReport
-from tailfill.state.store import report_file
+from tailfill.state.store import StateStore, report_file
 
 # What Spark 4 said when it refused the wedged checkpoint (from the soak's log).
 REFUSAL = ("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
@@ -38,7 +38,7 @@ def torn_write(folder, batch: int) -> list:
 def test_a_batch_report_killed_mid_write_is_not_read_and_a_retry_adds_its_own(tmp_path, monkeypatch):
     monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
     cfg = load_pipeline(Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml")
-    log = report_file(cfg, "run1", "q0")
+    log = report_file(StateStore.of(cfg), "run1", "q0")
     first, second = (BatchReport(batch_id=b, at=1.0 + b, seconds=1.0, offsets=10, records=10, rows=10, quarantined=0)
                      for b in (0, 1))
     log.append(first)

@@ -28,6 +28,7 @@ from tailfill.formats.decode import RegistryDecoder
 from tailfill.formats.evolve import conflicts, evolve, schema_line
 from tailfill.formats.registry import RegistryClient
 from tailfill.lake.rows import parse_value, split_records
+from tailfill.pipeline.handle import open_pipeline
 from tailfill.values.column_types import parse_type
 from tailfill.values.schema import HEADERS, TIMESTAMP
 
@@ -248,7 +249,6 @@ def test_avro_types_map_to_iceberg_ready_arrow_types(tmp_path):
 def test_a_json_field_retyped_in_format_fields_is_one_line_naming_both_types(tmp_path, monkeypatch):
     import yaml
 
-    from tailfill.lake.tables import ensure_tables
     from tailfill.pipeline.load import load_pipeline
 
     monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
@@ -256,13 +256,13 @@ def test_a_json_field_retyped_in_format_fields_is_one_line_naming_both_types(tmp
     spec["source"]["bootstrap_servers"] = "127.0.0.1:9"
     path = tmp_path / "demo.yaml"
     path.write_text(yaml.safe_dump(spec))
-    ensure_tables(load_pipeline(path))
+    open_pipeline(load_pipeline(path)).provision_tables()
     spec["format"]["fields"][1]["type"] = "string"  # user_id: long → string
     spec["format"]["fields"].append({"name": "country", "type": "string"})
     spec["expectations"] = []
     path.write_text(yaml.safe_dump(spec))
-    with pytest.raises(SchemaChangeError) as err:
-        ensure_tables(load_pipeline(path))
+    with pytest.raises(SchemaChangeError) as err:  # the planner evolves the table to the YAML before a run
+        open_pipeline(load_pipeline(path)).provision_tables()
     assert str(err.value) == ("incompatible schema change in demo_events: field 'user_id': the table has int64, "
                               "format.fields has string")
 
@@ -520,7 +520,8 @@ def test_preflight_checks_the_key_subject_with_registry_keys(registry, tmp_path)
     client = SchemaRegistryClient({"url": registry.url})
     client.register_schema(cfg.subject, Schema(json.dumps(avro_schema()), "AVRO"))
     with pytest.raises(PreflightError, match=f"has no subject '{cfg.key_subject}'"):
-        check_registry(cfg)
+        check_registry(open_pipeline(cfg))
     client.register_schema(cfg.key_subject, Schema(json.dumps("string"), "AVRO"))
-    assert check_registry(cfg) == (f"schema registry {registry.url} reachable, subject '{cfg.subject}' at version 1 "
-                                   f"(id 1), key subject '{cfg.key_subject}' at version 1 (id 2)")
+    assert check_registry(open_pipeline(cfg)) == (
+        f"schema registry {registry.url} reachable, subject '{cfg.subject}' at version 1 (id 1), key subject "
+        f"'{cfg.key_subject}' at version 1 (id 2)")
