@@ -4,7 +4,7 @@ On the embedded broker, N sample events (~120 B of JSON, 4 partitions, 0.1% deli
 
   (a) consume only: one tuned confluent-kafka consumer reading all partitions, nothing else;
   (b) a naive script: one process, the same consumer, each record parsed with Tailfill's own rules
-      (``tailfill.lake.rows.parse_value``: the same rows and the same quarantine), Arrow, Parquet out;
+      (``tailfill.formats.json_fields.parse_value``: the same rows and the same quarantine), Arrow, Parquet out;
   (c) ``tailfill backfill`` exactly as the CLI runs it: plan, ``spark-submit``, the demo pipeline's
       shipped settings; spark-submit's startup is reported apart from the steady state;
   (d) ``tailfill validate --all`` of that backfill in a fresh process (cold);
@@ -102,7 +102,7 @@ def consume_all(bootstrap: str, topic: str, ends: dict[int, int], on_batch=None)
 def naive_script(bootstrap: str, topic: str, ends: dict[int, int], cfg, out: Path) -> tuple[int, int]:
     """What a user would write in 40 lines: consume, parse each record, Arrow, Parquet (rows, bad)."""
     from tailfill.errors import RecordError
-    from tailfill.lake.rows import parse_value
+    from tailfill.formats.json_fields import parse_value
     from tailfill.values.schema import table_schema
 
     fmt = cfg.format

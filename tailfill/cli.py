@@ -157,7 +157,7 @@ def cmd_stop_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from tailfill.formats.evolve import schema_line
+    from tailfill.lake.schema_change import schema_line
     from tailfill.proof.reports import read_latest
     from tailfill.run.plan import source_state
     from tailfill.run.status import format_status, pipeline_status, quarantined_rows

@@ -142,10 +142,10 @@ def submit_at_once(specs: list[JobSpec], logs: Path, master: str = "local[1]") -
 
 
 def committed(cfg: PipelineConfig) -> int:
-    """Offsets the data table's ledger holds."""
-    data = tables_of(cfg).data
-    data.refresh()
-    return total(read_ledger(data).committed)
+    """Offsets the data table's ledger holds (none before the planner made the table)."""
+    with open_pipeline(cfg) as pipeline:
+        tables = pipeline.open_tables()
+    return total(read_ledger(tables.data).committed) if tables is not None else 0
 
 
 def in_background(fn, *args) -> tuple[threading.Thread, dict]:

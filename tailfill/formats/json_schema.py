@@ -3,7 +3,8 @@
 object with properties → struct, array → list, an object with only additionalProperties → map,
 string (format date-time → timestamp, date → date), integer → long, number → double, boolean;
 ["null", T] or anyOf/oneOf with null → optional T; $ref to #/definitions or #/$defs is followed.
-A top-level property listed in the schema's ``required`` is a required field.
+A top-level property listed in the schema's ``required`` is a required field. A key schema
+(``format.key: registry``) may be of any type: ``{"type": "string"}``, an object.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from tailfill.errors import RecordError
+from tailfill.formats.wire import WireFormat
 from tailfill.values.column_types import TIMESTAMP, coerce
 
 SIMPLE = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
@@ -93,3 +95,31 @@ class JsonSchemaWriter:
         if not isinstance(doc, dict):
             raise RecordError(f"JSON value is a {type(doc).__name__}, expected an object")
         return (), {f.name: coerce(doc.get(f.name), f.type, f.name) for f in self.columns}
+
+
+class JsonKey:
+    """Keys written with one JSON Schema of any type, each checked against it."""
+
+    def __init__(self, text: str):
+        self.kind = json_type(json.loads(text))
+
+    def type_of(self, variant: tuple) -> pa.DataType:
+        return self.kind
+
+    def read(self, payload: bytes) -> tuple[tuple, object]:
+        return (), coerce(json.loads(payload), self.kind, "kafka_key")
+
+
+class JsonSchemaFormat(WireFormat):
+    """``json_schema``: JSON values with their writer schemas (JSON Schema) in the registry."""
+
+    name = "json_schema"
+    schema_type = "JSON"
+
+    @classmethod
+    def writer(cls, text: str, imports: dict[str, str]) -> JsonSchemaWriter:
+        return JsonSchemaWriter(text)
+
+    @classmethod
+    def key_writer(cls, text: str, imports: dict[str, str]) -> JsonKey:
+        return JsonKey(text)

@@ -28,17 +28,16 @@ from pyiceberg.exceptions import (
 from pyiceberg.table import Table
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from tailfill.config import REGISTRY_FORMATS, PipelineConfig, TargetConfig
+from tailfill.config import TargetConfig
 from tailfill.errors import LakeError, RegistryError, SchemaChangeError
-from tailfill.formats.decode import latest_columns, latest_key_type
-from tailfill.formats.evolve import follow_declared, required_properties
+from tailfill.formats.base import Format
 from tailfill.lake.partition import spec_terms
+from tailfill.lake.schema_change import evolve
 from tailfill.plumbing.retry import retrying
 from tailfill.plumbing.warehouse import s3_credentials, warehouse_uri
 from tailfill.redact import redact_text
-from tailfill.source.embedded import resolved
 from tailfill.values.partition_terms import parse_terms
-from tailfill.values.schema import METADATA_FIELDS, QUARANTINE_SCHEMA, VALUE_FIELD, table_schema
+from tailfill.values.schema import QUARANTINE_SCHEMA
 
 CATALOG_OPEN_ATTEMPTS = 5
 
@@ -147,7 +146,7 @@ def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema | NewTab
             return catalog.load_table(ident)
         except (TableAlreadyExistsError, CommitFailedException):
             table = catalog.load_table(ident)
-    if not callable(schema):  # the data table's columns follow its format (formats.evolve)
+    if not callable(schema):  # the data table's columns follow its format (lake.schema_change)
         _add_missing_columns(table, schema)
     evolve_spec(table, list(partition_by))
     missing = {k: v for k, v in TABLE_PROPERTIES.items() if table.properties.get(k) != v and k != "format-version"}
@@ -156,21 +155,6 @@ def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema | NewTab
             tx.set_properties(missing)
         table.refresh()
     return table
-
-
-def initial_table(cfg: PipelineConfig) -> tuple[pa.Schema, dict[str, str]]:
-    """A new data table's schema and properties: the declared fields, or (registry formats) the subject's latest
-    schema, whose required fields the table records (``tailfill.required-fields``), and with ``format.key:
-    registry`` the key subject's latest type as ``kafka_key``."""
-    if cfg.format.type in REGISTRY_FORMATS:
-        cfg = resolved(cfg)  # the development registry's address, if the pipeline names it
-        columns, required = latest_columns(cfg)
-        meta = METADATA_FIELDS
-        if cfg.format.key == "registry":  # kafka_key: the key subject's type (a struct for a record key)
-            key = pa.field("kafka_key", latest_key_type(cfg))
-            meta = [key if f.name == "kafka_key" else f for f in METADATA_FIELDS]
-        return pa.schema([*meta, *columns, VALUE_FIELD]), required_properties(required)
-    return table_schema(cfg.format.fields, cfg.format.key), {}
 
 
 def _add_missing_columns(table: Table, schema: pa.Schema) -> None:
@@ -237,17 +221,25 @@ def open_tables(catalog: Catalog, target: TargetConfig) -> Tables | None:
         raise LakeError(redact_text(f"cannot load tables in {where}: {exc}")) from exc
 
 
-def provision_tables(catalog: Catalog, cfg: PipelineConfig) -> Tables:
-    """The pipeline's data table and quarantine table, created if they are not there yet and evolved to the
-    pipeline's settings (new declared columns, partition spec, table properties): the planner's, before a run."""
-    ns = cfg.target.namespace
+def provision_tables(catalog: Catalog, target: TargetConfig, fmt: Format) -> Tables:
+    """The pipeline's data table and quarantine table, created if they are not there yet (the data table with
+    what its format says of a new table) and evolved to the pipeline's settings (the columns the YAML declares,
+    partition spec, table properties): the planner's, before a run."""
+    ns = target.namespace
+
+    def new_data_table() -> tuple[pa.Schema, dict[str, str]]:
+        new = fmt.new_table()
+        return new.schema, new.properties
+
     try:
-        data = _ensure(catalog, (ns, cfg.target.table), lambda: initial_table(cfg), cfg.target.partition_by)
-        follow_declared(cfg, data)  # a field added to format.fields: a new column before any row carries it
-        quarantine = _ensure(catalog, (ns, cfg.target.quarantine_name), QUARANTINE_SCHEMA)
+        data = _ensure(catalog, (ns, target.table), new_data_table, target.partition_by)
+        declared = fmt.declared_columns(fmt.fmt)
+        if declared is not None and fmt.fmt.fields:  # a field added to format.fields: a new column before any
+            evolve(data, declared, "format.fields")  # row carries it
+        quarantine = _ensure(catalog, (ns, target.quarantine_name), QUARANTINE_SCHEMA)
     except (LakeError, RegistryError, SchemaChangeError):
         raise
     except Exception as exc:
-        where = f"{ns} at {warehouse_uri(cfg.target)}"
+        where = f"{ns} at {warehouse_uri(target)}"
         raise LakeError(redact_text(f"cannot create or load tables in {where}: {exc}")) from exc
     return Tables(data, quarantine)

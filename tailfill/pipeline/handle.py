@@ -18,7 +18,10 @@ import pyarrow.fs as pafs
 from pyiceberg.catalog import Catalog
 
 from tailfill.config import PipelineConfig, SourceConfig
-from tailfill.formats.registry import RegistryClient
+from tailfill.formats.base import Format
+from tailfill.formats.registry import format_of
+from tailfill.formats.schema_registry import RegistryClient
+from tailfill.lake.commit import Committer
 from tailfill.lake.tables import Tables, close_catalog, load_catalog, open_tables, provision_tables
 from tailfill.pipeline.load import resolve_pipeline
 from tailfill.plumbing.warehouse import filesystem
@@ -39,6 +42,11 @@ class Pipeline:
         """The config with an ``embedded`` broker and Schema Registry replaced by their addresses: what travels to
         the data source and to executors."""
         return resolved(self.cfg)
+
+    @cached_property
+    def shipped(self) -> str:
+        """What executors build their context from (:mod:`tailfill.pipeline.executor`): the resolved config."""
+        return self.resolved.to_json()
 
     @cached_property
     def source(self) -> SourceConfig:
@@ -70,6 +78,11 @@ class Pipeline:
         return RegistryClient(registry.model_copy(update={"url": resolve_registry(registry.url)}))
 
     @cached_property
+    def format(self) -> Format:
+        """The pipeline's format (:mod:`tailfill.formats.registry`), with the registry's client if it reads one."""
+        return format_of(self.cfg.format, self.cfg.source.topic, self.registry)
+
+    @cached_property
     def catalog(self) -> Catalog:
         return load_catalog(self.cfg.target)
 
@@ -79,7 +92,11 @@ class Pipeline:
 
     def provision_tables(self) -> Tables:
         """The tables, made if missing and evolved to the pipeline's settings (the planner's, before a run)."""
-        return provision_tables(self.catalog, self.resolved)
+        return provision_tables(self.catalog, self.cfg.target, self.format)
+
+    def committer(self, tables: Tables) -> Committer:
+        """What commits a run's batches to ``tables``."""
+        return Committer(self.name, tables, self.fs, self.state, self.format.follows_writer_schema)
 
     def close(self) -> None:
         """Let go of the catalog's connections (the handle can be used again: it reopens what it needs)."""

@@ -1,8 +1,10 @@
 """A pipeline's YAML file into its validated model (:class:`~tailfill.config.PipelineConfig`).
 
 Values may reference the environment as ``${VAR}`` or ``${VAR:-default}`` (``${TAILFILL_HOME}`` is
-the settings' home, ``./.tailfill`` when unset). Every problem is reported as
-``file: field: problem (fix: ...)``; a loaded pipeline's secrets are registered for redaction.
+the settings' home, ``./.tailfill`` when unset). The model checks each setting; the pipeline's format
+(:mod:`tailfill.formats.registry`) checks its own block and the columns the rest names. Every problem
+is reported as ``file: field: problem (fix: ...)``; a loaded pipeline's secrets are registered for
+redaction.
 """
 
 from __future__ import annotations
@@ -12,13 +14,17 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import yaml
 from pydantic import ValidationError
 
 from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
+from tailfill.formats.registry import format_class
 from tailfill.redact import register_model_secrets
 from tailfill.settings import settings
+from tailfill.values.partition_terms import parse_term
+from tailfill.values.schema import table_schema
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _FIXES = {
@@ -76,8 +82,52 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
             fix = _FIXES.get(err["type"], "")
             problems.append(f"{path}: {field}: {msg}" + (f" (fix: {fix})" if fix else ""))
         raise ConfigError("\n".join(problems)) from None
+    problems = format_problems(cfg)
+    if problems:
+        raise ConfigError("\n".join(f"{path}: {p}" for p in problems))
     register_model_secrets(cfg)  # what this process prints from now on never shows them
     return cfg
+
+
+def format_problems(cfg: PipelineConfig) -> list[str]:
+    """What the pipeline's format finds wrong with it (``field: problem`` lines): its ``format`` block by the
+    format's own rules, then the columns that expectations and ``target.partition_by`` name."""
+    try:
+        kind = format_class(cfg.format.type)
+    except ConfigError as exc:
+        return [f"format.type: {str(exc).removeprefix('format.type ')}"]
+    problems = [f"format: {p}" for p in kind.problems(cfg.format)]
+    return problems or _column_problems(cfg, kind.declared_columns(cfg.format))
+
+
+def _column_problems(cfg: PipelineConfig, declared: pa.Schema | None) -> list[str]:
+    """Expectations and partition terms that name no column, or one of the wrong type. ``declared`` None: the
+    columns come from a registry's schema, known (and checked) when the table is made."""
+    out = []
+    if declared is not None:
+        columns = set(declared.names)
+        unknown = sorted({e.column for e in cfg.expectations} - columns)
+        if unknown:
+            out.append(f"expectations: name unknown columns: {', '.join(unknown)} "
+                       f"(columns: {', '.join(sorted(columns))})")
+        for e in cfg.expectations:
+            kind = declared.field(e.column).type if e.column in columns else None
+            numeric = kind is not None and (pa.types.is_integer(kind) or pa.types.is_floating(kind))
+            if kind is not None and (e.min is not None or e.max is not None) and not numeric:
+                out.append(f"expectations: on '{e.column}': min/max need a number column, it holds {kind}")
+    registry_key = cfg.format.key == "registry"
+    known = declared if declared is not None else table_schema([], "raw" if registry_key else cfg.format.key)
+    for entry in cfg.target.partition_by:
+        term = parse_term(entry)
+        if term.column == "kafka_key" and registry_key:
+            continue  # the key's type comes from its registry schema: checked when the table is made
+        if term.column not in known.names:
+            if declared is not None:
+                out.append(f"target.partition_by: {entry!r} names no column (columns: {', '.join(known.names)})")
+            continue
+        if why := term.check_type(known.field(term.column).type):
+            out.append(f"target.partition_by: {entry!r}: {why}")
+    return out
 
 
 def env_names(cfg: PipelineConfig) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from tailfill.run.plan import IngestRequest
 from tailfill.run.tail_health import TailPace, mark_stopped, read_tail
 from tailfill.run.tuning import tail_batch_offsets
 from tailfill.source.budget import Budget
-from tailfill.source.kafka import shared_consumer, watermarks
+from tailfill.source.kafka import OwnedConsumer, watermarks
 from tailfill.state.records import BatchReport
 from tailfill.state.store import write_health
 from tailfill.values.freshness import Freshness
@@ -95,6 +95,7 @@ class TailPacer:
         self.state = pipeline.state
         self.pace = TailPace(self.cfg, req.max_offsets_per_batch)
         self.conf = pipeline.kafka
+        self.consumer = OwnedConsumer(self.conf)  # kept between batches; closed when the tail stops
         self.position = dict(req.start.offsets)  # the end of what this tail has committed, per partition
         self._warned_at = 0.0
         write_health(self.state, self.pace.health)
@@ -107,7 +108,7 @@ class TailPacer:
             self.position[r.tp] = max(self.position.get(r.tp, 0), r.end)
         fresh = Freshness.from_dict(report.freshness)
         high = watermarks(self.conf, list(self.position), probe_timeout_s=0,
-                          consumer=shared_consumer(self.conf)).high
+                          consumer=self.consumer).high
         health = self.pace.observe(time.time(), sum(high.offsets.values()), sum(self.position.values()),
                                    report.offsets, report.seconds, fresh)
         write_health(self.state, health)
@@ -135,6 +136,7 @@ class TailPacer:
         return [problem] if problem else []
 
     def stopped(self) -> None:
+        self.consumer.close()
         mark_stopped(self.state)  # no tail running any more: nothing for a backfill to yield to
 
 

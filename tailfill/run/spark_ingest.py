@@ -3,7 +3,7 @@
 A backfill slice is ``[start, end)`` with trigger availableNow; the tail is ``[start, ∞)`` with
 availableNow (``--once``) or a processing-time trigger. Both run one Structured Streaming query:
 ``tailfill_kafka`` plans each micro-batch's offset ranges, and ``foreachBatch`` prepares them on the
-executors and commits them here, on the driver (:mod:`tailfill.lake.spark_writer`). Batches are
+executors and commits them here, on the driver (:mod:`tailfill.run.spark_prepare`). Batches are
 sized by a budget file the source reads before each batch: a fixed cap, or a time budget from the
 rate measured so far. The table's ledger is the one resume truth: a request
 starts at its first uncommitted offset, and its checkpoint is named by its bounds, so a checkpoint
@@ -28,11 +28,10 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
 from tailfill import failpoints
-from tailfill.errors import IngestError, JobCancelled, error_class, is_retryable
-from tailfill.formats.evolve import registry_columns
-from tailfill.lake.commit import commit_prepared
+from tailfill.errors import ErrorInfo, IngestError, JobCancelled, error_class, is_retryable
+from tailfill.lake.commit import Committer
 from tailfill.lake.prepare import PreparedRange
-from tailfill.lake.spark_writer import prepare_batch
+from tailfill.lake.schema_change import table_columns
 from tailfill.lake.tables import Tables
 from tailfill.offsets import ranges_between, total
 from tailfill.pipeline.handle import Pipeline
@@ -41,6 +40,7 @@ from tailfill.run import checkpoint
 from tailfill.run.contract import IngestResult
 from tailfill.run.pacing import pacer_for
 from tailfill.run.plan import IngestRequest
+from tailfill.run.spark_prepare import prepare_batch
 from tailfill.state.records import BatchReport, format_stages
 from tailfill.state.store import ReportLog, clear_stop, report_file, stop_requested
 from tailfill.values.freshness import LatencySample, freshness
@@ -111,7 +111,7 @@ def _progress_line(req: IngestRequest, done: IngestResult, last: BatchReport | N
 class BatchWriter:
     """``foreachBatch`` of one request: prepare on the executors, commit, report, then ask the pacer.
 
-    Each batch goes prepare (:func:`~tailfill.lake.spark_writer.prepare_batch`) → commit
+    Each batch goes prepare (:func:`~tailfill.run.spark_prepare.prepare_batch`) → commit
     (:func:`commit_report`: one typed :class:`BatchReport`) → the run's tally → the
     :class:`~tailfill.run.pacing.Pacer`, whose :class:`~tailfill.source.budget.Budget` the source
     reads before the next batch.
@@ -121,6 +121,7 @@ class BatchWriter:
                  log: Callable[[str], None]):
         self.pipeline, self.cfg, self.req, self.reports = pipeline, pipeline.resolved, req, reports
         self.tables = tables
+        self.committer = pipeline.committer(tables)
         self.data_location, self.quarantine_location = tables.data.location(), tables.quarantine.location()
         self.done, self.last = IngestResult(req.run_id, req.label), None  # every batch of the run so far
         for report in reports.read():  # an earlier try of the same run: read once, then kept here
@@ -132,6 +133,7 @@ class BatchWriter:
         self.pending_yield = 0.0
         self.step = "starting"
         self.failed_step: str | None = None  # where the last failed attempt failed, if inside a batch
+        self.failed_error: ErrorInfo | None = None  # and what failed there, as data
         self.pacer = pacer_for(pipeline, req, cores, self.stopping, lambda line: log(f"[{req.label}] {line}"))
         self.pacer.first_budget().write(self.budget_file)
 
@@ -158,14 +160,15 @@ class BatchWriter:
         try:
             self._batch(ranges, batch_id)
         except BaseException:
-            self.failed_step = self.step  # for the restart policy: where this attempt failed
+            self.failed_step = self.step  # for the restart policy: where this attempt failed, and why
+            self.failed_error = ErrorInfo.of(sys.exc_info()[1])
             raise
 
     def _batch(self, ranges: DataFrame, batch_id: int) -> None:
         started = time.time()
         triggered = self._triggered_at(started)
-        prepared = prepare_batch(ranges, self.cfg, self.req.run_id, self.data_location, self.quarantine_location,
-                                 registry_columns(self.cfg, self.tables.data))
+        prepared = prepare_batch(ranges, self.pipeline.shipped, self.req.run_id, self.data_location,
+                                 self.quarantine_location, table_columns(self.tables.data))
         if not prepared:
             self.last_end = time.time()
             return  # an empty batch commits nothing and never fails
@@ -174,8 +177,7 @@ class BatchWriter:
         stages = {"plan": started - triggered, "prepare": time.time() - started}
         if self.pending_yield:
             stages["yield"] = self.pending_yield
-        report, sample = commit_report(self.pipeline, self.tables, self.req.run_id, batch_id, prepared, triggered,
-                                       stages)
+        report, sample = commit_report(self.committer, self.req.run_id, batch_id, prepared, triggered, stages)
         self.step = f"report and sizing after batch {batch_id}"
         self.reports.append(report)
         self._count(report)
@@ -185,7 +187,7 @@ class BatchWriter:
         self.last_end = time.time()
 
 
-def commit_report(pipeline: Pipeline, tables: Tables, run_id: str, batch_id: int, prepared: list[PreparedRange],
+def commit_report(committer: Committer, run_id: str, batch_id: int, prepared: list[PreparedRange],
                   triggered: float, stages: dict[str, float]) -> tuple[BatchReport, LatencySample]:
     """Commit one prepared batch and describe it: its :class:`BatchReport` and its records' latency sample.
 
@@ -194,7 +196,7 @@ def commit_report(pipeline: Pipeline, tables: Tables, run_id: str, batch_id: int
     """
     failpoints.pause("before-commit")
     failpoints.maybe_fail("before-commit")
-    result, commit_s = commit_prepared(pipeline.cfg, tables, pipeline.fs, pipeline.state, run_id, batch_id, prepared)
+    result, commit_s = committer.commit(run_id, batch_id, prepared)
     failpoints.maybe_fail("after-commit")
     ended = time.time()
     sample = LatencySample.at(ended, [p.timestamps for p in prepared if p.timestamps])
@@ -322,15 +324,16 @@ def _attempts(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, write
     consecutive, steps = 0, []
     while True:
         before = result.batches
-        writer.failed_step = None
+        writer.failed_step, writer.failed_error = None, None
         try:
             _run_query(spark, pipeline, req, writer, log, cancel)
             return
         except StreamingQueryException as exc:
-            kind, message = explain(exc)
+            kind, message = ((writer.failed_error.error_class, writer.failed_error.message) if writer.failed_error
+                             else explain(exc))
             cause = f"{kind}: {message}"
             result.causes.append(cause)
-            if not is_retryable(kind):
+            if not (writer.failed_error.retryable if writer.failed_error else is_retryable(kind)):
                 raise IngestError(f"[{req.label}] {cause}") from None
             consecutive, steps = (0, []) if result.batches > before else (consecutive + 1, steps)
             steps.append(writer.failed_step or "planning a batch (the source, reading offsets on the driver)")

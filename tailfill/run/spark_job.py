@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import sys
 import threading
+import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
 
 from pyspark.sql import SparkSession
 
 from tailfill.errors import ConfigError, ErrorInfo, LakeError, TailfillError
-from tailfill.lake.spark_writer import warm_executors
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.redact import redact_text
 from tailfill.run.contract import IngestResult, JobResult, JobSpec
 from tailfill.run.plan import backfill_requests, source_state, tail_request
 from tailfill.run.spark_ingest import run_ingest
+from tailfill.run.spark_prepare import warm_executors
 
 
 def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Callable[[str], None] | None = None,
@@ -50,7 +51,7 @@ def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Callable
                                      spec.max_offsets_per_batch)]
         session = spark.result() if isinstance(spark, Future) else spark
         if isinstance(spark, Future) and requests:
-            warm_executors(session, pipeline.resolved)
+            warm_executors(session, pipeline.shipped)
         return [run_ingest(session, pipeline, tables, req, log, cancel) for req in requests]
 
 
@@ -62,7 +63,11 @@ def run_to_result(spec: JobSpec, spark: SparkSession | Future[SparkSession], log
         return JobResult(run(spec, spark, log, cancel))
     except Exception as exc:
         error = ErrorInfo.of(exc)
-        log(redact_text(f"error: {exc}" if isinstance(exc, TailfillError | ValueError) else f"error: {error}"))
+        if isinstance(exc, TailfillError | ValueError):
+            log(redact_text(f"error: {exc}"))
+        else:  # not one of ours: its whole text for the job's output, one line for the result
+            log(redact_text("".join(traceback.format_exception(exc)).rstrip()))
+            log(redact_text(f"error: {error}"))
         return JobResult(error=error)
 
 

@@ -23,7 +23,7 @@ from tailfill.config import SourceConfig
 from tailfill.errors import ConfigError, ExpiredOffsetsError
 from tailfill.offsets import OffsetRange, PartitionOffsets, cap, deal, ranges_between
 from tailfill.source.budget import Budget
-from tailfill.source.kafka import consumer_config, list_partitions, read_range, shared_consumer, watermarks
+from tailfill.source.kafka import OwnedConsumer, consumer_config, list_partitions, read_range, watermarks
 from tailfill.values.schema import RANGE_SCHEMA
 
 MIN_SPLIT_OFFSETS = 100_000  # a range is halved for parallel tasks only if each half has this many
@@ -54,6 +54,7 @@ class KafkaOptions:
         self.markers = options.get("includerangemarkers", "false").lower() == "true"
         self.output = output
         self.tasks = int(options["tasks"]) if options.get("tasks") else None
+        self.consumer = OwnedConsumer(self.conf)  # kept across this reader's calls; closed when it stops
 
     def budget(self) -> int | None:
         """This batch's cap: the writer's :class:`Budget`, within ``maxOffsetsPerTrigger``, else that alone."""
@@ -66,7 +67,7 @@ class KafkaOptions:
         return budget.within(self.max_offsets, self.tasks)[1] if budget else self.tasks
 
     def partitions(self) -> list:
-        return list_partitions(self.conf, self.source.topic, consumer=shared_consumer(self.conf))
+        return list_partitions(self.conf, self.source.topic, consumer=self.consumer)
 
     def resolve(self, spec: str | None, role: str) -> PartitionOffsets:
         """Offsets from JSON, or from the broker for ``earliest`` / ``latest`` (ending only)."""
@@ -87,7 +88,7 @@ class KafkaOptions:
         if self.source.on_expired_offsets == "record_gap":
             return
         low = watermarks(self.conf, sorted({r.tp for r in ranges}), probe_timeout_s=0,
-                         consumer=shared_consumer(self.conf)).low
+                         consumer=self.consumer).low
         for r in ranges:
             earliest = low.get(r.tp, 0) or 0
             if r.start < earliest:
@@ -171,6 +172,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         """Nothing to do: positions live in the table's ledger, not in consumer groups."""
+
+    def stop(self) -> None:
+        """The query stopped: let go of the reader's consumer."""
+        self.opts.consumer.close()
 
 
 def _at_least(end: PartitionOffsets, start: PartitionOffsets) -> PartitionOffsets:

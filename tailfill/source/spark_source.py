@@ -11,7 +11,7 @@ Options (offsets in the JSON format of Spark's Kafka connector, ``{"topic": {"0"
   tasks (at most ``tasks``), so a driver can size batches and yield cores as it goes
 - ``output``: ``records`` (default) — the records themselves (:data:`~tailfill.values.schema.RAW_SCHEMA`);
   or ``ranges`` — one row per offset range (:data:`~tailfill.values.schema.RANGE_SCHEMA`), for a writer
-  that reads its ranges where it writes them (Tailfill's ingest, :mod:`tailfill.lake.spark_writer`)
+  that reads its ranges where it writes them (Tailfill's ingest, :mod:`tailfill.run.spark_prepare`)
 - ``tasks``: with ``ranges``, deal each batch's ranges into at most this many input partitions of
   near-equal size — several partitions read by one consumer, or a large range halved so that every
   task works (see :func:`tailfill.offsets.deal`); default one range each

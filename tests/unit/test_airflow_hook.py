@@ -185,8 +185,9 @@ def test_the_schema_registry_login_of_a_connection_reaches_the_job_s_registry_cl
     monkeypatch.setenv("AIRFLOW_CONN_REGISTRY_TEST", json.dumps({"conn_type": "generic", "login": "bob",
                                                                  "password": "sr-s3cret"}))
     env = TailfillHook(load_pipeline(path)).job_env()
-    job_side = ("import sys; from tailfill.pipeline.load import load_pipeline; from tailfill.formats.registry import "
-                "RegistryClient; print(RegistryClient(load_pipeline(sys.argv[1]).format.schema_registry).auth)")
+    job_side = ("import sys; from tailfill.pipeline.load import load_pipeline; "
+                "from tailfill.formats.schema_registry import RegistryClient; "
+                "print(RegistryClient(load_pipeline(sys.argv[1]).format.schema_registry).auth)")
     out = subprocess.run([sys.executable, "-c", job_side, str(path)], env=env, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr

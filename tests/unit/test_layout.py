@@ -5,6 +5,8 @@ Every import is read: at module level, inside functions, and under ``if TYPE_CHE
 - the house has floors (:data:`FLOORS`): a module imports modules of its own package and of lower
   floors only; packages that share a floor never import each other;
 - the modules of ``tailfill`` and ``plugins`` import each other without a cycle;
+- a format is known by name only to the registry of formats and the edge (``pipeline``): ``lake`` and
+  the rest see its interface (``formats.base``);
 - pyspark is imported at module level only by Spark-side modules, named ``spark_*``;
 - nothing in ``tailfill`` imports Airflow;
 - the top of the package stays a small model: at most 8 modules directly under ``tailfill/``;
@@ -135,6 +137,25 @@ def test_no_import_cycles():
     for name in sorted(graph):
         visit(name, [])
     assert cycles == []
+
+
+FORMAT_INTERFACE = {"tailfill.formats.base", "tailfill.formats.evolve"}  # what a format is; the rules of evolution
+
+
+def test_only_the_registry_and_the_edge_know_the_formats_by_name():
+    """The lake (and everything else past the edge) sees a format through its interface only: adding one
+    changes its own module and the registry's one line, nothing in ``lake/``."""
+    knows_names = {"tailfill.formats", "tailfill.pipeline", "tailfill.dev"}
+    offenders = sorted(f"{name} -> {m}" for name, imported in internal_imports(modules()).items()
+                       if _ours(name) and not any(name.startswith(p) for p in knows_names)
+                       for m in imported if m.startswith("tailfill.formats.") and m not in FORMAT_INTERFACE)
+    assert offenders == []
+
+
+def test_every_package_has_a_face():
+    """Executors import tailfill from a zip (``--py-files``), and zipimport finds no package without ``__init__``."""
+    folders = {p.parent for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}
+    assert sorted(str(f.relative_to(REPO)) for f in folders if not (f / "__init__.py").exists()) == []
 
 
 def test_package_faces_import_nothing_of_the_house():

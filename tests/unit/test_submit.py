@@ -64,7 +64,7 @@ def test_every_submit_ships_the_installed_package():
     package = Path(runtime.__file__).parents[1]
     sources = {str(p.relative_to(package.parent)) for p in package.rglob("*.py")}
     assert names == sources | {name + "c" for name in sources}  # each module with its bytecode beside it
-    assert {"tailfill/source/spark_reader.py", "tailfill/lake/spark_writer.py", "tailfill/config.py"} <= names
+    assert {"tailfill/source/spark_reader.py", "tailfill/run/spark_prepare.py", "tailfill/config.py"} <= names
     assert not list(Path(archive).parent.glob("*.tmp")), "a temporary archive was left behind"
 
 
