@@ -15,10 +15,11 @@ from tailfill.offsets import PartitionOffsets
 from tailfill.pipeline.handle import Pipeline, open_pipeline
 from tailfill.pipeline.load import env_names, resolve_pipeline
 from tailfill.redact import redact_text
-from tailfill.run.contract import IngestResult, new_run_id
+from tailfill.run.contract import IngestResult, JobSpec, new_run_id, read_event
 from tailfill.run.planner import BackfillPlan, BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
+from tailfill.run.runners import Runner, choose_runner
 from tailfill.run.submit import parse_conf
-from tailfill.run.warm_spark import run_job, server_state, spark_server_down, spark_server_up
+from tailfill.run.warm_spark import server_state, spark_server_down, spark_server_up
 from tailfill.settings import settings
 from tailfill.source.embedded import broker_state, registry_state, resolve_bootstrap, resolve_registry
 from tailfill.state.records import format_stages
@@ -122,15 +123,26 @@ def backfill_plan(pipeline: Pipeline, args: argparse.Namespace) -> BackfillPlan:
     return plan_backfill_lanes(pipeline, request, lambda _lane: run_id)
 
 
+def _show(line: str) -> None:
+    """A line of a job: the job's own lines and Spark's to stderr; the job's events are for machines."""
+    if read_event(line) is None:
+        print(line, file=sys.stderr, flush=True)
+
+
+def _run(runner: Runner, spec: JobSpec) -> tuple[int, list[IngestResult]]:
+    outcome = runner.submit(spec, _show).wait()
+    return outcome.code, outcome.result.results if outcome.result is not None else []
+
+
 def cmd_backfill(args: argparse.Namespace) -> int:
     conf = parse_conf(args.conf)  # before planning: a typo fails at once
     with open_pipeline(args.pipeline) as pipeline:
         specs = backfill_plan(pipeline, args).specs
     if not specs:
         return _summarise(pipeline, "backfill", 0, [])
-    secrets = env_names(pipeline.cfg)
+    runner = choose_runner(args.spark, args.master, conf, secrets=env_names(pipeline.cfg))
     with ThreadPoolExecutor(max_workers=len(specs)) as pool:  # lanes run side by side, as in the DAG
-        runs = list(pool.map(lambda spec: run_job(spec, args.master, conf, args.spark, secrets), specs))
+        runs = list(pool.map(lambda spec: _run(runner, spec), specs))
     code = next((c for c, _ in runs if c != 0), 0)
     return _summarise(pipeline, "backfill", code, [r for _, results in runs for r in results])
 
@@ -139,7 +151,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     conf = parse_conf(args.conf)
     with open_pipeline(args.pipeline) as pipeline:
         plan = plan_tail(pipeline, TailRequest(args.once, getattr(args, "stop_after", None)), new_run_id("tail"))
-    code, results = run_job(plan.spec, args.master, conf, args.spark, env_names(pipeline.cfg))
+    code, results = _run(choose_runner(args.spark, args.master, conf, secrets=env_names(pipeline.cfg)), plan.spec)
     return _summarise(pipeline, "tail", code, results)
 
 

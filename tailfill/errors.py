@@ -122,13 +122,6 @@ class InjectedFault(TailfillError):
     retryable = True
 
 
-def _subclasses(cls: type[TailfillError]) -> list[type[TailfillError]]:
-    out = []
-    for sub in cls.__subclasses__():
-        out += [sub, *_subclasses(sub)]
-    return out
-
-
 class RemoteError(TailfillError):
     """An error that happened in another process, raised again here from its :class:`ErrorInfo`."""
 
@@ -140,8 +133,9 @@ class RemoteError(TailfillError):
         self.then_resume = info.then_resume  # type: ignore[misc]
 
 
-class RestartsExhausted(IngestError):
-    """A query failed more often in a row than its pipeline tolerates; ``last`` is the last failure's cause."""
+class QueryFailed(IngestError):
+    """A query stopped on a failure no restart can help, or after more failures in a row than its pipeline
+    tolerates; ``last`` is the (last) failure's cause: its class, ``retryable`` and fix are this error's."""
 
     def __init__(self, message: str, last: ErrorInfo):
         super().__init__(message)
@@ -154,6 +148,11 @@ FOREIGN_FIXES: tuple[tuple[str, type[TailfillError]], ...] = (
     ("pyiceberg", LakeError), ("sqlalchemy", LakeError), ("psycopg2", LakeError), ("pyarrow", LakeError),
 )
 MEMORY_FIX = "lower the batch cap (max_offsets_per_batch) or give the driver more memory"
+# Spark's own failures that are the machine's, not a batch's (a Python worker that could not start in time), known
+# by Spark's wording: restarts of their own, with more patience (tailfill.run.restarts).
+SPARK_INFRASTRUCTURE = ("Python worker failed to connect back",)
+INFRASTRUCTURE_FIX = ("the machine was too busy to start Spark's Python workers in time: give Spark more cores or run "
+                      "fewer jobs at once")
 
 
 @dataclass(frozen=True)
@@ -163,7 +162,8 @@ class ErrorInfo:
     ``error_class``: the exception's class name (Tailfill's, or a foreign one such as ``OSError``);
     ``message``: its text (a foreign one's first line); ``retryable``: whether running the same work again can succeed
     (a foreign error: yes, within the failure budget); ``fix``: what the person running the pipeline
-    should do; ``then_resume``: whether running again after the fix resumes the work.
+    should do; ``then_resume``: whether running again after the fix resumes the work;
+    ``infrastructure``: Spark's machinery failed (:data:`SPARK_INFRASTRUCTURE`), not the work.
     """
 
     error_class: str
@@ -171,6 +171,7 @@ class ErrorInfo:
     retryable: bool = True
     fix: str = TailfillError.fix
     then_resume: bool = True
+    infrastructure: bool = False
 
     @classmethod
     def of(cls, exc: BaseException) -> ErrorInfo:
@@ -187,22 +188,35 @@ class ErrorInfo:
                 return info
             return cls(type(ours).__name__, str(ours), ours.retryable, ours.fix, ours.then_resume)
         root = chain[0]
+        sign = _infrastructure_line(str(exc))
+        if sign is not None:
+            return cls(type(root).__name__, sign, True, INFRASTRUCTURE_FIX, infrastructure=True)
         return cls(type(root).__name__, _first_line(root), True, _foreign_fix(root))
 
     @classmethod
-    def foreign(cls, kind: str, message: str, fix: str = TailfillError.fix, retryable: bool = True) -> ErrorInfo:
-        """A failure known only by its text (Spark's own, from the JVM)."""
-        return cls(kind, message.strip().splitlines()[0] if message.strip() else kind, retryable, fix)
+    def foreign(cls, kind: str, text: str) -> ErrorInfo:
+        """A failure known only by its text (Spark's own, from the JVM): its first line, or the line that says
+        Spark's machinery failed."""
+        sign = _infrastructure_line(text)
+        if sign is not None:
+            return cls(kind, sign, True, INFRASTRUCTURE_FIX, infrastructure=True)
+        return cls(kind, text.strip().splitlines()[0] if text.strip() else kind)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> ErrorInfo:
-        return cls(**{k: data[k] for k in ("error_class", "message", "retryable", "fix", "then_resume") if k in data})
+        known = ("error_class", "message", "retryable", "fix", "then_resume", "infrastructure")
+        return cls(**{k: data[k] for k in known if k in data})
 
     def __str__(self) -> str:
         return f"{self.error_class}: {self.message}"
+
+
+def _infrastructure_line(text: str) -> str | None:
+    """The line of ``text`` that names one of Spark's infrastructure failures, or None."""
+    return next((line.strip() for line in text.splitlines() if any(s in line for s in SPARK_INFRASTRUCTURE)), None)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -216,17 +230,3 @@ def _foreign_fix(exc: BaseException) -> str:
     module = type(exc).__module__ or ""
     found = next((cls for prefix, cls in FOREIGN_FIXES if module.startswith(prefix)), None)
     return found.fix if found is not None else TailfillError.fix
-
-
-def error_class(name: str) -> type[TailfillError] | None:
-    """The Tailfill error class called ``name`` (as a traceback prints it), or None for anything else."""
-    return next((c for c in [TailfillError, *_subclasses(TailfillError)] if c.__name__ == name), None)
-
-
-def is_retryable(name: str) -> bool:
-    """Whether a failure whose root cause is the exception class ``name`` may succeed when run again.
-
-    Unknown causes (Spark, the JVM, the network) are retried within the failure budget.
-    """
-    cls = error_class(name)
-    return True if cls is None else cls.retryable

@@ -1,6 +1,6 @@
 """How large the next micro-batch may be, decided between batches: one interface, two pacers.
 
-A query's writer asks its :class:`Pacer` for the first batch's :class:`~tailfill.source.budget.Budget`
+A query's writer asks its :class:`Pacer` for the first batch's :class:`~tailfill.source.handoff.Budget`
 and, after each commit, for the next one. The tail paces itself to its trigger interval and
 publishes its health (:class:`TailPacer`); a backfill asks its governor, which applies the rate
 limit and yields to a live tail (:class:`BackfillPacer`, seed 001).
@@ -18,7 +18,7 @@ from tailfill.run.governor import Governor
 from tailfill.run.plan import IngestRequest
 from tailfill.run.tail_health import TailPace, mark_stopped, read_tail
 from tailfill.run.tuning import tail_batch_offsets
-from tailfill.source.budget import Budget
+from tailfill.source.handoff import Budget
 from tailfill.source.kafka import OwnedConsumer, watermarks
 from tailfill.state.records import BatchReport
 from tailfill.state.store import write_health

@@ -1,8 +1,9 @@
 """The Spark job behind ``spark_jobs/ingest.py``: a backfill's planned slices, or the tail.
 
-Prints progress to stderr and, last, its :class:`~tailfill.run.contract.JobResult` to stdout (one
-line). When the run cannot complete it also prints the cause on stderr (``error: …``), puts it in the
-result as data (its class, message, fix), and exits 2.
+Prints progress to stderr; its events (:mod:`tailfill.run.contract`: a restart) and, last, its
+:class:`~tailfill.run.contract.JobResult` go to stdout, one line each. When the run cannot complete it
+also prints the cause on stderr (``error: …``), puts it in the result as data (its class, message,
+fix), and exits 2.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import sys
 import threading
 import traceback
-from collections.abc import Callable
 from concurrent.futures import Future
 
 from pyspark.sql import SparkSession
@@ -20,19 +20,19 @@ from tailfill.pipeline.handle import open_pipeline
 from tailfill.redact import redact_text
 from tailfill.run.contract import IngestResult, JobResult, JobSpec
 from tailfill.run.plan import backfill_requests, source_state, tail_request
-from tailfill.run.spark_ingest import run_ingest
+from tailfill.run.spark_ingest import Emit, Log, run_ingest
 from tailfill.run.spark_prepare import warm_executors
 
 
-def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Callable[[str], None] | None = None,
+def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log | None = None, emit: Emit | None = None,
         cancel: threading.Event | None = None) -> list[IngestResult]:
     """Run ``spec``; returns one :class:`IngestResult` per streaming query (run of adjacent slices, or the tail).
 
     ``spark``: the session (tests and the warm Spark server share one), or one being built for a new
     application (see ``spark_jobs/ingest.py``), whose executors are warmed while the first query
     starts; the broker and the table are read meanwhile. ``log`` takes the job's progress lines
-    (default: stderr); ``cancel``, once set, stops the job's query at once (see
-    :func:`~tailfill.run.spark_ingest.run_ingest`).
+    (default: stderr), ``emit`` its events (default: their lines on stdout); ``cancel``, once set, stops
+    the job's query at once (see :func:`~tailfill.run.spark_ingest.run_ingest`).
     """
     with open_pipeline(spec.pipeline) as pipeline:
         tables = pipeline.open_tables()
@@ -52,15 +52,15 @@ def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Callable
         session = spark.result() if isinstance(spark, Future) else spark
         if isinstance(spark, Future) and requests:
             warm_executors(session, pipeline.shipped)
-        return [run_ingest(session, pipeline, tables, req, log, cancel) for req in requests]
+        return [run_ingest(session, pipeline, tables, req, log, emit, cancel) for req in requests]
 
 
-def run_to_result(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Callable[[str], None],
+def run_to_result(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log, emit: Emit,
                   cancel: threading.Event | None = None) -> JobResult:
     """Run ``spec`` and describe it as its :class:`JobResult`; whatever stops it is logged as ``error: …``
     and becomes the result's error, as data (what ``spark-submit`` and the warm Spark server both hand back)."""
     try:
-        return JobResult(run(spec, spark, log, cancel))
+        return JobResult(run(spec, spark, log, emit, cancel))
     except Exception as exc:
         error = ErrorInfo.of(exc)
         if isinstance(exc, TailfillError | ValueError):
@@ -73,6 +73,7 @@ def run_to_result(spec: JobSpec, spark: SparkSession | Future[SparkSession], log
 
 def main(argv: list[str] | None, spark: SparkSession | Future[SparkSession]) -> int:
     """The job's entry point: run the spec in ``argv``; 0 on success, 2 with the cause on stderr."""
-    result = run_to_result(JobSpec.parse(argv), spark, lambda line: print(line, file=sys.stderr, flush=True))
+    result = run_to_result(JobSpec.parse(argv), spark, lambda line: print(line, file=sys.stderr, flush=True),
+                           lambda event: print(event.line(), flush=True))
     print(result.line(), flush=True)
     return 2 if result.error else 0

@@ -148,7 +148,7 @@ def _handler(spark, jobs: _Jobs, state: dict, started_with: dict) -> type[BaseHT
                 lines.put(warm_spark.SERVED_BY + f" pid {os.getpid()}, job {spec.run_id}")
                 from tailfill.run.spark_job import run_to_result
 
-                result = run_to_result(spec, spark, lines.put, cancel)
+                result = run_to_result(spec, spark, lines.put, lambda event: lines.put(event.line()), cancel)
             except BaseException as exc:
                 lines.put(redact_text(f"error: {type(exc).__name__}: {exc}"))
                 result = JobResult(error=ErrorInfo.of(exc))

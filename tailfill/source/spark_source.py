@@ -9,6 +9,8 @@ Options (offsets in the JSON format of Spark's Kafka connector, ``{"topic": {"0"
 - ``budgetFile``: a JSON file ``{"max_offsets": N, "tasks": K}`` read before each micro-batch; when
   present it sets the batch's cap (at most ``maxOffsetsPerTrigger``) and, optionally, its number of
   tasks (at most ``tasks``), so a driver can size batches and yield cores as it goes
+- ``failureFile``: where a streaming reader writes the error its planning failed with, as data
+  (:mod:`tailfill.source.handoff`), for a driver that restarts the query
 - ``output``: ``records`` (default) — the records themselves (:data:`~tailfill.values.schema.RAW_SCHEMA`);
   or ``ranges`` — one row per offset range (:data:`~tailfill.values.schema.RANGE_SCHEMA`), for a writer
   that reads its ranges where it writes them (Tailfill's ingest, :mod:`tailfill.run.spark_prepare`)

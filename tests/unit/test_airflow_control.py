@@ -120,13 +120,13 @@ def test_watcher_publishes_at_once_then_each_new_batch_then_its_end(home):
 
 
 def test_failure_headline_names_cause_and_fix_and_the_java_stack_is_not_the_cause():
-    from tailfill.errors import BrokerError, ErrorInfo, RestartsExhausted
+    from tailfill.errors import BrokerError, ErrorInfo, QueryFailed
     from tailfill.run.contract import JobResult, Restarted
 
     out = JobOutput()
     down = ErrorInfo.of(BrokerError("ALL_BROKERS_DOWN: 1/1 brokers are down"))
     restart = Restarted("slices 1-2", 1, 3, "commit of batch 4", down, 1.0)
-    exhausted = RestartsExhausted("[slices 1-2] 4 consecutive failed attempts without committing any offset "
+    exhausted = QueryFailed("[slices 1-2] 4 consecutive failed attempts without committing any offset "
                                   "(tolerated: 3); last cause: BrokerError: ALL_BROKERS_DOWN: 1/1 brokers are down",
                                   down)
     lines = ["Spark Command: /usr/bin/java -cp ...", 'Exception in thread "main" org.apache.spark.SparkException',

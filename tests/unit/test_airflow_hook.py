@@ -106,6 +106,8 @@ def test_every_secret_the_hook_hands_a_job_is_masked_in_airflow_s_logs(sasl_pipe
 
 
 def test_the_spark_job_s_output_reaches_the_task_log_and_its_file_redacted(sasl_pipeline, tmp_path):
+    """The runner hands every line of the job to the operator's public callback: the whole output goes to the
+    output file, the job's own lines to the task log, every secret masked."""
     from tailfill_airflow.causes import JobOutput
     from tailfill_airflow.operators import TailfillSubmitOperator
 
@@ -117,40 +119,26 @@ def test_the_spark_job_s_output_reaches_the_task_log_and_its_file_redacted(sasl_
     cause = "cannot open the Iceberg catalog at postgresql+psycopg2://u:pw-in-uri@127.0.0.1:9/none: refused"
     job = ["26/11/24 01:00:00 INFO SparkContext: Running Spark version 4.2.0", f"error: {cause}",
            JobResult(error=ErrorInfo.of(LakeError(cause))).line()]
-    shown = list(op._divert(iter(job)))
+    with op._output_file.open("w") as op._out:
+        shown = [line for line in job if op.observe_line(line)]
     redacted = "cannot open the Iceberg catalog at postgresql+psycopg2://u:***@127.0.0.1:9/none: refused"
-    assert shown[0] == f"error: {redacted}" and len(shown) == 2 and "pw-in-uri" not in shown[1]
-    assert op._output.cause == redacted
-    assert op._output_file.read_text().splitlines() == [job[0], *shown]
+    assert shown == job[1:]
+    assert op._output.cause == redacted and op._output.result.error.error_class == "LakeError"
+    written = op._output_file.read_text().splitlines()
+    assert written[:2] == [job[0], f"error: {redacted}"] and "pw-in-uri" not in "".join(written)
 
 
-def test_the_operator_s_adapter_fails_here_the_day_the_provider_s_private_log_parser_changes(
-        sasl_pipeline, tmp_path, monkeypatch):
-    """The operator diverts the job's output by wrapping the provider's private
-    ``SparkSubmitHook._process_spark_submit_log`` (there is no public hook for it). This pins what it
-    relies on: the method's signature, that ``submit`` feeds it the job's lines, and that the hook the
-    operator builds hands them to :meth:`TailfillSubmitOperator._divert`."""
-    import inspect
+def test_the_spark_master_is_the_connection_s_as_the_spark_provider_reads_it(sasl_pipeline, monkeypatch):
+    from tailfill.run import runtime
 
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-    from tailfill_airflow.causes import JobOutput
-    from tailfill_airflow.operators import TailfillSubmitOperator
-
-    from tailfill.errors import BrokerError, ErrorInfo
-    from tailfill.run.contract import JobResult
-
-    assert list(inspect.signature(SparkSubmitHook._process_spark_submit_log).parameters) == ["self", "itr"]
-    assert "self._process_spark_submit_log(" in inspect.getsource(SparkSubmitHook.submit)
+    hook = TailfillHook(sasl_pipeline)
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
-    op = TailfillSubmitOperator(task_id="tail", pipeline=str(sasl_pipeline.path), application_args=[])
-    op._output, op._output_file = JobOutput(), tmp_path / "spark-submit-try1.log"
-
-    hook = op._get_hook()
-    result = JobResult(error=ErrorInfo.of(BrokerError("broker gone"))).line()
-    hook._process_spark_submit_log(iter(["26/11/24 INFO SparkContext: Running Spark\n", result + "\n"]))
-
-    assert op._output_file.read_text().splitlines() == ["26/11/24 INFO SparkContext: Running Spark", result]
-    assert op._output.cause == "broker gone"
+    assert hook.spark_master() == "local[2]"  # a whole master URL in its host (the UI's way)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", "spark://spark-master:7077")  # compose's URI
+    assert hook.spark_master() == "spark://spark-master:7077"
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_K8S", json.dumps({"conn_type": "spark", "host": "k8s://https://k:443"}))
+    assert hook.spark_master("spark_k8s") == "k8s://https://k:443"
+    assert hook.spark_master("spark_nowhere") == runtime.master()  # no connection: Tailfill's own default
 
 
 def test_a_lane_that_will_be_retried_keeps_its_label(monkeypatch):
