@@ -1,8 +1,9 @@
-"""A small client of a Confluent-compatible Schema Registry: schemas by id (cached), a subject's latest.
+"""A small client of a Confluent-compatible Schema Registry: schemas by id (kept), a subject's latest.
 
-Each process asks the registry for a schema id once and keeps the answer: executors never ask per
-record. A request that cannot reach the registry is retried with backoff; then it fails with one
-line naming the registry's URL (a :class:`RegistryError`), and nothing is committed for the batch.
+A client asks the registry for a schema id once and keeps the answer; its owner (a pipeline's handle,
+an executor's context) keeps the client, so executors never ask per record. A request that cannot
+reach the registry is retried with backoff; then it fails with one line naming the registry's URL (a
+:class:`RegistryError`), and nothing is committed for the batch.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from tailfill.errors import RegistryError
 from tailfill.plumbing.retry import retrying
 
 BACKOFF_SECONDS = 0.5  # first wait between tries, doubled per try (at most 8 s)
-_CACHE: dict[tuple, RegisteredSchema | None] = {}  # (url, id) or (url, subject, version) -> the schema, or None
-_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -72,6 +71,8 @@ class RegistryClient:
                                 "(tailfill.source.embedded.resolved)")
         self.cfg = cfg
         self.where = _url_for_humans(cfg.url)
+        self._known: dict[tuple, RegisteredSchema | None] = {}  # id, or (subject, version) -> the schema, or None
+        self._lock = threading.Lock()
         self.auth: str | None = None
         if cfg.credential_env:
             user_env, pass_env = cfg.credential_env
@@ -114,22 +115,22 @@ class RegistryClient:
             raise _Unanswered(str(getattr(exc, "reason", exc))) from None
 
     def schema(self, schema_id: int) -> RegisteredSchema | None:
-        """The schema with ``schema_id`` (None if the registry has none), asked once per process."""
-        return self._cached((self.cfg.url, schema_id), f"schemas/ids/{schema_id}?format=serialized", schema_id)
+        """The schema with ``schema_id`` (None if the registry has none), asked once by this client."""
+        return self._cached((schema_id,), f"schemas/ids/{schema_id}?format=serialized", schema_id)
 
     def version(self, subject: str, version: int) -> RegisteredSchema | None:
-        """Version ``version`` of ``subject`` (None if the registry has none), asked once per process."""
+        """Version ``version`` of ``subject`` (None if the registry has none), asked once by this client."""
         path = f"subjects/{urllib.parse.quote(subject, safe='')}/versions/{version}?format=serialized"
-        return self._cached((self.cfg.url, subject, version), path)
+        return self._cached((subject, version), path)
 
     def _cached(self, key: tuple, path: str, schema_id: int | None = None) -> RegisteredSchema | None:
-        with _LOCK:
-            if key in _CACHE:
-                return _CACHE[key]
+        with self._lock:
+            if key in self._known:
+                return self._known[key]
         doc = self._get(path)
         found = None if doc is None else RegisteredSchema.of(doc, schema_id)
-        with _LOCK:
-            _CACHE[key] = found
+        with self._lock:
+            self._known[key] = found
         return found
 
     def imports(self, schema: RegisteredSchema) -> dict[str, str]:
