@@ -94,7 +94,7 @@ def avro_required(text: str) -> tuple[str, ...]:
 class AvroWriter:
     """Decodes payloads written with one Avro schema (parsed once) into rows of :attr:`columns`."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, imports: dict[str, str] | None = None):  # no imports: see WireFormat.build
         self.columns = avro_columns(text)
         self.required = avro_required(text)
         self.parsed = fastavro.parse_schema(json.loads(text))
@@ -133,7 +133,7 @@ def _uuids_as_text(value: Any) -> Any:
 class AvroKey:
     """Keys written with one Avro schema of any type."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, imports: dict[str, str] | None = None):  # no imports: see WireFormat.build
         schema = json.loads(text)
         self.kind = avro_type(schema)
         self.parsed = fastavro.parse_schema(schema)
@@ -151,11 +151,5 @@ class AvroFormat(WireFormat):
 
     name = "avro"
     schema_type = "AVRO"
-
-    @classmethod
-    def writer(cls, text: str, imports: dict[str, str]) -> AvroWriter:
-        return AvroWriter(text)
-
-    @classmethod
-    def key_writer(cls, text: str, imports: dict[str, str]) -> AvroKey:
-        return AvroKey(text)
+    writer_class = AvroWriter
+    key_class = AvroKey

@@ -74,7 +74,7 @@ def json_type(root: Any) -> pa.DataType:
 class JsonSchemaWriter:
     """Decodes JSON payloads whose writer schema is one JSON Schema: each value is checked against its types."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, imports: dict[str, str] | None = None):  # no imports: see WireFormat.build
         root = json.loads(text)
         kind = json_type(root)
         if not pa.types.is_struct(kind):
@@ -100,7 +100,7 @@ class JsonSchemaWriter:
 class JsonKey:
     """Keys written with one JSON Schema of any type, each checked against it."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, imports: dict[str, str] | None = None):  # no imports: see WireFormat.build
         self.kind = json_type(json.loads(text))
 
     def type_of(self, variant: tuple) -> pa.DataType:
@@ -115,11 +115,5 @@ class JsonSchemaFormat(WireFormat):
 
     name = "json_schema"
     schema_type = "JSON"
-
-    @classmethod
-    def writer(cls, text: str, imports: dict[str, str]) -> JsonSchemaWriter:
-        return JsonSchemaWriter(text)
-
-    @classmethod
-    def key_writer(cls, text: str, imports: dict[str, str]) -> JsonKey:
-        return JsonKey(text)
+    writer_class = JsonSchemaWriter
+    key_class = JsonKey

@@ -218,11 +218,5 @@ class ProtobufFormat(WireFormat):
     name = "protobuf"
     schema_type = "PROTOBUF"
     first_variant = (0,)  # a subject's value schema describes the file's first message
-
-    @classmethod
-    def writer(cls, text: str, imports: dict[str, str]) -> ProtobufWriter:
-        return ProtobufWriter(text, imports)
-
-    @classmethod
-    def key_writer(cls, text: str, imports: dict[str, str]) -> ProtobufKey:
-        return ProtobufKey(text, imports)
+    writer_class = ProtobufWriter
+    key_class = ProtobufKey

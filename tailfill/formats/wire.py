@@ -36,6 +36,8 @@ NOT_WIRE = "not in the Confluent wire format (no magic byte 0 and schema id)"
 class Writer(Protocol):
     """A writer schema, built once: decodes payloads and says the columns of each message variant."""
 
+    def __init__(self, text: str, imports: dict[str, str]): ...
+
     def read(self, payload: bytes) -> tuple[tuple, dict]: ...
 
     def columns_of(self, variant: tuple) -> pa.Schema: ...
@@ -45,6 +47,8 @@ class Writer(Protocol):
 
 class KeyWriter(Protocol):
     """A key schema, built once: decodes key payloads and says the key type of each message variant."""
+
+    def __init__(self, text: str, imports: dict[str, str]): ...
 
     def read(self, payload: bytes) -> tuple[tuple, object]: ...
 
@@ -56,6 +60,8 @@ class WireFormat(Format):
 
     follows_writer_schema = True
     schema_type: ClassVar[str]  # the registry's name of the schema type: AVRO, PROTOBUF, JSON
+    writer_class: ClassVar[type[Writer]]  # built from a schema's text and the texts of the schemas it references
+    key_class: ClassVar[type[KeyWriter]]  # the same, for a key schema
     first_variant: ClassVar[tuple] = ()  # the message of a schema a new table takes its columns from
 
     @classmethod
@@ -71,16 +77,6 @@ class WireFormat(Format):
         return out
 
     @classmethod
-    def writer(cls, text: str, imports: dict[str, str]) -> Writer:
-        """The value writer of a schema text (``imports``: the texts of the schemas it references)."""
-        raise NotImplementedError
-
-    @classmethod
-    def key_writer(cls, text: str, imports: dict[str, str]) -> KeyWriter:
-        """The key writer of a schema text."""
-        raise NotImplementedError
-
-    @classmethod
     def build(cls, found: RegisteredSchema, imports: dict[str, str], key: bool = False) -> Writer | KeyWriter:
         """The writer (``key``: key writer) of a registry schema; ValueError if it cannot be one."""
         if found.kind != cls.schema_type:
@@ -88,8 +84,8 @@ class WireFormat(Format):
         if imports and cls.schema_type != "PROTOBUF":
             raise ValueError("it references other subjects, which Tailfill reads for Protobuf schemas only")
         if key:
-            return cls.key_writer(found.text, imports)
-        writer = cls.writer(found.text, imports)
+            return cls.key_class(found.text, imports)
+        writer = cls.writer_class(found.text, imports)
         reserved = [f.name for f in writer.columns_of(cls.first_variant) if f.name.startswith(RESERVED_PREFIX)]
         if reserved:
             raise ValueError(f"fields {', '.join(reserved)} use the reserved prefix '{RESERVED_PREFIX}'")
