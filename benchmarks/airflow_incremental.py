@@ -32,9 +32,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from airflow_server import AirflowServer  # noqa: E402
 
-from tailfill.config import load_pipeline  # noqa: E402
 from tailfill.dev.broker import EmbeddedBroker  # noqa: E402
 from tailfill.dev.sample import produce_sample  # noqa: E402
+from tailfill.pipeline.load import load_pipeline  # noqa: E402
 
 NAME = "bench"
 INCREMENTAL = f"{NAME}_incremental"

@@ -103,10 +103,10 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=1_000_000)
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from tailfill.config import load_pipeline
     from tailfill.dev.broker import EmbeddedBroker
     from tailfill.dev.format_samples import produce_format_sample
     from tailfill.dev.registry import DevRegistry
+    from tailfill.pipeline.load import load_pipeline
 
     events = args.events
     home = Path(tempfile.mkdtemp(prefix="tailfill-avro-bench-"))

@@ -37,7 +37,7 @@ PARTITIONS = 4
 
 def pipeline(home: Path, target_bytes: int, keep_last: int):
     os.environ["TAILFILL_HOME"] = str(home)
-    from tailfill.config import load_pipeline
+    from tailfill.pipeline.load import load_pipeline
 
     data = yaml.safe_load((REPO / "pipelines" / "demo.yaml").read_text())
     data["source"]["bootstrap_servers"] = "127.0.0.1:9"  # never contacted
@@ -54,26 +54,27 @@ def pipeline(home: Path, target_bytes: int, keep_last: int):
 def run(label: str, batches: int, offsets: int, every: int | None, target_bytes: int, keep_last: int,
         bad_every: int) -> dict:
     from tailfill.dev.batches import commit_sample_batch
-    from tailfill.lake.tables import ensure_tables
     from tailfill.offsets import OffsetRange
+    from tailfill.pipeline.handle import open_pipeline
     from tailfill.run.maintain import maintain
 
     cfg = pipeline(Path(tempfile.mkdtemp(prefix=f"commit-cost-{label}-")), target_bytes, keep_last)
+    handle = open_pipeline(cfg)
     commit_ms, upkeep_s = [], []
     started = time.perf_counter()
     for b in range(1, batches + 1):
         ranges = [OffsetRange("bench", p, (b - 1) * offsets, b * offsets) for p in range(PARTITIONS)]
-        _, secs = commit_sample_batch(cfg, "long-tail", b, ranges, bad_every)
+        _, secs = commit_sample_batch(handle, "long-tail", b, ranges, bad_every)
         commit_ms.append(secs * 1000)
         if every and b % every == 0:
             t = time.perf_counter()
-            report = maintain(cfg, cfg.maintenance)
+            report = maintain(handle, cfg.maintenance)
             upkeep_s.append(time.perf_counter() - t)
             last_upkeep = report
         if b % 250 == 0:
             print(f"  [{label}] batch {b:,}: commit {commit_ms[-1]:.0f} ms "
                   f"({time.perf_counter() - started:.0f}s so far)", flush=True)
-    data = ensure_tables(cfg).data
+    data = handle.open_tables().data
     files = list(data.scan().plan_files())
     out = {"label": label, "cfg": cfg, "batches": batches, "first": statistics.median(commit_ms[5:15]),
            "last": statistics.median(commit_ms[-10:]), "snapshots": len(data.snapshots()),
@@ -120,10 +121,11 @@ def main() -> int:
         print(f"after the last compaction: {files} data files for {size:,} B; bound ceil(bytes/target) + "
               f"partitions = {bound}: {'ok' if files <= bound else 'EXCEEDED'}")
 
+    from tailfill.pipeline.handle import open_pipeline
     from tailfill.proof.validate import validate
 
     os.environ["TAILFILL_HOME"] = str(Path(upkeep["cfg"].target.warehouse).parent)
-    report = validate(upkeep["cfg"], all_runs=True)
+    report = validate(open_pipeline(upkeep["cfg"]), all_runs=True)
     expected = args.batches * args.offsets * PARTITIONS
     print(f"validate --all after upkeep: {'COMPLETE' if report.success else 'INCOMPLETE'}, "
           f"{report.offsets_checked:,} of {expected:,} offsets checked"

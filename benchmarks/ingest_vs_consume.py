@@ -4,7 +4,7 @@ On the embedded broker, N sample events (~120 B of JSON, 4 partitions, 0.1% deli
 
   (a) consume only: one tuned confluent-kafka consumer reading all partitions, nothing else;
   (b) a naive script: one process, the same consumer, each record parsed with Tailfill's own rules
-      (``tailfill.lake.rows.parse_value``: the same rows and the same quarantine), Arrow, Parquet out;
+      (``tailfill.formats.json_fields.parse_value``: the same rows and the same quarantine), Arrow, Parquet out;
   (c) ``tailfill backfill`` exactly as the CLI runs it: plan, ``spark-submit``, the demo pipeline's
       shipped settings; spark-submit's startup is reported apart from the steady state;
   (d) ``tailfill validate --all`` of that backfill in a fresh process (cold);
@@ -102,8 +102,8 @@ def consume_all(bootstrap: str, topic: str, ends: dict[int, int], on_batch=None)
 def naive_script(bootstrap: str, topic: str, ends: dict[int, int], cfg, out: Path) -> tuple[int, int]:
     """What a user would write in 40 lines: consume, parse each record, Arrow, Parquet (rows, bad)."""
     from tailfill.errors import RecordError
-    from tailfill.lake.rows import parse_value
-    from tailfill.schema import table_schema
+    from tailfill.formats.json_fields import parse_value
+    from tailfill.values.schema import table_schema
 
     fmt = cfg.format
     names = [f.name for f in fmt.fields]
@@ -153,9 +153,10 @@ def stage_times(cfg) -> tuple[int, dict[str, float], float, float]:
     The steady state starts when the first batch's executors start: before that are spark-submit,
     the session and the streaming query's own start (the first batch's "plan").
     """
-    from tailfill.state.store import run_ids, run_reports
+    from tailfill.state.store import StateStore, run_ids, run_reports
 
-    reports = [r for run in run_ids(cfg) for r in run_reports(cfg, run)]
+    store = StateStore.of(cfg)
+    reports = [r for run in run_ids(store) for r in run_reports(store, run)]
     stages: dict[str, float] = {}
     for r in reports:
         for stage, secs in r.stages.items():
@@ -196,9 +197,9 @@ def validate_all(path: Path, home: Path) -> bool:
 
 
 def run_once(events: int) -> Figures:
-    from tailfill.config import load_pipeline
     from tailfill.dev.broker import EmbeddedBroker
     from tailfill.dev.sample import produce_sample
+    from tailfill.pipeline.load import load_pipeline
 
     home = Path(tempfile.mkdtemp(prefix="tailfill-bench-"))
     os.environ["TAILFILL_HOME"] = str(home)
@@ -241,7 +242,7 @@ def run_once(events: int) -> Figures:
 def warm_backfills(spec: dict, home: Path) -> tuple[float, list[WarmRun]]:
     """Start the warm Spark server (seconds taken), then backfill ``spec``'s topic with ``--spark warm``
     twice, each into a table of its own; the server is stopped afterwards."""
-    from tailfill.config import load_pipeline
+    from tailfill.pipeline.load import load_pipeline
     from tailfill.run.warm_spark import spark_server_down, spark_server_up
 
     t0 = time.perf_counter()

@@ -39,13 +39,13 @@ def tailfill(env: dict, *args: str) -> None:
 
 def first_plan(home: Path, mode: str) -> float:
     """The plan stage of the first batch of the (only) run of ``mode`` under ``home`` (from the run state)."""
-    from tailfill.config import resolve_pipeline
-    from tailfill.state.store import run_ids, run_reports
+    from tailfill.pipeline.load import resolve_pipeline
+    from tailfill.state.store import StateStore, run_ids, run_reports
 
     os.environ["TAILFILL_HOME"] = str(home)  # the demo's warehouse, where its run state lives
     cfg = resolve_pipeline("demo")
-    [run] = [r for r in run_ids(cfg) if r.startswith(f"{mode}-")]
-    return min(run_reports(cfg, run), key=lambda r: r.at).stages["plan"]
+    [run] = [r for r in run_ids(StateStore.of(cfg)) if r.startswith(f"{mode}-")]
+    return min(run_reports(StateStore.of(cfg), run), key=lambda r: r.at).stages["plan"]
 
 
 def one_round(home: Path, env: dict, count: int) -> dict[str, float]:

@@ -46,10 +46,10 @@ def main() -> int:
     args = ap.parse_args()
 
 
-    from tailfill.config import load_pipeline
     from tailfill.dev.broker import EmbeddedBroker
     from tailfill.dev.sample import produce_live, produce_sample
-    from tailfill.state.store import read_health, run_ids, run_reports
+    from tailfill.pipeline.load import load_pipeline
+    from tailfill.state.store import StateStore, read_health, run_ids, run_reports
 
     home = Path(tempfile.mkdtemp(prefix="tailfill-fresh-"))
     os.environ["TAILFILL_HOME"] = str(home)
@@ -72,7 +72,7 @@ def main() -> int:
         produce_sample(broker.bootstrap_servers, cfg.source.topic, args.events, PARTITIONS, bad_every=1000)
         tail_log = (home / "tail.log").open("w")
         tail = subprocess.Popen([tailfill, "tail", str(path)], env=env, stdout=tail_log, stderr=subprocess.STDOUT)
-        while read_health(cfg) is None:
+        while read_health(StateStore.of(cfg)) is None:
             assert tail.poll() is None, (home / "tail.log").read_text()[-3000:]
             time.sleep(0.5)
         stop = threading.Event()
@@ -94,7 +94,8 @@ def main() -> int:
         subprocess.run([tailfill, "stop-tail", str(path)], env=env, check=True, capture_output=True)
         tail.wait(timeout=300)
         tail_log.close()
-        batches = [b for run in run_ids(cfg) if run.startswith("tail-") for b in run_reports(cfg, run)]
+        store = StateStore.of(cfg)
+        batches = [b for run in run_ids(store) if run.startswith("tail-") for b in run_reports(store, run)]
 
     seconds = backfill_to - backfill_from
     print(f"\n{args.events:,} offsets of history, live {args.rate:,.0f} events/s, tail trigger {args.interval:g}s, "

@@ -8,19 +8,22 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from tailfill.config import PipelineConfig, env_names, resolve_pipeline, tailfill_home
 from tailfill.dev.broker import broker_down, broker_up
 from tailfill.dev.registry import registry_down, registry_up
 from tailfill.errors import ConfigError, TailfillError
 from tailfill.offsets import PartitionOffsets
+from tailfill.pipeline.handle import Pipeline, open_pipeline
+from tailfill.pipeline.load import env_names, resolve_pipeline
 from tailfill.redact import redact_text
+from tailfill.run.contract import IngestResult, JobSpec, new_run_id, read_event
 from tailfill.run.planner import BackfillPlan, BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
-from tailfill.run.submit import IngestResult, new_run_id, parse_conf
-from tailfill.run.warm_spark import run_job, server_state, spark_server_down, spark_server_up
+from tailfill.run.runners import Runner, choose_runner
+from tailfill.run.submit import parse_conf
+from tailfill.run.warm_spark import server_state, spark_server_down, spark_server_up
+from tailfill.settings import settings
 from tailfill.source.embedded import broker_state, registry_state, resolve_bootstrap, resolve_registry
-from tailfill.state.freshness import Freshness
 from tailfill.state.records import format_stages
-from tailfill.state.store import StateStore
+from tailfill.values.freshness import Freshness
 
 
 def _say(line: str) -> None:
@@ -38,7 +41,7 @@ def cmd_dev_service(args: argparse.Namespace) -> int:
     up, down, current, address, note = _DEV_SERVICES[args.command]
     if args.action == "up":
         state = up()
-        _say(f"{args.command} up: {state[address]} (pid {state['pid']}, {note}state in {tailfill_home()})")
+        _say(f"{args.command} up: {state[address]} (pid {state['pid']}, {note}state in {settings().home})")
     elif args.action == "down":
         _say(f"{args.command} stopped" if down() else f"no {args.command} was running")
     else:
@@ -79,7 +82,8 @@ def cmd_produce_sample(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summarise(cfg: PipelineConfig, what: str, code: int, results: list[IngestResult]) -> int:
+def _summarise(pipeline: Pipeline, what: str, code: int, results: list[IngestResult]) -> int:
+    cfg = pipeline.cfg
     if code != 0:
         _say(f"{what} of {cfg.name} failed (exit {code}); the cause is printed above")
         return code
@@ -101,7 +105,7 @@ def _summarise(cfg: PipelineConfig, what: str, code: int, results: list[IngestRe
                  f"(objective p95 ≤ {cfg.tail.freshness_seconds:g}s)")
         for warning in r.warnings:
             _say(f"    WARNING: {warning}")
-    _say(f"  run id {results[0].run_id}; per-batch metrics in {StateStore(cfg).uri('runs/' + results[0].run_id)}")
+    _say(f"  run id {results[0].run_id}; per-batch metrics in {pipeline.state.uri('runs/' + results[0].run_id)}")
     return 0
 
 
@@ -109,65 +113,80 @@ def _offsets(text: str | None) -> PartitionOffsets | None:
     return PartitionOffsets.from_json(text) if text else None
 
 
-def backfill_plan(cfg: PipelineConfig, args: argparse.Namespace) -> BackfillPlan:
+def backfill_plan(pipeline: Pipeline, args: argparse.Namespace) -> BackfillPlan:
     """``tailfill backfill``'s flags planned by :mod:`tailfill.run.planner` (the backfill DAG's form is too)."""
     request = BackfillRequest(_offsets(args.start), _offsets(args.end), args.slices,
                               lanes=getattr(args, "lanes", None) or 1,
                               max_offsets_per_second=getattr(args, "max_rate", None),
                               on_committed=getattr(args, "on_committed", None) or "skip")
     run_id = new_run_id("backfill")  # every lane of a command-line backfill is one run
-    return plan_backfill_lanes(cfg, request, lambda _lane: run_id)
+    return plan_backfill_lanes(pipeline, request, lambda _lane: run_id)
+
+
+def _show(line: str) -> None:
+    """A line of a job: the job's own lines and Spark's to stderr; the job's events are for machines."""
+    if read_event(line) is None:
+        print(line, file=sys.stderr, flush=True)
+
+
+def _run(runner: Runner, spec: JobSpec) -> tuple[int, list[IngestResult]]:
+    outcome = runner.submit(spec, _show).wait()
+    return outcome.code, outcome.result.results if outcome.result is not None else []
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    cfg = resolve_pipeline(args.pipeline)
     conf = parse_conf(args.conf)  # before planning: a typo fails at once
-    specs = backfill_plan(cfg, args).specs
+    with open_pipeline(args.pipeline) as pipeline:
+        specs = backfill_plan(pipeline, args).specs
     if not specs:
-        return _summarise(cfg, "backfill", 0, [])
+        return _summarise(pipeline, "backfill", 0, [])
+    runner = choose_runner(args.spark, args.master, conf, secrets=env_names(pipeline.cfg))
     with ThreadPoolExecutor(max_workers=len(specs)) as pool:  # lanes run side by side, as in the DAG
-        runs = list(pool.map(lambda spec: run_job(spec, args.master, conf, args.spark, env_names(cfg)), specs))
+        runs = list(pool.map(lambda spec: _run(runner, spec), specs))
     code = next((c for c, _ in runs if c != 0), 0)
-    return _summarise(cfg, "backfill", code, [r for _, results in runs for r in results])
+    return _summarise(pipeline, "backfill", code, [r for _, results in runs for r in results])
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
     conf = parse_conf(args.conf)
-    cfg = resolve_pipeline(args.pipeline)
-    plan = plan_tail(cfg, TailRequest(args.once, getattr(args, "stop_after", None)), new_run_id("tail"))
-    code, results = run_job(plan.spec, args.master, conf, args.spark, env_names(cfg))
-    return _summarise(cfg, "tail", code, results)
+    with open_pipeline(args.pipeline) as pipeline:
+        plan = plan_tail(pipeline, TailRequest(args.once, getattr(args, "stop_after", None)), new_run_id("tail"))
+    code, results = _run(choose_runner(args.spark, args.master, conf, secrets=env_names(pipeline.cfg)), plan.spec)
+    return _summarise(pipeline, "tail", code, results)
 
 
 def cmd_stop_tail(args: argparse.Namespace) -> int:
     from tailfill.state.store import read_health, request_stop
 
-    cfg = resolve_pipeline(args.pipeline)
-    health = read_health(cfg)
+    pipeline = open_pipeline(args.pipeline)
+    health = read_health(pipeline.state)
     if health is None or not health.live():
-        _say(f"no tail of {cfg.name} is running")
+        _say(f"no tail of {pipeline.name} is running")
         return 1
-    request_stop(cfg)
-    _say(f"asked the tail of {cfg.name} to stop after its current batch")
+    request_stop(pipeline.state)
+    _say(f"asked the tail of {pipeline.name} to stop after its current batch")
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from tailfill.formats.evolve import schema_line
+    from tailfill.lake.schema_change import schema_line
     from tailfill.proof.reports import read_latest
     from tailfill.run.plan import source_state
     from tailfill.run.status import format_status, pipeline_status, quarantined_rows
     from tailfill.run.tail_health import describe, read_tail
 
-    cfg = resolve_pipeline(args.pipeline)
-    state = source_state(cfg)
-    rows = pipeline_status(state)
-    _say(format_status(cfg.name, rows, quarantined_rows(state)))
-    _say(schema_line(state.table))
-    health, unknown = read_tail(cfg)
-    for line in describe(cfg, health, unknown=unknown):
-        _say(line)
-    latest = read_latest(cfg)
+    with open_pipeline(args.pipeline) as pipeline:
+        cfg = pipeline.cfg
+        tables = pipeline.open_tables()  # as they are: status makes nothing
+        state = source_state(pipeline, tables)
+        rows = pipeline_status(state)
+        _say(format_status(cfg.name, rows, quarantined_rows(state)))
+        _say(schema_line(tables.data) if tables is not None else
+             f"table schema: {cfg.target.namespace}.{cfg.target.table} not made yet (the first run's planner makes it)")
+        health, unknown = read_tail(pipeline.state)
+        for line in describe(cfg, health, unknown=unknown):
+            _say(line)
+        latest = read_latest(pipeline)
     if latest:
         verdict = "complete" if latest.success else f"INCOMPLETE ({len(latest.problems)} problems)"
         _say(f"latest validation: {latest.scope}, {verdict}, at {latest.validated_at}\n  report: {latest.html}")
@@ -180,22 +199,23 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     from tailfill.errors import PreflightError
     from tailfill.run.preflight import preflight
 
-    cfg = resolve_pipeline(args.pipeline)
-    try:
-        for line in preflight(cfg, args.mode):
-            _say(f"  warning: {line.removeprefix('WARNING: ')}" if line.startswith("WARNING:") else f"  ok: {line}")
-    except PreflightError as exc:
-        _say(f"preflight of {cfg.name} ({args.mode}) FAILED: {exc}")
-        return 1
-    _say(f"preflight of {cfg.name} ({args.mode}): ready")
+    with open_pipeline(args.pipeline) as pipeline:
+        try:
+            for line in preflight(pipeline, args.mode):
+                _say(f"  warning: {line.removeprefix('WARNING: ')}" if line.startswith("WARNING:")
+                     else f"  ok: {line}")
+        except PreflightError as exc:
+            _say(f"preflight of {pipeline.name} ({args.mode}) FAILED: {exc}")
+            return 1
+    _say(f"preflight of {pipeline.name} ({args.mode}): ready")
     return 0
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from tailfill.proof.validate import validate
 
-    cfg = resolve_pipeline(args.pipeline)
-    result = validate(cfg, run_id=args.run, all_runs=args.all)
+    with open_pipeline(args.pipeline) as pipeline:
+        result = validate(pipeline, run_id=args.run, all_runs=args.all)
     _say(result.asstr())
     return 0 if result.success else 1
 
@@ -203,9 +223,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_maintain(args: argparse.Namespace) -> int:
     from tailfill.run.maintain import maintain, maintenance_settings
 
-    cfg = resolve_pipeline(args.pipeline)
-    settings = maintenance_settings(cfg, args.expire_older_than, args.keep_last)
-    _say(maintain(cfg, settings).asstr())
+    with open_pipeline(args.pipeline) as pipeline:
+        upkeep = maintenance_settings(pipeline.cfg, args.expire_older_than, args.keep_last)
+        _say(maintain(pipeline, upkeep).asstr())
     return 0
 
 
@@ -233,7 +253,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if code != 0:
             _say(f"demo stopped at step {i} ({title}) with exit code {code}")
             return code
-    _say(f"\ndemo done. State is in {tailfill_home()}; stop the broker with `tailfill broker down`.")
+    _say(f"\ndemo done. State is in {settings().home}; stop the broker with `tailfill broker down`.")
     return 0
 
 

@@ -1,41 +1,27 @@
 """Pipeline definitions: one YAML file per pipeline, validated into one typed model.
 
 Nothing about checkpointing or triggering is implicit: every setting the Spark job uses has a
-field here, is validated when the file is loaded, and a bad value is reported as
-``file: field: problem (fix: ...)``.
-
-Values may reference the environment as ``${VAR}`` or ``${VAR:-default}``; ``TAILFILL_HOME``
-defaults to ``./.tailfill`` in the working directory. Secrets are never written inline: the
-``security`` block names environment variables (or an Airflow connection) that hold them.
+field here, and is validated when the file is loaded (:mod:`tailfill.pipeline.load`, which also
+resolves ``${VAR}`` references and reports a bad value as ``file: field: problem (fix: ...)``).
+Secrets are never written inline: the ``security`` block names environment variables (or an
+Airflow connection) that hold them.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import pyarrow as pa
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tailfill.errors import ConfigError
-from tailfill.lake.partition_terms import parse_term
-from tailfill.redact import register_model_secrets
-from tailfill.schema import field_type, table_schema
+from tailfill.values.partition_terms import parse_term
+from tailfill.values.schema import field_type
 
 RESERVED_PREFIX = "kafka_"
 EMBEDDED = "embedded"  # bootstrap_servers of the local broker started by `tailfill broker up`
 # librdkafka settings that carry secrets: passwords, client secrets, JAAS configs, inline PEM keys.
 SECRET_HINTS = ("password", "secret", "jaas", "ssl.key.pem", "ssl.keystore.key")
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def tailfill_home() -> Path:
-    """Where local state (warehouse, catalog, checkpoints, broker) lives by default."""
-    return Path(os.environ.get("TAILFILL_HOME", ".tailfill")).absolute()
 
 
 class _Model(BaseModel):
@@ -103,13 +89,12 @@ class SourceConfig(_Model):
 
 
 FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
-REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
 
 
 class FieldSpec(_Model):
     name: str
     # A scalar (string, long, double, boolean, timestamp, int, float, date, binary, decimal(p, s)) or a
-    # nested type (struct<name: type, ...>, list<type>, map<string, type>): see tailfill.formats.types.
+    # nested type (struct<name: type, ...>, list<type>, map<string, type>): see tailfill.values.column_types.
     type: str
     required: bool = False
 
@@ -172,7 +157,9 @@ class SchemaRegistryConfig(_Model):
 
 
 class FormatConfig(_Model):
-    type: Literal["json", "raw", "avro", "protobuf", "json_schema"]
+    # One of the formats Tailfill knows (tailfill.formats.registry: json, raw, avro, protobuf, json_schema); each
+    # checks the rest of this block by its own rules when the pipeline is loaded.
+    type: str
     fields: list[FieldSpec] = Field(default_factory=list)
     max_value_bytes: int = Field(default=1_048_576, ge=1)
     unknown_fields: Literal["ignore", "quarantine"] = "ignore"
@@ -187,24 +174,7 @@ class FormatConfig(_Model):
     key: Literal["raw", "string", "registry"] = "raw"
 
     @model_validator(mode="after")
-    def _fields_match_type(self) -> FormatConfig:
-        if self.type == "json" and not self.fields:
-            raise ValueError("json format needs a declared schema under 'fields'")
-        if self.type == "raw" and self.fields:
-            raise ValueError("raw format takes no 'fields'; use type: json to parse values")
-        if self.type in REGISTRY_FORMATS:
-            if self.schema_registry is None:
-                raise ValueError(f"{self.type} format needs schema_registry (url, and subject if not <topic>-value)")
-            if self.fields:
-                raise ValueError(f"{self.type} format takes its columns from the registry's schema, not 'fields'")
-            if self.key == "string":
-                raise ValueError(f"{self.type} format decodes keys with key: registry (their writer schema), or "
-                                 "keeps the bytes sent (key: raw); key: string is for json and raw")
-        elif self.schema_registry is not None:
-            raise ValueError(f"{self.type} format takes no schema_registry (it is for avro, protobuf, json_schema)")
-        elif self.key == "registry":
-            raise ValueError(f"key: registry decodes keys with a Schema Registry: it is for avro, protobuf and "
-                             f"json_schema, not {self.type}")
+    def _field_names_unique(self) -> FormatConfig:
         names = [f.name for f in self.fields]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -411,23 +381,6 @@ class PipelineConfig(_Model):
     maintenance: MaintenanceConfig | None = None
     path: str | None = Field(default=None, exclude=True)
 
-    @model_validator(mode="after")
-    def _expectations_name_columns(self) -> PipelineConfig:
-        if self.format.type in REGISTRY_FORMATS:  # the columns are the registry's: known when the table is made
-            return self
-        schema = table_schema(self.format.fields, self.format.key)
-        columns = set(schema.names)
-        unknown = sorted({e.column for e in self.expectations} - columns)
-        if unknown:
-            raise ValueError(f"expectations name unknown columns: {', '.join(unknown)} "
-                             f"(columns: {', '.join(sorted(columns))})")
-        for e in self.expectations:
-            kind = schema.field(e.column).type
-            numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind)
-            if (e.min is not None or e.max is not None) and not numeric:
-                raise ValueError(f"expectation on '{e.column}': min/max need a number column, it holds {kind}")
-        return self
-
     @property
     def secret_env_names(self) -> tuple[str, ...]:
         """The environment variables this pipeline reads secrets from (broker, registry, catalog)."""
@@ -448,21 +401,6 @@ class PipelineConfig(_Model):
         registry = self.format.schema_registry
         return (registry.key_subject if registry and registry.key_subject else None) or f"{self.source.topic}-key"
 
-    @model_validator(mode="after")
-    def _partition_by_names_columns(self) -> PipelineConfig:
-        registry_key = self.format.key == "registry"
-        schema = table_schema(self.format.fields, "raw" if registry_key else self.format.key)
-        for entry in self.target.partition_by:
-            term = parse_term(entry)
-            if (term.column not in schema.names and self.format.type in REGISTRY_FORMATS) or \
-                    (term.column == "kafka_key" and registry_key):
-                continue  # a column of the registry's schema: checked when the table is made
-            if term.column not in schema.names:
-                raise ValueError(f"target.partition_by: {entry!r} names no column (columns: {', '.join(schema.names)})")
-            if why := term.check_type(schema.field(term.column).type):
-                raise ValueError(f"target.partition_by: {entry!r}: {why}")
-        return self
-
     def to_json(self) -> str:
         """Serialise for shipping to Spark executors (no file access needed there)."""
         return self.model_dump_json()
@@ -470,86 +408,3 @@ class PipelineConfig(_Model):
     @classmethod
     def from_json(cls, text: str) -> PipelineConfig:
         return cls.model_validate(json.loads(text))
-
-
-def _interpolate(value: Any, where: str) -> Any:
-    if isinstance(value, dict):
-        return {k: _interpolate(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_interpolate(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if not isinstance(value, str):
-        return value
-
-    def sub(m: re.Match[str]) -> str:
-        var, default = m.group(1), m.group(2)
-        if var == "TAILFILL_HOME":
-            return os.environ.get(var) or str(tailfill_home())
-        if var in os.environ:
-            return os.environ[var]
-        if default is not None:
-            return default
-        raise ConfigError(
-            f"{where}: environment variable {var} is not set (fix: export it or write ${{{var}:-default}})"
-        )
-
-    return _ENV_REF.sub(sub, value)
-
-
-_FIXES = {
-    "missing": "add it",
-    "extra_forbidden": "remove it or check its spelling",
-    "literal_error": "use one of the allowed values",
-}
-
-
-def load_pipeline(path: str | Path) -> PipelineConfig:
-    """Load and validate one pipeline YAML; raise :class:`ConfigError` naming file, field and fix."""
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError as exc:
-        raise ConfigError(f"{path}: no such pipeline file") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: a pipeline file must be a YAML mapping")
-    try:
-        data = _interpolate(raw, "")
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
-    try:
-        cfg = PipelineConfig.model_validate({**data, "path": str(path)})
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            msg = err["msg"].removeprefix("Value error, ")
-            fix = _FIXES.get(err["type"], "")
-            problems.append(f"{path}: {field}: {msg}" + (f" (fix: {fix})" if fix else ""))
-        raise ConfigError("\n".join(problems)) from None
-    register_model_secrets(cfg)  # what this process prints from now on never shows them
-    return cfg
-
-
-def env_names(cfg: PipelineConfig) -> tuple[str, ...]:
-    """Every environment variable a run of ``cfg`` reads: those its YAML references, and its secrets'."""
-    referenced = _ENV_REF.findall(Path(cfg.path).read_text()) if cfg.path and Path(cfg.path).exists() else []
-    return tuple(dict.fromkeys([*(name for name, _ in referenced), *cfg.secret_env_names]))
-
-
-def pipelines_dir() -> Path:
-    return Path(os.environ.get("TAILFILL_PIPELINES", "pipelines")).absolute()
-
-
-def resolve_pipeline(name_or_path: str) -> PipelineConfig:
-    """A pipeline by name (``pipelines/NAME.yaml``) or by path to its YAML file."""
-    candidate = Path(name_or_path)
-    if candidate.suffix in (".yaml", ".yml") or candidate.is_file():
-        return load_pipeline(candidate)
-    path = pipelines_dir() / f"{name_or_path}.yaml"
-    if not path.exists():
-        known = sorted(p.stem for p in pipelines_dir().glob("*.yaml"))
-        raise ConfigError(
-            f"no pipeline named {name_or_path!r} in {pipelines_dir()} (known: {', '.join(known) or 'none'})"
-        )
-    return load_pipeline(path)

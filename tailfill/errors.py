@@ -1,13 +1,16 @@
-"""Every error Tailfill raises on purpose, under one base that says whether a restart can help.
+"""Every error Tailfill raises on purpose, under one base that says whether a restart can help, and
+what an error is when it travels between processes: :class:`ErrorInfo`, data.
 
-A run that fails inside Spark only sees its cause as text (the Python traceback travels through the
-JVM), so :func:`error_class` maps a class name found there back to its class, and the restart
-policy and the fix shown to the person running the pipeline ask the class (``retryable``, ``fix``),
-never a list of names kept somewhere else.
+An error that happens where its caller cannot catch it — on an executor, in the process where Spark
+plans a batch, in a Spark job seen from the process that submitted it — is handed on as an
+:class:`ErrorInfo` (its class's name, message, ``retryable``, ``fix``), never as a traceback to be
+read back: :class:`RemoteError` raises it again on the other side. The restart policy and the fix
+shown to the person running the pipeline read those fields.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, replace
 from typing import ClassVar
 
 
@@ -119,22 +122,111 @@ class InjectedFault(TailfillError):
     retryable = True
 
 
-def _subclasses(cls: type[TailfillError]) -> list[type[TailfillError]]:
-    out = []
-    for sub in cls.__subclasses__():
-        out += [sub, *_subclasses(sub)]
-    return out
+class RemoteError(TailfillError):
+    """An error that happened in another process, raised again here from its :class:`ErrorInfo`."""
+
+    def __init__(self, info: ErrorInfo):
+        super().__init__(info.message)
+        self.info = info
+        self.retryable = info.retryable  # type: ignore[misc]  # this error's, not the class's
+        self.fix = info.fix  # type: ignore[misc]
+        self.then_resume = info.then_resume  # type: ignore[misc]
 
 
-def error_class(name: str) -> type[TailfillError] | None:
-    """The Tailfill error class called ``name`` (as a traceback prints it), or None for anything else."""
-    return next((c for c in [TailfillError, *_subclasses(TailfillError)] if c.__name__ == name), None)
+class QueryFailed(IngestError):
+    """A query stopped on a failure no restart can help, or after more failures in a row than its pipeline
+    tolerates; ``last`` is the (last) failure's cause: its class, ``retryable`` and fix are this error's."""
+
+    def __init__(self, message: str, last: ErrorInfo):
+        super().__init__(message)
+        self.info = replace(last, message=message)
 
 
-def is_retryable(name: str) -> bool:
-    """Whether a failure whose root cause is the exception class ``name`` may succeed when run again.
+# A foreign error's fix, by the library that raised it (its class's module): the first match wins.
+FOREIGN_FIXES: tuple[tuple[str, type[TailfillError]], ...] = (
+    ("confluent_kafka", BrokerError), ("cimpl", BrokerError),
+    ("pyiceberg", LakeError), ("sqlalchemy", LakeError), ("psycopg2", LakeError), ("pyarrow", LakeError),
+)
+MEMORY_FIX = "lower the batch cap (max_offsets_per_batch) or give the driver more memory"
+# Spark's own failures that are the machine's, not a batch's (a Python worker that could not start in time), known
+# by Spark's wording: restarts of their own, with more patience (tailfill.run.restarts).
+SPARK_INFRASTRUCTURE = ("Python worker failed to connect back",)
+INFRASTRUCTURE_FIX = ("the machine was too busy to start Spark's Python workers in time: give Spark more cores or run "
+                      "fewer jobs at once")
 
-    Unknown causes (Spark, the JVM, the network) are retried within the failure budget.
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """An error as data: what crosses between processes instead of a traceback.
+
+    ``error_class``: the exception's class name (Tailfill's, or a foreign one such as ``OSError``);
+    ``message``: its text (a foreign one's first line); ``retryable``: whether running the same work again can succeed
+    (a foreign error: yes, within the failure budget); ``fix``: what the person running the pipeline
+    should do; ``then_resume``: whether running again after the fix resumes the work;
+    ``infrastructure``: Spark's machinery failed (:data:`SPARK_INFRASTRUCTURE`), not the work.
     """
-    cls = error_class(name)
-    return True if cls is None else cls.retryable
+
+    error_class: str
+    message: str
+    retryable: bool = True
+    fix: str = TailfillError.fix
+    then_resume: bool = True
+    infrastructure: bool = False
+
+    @classmethod
+    def of(cls, exc: BaseException) -> ErrorInfo:
+        """``exc`` as data. Of a chain of exceptions (one raised while handling another), the first Tailfill
+        error from the root says what happened; without one, the root itself does."""
+        chain = [exc]
+        while (nxt := chain[-1].__cause__ or chain[-1].__context__) is not None and nxt not in chain:
+            chain.append(nxt)
+        chain.reverse()  # the root first
+        ours = next((e for e in chain if isinstance(e, TailfillError)), None)
+        if ours is not None:
+            info = getattr(ours, "info", None)
+            if isinstance(info, ErrorInfo):
+                return info
+            return cls(type(ours).__name__, str(ours), ours.retryable, ours.fix, ours.then_resume)
+        root = chain[0]
+        sign = _infrastructure_line(str(exc))
+        if sign is not None:
+            return cls(type(root).__name__, sign, True, INFRASTRUCTURE_FIX, infrastructure=True)
+        return cls(type(root).__name__, _first_line(root), True, _foreign_fix(root))
+
+    @classmethod
+    def foreign(cls, kind: str, text: str) -> ErrorInfo:
+        """A failure known only by its text (Spark's own, from the JVM): its first line, or the line that says
+        Spark's machinery failed."""
+        sign = _infrastructure_line(text)
+        if sign is not None:
+            return cls(kind, sign, True, INFRASTRUCTURE_FIX, infrastructure=True)
+        return cls(kind, text.strip().splitlines()[0] if text.strip() else kind)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ErrorInfo:
+        known = ("error_class", "message", "retryable", "fix", "then_resume", "infrastructure")
+        return cls(**{k: data[k] for k in known if k in data})
+
+    def __str__(self) -> str:
+        return f"{self.error_class}: {self.message}"
+
+
+def _infrastructure_line(text: str) -> str | None:
+    """The line of ``text`` that names one of Spark's infrastructure failures, or None."""
+    return next((line.strip() for line in text.splitlines() if any(s in line for s in SPARK_INFRASTRUCTURE)), None)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else repr(exc)
+
+
+def _foreign_fix(exc: BaseException) -> str:
+    if isinstance(exc, MemoryError):
+        return MEMORY_FIX
+    module = type(exc).__module__ or ""
+    found = next((cls for prefix, cls in FOREIGN_FIXES if module.startswith(prefix)), None)
+    return found.fix if found is not None else TailfillError.fix

@@ -12,31 +12,27 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
-from pathlib import Path
 
 from tailfill.errors import InjectedFault
-
-
-def _dir() -> Path | None:
-    value = os.environ.get("TAILFILL_FAULT_DIR")
-    return Path(value) if value else None
+from tailfill.plumbing.durable import locked
+from tailfill.settings import settings
 
 
 def pause(point: str) -> None:
     """Block at ``point`` if a test asked for it: until killed, or until the test releases it."""
-    flag_dir = _dir()
+    env = settings()
+    flag_dir = env.fault_dir
     if flag_dir is None:
         return
-    if os.environ.get("TAILFILL_FAULT_PAUSE") != point and not (flag_dir / f"pause-{point}").exists():
+    if env.fault_pause != point and not (flag_dir / f"pause-{point}").exists():
         return
     flag_dir.mkdir(parents=True, exist_ok=True)
     arrivals_file = flag_dir / f"{point}.arrivals"
     with arrivals_file.open("a") as log:  # shared by all worker processes
         log.write(f"{os.getpid()}\n")
-    if len(arrivals_file.read_text().splitlines()) <= int(os.environ.get("TAILFILL_FAULT_SKIP", "0")):
+    if len(arrivals_file.read_text().splitlines()) <= env.fault_skip:
         return
     (flag_dir / point).touch()
     while not (flag_dir / f"{point}.release").exists():
@@ -45,12 +41,11 @@ def pause(point: str) -> None:
 
 def maybe_fail(point: str) -> None:
     """Raise :class:`InjectedFault` while the armed count for ``point`` lasts."""
-    flag_dir = _dir()
+    flag_dir = settings().fault_dir
     armed = flag_dir / f"fail-{point}" if flag_dir else None
     if armed is None or not armed.exists():
         return
-    with armed.open("r+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    with locked(armed, "r+") as f:
         left = int(f.read().strip() or 0)
         if left <= 0:
             return

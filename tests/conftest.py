@@ -32,8 +32,9 @@ os.environ.update(
     }
 )
 
-from tailfill.config import PipelineConfig, load_pipeline
+from tailfill.config import PipelineConfig
 from tailfill.dev.broker import EmbeddedBroker, free_port
+from tailfill.pipeline.load import load_pipeline
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "pipelines" / "demo.yaml"
@@ -89,9 +90,9 @@ def soak(request) -> int:
 def broker():
     with EmbeddedBroker() as b:
         yield b
-        from tailfill.source.kafka import close_shared_consumers
+        from tailfill.pipeline.executor import close_contexts
 
-        close_shared_consumers()  # or their threads retry the stopped broker until the process ends
+        close_contexts()  # their consumers' threads would retry the stopped broker until the process ends
 
 
 @pytest.fixture(scope="session")

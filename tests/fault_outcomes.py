@@ -15,6 +15,7 @@ from pathlib import Path
 from helpers import assert_exactly_once, high_watermarks
 
 from tailfill.config import PipelineConfig
+from tailfill.pipeline.handle import open_pipeline
 from tailfill.proof.validate import validate
 
 REPORT = Path(__file__).resolve().parent.parent / "build" / "fault-outcomes.md"
@@ -47,7 +48,7 @@ def prove(cfg: PipelineConfig, scenario: str, injected: str, behaviour: str, res
     if causes:
         shown = list(dict.fromkeys(c if len(c) <= 110 else c[:107] + "…" for c in causes))
         behaviour += "; restarted after: " + " / ".join(f"`{c}`" for c in shown[:3])
-    report = validate(cfg, all_runs=True)
+    report = validate(open_pipeline(cfg), all_runs=True)
     high = high_watermarks(cfg)
     rows, bad = assert_exactly_once(cfg, high)
     assert report.success, f"{scenario}: validation failed: {report.problems}"

@@ -16,24 +16,33 @@ from processes import kill_marked
 
 from tailfill.config import PipelineConfig
 from tailfill.lake.ledger import read_ledger
-from tailfill.lake.partition_terms import parse_terms
-from tailfill.lake.storage import filesystem, fs_path
-from tailfill.lake.tables import ensure_tables
+from tailfill.lake.tables import Tables
 from tailfill.offsets import PartitionOffsets, total
-from tailfill.run.submit import (
-    IngestResult,
-    JobSpec,
-    backfill_spec,
-    new_run_id,
-    parse_result,
-    spark_submit_command,
-    submit_env,
-)
+from tailfill.pipeline.handle import open_pipeline
+from tailfill.plumbing.warehouse import filesystem, fs_path
+from tailfill.run.contract import IngestResult, JobSpec, new_run_id, parse_result
+from tailfill.run.planner import backfill_spec
+from tailfill.run.submit import spark_submit_command, submit_env
+from tailfill.values.partition_terms import parse_terms
+
+
+def tables_of(cfg: PipelineConfig) -> Tables:
+    """The pipeline's tables as they are now (read, as every check reads them); they must exist."""
+    with open_pipeline(cfg) as pipeline:
+        tables = pipeline.open_tables()
+    assert tables is not None, f"the tables of {cfg.name} were never made"
+    return tables
+
+
+def provision(cfg: PipelineConfig) -> Tables:
+    """The pipeline's tables, made (or evolved) as the planner makes them before a run."""
+    with open_pipeline(cfg) as pipeline:
+        return pipeline.provision_tables()
 
 
 def ingested(cfg: PipelineConfig) -> tuple[Counter, Counter]:
     """(partition, offset) counts in the data table and in the quarantine table."""
-    data, quarantine = ensure_tables(cfg)
+    data, quarantine = tables_of(cfg)
     counts = []
     for table in (data, quarantine):
         table.refresh()
@@ -74,16 +83,26 @@ def backfill(spark, cfg: PipelineConfig, start: dict | None = None, end: dict | 
     """Plan a backfill as ``tailfill backfill`` does and run the job in-process on the shared session."""
     from tailfill.run.spark_job import run
 
-    spec = backfill_spec(cfg, start and PartitionOffsets.from_dict(start), end and PartitionOffsets.from_dict(end),
-                         slices)
+    with open_pipeline(cfg) as pipeline:
+        spec = backfill_spec(pipeline, start and PartitionOffsets.from_dict(start),
+                             end and PartitionOffsets.from_dict(end), slices)
     return [] if spec is None else run(spec, spark)
 
 
+def tail_spec(cfg: PipelineConfig, once: bool = True, stop_after: float | None = None) -> JobSpec:
+    """The tail's spec as ``tailfill tail`` plans it (recording the cutover when there is none yet)."""
+    from tailfill.run.planner import TailRequest, plan_tail
+
+    with open_pipeline(cfg) as pipeline:
+        return plan_tail(pipeline, TailRequest(once, stop_after), new_run_id("tail")).spec
+
+
 def tail(spark, cfg: PipelineConfig, once: bool = True, stop_after: float | None = None) -> list[IngestResult]:
-    """Run the tail job in-process on the shared session (same code as spark_jobs/ingest.py)."""
+    """Plan the tail as ``tailfill tail`` does and run the job in-process on the shared session (same code as
+    spark_jobs/ingest.py)."""
     from tailfill.run.spark_job import run
 
-    return run(JobSpec(cfg.path, "tail", new_run_id("tail"), once=once, stop_after_seconds=stop_after), spark)
+    return run(tail_spec(cfg, once, stop_after), spark)
 
 
 def kill_job_tree(proc: subprocess.Popen, marker: bytes) -> None:
@@ -123,10 +142,10 @@ def submit_at_once(specs: list[JobSpec], logs: Path, master: str = "local[1]") -
 
 
 def committed(cfg: PipelineConfig) -> int:
-    """Offsets the data table's ledger holds."""
-    data = ensure_tables(cfg).data
-    data.refresh()
-    return total(read_ledger(data).committed)
+    """Offsets the data table's ledger holds (none before the planner made the table)."""
+    with open_pipeline(cfg) as pipeline:
+        tables = pipeline.open_tables()
+    return total(read_ledger(tables.data).committed) if tables is not None else 0
 
 
 def in_background(fn, *args) -> tuple[threading.Thread, dict]:

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import time
 from typing import Any
 
-from tailfill.config import load_pipeline, pipelines_dir
 from tailfill.errors import TailfillError
+from tailfill.pipeline.load import load_pipeline
 from tailfill.redact import redact_text
+from tailfill.settings import settings
 from tailfill.state.records import FailureRecord
-from tailfill.state.store import record_failure
+from tailfill.state.store import StateStore, record_failure
 from tailfill_airflow.naming import split_dag_id
 
 log = logging.getLogger(__name__)
@@ -75,9 +75,9 @@ def _record(context: Any, record: dict) -> None:
     """Record the failure in its pipeline's run state and call the alerting hook, if one is set."""
     pipeline, _ = split_dag_id(record["dag_id"])
     try:
-        record_failure(load_pipeline(pipelines_dir() / f"{pipeline}.yaml"), FailureRecord(**record))
+        record_failure(StateStore.of(load_pipeline(settings().pipelines / f"{pipeline}.yaml")), FailureRecord(**record))
     except (TailfillError, OSError) as exc:  # the headline is logged already; the hook still runs
         log.error("failure of %s not recorded in its run state: %s: %s", record["dag_id"], type(exc).__name__, exc)
-    if target := os.environ.get(HOOK_ENV):
+    if target := settings().on_failure:
         module, _, name = target.partition(":")
         getattr(importlib.import_module(module), name)(context, record)

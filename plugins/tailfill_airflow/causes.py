@@ -1,9 +1,10 @@
-"""A failed ``spark-submit`` explained in one line: what failed, where, the fix — then what was committed.
+"""A failed job explained in one line: what failed, the cause, the fix — then what was committed.
 
-The job's own lines (``error: …`` on exit, ``[lane] batch failed …`` on a restart, a Python
-exception's last line) name the cause; the JVM's stack traces and Spark's banner do not. The full
-output goes to a file beside the run's batch reports, so the task log and the task's error can
-start with the cause instead of the command line and ~200 lines of Java.
+The job says what happened as data (:mod:`tailfill.run.contract`): each restart of a query is an
+event carrying its error, and its result carries the error that stopped it, with the error's fix.
+The JVM's stack traces and Spark's banner are output for the file, never read for a cause. The
+full output goes to a file beside the run's batch reports, so the task log and the task's error
+can start with the cause instead of the command line and ~200 lines of Java.
 """
 
 from __future__ import annotations
@@ -14,79 +15,64 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from tailfill.errors import BrokerError, ConfigError, ExpiredOffsetsError, LakeError, TailfillError, error_class
+from tailfill.errors import ErrorInfo, TailfillError
 from tailfill.offsets import merge
 from tailfill.redact import redact_text
+from tailfill.run.contract import JobResult, Restarted, read_event
 from tailfill.state.records import BatchReport
 
 log = logging.getLogger(__name__)
-_JOB_ERROR = re.compile(r"^error: (.+)$")
-_RESTART = re.compile(r"^\[[^\]]+\] batch failed .*$")
-_PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): (.+)$")
-_OWN = re.compile(r"^(\[[^\]]+\] |error: |TAILFILL_RESULT |preflight |warning: )")
-
-# A Tailfill error carries its own fix (``tailfill.errors``); a cause from elsewhere (Kafka, the JVM,
-# the storage) gets the fix of the error class it amounts to, by what it names. The first match wins.
-_CLASS_NAME = re.compile(r"\b([A-Z]\w*(?:Error|Fault))\b")
-_OOM_FIX = "lower the batch cap (max_offsets_per_batch) or give the driver more memory"
-FOREIGN: tuple[tuple[re.Pattern, type[TailfillError] | str], ...] = (
-    (re.compile(r"ALL_BROKERS_DOWN|TRANSPORT|Connection refused|broker", re.I), BrokerError),
-    (re.compile(r"retention|OFFSET_OUT_OF_RANGE", re.I), ExpiredOffsetsError),
-    (re.compile(r"config", re.I), ConfigError),
-    (re.compile(r"catalog|S3|NoSuchBucket|AccessDenied", re.I), LakeError),
-    (re.compile(r"OutOfMemory|Java heap|memory", re.I), _OOM_FIX),
-)
+# The job's own lines, worth the task log: its progress ("[label] ..."), its error, its events.
+_OWN = re.compile(r"^(\[[^\]]+\] |error: |TAILFILL_RESULT |TAILFILL_RESTART |preflight |warning: )")
 _RESUME = "then clear this task: it resumes at the first uncommitted offset"
 
 
 @dataclass
 class JobOutput:
-    """What a ``spark-submit`` printed, sorted: the job's own lines and the cause of a failure."""
+    """What a job printed, sorted: its own lines, its restarts and its result (what a failure's cause is)."""
 
     own: list[str] = field(default_factory=list)
-    restarts: list[str] = field(default_factory=list)
-    error: str | None = None  # the job's ``error: …`` line (its deliberate exit)
-    python_error: str | None = None  # the last ``SomeError: message`` (an unexpected crash)
-    error_class: str | None = None  # the class of the job's error, from its result document
+    restarts: list[Restarted] = field(default_factory=list)
+    result: JobResult | None = None
     lines: int = 0
 
     def observe(self, line: str) -> bool:
         """Record one output line; True when it is one of the job's own lines (worth the task log)."""
         line = line.rstrip()
         self.lines += 1
-        if line.startswith("TAILFILL_RESULT "):
-            from tailfill.run.submit import parse_result  # not at parse time: it imports the planner
-
-            document = parse_result([line])
-            self.error_class = document.error_class if document else None
-        elif m := _JOB_ERROR.match(line):
-            self.error = m.group(1)
-        elif _RESTART.match(line):
-            self.restarts.append(line)
-        elif m := _PY_ERROR.match(line.strip()):
-            self.python_error = line.strip()
+        event = read_event(line)
+        if isinstance(event, Restarted):
+            self.restarts.append(event)
+        elif isinstance(event, JobResult):
+            self.result = event
         own = bool(_OWN.match(line))
         if own:
             self.own.append(line)
         return own
 
     @property
+    def error(self) -> ErrorInfo | None:
+        """What stopped the job: its result's error, else the cause of its last restart (a job killed while
+        it restarted), else None (nothing the job said)."""
+        if self.result is not None and self.result.error is not None:
+            return self.result.error
+        return self.restarts[-1].error if self.restarts else None
+
+    @property
     def cause(self) -> str:
-        return self.error or self.python_error or (self.restarts[-1] if self.restarts else "") or "no cause printed"
+        error = self.error
+        if error is None:
+            return "no cause printed"
+        return error.message if self.result is not None and self.result.error is error else str(error)
 
 
-def fix_for(cause: str, error_class_name: str | None = None) -> str:
-    """The fix to suggest for a cause (of the error class named, if known), unless the cause already names one."""
-    if "(fix:" in cause:
+def fix_for(error: ErrorInfo | None) -> str:
+    """The fix to suggest for ``error``, unless its message already names one."""
+    if error is None:
+        return f"{TailfillError.fix}, {_RESUME}"
+    if "(fix:" in error.message:
         return ""
-    # The job's error class, then the classes the cause names (a wrapper's message names its root cause):
-    # the first that knows a fix of its own.
-    named = [error_class(n) for n in ([error_class_name] if error_class_name else []) + _CLASS_NAME.findall(cause)]
-    cls = next((c for c in named if c is not None and c.fix != TailfillError.fix), None)
-    fix: type[TailfillError] | str = cls or next((f for pattern, f in FOREIGN if pattern.search(cause)), TailfillError)
-    if isinstance(fix, str):
-        return f"{fix}, {_RESUME}"
-    return f"{fix.fix}, {_RESUME}" if fix.then_resume else fix.fix
+    return f"{error.fix}, {_RESUME}" if error.then_resume else error.fix
 
 
 def committed_summary(reports: list[BatchReport]) -> str:
@@ -105,7 +91,7 @@ def committed_summary(reports: list[BatchReport]) -> str:
 def headline(what: str, output: JobOutput, returncode: int | str | None) -> str:
     """``<what> failed (exit N): <cause> (fix: …)`` — one line."""
     cause = " ".join(output.cause.split())
-    fix = fix_for(cause, output.error_class)
+    fix = fix_for(output.error)
     return f"{what} failed (exit {returncode}): {cause}" + (f" (fix: {fix})" if fix else "")
 
 

@@ -17,14 +17,16 @@ import logging
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import DAG, Asset, Param, get_current_context, task
 from airflow.sdk.definitions.callback import AsyncCallback
 from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
-from tailfill.config import PipelineConfig, load_pipeline, pipelines_dir
+from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
+from tailfill.pipeline.load import load_pipeline
+from tailfill.settings import settings
 from tailfill_airflow.callbacks import deadline_missed, on_failure, on_retry
 from tailfill_airflow.causes import causes_first
 from tailfill_airflow.hooks import TailfillHook
@@ -43,6 +45,9 @@ from tailfill_airflow.naming import (
 from tailfill_airflow.operators import TailfillSubmitOperator, docs_url, run_page_url
 from tailfill_airflow.retry_label import keep_label_on_retry
 
+if TYPE_CHECKING:
+    from tailfill.pipeline.handle import Pipeline
+
 log = logging.getLogger(__name__)
 keep_label_on_retry()  # in the task runner, which parses the DAG file before it runs a task of it
 START = datetime(2026, 1, 1)
@@ -57,6 +62,13 @@ def table_asset(cfg: PipelineConfig) -> Asset:
                  group="iceberg")
 
 
+def _opened(cfg: PipelineConfig) -> Pipeline:
+    """The pipeline's handle, opened when a task runs (parsing the DAG file opens nothing)."""
+    from tailfill.pipeline.handle import open_pipeline
+
+    return open_pipeline(cfg)
+
+
 def _airflow_run_id() -> str:
     return get_current_context()["run_id"]
 
@@ -68,8 +80,9 @@ def _preflight_task(cfg: PipelineConfig, mode: str):
     def preflight() -> list[str]:
         from tailfill.run.preflight import preflight as run_checks
 
-        with causes_first(f"preflight of {cfg.name} ({mode})"), TailfillHook(cfg).credentials_exported():
-            passed = run_checks(cfg, mode)
+        with causes_first(f"preflight of {cfg.name} ({mode})"), TailfillHook(cfg).credentials_exported(), \
+                _opened(cfg) as pipeline:
+            passed = run_checks(pipeline, mode)
         for line in passed:
             log.info("preflight ok: %s", line)
         return passed
@@ -77,13 +90,15 @@ def _preflight_task(cfg: PipelineConfig, mode: str):
     return preflight()
 
 
-def table_totals(cfg: PipelineConfig) -> dict:
+def table_totals(pipeline: Pipeline) -> dict:
     """What the table holds now, for the asset event: its snapshot and the offsets its ledger has committed."""
     from tailfill.lake.ledger import read_ledger
-    from tailfill.lake.tables import ensure_tables
     from tailfill.offsets import total
 
-    data = ensure_tables(cfg).data
+    tables = pipeline.open_tables()
+    if tables is None:
+        return {"snapshot_id": None, "table_offsets": 0}
+    data = tables.data
     data.refresh()
     snapshot = data.current_snapshot()
     return {"snapshot_id": snapshot.snapshot_id if snapshot else None,
@@ -100,14 +115,16 @@ def _validate(cfg: PipelineConfig, run_id: str) -> dict:
 
     ti = get_current_context()["ti"]
     report, docs = run_page_url("report", ti.dag_id, ti.run_id, ti.map_index), docs_url(ti.dag_id)
-    result = validate(cfg, run_id=run_id)
+    with _opened(cfg) as pipeline:
+        result = validate(pipeline, run_id=run_id)
+        totals = table_totals(pipeline)
     verdict = "complete" if result.success else "INCOMPLETE"
     log.info("validation of %s: %s (%s offsets) report %s", run_id, verdict, result.offsets_checked, report)
     if not result.success:
         raise RuntimeError(f"run {run_id} of {cfg.name} is incomplete: " + "; ".join(result.problems)
                            + f" (fix: see the completeness report {report})")
     summary = {"run_id": run_id, "offsets": result.offsets_checked, "rows": result.rows,
-               "quarantined": result.quarantined, "report": report, "data_docs": docs, **table_totals(cfg)}
+               "quarantined": result.quarantined, "report": report, "data_docs": docs, **totals}
     get_current_context()["outlet_events"][table_asset(cfg)].extra = {"pipeline": cfg.name, **summary}
     return summary | {"partitions": result.partitions}
 
@@ -122,8 +139,8 @@ def plan_lanes(cfg: PipelineConfig, params: Mapping[str, Any], airflow_run_id: s
     """
     from tailfill.run.planner import BackfillRequest, plan_backfill_lanes
 
-    with TailfillHook(cfg).credentials_exported():
-        plan = plan_backfill_lanes(cfg, BackfillRequest.from_params(params),
+    with TailfillHook(cfg).credentials_exported(), _opened(cfg) as pipeline:
+        plan = plan_backfill_lanes(pipeline, BackfillRequest.from_params(params),
                                    lambda lane: tailfill_run_id(cfg.name, BACKFILL, airflow_run_id, lane))
     for line in plan.lines:
         log.info(line)
@@ -141,8 +158,8 @@ def tune_tail(cfg: PipelineConfig, airflow_run_id: str) -> dict | None:
     (downstream skipped) when nothing is waiting."""
     from tailfill.run.planner import TailRequest, plan_tail
 
-    with TailfillHook(cfg).credentials_exported():
-        plan = plan_tail(cfg, TailRequest(once=True), tailfill_run_id(cfg.name, INCREMENTAL, airflow_run_id))
+    with TailfillHook(cfg).credentials_exported(), _opened(cfg) as pipeline:
+        plan = plan_tail(pipeline, TailRequest(once=True), tailfill_run_id(cfg.name, INCREMENTAL, airflow_run_id))
     log.info("tail position %s, broker end %s: %s offsets waiting", plan.start.to_dict(), plan.high.to_dict(),
              f"{plan.pending:,}")
     if not plan.pending:
@@ -357,7 +374,7 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
         def report(tuned: dict, checked: dict) -> dict:
             from tailfill.run.tail_health import describe, read_tail
 
-            health, unknown = read_tail(cfg)  # the tail's last batch: freshness, and whether it keeps up
+            health, unknown = read_tail(_opened(cfg).state)  # the tail's last batch: freshness, and whether it keeps up
             lines = describe(cfg, health, unknown=unknown)
             for line in lines:
                 (log.warning if line.startswith("WARNING") else log.info)(line)
@@ -397,7 +414,8 @@ def maintenance_dag(cfg: PipelineConfig) -> DAG:
             from tailfill.run.maintain import maintain as run_upkeep
             from tailfill.run.maintain import maintenance_settings
 
-            result = run_upkeep(cfg, maintenance_settings(cfg))
+            with _opened(cfg) as pipeline:
+                result = run_upkeep(pipeline, maintenance_settings(cfg))
             for t in result.asdict()["tables"]:
                 log.info("%s: compaction %s, expiry %s, orphans %s", t["table"], t["compaction"], t["expiry"],
                          t["orphans"])
@@ -410,7 +428,7 @@ def maintenance_dag(cfg: PipelineConfig) -> DAG:
 def build_dags(folder: Path | None = None) -> dict[str, DAG]:
     """Both DAGs for every ``*.yaml`` in the pipelines folder; a broken file is logged, not fatal."""
     dags: dict[str, DAG] = {}
-    for path in sorted((folder or pipelines_dir()).glob("*.yaml")):
+    for path in sorted((folder or settings().pipelines).glob("*.yaml")):
         try:
             cfg = load_pipeline(path)
         except ConfigError as exc:

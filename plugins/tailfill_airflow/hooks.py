@@ -1,4 +1,4 @@
-"""``TailfillHook``: a pipeline's Kafka login (an Airflow connection) and its Spark job's environment.
+"""``TailfillHook``: a pipeline's connections (its Kafka login, its Spark master) and its Spark job's environment.
 
 Like the apache-spark provider's ``SparkSubmitHook``, the hook names its connection attribute
 (``conn_name_attr``) and reads the connection with ``get_connection`` when a task runs, never when
@@ -20,10 +20,11 @@ from collections.abc import Iterator
 from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
-from tailfill.config import PipelineConfig, tailfill_home
+from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
 from tailfill.redact import add_listener, register_model_secrets, register_secret, uri_password
 from tailfill.run import runtime
+from tailfill.settings import settings
 
 add_listener(mask_secret)  # what Tailfill registers (pipelines as they load, the hook's values) Airflow masks
 
@@ -71,9 +72,23 @@ class TailfillHook(BaseHook):
         register_secret(conn.password)
         return {names[0]: conn.login, names[1]: conn.password}
 
+    def spark_master(self, conn_id: str = "spark_default") -> str:
+        """The Spark master of the connection ``conn_id``, as the Spark provider reads it: its host when that is a
+        whole master URL (``local[2]``, ``k8s://https://...``), else ``<conn type>://<host>``, with its port. Without
+        the connection: Tailfill's own (``TAILFILL_SPARK_MASTER``, else ``local[2]``)."""
+        try:
+            conn = self.get_connection(conn_id)
+        except Exception:  # not defined: Airflow says so in its own words; Tailfill's default applies
+            return runtime.master()
+        if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
+            master = conn.host
+        else:
+            master = f"{conn.conn_type}://{conn.host or ''}"
+        return f"{master}:{conn.port}" if conn.port else master
+
     def job_env(self) -> dict[str, str]:
         """Environment for the pipeline's ``spark-submit``: state, Spark runtime, credentials."""
-        env = {"TAILFILL_HOME": str(tailfill_home()), **runtime.spark_env()}
+        env = {"TAILFILL_HOME": str(settings().home), **runtime.spark_env()}
         names = [*PASSED_THROUGH]
         if self.cfg.target.s3 is not None:
             names += [self.cfg.target.s3.access_key_env, self.cfg.target.s3.secret_key_env]

@@ -5,11 +5,11 @@ Read from the broker and the table when asked (a task, a plugin page), never whe
 
 from __future__ import annotations
 
-from tailfill.config import PipelineConfig
 from tailfill.offsets import total
+from tailfill.pipeline.handle import Pipeline
 
 
-def live_context(cfg: PipelineConfig) -> dict:
+def live_context(pipeline: Pipeline) -> dict:
     """Earliest, cutover, committed and pending offsets, and the status table as text.
 
     ``backfill_pending``: uncommitted offsets of ``[earliest, cutover)`` (all of history while no
@@ -20,7 +20,8 @@ def live_context(cfg: PipelineConfig) -> dict:
     from tailfill.run.planner import pending_offsets
     from tailfill.run.status import format_status, pipeline_status, quarantined_rows
 
-    state = source_state(cfg)
+    cfg = pipeline.cfg
+    state = source_state(pipeline, pipeline.open_tables())  # the tables as they are: a page makes nothing
     backfill, tail = pending_offsets(state)
     text = format_status(cfg.name, pipeline_status(state), quarantined_rows(state))
     text += (f"\nbackfill would cover: {backfill:,} offsets"

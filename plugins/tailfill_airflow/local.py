@@ -32,6 +32,7 @@ from pathlib import Path
 
 from tailfill.dev.broker import free_port
 from tailfill.run import runtime, warm_spark
+from tailfill.settings import settings
 from tailfill_airflow.naming import SLOTS_ENV, SPARK_POOL, spark_slots
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,7 +136,7 @@ def _stop_on_sigterm(*_: object) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=int(os.environ.get("TAILFILL_AIRFLOW_PORT", 8080)))
+    parser.add_argument("--port", type=int, default=settings().airflow_port)
     parser.add_argument("--serve-logs", type=int, metavar="PORT", help="run only a log server on 127.0.0.1:PORT")
     args = parser.parse_args()
     if args.serve_logs:
@@ -144,7 +145,7 @@ def main() -> None:
     home = Path(os.environ.get("AIRFLOW_HOME", REPO / ".tailfill" / "airflow")).absolute()
     airflow = str(Path(sys.executable).parent / "airflow")
     with contextlib.ExitStack() as stack:
-        url = os.environ.get("TAILFILL_AIRFLOW_DB")
+        url = settings().airflow_db
         if not url:
             from tailfill.dev.postgres import LocalPostgres
 

@@ -61,18 +61,12 @@ SPARK_POOL = "tailfill_spark"
 SLOTS_ENV = "TAILFILL_SPARK_SLOTS"
 
 
-DEFAULT_SLOTS = 4  # three backfill lanes (the form's default) beside one incremental run
-
-
 def spark_slots(environ: dict[str, str] | None = None) -> int:
-    """Slots of the Spark pool: ``$TAILFILL_SPARK_SLOTS`` (:data:`DEFAULT_SLOTS` when unset)."""
-    import os
+    """Slots of the Spark pool: ``$TAILFILL_SPARK_SLOTS`` (4 when unset: three backfill lanes beside one
+    incremental run), from the settings of ``environ`` (default: this process's environment)."""
+    from tailfill.settings import settings
 
-    raw = (os.environ if environ is None else environ).get(SLOTS_ENV, str(DEFAULT_SLOTS))
-    if not raw.isdigit() or int(raw) < 2:
-        raise ValueError(f"{SLOTS_ENV}={raw!r}: the Spark pool needs at least 2 slots "
-                         f"(fix: set {SLOTS_ENV} to an integer >= 2, one slot per concurrent spark-submit)")
-    return int(raw)
+    return settings(environ).spark_slots
 
 
 def backfill_lane_slots(environ: dict[str, str] | None = None) -> int:

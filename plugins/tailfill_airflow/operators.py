@@ -1,9 +1,11 @@
-"""``TailfillSubmitOperator``: the apache-spark provider's ``SparkSubmitOperator`` for Tailfill's job.
+"""``TailfillSubmitOperator``: Tailfill's ingest job as an Airflow task.
 
-Thin on purpose: the application, Spark settings and code archive come from
-:mod:`tailfill.run.runtime`, the arguments from :class:`tailfill.run.submit.JobSpec`, and the
-environment (with the Kafka login of the pipeline's Airflow connection) from
-:class:`~tailfill_airflow.hooks.TailfillHook` when the task runs.
+Thin on purpose: where the job runs is Tailfill's one runner choice (:mod:`tailfill.run.runners`:
+``spark-submit``, or the warm Spark server), the Spark settings and code archive come from
+:mod:`tailfill.run.runtime`, the arguments from :class:`tailfill.run.contract.JobSpec`, and the
+master (the ``spark_default`` connection) and the environment (with the Kafka login of the
+pipeline's Airflow connection) from :class:`~tailfill_airflow.hooks.TailfillHook` when the task
+runs. The job's lines reach the operator through the runner's public callback (:meth:`observe_line`).
 
 What it adds for the person watching the run:
 
@@ -20,26 +22,23 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
-import re
 import signal
 import threading
-from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import BaseOperatorLink
+from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.exceptions import AirflowException
 
-from tailfill.config import PipelineConfig, env_names, load_pipeline
-from tailfill.errors import TailfillError
+from tailfill.config import PipelineConfig
+from tailfill.errors import SparkServerError, TailfillError
 from tailfill.offsets import total
+from tailfill.pipeline.load import env_names, load_pipeline
 from tailfill.redact import redact_text
 from tailfill.run import runtime
-from tailfill.run.runtime import code_archive_path
-from tailfill.state.store import read_lane, run_reports, write_lane
+from tailfill.settings import settings
+from tailfill.state.store import StateStore, read_lane, run_reports, write_lane
 from tailfill_airflow.causes import JobOutput, committed_summary, headline
 from tailfill_airflow.hooks import TailfillHook
 from tailfill_airflow.naming import lane_label
@@ -48,14 +47,12 @@ from tailfill_airflow.progress import Progress, ProgressWatcher
 log = logging.getLogger(__name__)
 PROGRESS_KEY, RESULT_KEY = "progress", "result"
 STOPPED_EXIT = 128 + signal.SIGTERM  # a try stopped by Airflow's SIGTERM: the supervisor keeps the state it set
-# Lines of the provider's own interest (driver / application ids of cluster modes) still reach it.
-_PROVIDER_LINES = re.compile(r"driver-[0-9-]+|application[0-9_]+|pod name:|spark-app-selector|[eE]xit code:")
 
 __all__ = ["JobFailed", "TailfillSubmitOperator"]
 
 
 class JobFailed(TailfillError):
-    """A ``spark-submit`` of the ingest job failed; the message starts with the cause and the fix."""
+    """A run of the ingest job failed; the message starts with the cause and the fix."""
 
 
 # --- extra links ----------------------------------------------------------------------------------
@@ -125,110 +122,75 @@ class QuarantineLink(BaseOperatorLink):
 # --- the operator -----------------------------------------------------------------------------------
 
 
-class TailfillSubmitOperator(SparkSubmitOperator):
-    """``spark-submit`` of the ingest job of one pipeline (``pipeline``: the path of its YAML).
+class TailfillSubmitOperator(BaseOperator):
+    """The ingest job of one pipeline (``pipeline``: the path of its YAML), run where Tailfill's one runner
+    choice puts it (:func:`tailfill.run.runners.choose_runner`, as ``tailfill backfill|tail`` does): on the
+    warm Spark server when ``TAILFILL_SPARK=warm`` and it can take the job, else through ``spark-submit``.
 
-    The master is the ``spark_default`` connection's; ``conf`` (optional) is laid over Tailfill's
-    Spark settings, as ``tailfill backfill --conf`` does. The tailfill code always goes to the
-    executors with ``--py-files``, built by :func:`tailfill.run.runtime.code_archive` when the task runs.
+    The master is the ``spark_default`` connection's (``conn_id``, read by :class:`TailfillHook`);
+    ``conf`` (optional) is laid over Tailfill's Spark settings, as ``tailfill backfill --conf`` does;
+    ``name``: the Spark application's. The tailfill code always goes to the executors with
+    ``--py-files``, built by :func:`tailfill.run.runtime.code_archive` when the task runs.
+    ``application_args``: the job's :class:`~tailfill.run.contract.JobSpec` as the planner wrote it;
     ``planned_offsets``: what the run will cover when the arguments do not say (the tail's pending
     offsets at planning time); a backfill lane's is the size of its slices.
     """
 
-    template_fields = (*SparkSubmitOperator.template_fields, "planned_offsets")
+    template_fields = ("application_args", "planned_offsets", "conf", "name")
     operator_extra_links = (CompletenessReportLink(), BatchReportsLink(), DataDocsLink(), JobOutputLink(),
                             QuarantineLink())
 
-    def __init__(self, *, pipeline: str, conf: dict[str, Any] | None = None, planned_offsets: Any = None,
+    def __init__(self, *, pipeline: str, application_args: Any = None, conf: dict[str, Any] | None = None,
+                 planned_offsets: Any = None, name: str | None = None, conn_id: str = "spark_default",
                  **kwargs: Any):
-        kwargs.setdefault("conn_id", "spark_default")
-        super().__init__(application=str(runtime.job_file()), conf=runtime.spark_conf() | (conf or {}),
-                         py_files=str(code_archive_path()), **kwargs)
+        super().__init__(**kwargs)
         self.pipeline = pipeline
+        self.application_args = application_args if application_args is not None else []
+        self.conf = dict(conf or {})  # beyond Tailfill's own Spark settings: only a new application takes them
         self.planned_offsets = planned_offsets
-        self._extra_conf = dict(conf or {})  # beyond Tailfill's own: only a new application takes them
-        self._warm_run_id: str | None = None  # the run on the warm Spark server, while there
-        self._warm_code: int | None = None
+        self.name = name
+        self.conn_id = conn_id
+        self._run: Any = None  # the job while it runs (tailfill.run.runners.JobRun)
         self._output: JobOutput | None = None
         self._output_file: Path | None = None
+        self._out: Any = None  # the open output file
+        self._state: StateStore | None = None  # the pipeline's shared run state, while the task runs
         self._stopped = False  # Airflow sent SIGTERM: the task's state was changed from outside
 
     # --- what the job prints --------------------------------------------------------------------
 
-    def _get_hook(self):
-        hook = super()._get_hook()
-        original = hook._process_spark_submit_log
-        hook._process_spark_submit_log = lambda itr: original(self._divert(itr))
-        return hook
-
-    def _divert(self, lines: Iterator[str]) -> Iterator[str]:
-        """Every line, secrets redacted, to the output file; the job's own (and the provider's) on to the task log."""
-        assert self._output is not None and self._output_file is not None
-        self._output_file.parent.mkdir(parents=True, exist_ok=True)
-        with self._output_file.open("w") as out:
-            for line in map(redact_text, lines):
-                out.write(line if line.endswith("\n") else line + "\n")
-                out.flush()
-                if self._output.observe(line) or _PROVIDER_LINES.search(line):
-                    yield line
-
-    # --- warm Spark --------------------------------------------------------------------------------
-
-    def _why_cold(self) -> str | None:
-        """Why this job cannot run on the warm Spark server (None: it can), as ``TAILFILL_SPARK`` asks."""
-        from tailfill.run import warm_spark  # not at parse time: it imports the planner (broker, catalog)
-
-        if warm_spark.default_mode() != "warm":
-            return f"{warm_spark.MODE_ENV} is not warm"
-        if self._hook is None:
-            self._hook = self._get_hook()
-        master = self._hook._connection["master"]
-        return warm_spark.why_cold(master, self._extra_conf)
-
-    def _run_warm(self, cfg: PipelineConfig, spec: Any) -> int | None:
-        """Run the job on the warm Spark server, its lines handled as a ``spark-submit``'s; its exit code,
-        or None when the server would not take it (then it runs through ``spark-submit``)."""
-        from tailfill.run import warm_spark
-
-        lines: queue.Queue[str | None] = queue.Queue()
-        outcome: dict[str, Any] = {}
-
-        def run() -> None:
-            try:
-                outcome["code"], _ = warm_spark.run_warm(spec, {**os.environ, **(self.env_vars or {})}, lines.put,
-                                                         env_names(cfg))
-            except warm_spark.SparkServerError as exc:
-                outcome["refused"] = str(exc)
-            finally:
-                lines.put(None)
-
-        self._warm_run_id = spec.run_id
-        threading.Thread(target=run, name="warm-spark-job", daemon=True).start()
-        for line in self._divert(iter(lines.get, None)):
-            log.info("%s", line.rstrip())
-        if "refused" in outcome:
-            log.warning("not on the warm Spark server (%s): running spark-submit", outcome["refused"])
-            self._warm_run_id = None
-            return None
-        self._warm_code = outcome["code"]
-        return self._warm_code
+    def observe_line(self, line: str) -> bool:
+        """One line the job printed (the runner's callback): to the output file, secrets redacted; the job's
+        own lines (its progress, its events, its error) on to the task log. True for those."""
+        assert self._output is not None and self._out is not None
+        line = redact_text(line.rstrip("\n"))
+        self._out.write(line + "\n")
+        self._out.flush()
+        own = self._output.observe(line)
+        if own:
+            log.info("%s", line)
+        return own
 
     # --- execute ----------------------------------------------------------------------------------
 
     def execute(self, context: Any) -> None:
-        from tailfill.run.submit import JobSpec  # not at parse time: it imports the planner (broker, catalog)
+        from tailfill.run.contract import JobSpec  # not at parse time
+        from tailfill.run.runners import choose_runner
 
         cfg = load_pipeline(self.pipeline)
+        store = self._state = StateStore.of(cfg)
         spec = JobSpec.parse(list(self.application_args))
         planned = (sum(total(s.ranges) for s in spec.slices) if spec.slices
                    else int(self.planned_offsets) if self.planned_offsets is not None else None)
         label = lane_label([s.to_dict() for s in spec.slices]) if spec.slices else "tail"
         ti = context["ti"]
-        folder = runtime.log_dir(cfg.name, spec.run_id)
         self._output = JobOutput()
-        self._output_file = folder / f"spark-submit-try{ti.try_number}.log"
-        self.py_files = str(runtime.code_archive())  # this worker's code, fresh (the path is the same)
-        self.env_vars = {**(self.env_vars or {}), **runtime.shipped_code_env(), **TailfillHook(cfg).job_env()}
+        self._output_file = runtime.log_dir(cfg.name, spec.run_id) / f"spark-submit-try{ti.try_number}.log"
+        hook = TailfillHook(cfg)
+        env = {**os.environ, **runtime.shipped_code_env(), **hook.job_env()}
+        runner = choose_runner(settings().spark_mode, hook.spark_master(self.conn_id), self.conf, env=env,
+                               secrets=env_names(cfg), submit_env_=env, name=self.name,
+                               proceed=lambda: not self._stopped)  # never fall back once Airflow stopped us
         log.info("%s: run %s, %s; full job output in %s", cfg.name, spec.run_id,
                  f"{planned:,} offsets planned" if planned is not None else "open-ended", self._output_file)
 
@@ -237,40 +199,38 @@ class TailfillSubmitOperator(SparkSubmitOperator):
                 p = replace(p, state="stopped")
             log.info("progress %s: %s", label, p.asstr())
             ended = None if p.state == "running" else p.updated_at
-            write_lane(cfg, spec.run_id, state=p.state, ended_at=ended)
+            write_lane(store, spec.run_id, state=p.state, ended_at=ended)
             if not self._stopped:
                 ti.xcom_push(key=PROGRESS_KEY, value=p.asdict())
                 _show_in_grid(ti, f"{label} · {p.asstr()}")
 
-        watcher = ProgressWatcher(cfg, spec.run_id, planned, publish)
-        earlier = read_lane(cfg, spec.run_id)  # a retry: the batches of the tries before stay theirs
+        watcher = ProgressWatcher(store, spec.run_id, planned, publish)
+        earlier = read_lane(store, spec.run_id)  # a retry: the batches of the tries before stay theirs
         tries = {**(earlier.tries if earlier else {}), str(ti.try_number): watcher.started_at}
-        write_lane(cfg, spec.run_id, label=label, planned=planned, started_at=watcher.started_at,
+        write_lane(store, spec.run_id, label=label, planned=planned, started_at=watcher.started_at,
                    try_number=ti.try_number, tries=tries, cause=None, state="running", ended_at=None)
         self._note_sigterm()
-        why_cold = self._why_cold()
-        if why_cold is None:
-            log.info("on the warm Spark server (TAILFILL_SPARK=warm)")
-        try:
-            with watcher:
-                code = self._run_warm(cfg, spec) if why_cold is None else None
-                if code is None and self._stopped:  # never fall back to spark-submit once Airflow stopped us
-                    raise AirflowException("stopped before its job could start")
-                if code is None:
-                    super().execute(context)
-                elif code != 0:
-                    raise AirflowException(f"the job on the warm Spark server failed (exit {code})")
-        except AirflowException as exc:
-            if self._stopped:
-                self._exit_stopped(cfg, spec, label)
-            failure = self._failure(cfg, spec, label, exc)
-            write_lane(cfg, spec.run_id, cause=str(failure).splitlines()[0])
+        self._output_file.parent.mkdir(parents=True, exist_ok=True)
+        failure: JobFailed | None = None
+        with self._output_file.open("w") as self._out:
+            try:
+                with watcher:
+                    self._run = runner.submit(spec, self.observe_line)
+                    outcome = self._run.wait()
+                    if outcome.code != 0:
+                        raise AirflowException(f"the job failed (exit {outcome.code})")
+            except (AirflowException, SparkServerError) as exc:
+                if self._stopped:
+                    self._exit_stopped(cfg, spec, label)
+                failure = self._failure(cfg, spec, label, outcome.code if self._run is not None else exc)
+        if failure is not None:
+            write_lane(store, spec.run_id, cause=str(failure).splitlines()[0])
             raise failure from None
         if self._stopped:  # the job ended well, but Airflow changed the task's state meanwhile: report nothing
             self._exit_stopped(cfg, spec, label)
-        result = self._result()
+        result = self._output.result
         if result is not None:
-            ti.xcom_push(key=RESULT_KEY, value=result)
+            ti.xcom_push(key=RESULT_KEY, value=[asdict(r) for r in result.results])
 
     # --- stopped from outside -------------------------------------------------------------------
 
@@ -288,48 +248,34 @@ class TailfillSubmitOperator(SparkSubmitOperator):
             signal.signal(signal.SIGTERM, stopped)
 
     def on_kill(self) -> None:
-        """Stop the job (the provider's kill of ``spark-submit``, or a cancel on the warm Spark server);
-        what it committed stays committed."""
-        if self._warm_run_id is not None:
-            from tailfill.run import warm_spark
-
-            log.warning("Airflow stopped this task: cancelling its job on the warm Spark server")
-            warm_spark.cancel_warm(self._warm_run_id)
+        """Stop the job (kill its ``spark-submit``, or cancel it on the warm Spark server); what it committed
+        stays committed."""
+        if self._run is None:
             return
-        log.warning("Airflow stopped this task: killing its spark-submit")
-        super().on_kill()
+        log.warning("Airflow stopped this task: %s", self._run.stopping)
+        self._run.kill()
 
     def _exit_stopped(self, cfg: PipelineConfig, spec: Any, label: str) -> NoReturn:
         """One line for a try stopped from outside, then leave without reporting a state: Airflow set it
         already, and refuses (``invalid_state``) any the task would report."""
-        committed = committed_summary(run_reports(cfg, spec.run_id)).replace("before the failure", "before the stop")
+        reports = run_reports(self._state, spec.run_id)
+        committed = committed_summary(reports).replace("before the failure", "before the stop")
         line = (f"ingest of {cfg.name} ({label}, run {spec.run_id}) stopped: its task's state was changed in "
                 f"Airflow while it ran (run or task marked, or cleared); {committed}; clearing the task resumes")
-        write_lane(cfg, spec.run_id, state="stopped", cause=line)
+        write_lane(self._state, spec.run_id, state="stopped", cause=line)
         log.warning(line)
         logging.shutdown()  # flush the task log before leaving
         os._exit(STOPPED_EXIT)
 
-    def _result(self) -> list[dict] | None:
-        """The job's result document (:func:`tailfill.run.submit.parse_result`): one IngestResult per query."""
-        from dataclasses import asdict
-
-        from tailfill.run.submit import parse_result
-
+    def _failure(self, cfg: PipelineConfig, spec: Any, label: str, ended: int | Exception) -> JobFailed:
+        """The task's error: what failed and why, with the fix (``ended``: the job's exit code, or why it never
+        started), then what the run committed, then where the full output is."""
         assert self._output is not None
-        document = parse_result(self._output.own)
-        return [asdict(r) for r in document.results] if document is not None else None
-
-    def _failure(self, cfg: PipelineConfig, spec: Any, label: str, exc: AirflowException) -> JobFailed:
-        assert self._output is not None
-        submitted = getattr(self._hook, "_submit_sp", None)
-        returncode = (self._warm_code if self._warm_code is not None
-                      else submitted.returncode if submitted is not None else "?")
         what = f"ingest of {cfg.name} ({spec.mode}, {label}, run {spec.run_id})"
-        first = headline(what, self._output, returncode)
-        committed = committed_summary(run_reports(cfg, spec.run_id))
-        if self._output.cause == "no cause printed":  # not the job's failure: spark-submit's own
-            first += f" — spark-submit said: {redact_text(str(exc).splitlines()[0])[:300]}"
+        first = headline(what, self._output, ended if isinstance(ended, int) else "-")
+        if isinstance(ended, Exception):  # the job never started
+            first += f" — it did not start: {redact_text(str(ended).splitlines()[0])[:300]}"
+        committed = committed_summary(run_reports(self._state, spec.run_id))
         log.error(first)
         log.error(committed)
         return JobFailed(f"{first}\n{committed}\nfull job output ({self._output.lines} lines): {self._output_file}")

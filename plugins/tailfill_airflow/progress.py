@@ -16,10 +16,9 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from tailfill.config import PipelineConfig
-from tailfill.state.freshness import Freshness
 from tailfill.state.records import BatchReport
-from tailfill.state.store import RunReports
+from tailfill.state.store import RunReports, StateStore
+from tailfill.values.freshness import Freshness
 
 log = logging.getLogger(__name__)
 
@@ -95,10 +94,10 @@ class ProgressWatcher:
     newly committed batch, and a last one when the watcher stops.
     """
 
-    def __init__(self, cfg: PipelineConfig, run_id: str, planned: int | None, publish: Callable[[Progress], None],
+    def __init__(self, store: StateStore, run_id: str, planned: int | None, publish: Callable[[Progress], None],
                  interval: float = 2.0):
-        self.cfg, self.run_id, self.planned = cfg, run_id, planned
-        self.reports = RunReports(cfg, run_id)  # fetches each batch report once
+        self.run_id, self.planned = run_id, planned
+        self.reports = RunReports(store, run_id)  # fetches each batch report once
         self.publish, self.interval = publish, interval
         self.started_at = time.time()
         self._stop = threading.Event()

@@ -29,11 +29,13 @@ from urllib.parse import quote
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
 
-from tailfill.config import PipelineConfig, load_pipeline, pipelines_dir
+from tailfill.pipeline.handle import Pipeline
+from tailfill.pipeline.load import load_pipeline
 from tailfill.redact import redact_text
 from tailfill.run.runtime import log_dir
-from tailfill.state.freshness import Freshness
-from tailfill.state.store import read_lane, run_exists, run_reports
+from tailfill.settings import settings
+from tailfill.state.store import StateStore, read_lane, run_exists, run_reports
+from tailfill.values.freshness import Freshness
 from tailfill_airflow.naming import BACKFILL, MAINTENANCE, split_dag_id, tailfill_run_id
 from tailfill_airflow.progress import progress
 
@@ -58,16 +60,17 @@ def _authorized():
 app = FastAPI(title="Tailfill", description="Progress, reports and proofs of Tailfill's runs")
 
 
-def pipeline_config(dag_id: str) -> tuple[PipelineConfig, str]:
-    """The pipeline behind a DAG id and the DAG's kind; 404 when it is not one of Tailfill's."""
+def pipeline_of(dag_id: str) -> tuple[Pipeline, str]:
+    """The pipeline behind a DAG id (its handle: nothing opened until a page asks) and the DAG's kind; 404 when it
+    is not one of Tailfill's."""
     try:
         name, kind = split_dag_id(dag_id)
     except ValueError as exc:
         raise HTTPException(404, str(exc)) from None
-    path = pipelines_dir() / f"{name}.yaml"
+    path = settings().pipelines / f"{name}.yaml"
     if not path.exists():
         raise HTTPException(404, f"pipeline {name!r}: no {path}")
-    return load_pipeline(path), kind
+    return Pipeline(load_pipeline(path)), kind
 
 
 def map_index_of(value: str) -> int:
@@ -84,10 +87,10 @@ def lane_run_id(pipeline: str, kind: str, run_id: str, map_index: str | int) -> 
     return tailfill_run_id(pipeline, kind, run_id, index if kind == BACKFILL and index >= 0 else None)
 
 
-def lane_progress(cfg: PipelineConfig, tf_run: str) -> dict:
+def lane_progress(store: StateStore, tf_run: str) -> dict:
     """A lane's progress as its task saw it last, recomputed from its batch reports now."""
-    lane = read_lane(cfg, tf_run)
-    reports = run_reports(cfg, tf_run)
+    lane = read_lane(store, tf_run)
+    reports = run_reports(store, tf_run)
     state = (lane.state if lane else None) or ("running" if lane else "not started")
     ended = lane.ended_at if lane else None
     started = lane.started_at if lane and lane.started_at is not None else time.time()
@@ -130,13 +133,13 @@ def _lane_rows(lanes: list[dict], freshness: bool = True) -> str:
 
 @app.get("/run/{dag_id}/{run_id}", response_class=HTMLResponse, dependencies=[_authorized()])
 def run_page(dag_id: str, run_id: str) -> HTMLResponse:
-    cfg, kind = pipeline_config(dag_id)
+    pipeline, kind = pipeline_of(dag_id)
     lanes = []
     for index in range(MAX_LANES if kind == BACKFILL else 1):
-        tf_run = lane_run_id(cfg.name, kind, run_id, index)
-        if not run_exists(cfg, tf_run):
+        tf_run = lane_run_id(pipeline.name, kind, run_id, index)
+        if not run_exists(pipeline.state, tf_run):
             break
-        lanes.append(lane_progress(cfg, tf_run))
+        lanes.append(lane_progress(pipeline.state, tf_run))
     links = run_links(dag_id, run_id, [p["label"] for p in lanes] if kind == BACKFILL else [])
     if not lanes:
         return _page(f"{dag_id} · {run_id}", "<p>No lane has started yet.</p>" + links, refresh=True)
@@ -146,7 +149,7 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     planned = sum(p["offsets_planned"] or 0 for p in lanes)
     quarantined = sum(p["quarantined"] for p in lanes)
     stored = sum(p["rows"] for p in lanes) - quarantined
-    cls, text = verdict([read_result(cfg, p["run_id"]) for p in lanes])
+    cls, text = verdict([read_result(pipeline, p["run_id"]) for p in lanes])
     summary = (f'<p class="{cls}"><b>{html.escape(text)}</b></p>'
                f"<p><b>{done:,}</b>{f' of {planned:,}' if planned else ''} offsets: {stored:,} rows + "
                f"{quarantined:,} quarantined in {len(lanes)} lane(s); "
@@ -194,21 +197,21 @@ def verdict(results: list[ValidationResult | None]) -> tuple[str, str]:
 @app.get("/batches/{dag_id}/{run_id}/{map_index}", response_class=HTMLResponse, dependencies=[_authorized()])
 def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
     """A lane's tab; for a task that is not a lane, what the run or the pipeline has to show."""
-    cfg, kind = pipeline_config(dag_id)
+    pipeline, kind = pipeline_of(dag_id)
     if kind == MAINTENANCE:  # maintain runs no Spark lane: the pipeline's offsets
         return pipeline_page(dag_id)
     if kind == BACKFILL and map_index_of(map_index) < 0:  # preflight, plan, summary: every lane of the run
         return run_page(dag_id, run_id)
-    tf_run = lane_run_id(cfg.name, kind, run_id, map_index)
-    p = lane_progress(cfg, tf_run)
-    lane = read_lane(cfg, tf_run)
+    tf_run = lane_run_id(pipeline.name, kind, run_id, map_index)
+    p = lane_progress(pipeline.state, tf_run)
+    lane = read_lane(pipeline.state, tf_run)
     head = ("<tr><th>try</th><th>batch</th><th>committed at (UTC)</th><th>offsets</th><th>rows</th>"
             "<th>quarantined</th><th>seconds</th><th>commit ms</th><th>ranges</th></tr>")
     rows = [f"<tr><td>{(lane.try_at(r.at) if lane else None) or '-'}</td><td>{r.batch_id}</td>"
             f"<td>{time.strftime('%H:%M:%S', time.gmtime(r.at))}</td><td>{r.offsets:,}</td>"
             f"<td>{r.rows:,}</td><td>{r.quarantined:,}</td><td>{r.seconds:.1f}</td><td>{r.commit_ms:.0f}</td>"
             f"<td class=l>{html.escape(', '.join(map(str, r.committed)) or 'replay: already committed')}</td></tr>"
-            for r in run_reports(cfg, tf_run)]
+            for r in run_reports(pipeline.state, tf_run)]
     body = (f"<p class=muted>run {html.escape(tf_run)}</p>{_lane_rows([p], freshness=kind != BACKFILL)}<h3>Batches</h3>"
             f"<table>{head}{''.join(rows) or '<tr><td colspan=9>none committed yet</td></tr>'}</table>")
     return _page(f"{p['label']} · progress", body, refresh=p["state"] == "running")
@@ -216,13 +219,13 @@ def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
 
 @app.get("/report/{dag_id}/{run_id}/{map_index}", response_class=HTMLResponse, dependencies=[_authorized()])
 def report_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
-    from tailfill.lake.storage import filesystem, fs_path
+    from tailfill.plumbing.warehouse import fs_path
     from tailfill.proof.reports import results_uri
 
-    cfg, kind = pipeline_config(dag_id)
-    tf_run = lane_run_id(cfg.name, kind, run_id, map_index)
+    pipeline, kind = pipeline_of(dag_id)
+    tf_run = lane_run_id(pipeline.name, kind, run_id, map_index)
     try:
-        with filesystem(cfg.target).open_input_stream(fs_path(f"{results_uri(cfg)}/{tf_run}.html")) as f:
+        with pipeline.fs.open_input_stream(fs_path(f"{results_uri(pipeline.cfg)}/{tf_run}.html")) as f:
             return HTMLResponse(served_docs_links(f.read().decode(), dag_id))
     except (FileNotFoundError, OSError):
         return _page(f"{tf_run}: not validated yet",
@@ -243,7 +246,7 @@ def served_docs_links(report: str, dag_id: str) -> str:
 def data_docs(dag_id: str, path: str) -> FileResponse:
     from tailfill.proof.reports import gx_root
 
-    cfg, _ = pipeline_config(dag_id)
+    cfg = pipeline_of(dag_id)[0].cfg
     site = (gx_root(cfg) / "gx" / "uncommitted" / "data_docs" / "local_site").resolve()
     file = (site / (path or "index.html")).resolve()
     if not file.is_relative_to(site) or not file.is_file():
@@ -253,8 +256,8 @@ def data_docs(dag_id: str, path: str) -> FileResponse:
 
 @app.get("/output/{dag_id}/{run_id}/{map_index}", response_class=PlainTextResponse, dependencies=[_authorized()])
 def job_output(dag_id: str, run_id: str, map_index: str) -> PlainTextResponse:
-    cfg, kind = pipeline_config(dag_id)
-    folder = log_dir(cfg.name, lane_run_id(cfg.name, kind, run_id, map_index))
+    pipeline, kind = pipeline_of(dag_id)
+    folder = log_dir(pipeline.name, lane_run_id(pipeline.name, kind, run_id, map_index))
     tries = sorted(folder.glob("spark-submit-try*.log"), key=lambda f: int(f.stem.removeprefix("spark-submit-try")))
     if not tries:
         raise HTTPException(404, f"no spark-submit output in {folder}")
@@ -265,8 +268,10 @@ def job_output(dag_id: str, run_id: str, map_index: str) -> PlainTextResponse:
 def pipeline_page(dag_id: str) -> HTMLResponse:
     from tailfill_airflow.live import live_context
 
-    cfg, _ = pipeline_config(dag_id)
-    ctx = live_context(cfg)
+    pipeline, _ = pipeline_of(dag_id)
+    cfg = pipeline.cfg
+    with pipeline:
+        ctx = live_context(pipeline)
     return _page(f"{cfg.name}: {cfg.source.topic} → {cfg.target.namespace}.{cfg.target.table}",
                  f"<pre>{html.escape(ctx['text'])}</pre>")
 
@@ -277,8 +282,10 @@ QUARANTINE_ROWS = 500  # the most recent quarantined records a page lists
 @app.get("/quarantine/{dag_id}", response_class=HTMLResponse, dependencies=[_authorized()])
 def quarantine_page(dag_id: str) -> HTMLResponse:
     """The table's counts per partition, and the quarantined records: offsets, error, run, raw value."""
-    cfg, _ = pipeline_config(dag_id)
-    counts, records = table_contents(cfg, QUARANTINE_ROWS)
+    pipeline, _ = pipeline_of(dag_id)
+    cfg = pipeline.cfg
+    with pipeline:
+        counts, records = table_contents(pipeline, QUARANTINE_ROWS)
     head = "<tr><th>partition</th><th>committed offsets</th><th>rows</th><th>quarantined</th></tr>"
     rows = "".join(f"<tr><td class=l>{html.escape(str(tp))}</td><td>{c['committed']:,}</td><td>{c['rows']:,}</td>"
                    f"<td>{c['quarantined']:,}</td></tr>" for tp, c in counts.items())
@@ -295,16 +302,18 @@ def quarantine_page(dag_id: str) -> HTMLResponse:
     return _page(f"{cfg.name} · {cfg.target.namespace}.{cfg.target.table} · quarantine", body)
 
 
-def table_contents(cfg: PipelineConfig, limit: int) -> tuple[dict, list[dict]]:
+def table_contents(pipeline: Pipeline, limit: int) -> tuple[dict, list[dict]]:
     """Per partition: offsets the ledger committed, rows and quarantined rows stored; and the ``limit``
-    quarantined records with the highest offsets, newest first."""
+    quarantined records with the highest offsets, newest first (nothing while the tables were never made)."""
     import pyarrow.compute as pc
 
     from tailfill.lake.ledger import read_ledger
-    from tailfill.lake.tables import ensure_tables
     from tailfill.offsets import TopicPartition, by_partition, total
 
-    data, quarantine = ensure_tables(cfg)
+    tables = pipeline.open_tables()  # as they are: a page changes nothing
+    if tables is None:
+        return {}, []
+    data, quarantine = tables
     counts: dict = {}
     for table, column in ((data, "rows"), (quarantine, "quarantined")):
         table.refresh()

@@ -1,54 +1,57 @@
 """Synthetic micro-batches through the real prepare output and commit path, without Spark or a broker.
 
 For benchmarks and tests of what happens after many commits (commit cost, table upkeep): each
-range becomes sample events, parsed with the pipeline's rules, written as Parquet exactly as an
-executor writes them (:class:`tailfill.lake.files.FileSet`), and committed with
-:func:`tailfill.lake.commit.commit_prepared`, the driver's own commit.
+range becomes sample events, decoded with the pipeline's format, written as Parquet exactly as an
+executor writes them (:func:`tailfill.lake.prepare.prepare_ranges`), and committed with the driver's
+own commit (:class:`tailfill.lake.commit.Committer`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from tailfill.config import PipelineConfig
 from tailfill.dev.sample import sample_event
-from tailfill.lake.commit import commit_prepared
 from tailfill.lake.ledger import CommitResult
-from tailfill.lake.prepare import PreparedRange, RangeOutput
-from tailfill.lake.rows import RowParser, split_records
-from tailfill.lake.storage import filesystem
-from tailfill.lake.tables import ensure_tables
+from tailfill.lake.prepare import Destination, PreparedRange, prepare_ranges
+from tailfill.lake.schema_change import table_columns
 from tailfill.offsets import OffsetRange
-from tailfill.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
+from tailfill.pipeline.handle import Pipeline
+from tailfill.values.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
 
 
-def prepare_sample(cfg: PipelineConfig, run_id: str, ranges: Sequence[OffsetRange],
-                   bad_every: int = 0) -> list[PreparedRange]:
-    """Write sample events for ``ranges`` (every ``bad_every``-th malformed) as a task would prepare them."""
-    fs = filesystem(cfg.target)
-    tables = ensure_tables(cfg)
-    parser = RowParser(cfg.format)
-    out = []
+def sample_records(run_id: str, ranges: Sequence[OffsetRange], bad_every: int = 0) -> Iterator[pa.RecordBatch]:
+    """Sample events at the offsets of ``ranges`` (every ``bad_every``-th malformed), as a reader yields them: each
+    range's records, then a marker per range."""
     for r in ranges:
         offsets = range(r.start, r.end)
         values = [b"{not json" if bad_every and o % bad_every == 0 else json.dumps(sample_event(run_id, o)).encode()
                   for o in offsets]
-        raw = pa.table([pa.array([r.topic] * r.size), pa.array([r.partition] * r.size, pa.int32()),
-                        pa.array(offsets, pa.int64()),
-                        pa.array([datetime.now(UTC)] * r.size, TIMESTAMP), pa.nulls(r.size, pa.binary()),
-                        pa.array([[]] * r.size, HEADERS), pa.array(values, pa.binary()), pa.nulls(r.size, pa.string())],
-                       schema=RAW_SCHEMA)
-        output = RangeOutput(fs, cfg, run_id, tables.data.location(), tables.quarantine.location())
-        output.add(*split_records(raw, cfg.format, run_id, parser))
-        out.append(PreparedRange(RangeMarker(r, r.size), *output.close(), output.rows, output.quarantined))
-    return out
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([r.topic] * r.size), pa.array([r.partition] * r.size, pa.int32()), pa.array(offsets, pa.int64()),
+             pa.array([datetime.now(UTC)] * r.size, TIMESTAMP), pa.nulls(r.size, pa.binary()),
+             pa.array([[]] * r.size, HEADERS), pa.array(values, pa.binary()), pa.nulls(r.size, pa.string())],
+            schema=RAW_SCHEMA)
+    for r in ranges:
+        yield RangeMarker(r, r.size).to_batch()
 
 
-def commit_sample_batch(cfg: PipelineConfig, run_id: str, batch_id: int, ranges: Sequence[OffsetRange],
+def prepare_sample(pipeline: Pipeline, run_id: str, ranges: Sequence[OffsetRange],
+                   bad_every: int = 0) -> list[PreparedRange]:
+    """Write sample events for ``ranges`` (one range per partition) as an executor prepares them (the tables made
+    first, as the planner makes them)."""
+    tables = pipeline.provision_tables()
+    where = Destination(pipeline.fs, tables.data.location(), tables.quarantine.location(),
+                        pipeline.cfg.target.partition_by)
+    return prepare_ranges(lambda todo: sample_records(run_id, todo, bad_every), pipeline.format.decoder(), where,
+                          run_id, ranges, table_columns(tables.data))
+
+
+def commit_sample_batch(pipeline: Pipeline, run_id: str, batch_id: int, ranges: Sequence[OffsetRange],
                         bad_every: int = 0) -> tuple[CommitResult, float]:
     """Prepare and commit one synthetic micro-batch; returns the commit's result and its seconds."""
-    return commit_prepared(cfg, ensure_tables(cfg), run_id, batch_id, prepare_sample(cfg, run_id, ranges, bad_every))
+    prepared = prepare_sample(pipeline, run_id, ranges, bad_every)
+    return pipeline.committer(pipeline.provision_tables()).commit(run_id, batch_id, prepared)

@@ -8,17 +8,16 @@ a pipeline whose ``bootstrap_servers`` is ``embedded`` resolves to that address.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tailfill.config import tailfill_home
 from tailfill.errors import BrokerError
+from tailfill.plumbing.detached import stop_detached
+from tailfill.settings import settings
 from tailfill.source.embedded import broker_state, state_file
-from tailfill.state.detached import stop_detached
 
 
 def free_port() -> int:
@@ -96,12 +95,12 @@ class EmbeddedBroker:
 
 def broker_up(home: Path | None = None, port: int | None = None) -> dict:
     """Start the detached broker (or return the running one)."""
-    home = home or tailfill_home()
+    home = home or settings().home
     home.mkdir(parents=True, exist_ok=True)
     running = broker_state(home)
     if running:
         return running
-    port = port or int(os.environ.get("TAILFILL_BROKER_PORT", 0)) or free_port()
+    port = port or settings().broker_port or free_port()
     proc = _spawn(port, home / "broker.log", detach=True)
     state = {"pid": proc.pid, "port": port, "bootstrap_servers": f"127.0.0.1:{port}"}
     state_file(home).write_text(json.dumps(state))
@@ -110,5 +109,5 @@ def broker_up(home: Path | None = None, port: int | None = None) -> dict:
 
 def broker_down(home: Path | None = None) -> bool:
     """Stop the detached broker; True if one was running. Its in-memory data is gone."""
-    home = home or tailfill_home()
+    home = home or settings().home
     return stop_detached(broker_state(home), state_file(home))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tailfill.errors import TailfillError
+from tailfill.settings import settings
 
 SUPERUSER = "tailfill"
 SYSTEM_USER = "postgres"  # Debian's postgresql package creates it
@@ -30,7 +31,7 @@ class PostgresError(TailfillError):
 
 def postgres_bin() -> Path:
     """The folder of ``initdb``/``pg_ctl``: ``$TAILFILL_POSTGRES_BIN``, PATH, else Debian's newest."""
-    if configured := os.environ.get("TAILFILL_POSTGRES_BIN"):
+    if configured := settings().postgres_bin:
         if not (Path(configured) / "pg_ctl").is_file():
             raise PostgresError(f"TAILFILL_POSTGRES_BIN={configured}: no pg_ctl there (fix: the folder of "
                                 "PostgreSQL's server binaries, e.g. /usr/lib/postgresql/15/bin)")

@@ -4,7 +4,7 @@ For the demo and the tests only (no Schema Registry server installs on these mac
 and versions are registered and looked up, schemas are served by id, and a new Avro version is
 checked against the subject's compatibility level (``BACKWARD`` by default; ``NONE`` accepts
 anything): Avro by the specification's resolution rules, Protobuf and JSON Schema by a small subset of
-Confluent's (:mod:`tailfill.formats.protobuf_compat`, :mod:`tailfill.formats.json_schema_compat`). State
+Confluent's (:mod:`tailfill.dev.protobuf_compat`, :mod:`tailfill.dev.json_schema_compat`). State
 is in memory. ``tailfill registry up`` starts it detached and records its address in
 ``$TAILFILL_HOME/registry.json``, which ``schema_registry.url: embedded`` resolves to; tests use
 :class:`DevRegistry`, which stops it when the block ends.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -27,15 +26,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from tailfill.config import tailfill_home
+from tailfill.dev.avro_compat import backward_problems as avro_backward
 from tailfill.dev.broker import free_port
+from tailfill.dev.json_schema_compat import backward_problems as json_backward
+from tailfill.dev.protobuf_compat import backward_problems as protobuf_backward
+from tailfill.dev.protobuf_compat import parse_file
 from tailfill.errors import RegistryError
-from tailfill.formats.avro_compat import backward_problems as avro_backward
-from tailfill.formats.json_schema_compat import backward_problems as json_backward
-from tailfill.formats.protobuf_compat import backward_problems as protobuf_backward
-from tailfill.formats.protobuf_compat import parse_file
+from tailfill.plumbing.detached import stop_detached
+from tailfill.settings import settings
 from tailfill.source.embedded import registry_state, registry_state_file
-from tailfill.state.detached import stop_detached
 
 LEVELS = {"NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE"}
 
@@ -284,12 +283,12 @@ def serve(port: int) -> None:
 
 def registry_up(home: Path | None = None, port: int | None = None) -> dict:
     """Start the detached development registry (or return the running one)."""
-    home = home or tailfill_home()
+    home = home or settings().home
     home.mkdir(parents=True, exist_ok=True)
     running = registry_state(home)
     if running:
         return running
-    port = port or int(os.environ.get("TAILFILL_REGISTRY_PORT", 0)) or free_port()
+    port = port or settings().registry_port or free_port()
     with open(home / "registry.log", "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "tailfill.dev.registry", str(port)], stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -316,7 +315,7 @@ def _wait_until_serving(port: int, proc: subprocess.Popen, timeout: float = 15.0
 
 def registry_down(home: Path | None = None) -> bool:
     """Stop the detached development registry; True if one was running. Its schemas are gone."""
-    home = home or tailfill_home()
+    home = home or settings().home
     return stop_detached(registry_state(home), registry_state_file(home))
 
 

@@ -5,6 +5,7 @@ decimal → decimal(p, s), date → date, timestamp-millis/micros → timestamp 
 local-timestamp-* → timestamp without zone, uuid → string, a union with null → an optional value.
 A union of several non-null types has no column type: such a schema is refused with the reason.
 A top-level field is *required* when its type is not a union with null and it has no default.
+A key schema (``format.key: registry``) may be any Avro type: ``"string"``, ``"long"``, a record.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 
-from tailfill.formats.types import TIMESTAMP
+from tailfill.formats.wire import WireFormat
+from tailfill.values.column_types import TIMESTAMP
 
 PRIMITIVE = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
              "double": pa.float64(), "bytes": pa.binary(), "string": pa.string()}
@@ -92,7 +94,7 @@ def avro_required(text: str) -> tuple[str, ...]:
 class AvroWriter:
     """Decodes payloads written with one Avro schema (parsed once) into rows of :attr:`columns`."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, imports: dict[str, str] | None = None):  # no imports: see WireFormat.build
         self.columns = avro_columns(text)
         self.required = avro_required(text)
         self.parsed = fastavro.parse_schema(json.loads(text))
@@ -126,3 +128,28 @@ def _uuids_as_text(value: Any) -> Any:
     if isinstance(value, list):
         return [_uuids_as_text(v) for v in value]
     return value
+
+
+class AvroKey:
+    """Keys written with one Avro schema of any type."""
+
+    def __init__(self, text: str, imports: dict[str, str] | None = None):  # no imports: see WireFormat.build
+        schema = json.loads(text)
+        self.kind = avro_type(schema)
+        self.parsed = fastavro.parse_schema(schema)
+        self.uuids = "uuid" in text
+
+    def type_of(self, variant: tuple) -> pa.DataType:
+        return self.kind
+
+    def read(self, payload: bytes) -> tuple[tuple, object]:
+        return (), read_avro(payload, self.parsed, self.uuids)
+
+
+class AvroFormat(WireFormat):
+    """``avro``: Avro records with their writer schemas in the registry."""
+
+    name = "avro"
+    schema_type = "AVRO"
+    writer_class = AvroWriter
+    key_class = AvroKey

@@ -1,9 +1,10 @@
-"""How a table's columns follow its writer schemas: new columns added, promotions applied, conflicts named.
+"""The rules by which a table's columns follow its records' schemas: what is added, promoted or a conflict.
 
 A column a writer schema adds becomes a new optional column of the table (``union_by_name``: existing
 field ids stay); int → long, float → double and a wider decimal are promoted; any other change of a
 column's type is a conflict, which the pipeline's ``on_incompatible_schema`` decides (quarantine the
-records on the executors, or stop the run here before anything is committed).
+records on the executors, or stop the run before anything is committed). The rules only: the table
+is changed by :mod:`tailfill.lake.schema_change`.
 
 A registry table also records, in its property ``tailfill.required-fields``, the top-level fields the
 subject's latest schema required when the table was made (:func:`required_properties`); a writer schema
@@ -13,22 +14,10 @@ without one of them is a conflict too, decided the same way (on the executors, w
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 
 import pyarrow as pa
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
-from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.table import Table
 
-from tailfill.config import REGISTRY_FORMATS, PipelineConfig
-from tailfill.errors import SchemaChangeError
-from tailfill.lake.storage import fs_path
-from tailfill.schema import table_schema
-
-ATTEMPTS = 5
 SCALAR_PROMOTIONS = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}  # (from, to)
-SCHEMA_CHANGE_PROP = "tailfill.schema-change"  # the last change this module made: {"at", "change"}
 REQUIRED_PROP = "tailfill.required-fields"  # JSON list of top-level columns every writer schema must have
 
 
@@ -83,52 +72,19 @@ def conflicts(columns: pa.Schema, table: pa.Schema, source: str = "the writer sc
 
 
 def missing_required(columns: pa.Schema, table: pa.Schema, source: str = "the writer schema") -> list[str]:
-    """Each field ``table`` requires (not nullable, as :func:`registry_columns` marks them) that ``columns``
+    """Each field ``table`` requires (not nullable, as ``lake.schema_change.table_columns`` marks them) that ``columns``
     lacks, as ``field 'x': the table requires it (long), the writer schema does not have it``."""
     return [f"field '{f.name}': the table requires it ({canon(f.type)}), {source} does not have it"
             for f in table if not f.nullable and columns.get_field_index(f.name) < 0]
 
 
 def required_properties(required: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """The table properties that record ``required`` (top-level field names) for :func:`registry_columns`."""
+    """The table properties that record ``required`` (top-level field names), which a new table of a registry format
+    gets."""
     return {REQUIRED_PROP: json.dumps(sorted(required))}
 
 
-def file_columns(fs: pafs.FileSystem, files: list[str]) -> pa.Schema | None:
-    """The union of the columns of ``files`` (their Parquet footers), or None without files."""
-    schemas = [pq.read_schema(fs_path(f), filesystem=fs) for f in files]
-    if not schemas:
-        return None
-    return pa.unify_schemas([s.remove_metadata() for s in schemas], promote_options="permissive")
-
-
-def evolve(table: Table, columns: pa.Schema, source: str = "the writer schema") -> bool:
-    """Make ``table`` able to take rows of ``columns``: add new columns, promote types. True if it changed.
-
-    Raises :class:`SchemaChangeError` (one line: the field and both types) on a change it cannot make.
-    """
-    for _ in range(ATTEMPTS):
-        table.refresh()
-        current = table.schema().as_arrow()
-        problems = conflicts(columns, current, source)
-        if problems:
-            raise SchemaChangeError(f"incompatible schema change in {table.name()[-1]}: {'; '.join(problems)}")
-        if not _needs_change(current, columns):
-            return False
-        change = _describe(current, columns)
-        try:
-            with table.transaction() as tx:
-                with tx.update_schema() as update:
-                    update.union_by_name(_optional(columns))
-                tx.set_properties({SCHEMA_CHANGE_PROP: json.dumps(
-                    {"at": datetime.now(UTC).isoformat(timespec="seconds"), "change": change})})
-            return True
-        except CommitFailedException:  # another writer changed the table meanwhile: look again
-            continue
-    raise SchemaChangeError(f"could not update the schema of {table.name()[-1]}: kept conflicting with other writers")
-
-
-def _describe(current: pa.Schema, columns: pa.Schema) -> str:
+def describe_change(current: pa.Schema, columns: pa.Schema) -> str:
     added = [f.name for f in columns if current.get_field_index(f.name) < 0]
     changed = [f"{f.name} {canon(current.field(f.name).type)} → {canon(f.type)}" for f in columns
                if current.get_field_index(f.name) >= 0 and canon(current.field(f.name).type) != canon(f.type)
@@ -137,22 +93,7 @@ def _describe(current: pa.Schema, columns: pa.Schema) -> str:
                                                                            if changed else [])])
 
 
-def schema_line(table: Table) -> str:
-    """``table schema: version N, K columns[; requires a, b]; last change <when>: <what>`` (for ``tailfill
-    status``; the required fields of a registry table, :data:`REQUIRED_PROP`)."""
-    schema = table.schema()
-    line = f"table schema: version {schema.schema_id}, {len(schema.fields)} columns"
-    required = json.loads(table.properties.get(REQUIRED_PROP, "[]"))
-    if required:
-        line += f"; requires {', '.join(required)}"
-    recorded = table.properties.get(SCHEMA_CHANGE_PROP)
-    if not recorded:
-        return line + "; unchanged since the table was made"
-    last = json.loads(recorded)
-    return line + f"; last change {last['at']}: {last['change']}"
-
-
-def _needs_change(current: pa.Schema, columns: pa.Schema) -> bool:
+def needs_change(current: pa.Schema, columns: pa.Schema) -> bool:
     """Whether ``columns`` has a column (or nested field) ``current`` lacks, or a wider type than it has."""
     for f in columns:
         i = current.get_field_index(f.name)
@@ -181,7 +122,7 @@ def _narrower(new: pa.DataType, old: pa.DataType) -> bool:
         and new.precision <= old.precision
 
 
-def _optional(schema: pa.Schema) -> pa.Schema:
+def optional(schema: pa.Schema) -> pa.Schema:
     """``schema`` with every field (nested ones too) nullable: a new column is optional, earlier rows read null."""
     return pa.schema([_nullable(f) for f in schema])
 
@@ -197,26 +138,3 @@ def _nullable(f: pa.Field) -> pa.Field:
     return pa.field(f.name, kind, nullable=True)
 
 
-def registry_columns(cfg: PipelineConfig, table: Table) -> pa.Schema | None:
-    """The data table's columns for the executors of a registry format (None for json and raw): the
-    fields the table requires (its ``tailfill.required-fields``) not nullable, every other one nullable."""
-    if cfg.format.type not in REGISTRY_FORMATS:
-        return None
-    required = set(json.loads(table.properties.get(REQUIRED_PROP, "[]")))
-    return pa.schema([f.with_nullable(f.name not in required) for f in table.schema().as_arrow()])
-
-
-def follow_files(cfg: PipelineConfig, table: Table, fs: pafs.FileSystem, files: list[str]) -> bool:
-    """Before ``files`` (a batch's data files of a registry format) are committed: give ``table`` their
-    new columns and promotions. True if the schema changed."""
-    if cfg.format.type not in REGISTRY_FORMATS or not files:
-        return False
-    columns = file_columns(fs, files)
-    return columns is not None and evolve(table, columns)
-
-
-def follow_declared(cfg: PipelineConfig, table: Table) -> bool:
-    """Give ``table`` the columns ``format.fields`` declares now (a field added to a json pipeline)."""
-    if cfg.format.type != "json":
-        return False
-    return evolve(table, table_schema(cfg.format.fields, cfg.format.key), "format.fields")

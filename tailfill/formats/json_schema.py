@@ -3,7 +3,8 @@
 object with properties → struct, array → list, an object with only additionalProperties → map,
 string (format date-time → timestamp, date → date), integer → long, number → double, boolean;
 ["null", T] or anyOf/oneOf with null → optional T; $ref to #/definitions or #/$defs is followed.
-A top-level property listed in the schema's ``required`` is a required field.
+A top-level property listed in the schema's ``required`` is a required field. A key schema
+(``format.key: registry``) may be of any type: ``{"type": "string"}``, an object.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 import pyarrow as pa
 
 from tailfill.errors import RecordError
-from tailfill.formats.types import TIMESTAMP, coerce
+from tailfill.formats.wire import WireFormat
+from tailfill.values.column_types import TIMESTAMP, coerce
 
 SIMPLE = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
 
@@ -72,7 +74,7 @@ def json_type(root: Any) -> pa.DataType:
 class JsonSchemaWriter:
     """Decodes JSON payloads whose writer schema is one JSON Schema: each value is checked against its types."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, imports: dict[str, str] | None = None):  # no imports: see WireFormat.build
         root = json.loads(text)
         kind = json_type(root)
         if not pa.types.is_struct(kind):
@@ -93,3 +95,25 @@ class JsonSchemaWriter:
         if not isinstance(doc, dict):
             raise RecordError(f"JSON value is a {type(doc).__name__}, expected an object")
         return (), {f.name: coerce(doc.get(f.name), f.type, f.name) for f in self.columns}
+
+
+class JsonKey:
+    """Keys written with one JSON Schema of any type, each checked against it."""
+
+    def __init__(self, text: str, imports: dict[str, str] | None = None):  # no imports: see WireFormat.build
+        self.kind = json_type(json.loads(text))
+
+    def type_of(self, variant: tuple) -> pa.DataType:
+        return self.kind
+
+    def read(self, payload: bytes) -> tuple[tuple, object]:
+        return (), coerce(json.loads(payload), self.kind, "kafka_key")
+
+
+class JsonSchemaFormat(WireFormat):
+    """``json_schema``: JSON values with their writer schemas (JSON Schema) in the registry."""
+
+    name = "json_schema"
+    schema_type = "JSON"
+    writer_class = JsonSchemaWriter
+    key_class = JsonKey

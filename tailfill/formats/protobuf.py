@@ -6,7 +6,8 @@ timestamp (UTC, µs), wrapper types (Int64Value, StringValue, ...) → their opt
 without presence (a proto3 scalar not marked ``optional``) reads as its default when absent, as
 Protobuf itself says. A schema may import Google's well-known types and the files its registry
 references give (other subjects); any other import is refused.
-Only proto2's ``required`` fields are required fields: in proto3 every field is optional.
+Only proto2's ``required`` fields are required fields: in proto3 every field is optional. A key
+schema (``format.key: registry``) is a message too: ``kafka_key`` is its struct.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from google.protobuf import (  # the well-known types' modules put their files i
 )
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from tailfill.formats.types import TIMESTAMP
+from tailfill.formats.wire import WireFormat
+from tailfill.values.column_types import TIMESTAMP
 
 F = FieldDescriptor
 SCALARS = {
@@ -195,3 +197,26 @@ class ProtobufWriter:
         indexes, start = message_indexes(payload, 0)
         cls = self.message(indexes)[0]
         return tuple(indexes), _row(cls.FromString(payload[start:]))
+
+
+class ProtobufKey:
+    """Keys written with one Protobuf schema: a message (by its indexes) → struct."""
+
+    def __init__(self, text: str, imports: dict[str, str] | None = None):
+        self.writer = ProtobufWriter(text, imports)
+
+    def type_of(self, variant: tuple[int, ...]) -> pa.DataType:
+        return pa.struct(list(self.writer.columns_of(variant)))
+
+    def read(self, payload: bytes) -> tuple[tuple[int, ...], object]:
+        return self.writer.read(payload)
+
+
+class ProtobufFormat(WireFormat):
+    """``protobuf``: Protobuf messages with their writer schemas (and the ones they reference) in the registry."""
+
+    name = "protobuf"
+    schema_type = "PROTOBUF"
+    first_variant = (0,)  # a subject's value schema describes the file's first message
+    writer_class = ProtobufWriter
+    key_class = ProtobufKey

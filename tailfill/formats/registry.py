@@ -1,149 +1,42 @@
-"""A small client of a Confluent-compatible Schema Registry: schemas by id (cached), a subject's latest.
+"""The formats Tailfill knows, by the name a pipeline's ``format.type`` gives.
 
-Each process asks the registry for a schema id once and keeps the answer: executors never ask per
-record. A request that cannot reach the registry is retried with backoff; then it fails with one
-line naming the registry's URL (a :class:`RegistryError`), and nothing is committed for the batch.
+Adding a format (or an envelope around one, such as Debezium's) is one new module holding a
+:class:`~tailfill.formats.base.Format` and its decoder, and one line here. Nothing else names a
+format: the YAML is checked by the format's own rules, and the lake knows formats only by their
+interface.
 """
 
 from __future__ import annotations
 
-import base64
-import json
-import os
-import threading
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from dataclasses import dataclass
-from typing import Any
+from tailfill.config import FormatConfig
+from tailfill.errors import ConfigError
+from tailfill.formats.avro import AvroFormat
+from tailfill.formats.base import Format
+from tailfill.formats.json_fields import JsonFormat
+from tailfill.formats.json_schema import JsonSchemaFormat
+from tailfill.formats.protobuf import ProtobufFormat
+from tailfill.formats.raw import RawFormat
+from tailfill.formats.schema_registry import RegistryClient
 
-from tailfill.config import EMBEDDED, SchemaRegistryConfig
-from tailfill.errors import RegistryError
-
-BACKOFF_SECONDS = 0.5  # first wait between tries, doubled per try (at most 8 s)
-_CACHE: dict[tuple, RegisteredSchema | None] = {}  # (url, id) or (url, subject, version) -> the schema, or None
-_LOCK = threading.Lock()
-
-
-@dataclass(frozen=True)
-class Reference:
-    """A schema's reference to another subject's version, under the name it imports it by."""
-
-    name: str
-    subject: str
-    version: int
+FORMATS: dict[str, type[Format]] = {
+    "json": JsonFormat,
+    "raw": RawFormat,
+    "avro": AvroFormat,
+    "protobuf": ProtobufFormat,
+    "json_schema": JsonSchemaFormat,
+}
 
 
-@dataclass(frozen=True)
-class RegisteredSchema:
-    """One schema of the registry: its id, type (AVRO, PROTOBUF, JSON), text (Protobuf: serialized) and the
-    schemas it references."""
-
-    id: int
-    kind: str
-    text: str
-    version: int | None = None
-    references: tuple[Reference, ...] = ()
-
-    @classmethod
-    def of(cls, doc: dict, schema_id: int | None = None) -> RegisteredSchema:
-        """The schema of a registry response (``schemas/ids/N`` or ``subjects/S/versions/V``)."""
-        refs = tuple(Reference(r["name"], r["subject"], int(r["version"])) for r in doc.get("references") or [])
-        return cls(schema_id if schema_id is not None else doc["id"], doc.get("schemaType") or "AVRO", doc["schema"],
-                   doc.get("version"), refs)
+def format_class(name: str) -> type[Format]:
+    """The format called ``name``; ConfigError naming the ones there are."""
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ConfigError(f"format.type {name!r} is not a format Tailfill knows (formats: "
+                          f"{', '.join(FORMATS)})") from None
 
 
-def _url_for_humans(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-
-
-class RegistryClient:
-    """Requests to one registry, with retries and basic auth from the environment."""
-
-    def __init__(self, cfg: SchemaRegistryConfig):
-        if cfg.url == EMBEDDED:
-            raise RegistryError("schema_registry.url 'embedded' must be resolved on the driver first "
-                                "(tailfill.source.embedded.resolved)")
-        self.cfg = cfg
-        self.where = _url_for_humans(cfg.url)
-        self.auth: str | None = None
-        if cfg.credential_env:
-            user_env, pass_env = cfg.credential_env
-            user, password = os.environ.get(user_env), os.environ.get(pass_env)
-            if user is None or password is None:
-                raise RegistryError(f"the Schema Registry at {self.where} needs the login in ${user_env} and "
-                                    f"${pass_env}, which are not set")
-            self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-
-    def _get(self, path: str) -> Any | None:
-        """The JSON document at ``path``; None on 404; RegistryError once the tries are used up."""
-        request = urllib.request.Request(f"{self.cfg.url}/{path}",
-                                         headers={"Accept": "application/vnd.schemaregistry.v1+json"})
-        if self.auth:
-            request.add_header("Authorization", self.auth)
-        last = ""
-        for attempt in range(self.cfg.attempts):
-            if attempt:
-                time.sleep(min(BACKOFF_SECONDS * 2 ** (attempt - 1), 8.0))
-            try:
-                with urllib.request.urlopen(request, timeout=self.cfg.timeout_seconds) as response:
-                    return json.loads(response.read())
-            except urllib.error.HTTPError as exc:
-                if exc.code == 404:
-                    return None
-                if exc.code in (401, 403):
-                    raise RegistryError(f"the Schema Registry at {self.where} refused the login "
-                                        f"(HTTP {exc.code})") from None
-                last = f"HTTP {exc.code}"
-                if exc.code < 500 and exc.code != 429:
-                    break
-            except (OSError, ValueError) as exc:  # refused, reset, timed out, not JSON
-                last = str(getattr(exc, "reason", exc))
-        raise RegistryError(f"cannot reach the Schema Registry at {self.where} after {self.cfg.attempts} tries "
-                            f"({last})")
-
-    def schema(self, schema_id: int) -> RegisteredSchema | None:
-        """The schema with ``schema_id`` (None if the registry has none), asked once per process."""
-        return self._cached((self.cfg.url, schema_id), f"schemas/ids/{schema_id}?format=serialized", schema_id)
-
-    def version(self, subject: str, version: int) -> RegisteredSchema | None:
-        """Version ``version`` of ``subject`` (None if the registry has none), asked once per process."""
-        path = f"subjects/{urllib.parse.quote(subject, safe='')}/versions/{version}?format=serialized"
-        return self._cached((self.cfg.url, subject, version), path)
-
-    def _cached(self, key: tuple, path: str, schema_id: int | None = None) -> RegisteredSchema | None:
-        with _LOCK:
-            if key in _CACHE:
-                return _CACHE[key]
-        doc = self._get(path)
-        found = None if doc is None else RegisteredSchema.of(doc, schema_id)
-        with _LOCK:
-            _CACHE[key] = found
-        return found
-
-    def imports(self, schema: RegisteredSchema) -> dict[str, str]:
-        """The text of every schema ``schema`` references, directly or not, by the name it is imported by;
-        ValueError naming a reference the registry does not have."""
-        out: dict[str, str] = {}
-        pending = list(schema.references)
-        while pending:
-            ref = pending.pop()
-            if ref.name in out:
-                continue
-            found = self.version(ref.subject, ref.version)
-            if found is None:
-                raise ValueError(f"its reference {ref.name!r} (subject {ref.subject!r} version {ref.version}) is "
-                                 "not in the registry")
-            out[ref.name] = found.text
-            pending += found.references
-        return out
-
-    def latest(self, subject: str) -> RegisteredSchema:
-        """The latest version of ``subject``; RegistryError if the subject has none."""
-        doc = self._get(f"subjects/{urllib.parse.quote(subject, safe='')}/versions/latest?format=serialized")
-        if doc is None:
-            raise RegistryError(f"the Schema Registry at {self.where} has no subject {subject!r} (register the "
-                                "producers' schema first, or set format.schema_registry.subject)")
-        return RegisteredSchema.of(doc)
+def format_of(fmt: FormatConfig, topic: str, registry: RegistryClient | None = None) -> Format:
+    """The format of a pipeline's ``format`` block (its topic names the default subjects), with the registry's
+    client when it reads one."""
+    return format_class(fmt.type)(fmt, topic, registry)

@@ -1,55 +1,64 @@
 """Commit, the second phase: one micro-batch's prepared files into the tables, exactly once per offset.
 
 On the driver: the quarantine table first, then the data table with the offset ledger (both through
-:func:`tailfill.lake.ledger.commit_batch`, idempotent by offsets). Commits from several queries of
-one process (concurrent backfill slices) take turns; other processes are handled by optimistic
-concurrency in the ledger.
+:func:`tailfill.lake.ledger.commit_batch`, idempotent by offsets). Writers that commit at the same
+time — backfill lanes, a tail, upkeep, in any process — are handled by the ledger's optimistic
+concurrency: each commit re-reads the ledger and keeps only the offsets no one committed first.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
-from tailfill.config import PipelineConfig
-from tailfill.formats.evolve import follow_files
+from tailfill.lake.audit_log import audit_log
 from tailfill.lake.batch_summary import BatchSummary
 from tailfill.lake.files import rewrite_files, rows_in
 from tailfill.lake.ledger import CommitResult, commit_batch
 from tailfill.lake.prepare import PreparedRange
-from tailfill.lake.storage import filesystem
+from tailfill.lake.schema_change import evolve, file_columns
 from tailfill.lake.tables import Tables
 from tailfill.offsets import OffsetRange, intersect_all
-from tailfill.upkeep.audit_log import audit_log
-
-_TURNS = threading.Lock()
+from tailfill.state.store import StateStore
 
 
-def commit_prepared(cfg: PipelineConfig, tables: Tables, run_id: str, batch_id: int,
-                    prepared: Sequence[PreparedRange]) -> tuple[CommitResult, float]:
-    """Commit a batch's prepared ranges to ``tables`` (opened once per run; each commit refreshes them);
-    returns the data table's result and the seconds it took."""
-    summary = BatchSummary(cfg.name, run_id, batch_id, ranges=[p.marker.range for p in prepared],
-                           lost=[r for p in prepared for r in p.marker.lost],
-                           records_read=sum(p.marker.records for p in prepared))
-    fs = filesystem(cfg.target)
-    with _TURNS:
+@dataclass(frozen=True)
+class Committer:
+    """Where a pipeline's batches are committed: its tables (opened once per run; each commit refreshes them), the
+    filesystem of their files, the state folder of each batch's audit. ``follows_writer_schema``: the rows carry
+    their writer schemas' columns, which the data table takes before a batch commits."""
+
+    pipeline: str
+    tables: Tables
+    fs: pafs.FileSystem
+    state: StateStore
+    follows_writer_schema: bool = False
+
+    def commit(self, run_id: str, batch_id: int, prepared: Sequence[PreparedRange]) -> tuple[CommitResult, float]:
+        """Commit a batch's prepared ranges; returns the data table's result and the seconds it took."""
+        summary = BatchSummary(self.pipeline, run_id, batch_id, ranges=[p.marker.range for p in prepared],
+                               lost=[r for p in prepared for r in p.marker.lost],
+                               records_read=sum(p.marker.records for p in prepared))
         started = time.perf_counter()
+        fs = self.fs
 
         def commit(table, files: list[str]) -> CommitResult:
             return commit_batch(table, summary, files,
                                 lambda files_, keep: rewrite_files(fs, files_, keep, table.location(), run_id),
-                                lambda kept: records_in(fs, prepared, kept), audit_log(cfg, table))
+                                lambda kept: records_in(fs, prepared, kept), audit_log(self.state, table))
 
         data_files = [f for p in prepared for f in p.data_files]
-        follow_files(cfg, tables.data, fs, data_files)  # new columns first: nothing committed if it cannot
+        if self.follows_writer_schema and data_files:  # new columns first: nothing committed if it cannot
+            columns = file_columns(fs, data_files)
+            if columns is not None:
+                evolve(self.tables.data, columns)
         quarantine_files = [f for p in prepared for f in p.quarantine_files]
         if quarantine_files:
-            commit(tables.quarantine, quarantine_files)
-        result = commit(tables.data, data_files)
+            commit(self.tables.quarantine, quarantine_files)
+        result = commit(self.tables.data, data_files)
         return result, time.perf_counter() - started
 
 

@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from tailfill.lake.storage import fs_path, make_dirs
 from tailfill.offsets import OffsetRange
+from tailfill.plumbing.warehouse import fs_path, make_dirs
 
 # zstd, and a small dictionary page: a column of unique values (ids, the raw value) gives up on its
 # dictionary early instead of building a large one first (measured: 0.42 → 0.33 µs per row written).

@@ -5,7 +5,7 @@ snapshot summary naming pipeline, run id, batch id and the exact ``[start, end)`
 covers, and (2) updates the table property holding the merged ranges of all commits. The
 property is the resume position (it survives snapshot expiry); the summaries are the audit trail,
 also written before the commit to the durable audit log, whose chain head (:data:`AUDIT_HEAD`) the
-same transaction moves (:mod:`tailfill.upkeep.audit_log`), so they outlive any snapshot expiry.
+same transaction moves (:mod:`tailfill.lake.audit_log`), so they outlive any snapshot expiry.
 
 Commits are idempotent by offsets: a batch whose ranges are already in the ledger commits
 nothing; one that partly overlaps keeps only the rows of the uncommitted part.
@@ -13,11 +13,11 @@ nothing; one that partly overlaps keeps only the rows of the uncommitted part.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+import tenacity
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table, TableProperties
 from sqlalchemy.exc import SQLAlchemyError
@@ -34,6 +34,7 @@ from tailfill.offsets import (
     ranges_to_json,
     subtract,
 )
+from tailfill.plumbing.retry import ExceptionTypes, retrying
 
 COMMITTED_PROP = "tailfill.committed-ranges"
 AUDIT_HEAD = "tailfill.audit-head"  # the snapshot id of the latest batch commit (its audit's chain starts there)
@@ -68,12 +69,10 @@ class Ledger:
         return PartitionOffsets(out)
 
 
-def commit_attempts() -> Iterator[int]:
-    """Attempts at an optimistic Iceberg commit, backing off more after each conflict (up to 2 s)."""
-    for attempt in range(COMMIT_ATTEMPTS):
-        if attempt:
-            time.sleep(min(0.05 * 2 ** (attempt - 1), 2.0))
-        yield attempt
+def commit_attempts(on: ExceptionTypes = CommitFailedException) -> tenacity.Retrying:
+    """Attempts at an optimistic Iceberg commit: each conflict (``on``) is tried again from a fresh read,
+    backing off more after each (up to 2 s); the last conflict is raised."""
+    return retrying(COMMIT_ATTEMPTS, on=on, first_wait=0.05, max_wait=2.0)
 
 
 def read_ledger(table: Table) -> Ledger:
@@ -88,21 +87,23 @@ def read_cutover(table: Table) -> PartitionOffsets | None:
 
 def record_cutover(table: Table, cutover: PartitionOffsets) -> PartitionOffsets:
     """Record where history ends and the tail begins, once per pipeline; returns the recorded one."""
-    for _ in range(COMMIT_ATTEMPTS):
-        table.refresh()
-        existing = read_cutover(table)
-        if existing is not None:
-            return existing
-        try:
-            with table.transaction() as tx:
-                tx.set_properties({CUTOVER_PROP: cutover.to_json()})
-            return cutover
-        except CommitFailedException:
-            time.sleep(0.05)
-        except (OSError, SQLAlchemyError) as exc:  # the warehouse or the catalog failed: say which, and what
-            raise LakeError(f"cannot record the cutover {cutover.to_json()} on {'.'.join(table.name())}: "
-                            f"{str(exc).splitlines()[0]}") from exc
-    raise CommitConflictError(f"could not record the cutover on {table.name()} after {COMMIT_ATTEMPTS} attempts")
+    try:
+        for attempt in commit_attempts():
+            with attempt:
+                table.refresh()
+                existing = read_cutover(table)
+                if existing is not None:
+                    return existing
+                with table.transaction() as tx:
+                    tx.set_properties({CUTOVER_PROP: cutover.to_json()})
+                return cutover
+    except CommitFailedException:
+        raise CommitConflictError(f"could not record the cutover on {table.name()} after {COMMIT_ATTEMPTS} "
+                                  "attempts") from None
+    except (OSError, SQLAlchemyError) as exc:  # the warehouse or the catalog failed: say which, and what
+        raise LakeError(f"cannot record the cutover {cutover.to_json()} on {'.'.join(table.name())}: "
+                        f"{str(exc).splitlines()[0]}") from exc
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ Rewriter = Callable[[Sequence[str], list[OffsetRange]], list[str]]
 
 
 class AuditWriter(Protocol):
-    """Where a batch's summary is written with its commit (:class:`tailfill.upkeep.audit_log.AuditLog`)."""
+    """Where a batch's summary is written with its commit (:class:`tailfill.lake.audit_log.AuditLog`)."""
 
     def write_batch(self, snapshot_id: int, summary: dict[str, str]) -> None: ...
 
@@ -136,46 +137,55 @@ def commit_batch(table: Table, batch: BatchSummary, files: Sequence[str], rewrit
     :data:`AUDIT_HEAD` moves to the new snapshot in the same transaction (the audit survives any expiry).
     """
     asked = merge(batch.ranges)
-    for _ in commit_attempts():
-        table.refresh()
-        ledger = read_ledger(table)
-        new = subtract(asked, ledger.committed)
-        if not new:
-            return CommitResult([], asked, None)
-        kept = list(files) if new == asked else rewrite(files, new)
-        lost = intersect_all(subtract(batch.lost, ledger.lost), new)
-        records = batch.records_read if new == asked or records_in is None else records_in(new)
-        summary = replace(batch, ranges=new, lost=lost, records_read=records).to_properties()
-        if audit is not None and AUDIT_HEAD in table.properties:
-            summary[PREVIOUS_AUDIT] = table.properties[AUDIT_HEAD]
-        snapshot_id = None
-        try:
-            with table.transaction() as tx:
-                if kept and tx.table_metadata.name_mapping() is None:  # files carry no field ids: map by name
-                    tx.set_properties({DEFAULT_NAME_MAPPING: tx.table_metadata.schema().name_mapping.model_dump_json()})
-                # Not add_files: it infers partitions from column bounds (refusing bucket); files record theirs.
-                entries = data_files(table.io, tx.table_metadata, kept)
-                with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
-                    for entry in entries:  # none: nothing to store (all quarantined / absent), but the ranges are done
-                        append.append_data_file(entry)
-                    snapshot_id = append.snapshot_id
-                props = {COMMITTED_PROP: ranges_to_json(merge([*ledger.committed, *new]))}
-                if audit is not None:
-                    audit.write_batch(snapshot_id, summary)  # durable before the commit that makes it true
-                    props[AUDIT_HEAD] = str(snapshot_id)
-                if lost:
-                    props[LOST_PROP] = ranges_to_json(merge([*ledger.lost, *lost]))
-                tx.set_properties(props)
-        except CommitFailedException:
-            if audit is not None and snapshot_id is not None:  # off the chain anyway; one object less to list
-                audit.drop_batches([snapshot_id])
-            continue
-        table.refresh()
-        return CommitResult(new, subtract(asked, new), table.current_snapshot().snapshot_id)
-    raise CommitConflictError(
-        f"commit of batch {batch.batch_id} (run {batch.run_id}) to {table.name()} kept conflicting "
-        f"after {COMMIT_ATTEMPTS} attempts"
-    )
+    try:
+        for attempt in commit_attempts():
+            with attempt:
+                return _commit_once(table, batch, asked, files, rewrite, records_in, audit)
+    except CommitFailedException:
+        raise CommitConflictError(f"commit of batch {batch.batch_id} (run {batch.run_id}) to {table.name()} kept "
+                                  f"conflicting after {COMMIT_ATTEMPTS} attempts") from None
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _commit_once(table: Table, batch: BatchSummary, asked: list[OffsetRange], files: Sequence[str],
+                 rewrite: Rewriter, records_in: Callable[[list[OffsetRange]], int] | None,
+                 audit: AuditWriter | None) -> CommitResult:
+    """One attempt of :func:`commit_batch`, from a fresh read of the ledger; CommitFailedException on a conflict."""
+    table.refresh()
+    ledger = read_ledger(table)
+    new = subtract(asked, ledger.committed)
+    if not new:
+        return CommitResult([], asked, None)
+    kept = list(files) if new == asked else rewrite(files, new)
+    lost = intersect_all(subtract(batch.lost, ledger.lost), new)
+    records = batch.records_read if new == asked or records_in is None else records_in(new)
+    summary = replace(batch, ranges=new, lost=lost, records_read=records).to_properties()
+    if audit is not None and AUDIT_HEAD in table.properties:
+        summary[PREVIOUS_AUDIT] = table.properties[AUDIT_HEAD]
+    snapshot_id = None
+    try:
+        with table.transaction() as tx:
+            if kept and tx.table_metadata.name_mapping() is None:  # files carry no field ids: map by name
+                tx.set_properties({DEFAULT_NAME_MAPPING: tx.table_metadata.schema().name_mapping.model_dump_json()})
+            # Not add_files: it infers partitions from column bounds (refusing bucket); files record theirs.
+            entries = data_files(table.io, tx.table_metadata, kept)
+            with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
+                for entry in entries:  # none: nothing to store (all quarantined / absent), but the ranges are done
+                    append.append_data_file(entry)
+                snapshot_id = append.snapshot_id
+            props = {COMMITTED_PROP: ranges_to_json(merge([*ledger.committed, *new]))}
+            if audit is not None:
+                audit.write_batch(snapshot_id, summary)  # durable before the commit that makes it true
+                props[AUDIT_HEAD] = str(snapshot_id)
+            if lost:
+                props[LOST_PROP] = ranges_to_json(merge([*ledger.lost, *lost]))
+            tx.set_properties(props)
+    except CommitFailedException:
+        if audit is not None and snapshot_id is not None:  # off the chain anyway; one object less to list
+            audit.drop_batches([snapshot_id])
+        raise
+    table.refresh()
+    return CommitResult(new, subtract(asked, new), table.current_snapshot().snapshot_id)
 
 
 def batch_summaries(table: Table) -> list[dict[str, str]]:

@@ -1,4 +1,4 @@
-"""The table's partition spec (``target.partition_by``, see :mod:`tailfill.lake.partition_terms`), applied
+"""The table's partition spec (``target.partition_by``, see :mod:`tailfill.values.partition_terms`), applied
 where rows are written. Executors compute each row's partition values from the config
 alone (no catalog), write one file set per partition value, and record the values (and the spec they
 follow) in each Parquet file's footer. The driver builds the files' Iceberg entries from that footer:
@@ -29,7 +29,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.utils.concurrent import ExecutorFactory
 
 from tailfill.errors import LakeError
-from tailfill.lake.partition_terms import PartitionTerm
+from tailfill.values.partition_terms import PartitionTerm
 
 FOOTER_KEY = b"tailfill.partition"  # JSON {"spec": [...], "values": [...]} in a data file's Parquet footer
 

@@ -1,32 +1,35 @@
-"""Prepare, the first phase of a commit: one offset range read, parsed and written as Parquet files.
+"""Prepare, the first phase of a commit: offset ranges read, decoded and written as Parquet files.
 
-Runs where the range's task runs (a Spark executor): it reads the range from Kafka, splits the
-records into rows and quarantine rows, writes both to new files under the tables' locations, and
-refuses to hand on a range whose rows + quarantined differ from what the source read. Nothing is
+Runs where the ranges' task runs (a Spark executor): it reads the ranges (a :data:`Reader`: from
+Kafka), splits the records into rows and quarantine rows with the pipeline's decoder
+(:func:`tailfill.formats.base.split_records`), writes both to new files under the tables' locations,
+and refuses to hand on a range whose rows + quarantined differ from what the source read. Nothing is
 committed here: a :class:`PreparedRange` says which files to commit, and the driver commits them.
+What travels back to the driver is data (:func:`to_arrow`), a failure included (:func:`failed`).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from tailfill import failpoints
-from tailfill.config import REGISTRY_FORMATS, PipelineConfig
-from tailfill.errors import DroppedRecordsError
-from tailfill.formats.decode import RegistryDecoder
+from tailfill.errors import DroppedRecordsError, ErrorInfo, RemoteError
+from tailfill.formats.base import Decoder, split_records
 from tailfill.lake.files import FileSet
 from tailfill.lake.partition import footer, split
-from tailfill.lake.partition_terms import parse_terms
-from tailfill.lake.rows import RowParser, split_records
-from tailfill.lake.storage import filesystem
 from tailfill.offsets import OffsetRange
-from tailfill.schema import QUARANTINE_SCHEMA, RangeMarker, table_schema
-from tailfill.source.kafka import consumer_config, read_ranges, shared_consumer
-from tailfill.state.freshness import TimestampSketch
+from tailfill.values.freshness import TimestampSketch
+from tailfill.values.partition_terms import parse_terms
+from tailfill.values.schema import QUARANTINE_SCHEMA, RangeMarker
+
+# The records of ranges (one topic, one range per partition) as batches of RAW_SCHEMA, then one marker per range.
+Reader = Callable[[list[OffsetRange]], Iterator[pa.RecordBatch]]
 
 ROW_GROUP_ROWS = 131_072  # rows buffered before a Parquet row group is written
 
@@ -49,6 +52,7 @@ PREPARED_SCHEMA = pa.schema([
     ("records", pa.int64()), ("lost", pa.string()), ("data_files", pa.list_(pa.string())),
     ("quarantine_files", pa.list_(pa.string())), ("rows", pa.int64()), ("quarantined", pa.int64()),
     ("stages", pa.string()), ("timestamps", pa.list_(pa.int64())),
+    ("error", pa.string()),  # a task that failed: its error as data (ErrorInfo JSON); every other column null
 ])
 
 
@@ -59,13 +63,23 @@ def to_arrow(prepared: list[PreparedRange]) -> pa.RecordBatch:
              "lost": json.dumps([[r.start, r.end] for r in p.marker.lost]), "data_files": p.data_files,
              "quarantine_files": p.quarantine_files, "rows": p.rows, "quarantined": p.quarantined,
              "stages": json.dumps(p.stages),
-             "timestamps": p.timestamps.to_json() if p.timestamps else None} for p in prepared]
+             "timestamps": p.timestamps.to_json() if p.timestamps else None, "error": None} for p in prepared]
     return pa.RecordBatch.from_pylist(rows, schema=PREPARED_SCHEMA)
 
 
+def failed(error: ErrorInfo) -> pa.RecordBatch:
+    """A task's failure as the one row it hands back (the driver raises it again: :func:`from_arrow`)."""
+    return pa.RecordBatch.from_pylist([{"error": json.dumps(error.to_dict())}], schema=PREPARED_SCHEMA)
+
+
 def from_arrow(table: pa.Table) -> list[PreparedRange]:
+    """The prepared ranges the tasks handed back; a task's failure is raised here, as the error it was."""
+    rows = table.to_pylist()
+    for r in rows:
+        if r["error"] is not None:
+            raise RemoteError(ErrorInfo.from_dict(json.loads(r["error"])))
     out = []
-    for r in table.to_pylist():
+    for r in rows:
         rng = OffsetRange(r["topic"], r["partition"], r["start"], r["end"])
         lost = tuple(rng.with_bounds(s, e) for s, e in json.loads(r["lost"]))
         out.append(PreparedRange(RangeMarker(rng, r["records"], lost), r["data_files"], r["quarantine_files"],
@@ -74,37 +88,29 @@ def from_arrow(table: pa.Table) -> list[PreparedRange]:
     return out
 
 
-_PARSERS: dict[str, RowParser | RegistryDecoder] = {}
+@dataclass(frozen=True)
+class Destination:
+    """Where a run's prepared files go: the tables' locations on the warehouse's filesystem, data files split by the
+    table's partition spec (``partition_by``)."""
+
+    fs: pafs.FileSystem
+    data_location: str
+    quarantine_location: str
+    partition_by: tuple[str, ...] = ()
 
 
-def _parser(cfg: PipelineConfig) -> RowParser | RegistryDecoder:
-    key = cfg.format.model_dump_json()
-    if key not in _PARSERS:
-        _PARSERS[key] = RegistryDecoder(cfg.format) if cfg.format.type in REGISTRY_FORMATS else RowParser(cfg.format)
-    return _PARSERS[key]
-
-
-def warm_up(cfg: PipelineConfig) -> None:
-    """Make this process ready to prepare ranges of ``cfg``: parser built, consumer connected."""
-    _parser(cfg)
-    shared_consumer(consumer_config(cfg.source)).list_topics(cfg.source.topic, timeout=10)
-
-
-def prepare_ranges(cfg: PipelineConfig, run_id: str, ranges: list[OffsetRange], data_location: str,
-                   quarantine_location: str, table_columns: pa.Schema | None = None) -> list[PreparedRange]:
+def prepare_ranges(read: Reader, decoder: Decoder, where: Destination, run_id: str, ranges: Sequence[OffsetRange],
+                   table_columns: pa.Schema | None = None) -> list[PreparedRange]:
     """Read ``ranges`` together, write each one's rows and quarantined rows to its own new files,
     and check that nothing was dropped. One :class:`PreparedRange` per range, in order; the task's
     time by stage is carried by the first (the ranges were read, parsed and written together).
-    ``table_columns``: the data table's columns as the driver last saw them (registry formats)."""
+    ``table_columns``: the data table's columns as the driver last saw them (a decoder may check records
+    against them)."""
     stages = {"read": 0.0, "parse": 0.0, "write": 0.0}
-    fs = filesystem(cfg.target)
-    conf = consumer_config(cfg.source)
-    parser = _parser(cfg)
-    out: dict[int, RangeOutput] = {r.partition: RangeOutput(fs, cfg, run_id, data_location, quarantine_location)
-                               for r in ranges}
+    out: dict[int, RangeOutput] = {r.partition: RangeOutput(where, decoder.rows_schema, run_id) for r in ranges}
     markers: dict[int, RangeMarker] = {}
     stamps: list[pa.Array] = []
-    reading = read_ranges(conf, ranges, on_expired=cfg.source.on_expired_offsets, consumer=shared_consumer(conf))
+    reading = read(list(ranges))
     while True:
         t = time.perf_counter()
         batch = next(reading, None)
@@ -119,10 +125,7 @@ def prepare_ranges(cfg: PipelineConfig, run_id: str, ranges: list[OffsetRange], 
             continue
         stamps.append(batch.column("kafka_timestamp"))
         t = time.perf_counter()
-        if isinstance(parser, RegistryDecoder):
-            ok, quarantine = parser.split(pa.Table.from_batches([batch]), run_id, table_columns)
-        else:
-            ok, quarantine = split_records(batch, cfg.format, run_id, parser)
+        ok, quarantine = split_records(batch, decoder, run_id, table_columns)
         stages["parse"] += time.perf_counter() - t
         t = time.perf_counter()
         out[partition].add(ok, quarantine)
@@ -147,13 +150,13 @@ def prepare_ranges(cfg: PipelineConfig, run_id: str, ranges: list[OffsetRange], 
 class RangeOutput:
     """One range's rows and quarantined rows on their way to Parquet, in row groups of a good size."""
 
-    def __init__(self, fs, cfg: PipelineConfig, run_id: str, data_location: str, quarantine_location: str):
-        self.fs, self.run_id, self.data_location = fs, run_id, data_location
-        follows = cfg.format.type in REGISTRY_FORMATS  # rows carry their writer schema's columns
-        self.schema = None if follows else table_schema(cfg.format.fields, cfg.format.key)
-        self.terms = parse_terms(cfg.target.partition_by)
+    def __init__(self, where: Destination, schema: pa.Schema | None, run_id: str):
+        """``schema``: every row's columns; None: rows carry their writer schema's (files follow them)."""
+        self.fs, self.run_id, self.data_location = where.fs, run_id, where.data_location
+        self.schema = schema
+        self.terms = parse_terms(where.partition_by)
         self.data: dict[tuple, FileSet] = {}  # one file set per partition value: no file mixes partitions
-        self.bad = FileSet(fs, quarantine_location, QUARANTINE_SCHEMA, run_id)
+        self.bad = FileSet(where.fs, where.quarantine_location, QUARANTINE_SCHEMA, run_id)
         self.pending: tuple[list[pa.Table], list[pa.Table]] = ([], [])
         self.rows = self.quarantined = 0
 

@@ -1,15 +1,17 @@
 """The pipeline's Iceberg tables and their catalog (SQL: SQLite by default, Postgres in compose; REST, Glue, Hive).
 
-The catalog is opened once per process and reused; tables are loaded fresh on every call (their
-state changes under us). Files and the warehouse itself are :mod:`tailfill.lake.storage`'s.
+Reading never creates: :func:`open_tables` loads the tables as they are (None when they were never
+made) and changes nothing — what preflight, status, validation and the Airflow pages use.
+:func:`provision_tables` creates them and evolves them to the pipeline's settings (namespace,
+schema, partition spec, properties): the planner's job, before a run. The catalog is opened by the
+owner of a pipeline's handle (:mod:`tailfill.pipeline.handle`), once, and closed with it. Files and
+the warehouse itself are :mod:`tailfill.plumbing.warehouse`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -26,15 +28,16 @@ from pyiceberg.exceptions import (
 from pyiceberg.table import Table
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from tailfill.config import REGISTRY_FORMATS, PipelineConfig, TargetConfig
+from tailfill.config import TargetConfig
 from tailfill.errors import LakeError, RegistryError, SchemaChangeError
-from tailfill.formats.decode import latest_columns, latest_key_type
-from tailfill.formats.evolve import follow_declared, required_properties
+from tailfill.formats.base import Format
 from tailfill.lake.partition import spec_terms
-from tailfill.lake.partition_terms import parse_terms
-from tailfill.lake.storage import s3_credentials, warehouse_uri
+from tailfill.lake.schema_change import evolve
+from tailfill.plumbing.retry import retrying
+from tailfill.plumbing.warehouse import s3_credentials, warehouse_uri
 from tailfill.redact import redact_text
-from tailfill.schema import METADATA_FIELDS, QUARANTINE_SCHEMA, VALUE_FIELD, table_schema
+from tailfill.values.partition_terms import parse_terms
+from tailfill.values.schema import QUARANTINE_SCHEMA
 
 CATALOG_OPEN_ATTEMPTS = 5
 
@@ -69,10 +72,9 @@ def catalog_label(target: TargetConfig) -> str:
     return redact_text(target.catalog.uri or f"({target.catalog.type})")
 
 
-@functools.lru_cache(maxsize=16)
 def load_catalog(target: TargetConfig) -> Catalog:
-    """The pipeline's Iceberg catalog, one per process: SQL (SQLite by default, Postgres in compose), REST,
-    Glue or Hive, through pyiceberg's ``load_catalog``."""
+    """The pipeline's Iceberg catalog: SQL (SQLite by default, Postgres in compose), REST, Glue or Hive, through
+    pyiceberg's ``load_catalog``; :func:`close_catalog` when done with it."""
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
     uri = target.catalog.uri or ""
     try:
@@ -83,19 +85,24 @@ def load_catalog(target: TargetConfig) -> Catalog:
     except OSError as exc:
         raise LakeError(f"cannot create the local warehouse or catalog directory: {exc}") from exc
     props = catalog_properties(target)
-    for attempt in range(CATALOG_OPEN_ATTEMPTS):
-        try:
-            return pyiceberg_load_catalog(target.catalog.name, **props)
-        except Exception as exc:
-            if attempt + 1 < CATALOG_OPEN_ATTEMPTS and _lost_creation_race(exc):
-                time.sleep(0.1 * (attempt + 1))  # the winner's tables exist now: opening again finds them
-                continue
-            # Errors may quote the URL or a credential: the message is redacted as a whole.
-            raise LakeError(redact_text(f"cannot open the Iceberg catalog at {catalog_label(target)}: {exc}")) from exc
-    raise AssertionError("unreachable")
+    try:  # a lost creation race: the winner's tables exist now, and opening again finds them
+        for attempt in retrying(CATALOG_OPEN_ATTEMPTS, on=SQLAlchemyError, when=_lost_creation_race, first_wait=0.1,
+                                max_wait=1.0):
+            with attempt:
+                return pyiceberg_load_catalog(target.catalog.name, **props)
+    except Exception as exc:  # errors may quote the URL or a credential: the message is redacted as a whole
+        raise LakeError(redact_text(f"cannot open the Iceberg catalog at {catalog_label(target)}: {exc}")) from exc
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def _lost_creation_race(exc: Exception) -> bool:
+def close_catalog(catalog: Catalog) -> None:
+    """Let go of the catalog's connections (a SQL catalog's pool; other catalogs hold none open)."""
+    engine = getattr(catalog, "engine", None)
+    if engine is not None:
+        engine.dispose()
+
+
+def _lost_creation_race(exc: BaseException) -> bool:
     """Whether opening a new catalog failed because another process created its tables at the same time.
 
     pyiceberg checks for its tables and creates them if absent; two processes opening a new catalog at
@@ -139,7 +146,7 @@ def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema | NewTab
             return catalog.load_table(ident)
         except (TableAlreadyExistsError, CommitFailedException):
             table = catalog.load_table(ident)
-    if not callable(schema):  # the data table's columns follow its format (formats.evolve)
+    if not callable(schema):  # the data table's columns follow its format (lake.schema_change)
         _add_missing_columns(table, schema)
     evolve_spec(table, list(partition_by))
     missing = {k: v for k, v in TABLE_PROPERTIES.items() if table.properties.get(k) != v and k != "format-version"}
@@ -148,20 +155,6 @@ def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema | NewTab
             tx.set_properties(missing)
         table.refresh()
     return table
-
-
-def initial_table(cfg: PipelineConfig) -> tuple[pa.Schema, dict[str, str]]:
-    """A new data table's schema and properties: the declared fields, or (registry formats) the subject's latest
-    schema, whose required fields the table records (``tailfill.required-fields``), and with ``format.key:
-    registry`` the key subject's latest type as ``kafka_key``."""
-    if cfg.format.type in REGISTRY_FORMATS:
-        columns, required = latest_columns(cfg)
-        meta = METADATA_FIELDS
-        if cfg.format.key == "registry":  # kafka_key: the key subject's type (a struct for a record key)
-            key = pa.field("kafka_key", latest_key_type(cfg))
-            meta = [key if f.name == "kafka_key" else f for f in METADATA_FIELDS]
-        return pa.schema([*meta, *columns, VALUE_FIELD]), required_properties(required)
-    return table_schema(cfg.format.fields, cfg.format.key), {}
 
 
 def _add_missing_columns(table: Table, schema: pa.Schema) -> None:
@@ -177,30 +170,35 @@ def _add_missing_columns(table: Table, schema: pa.Schema) -> None:
 def evolve_spec(table: Table, partition_by: list[str]) -> None:
     """Make ``table``'s partition spec ``partition_by`` for the data written from now on (files already
     written keep theirs); a change Iceberg refuses stops with one line naming both specs."""
-    for _ in range(CATALOG_OPEN_ATTEMPTS):
-        current = spec_terms(table.spec(), table.schema())
-        if current == partition_by:
-            return
-        try:
-            with table.update_spec() as spec:
-                for field, term in zip(table.spec().fields, current, strict=True):
-                    if term not in partition_by:
-                        spec.remove_field(field.name)
-                for term in parse_terms(partition_by):
-                    if str(term) not in current:
-                        spec.add_field(term.column, term.iceberg())
-        except CommitFailedException:  # another process changed the table first: look again
-            table.refresh()
-            continue
-        except ValueError as exc:
-            raise LakeError(f"cannot change the partition spec of {'.'.join(table.name())} from {current} to "
-                            f"{partition_by}: {exc} (fix: restore target.partition_by)") from None
-        table.refresh()
-        if spec_terms(table.spec(), table.schema()) != partition_by:  # e.g. a reordering Iceberg cannot express
-            raise LakeError(f"cannot change the partition spec of {'.'.join(table.name())} from {current} to "
-                            f"{partition_by}: only adding and removing transforms is supported, not reordering "
-                            "(fix: restore target.partition_by)")
-    raise LakeError(f"the partition spec of {'.'.join(table.name())} kept changing under us")
+    try:  # another process changed the table first: look again
+        for attempt in retrying(CATALOG_OPEN_ATTEMPTS, on=CommitFailedException):
+            with attempt:
+                _evolve_spec_once(table, partition_by)
+    except CommitFailedException:
+        raise LakeError(f"the partition spec of {'.'.join(table.name())} kept changing under us") from None
+
+
+def _evolve_spec_once(table: Table, partition_by: list[str]) -> None:
+    table.refresh()
+    current = spec_terms(table.spec(), table.schema())
+    if current == partition_by:
+        return
+    try:
+        with table.update_spec() as spec:
+            for field, term in zip(table.spec().fields, current, strict=True):
+                if term not in partition_by:
+                    spec.remove_field(field.name)
+            for term in parse_terms(partition_by):
+                if str(term) not in current:
+                    spec.add_field(term.column, term.iceberg())
+    except ValueError as exc:
+        raise LakeError(f"cannot change the partition spec of {'.'.join(table.name())} from {current} to "
+                        f"{partition_by}: {exc} (fix: restore target.partition_by)") from None
+    table.refresh()
+    if spec_terms(table.spec(), table.schema()) != partition_by:  # e.g. a reordering Iceberg cannot express
+        raise LakeError(f"cannot change the partition spec of {'.'.join(table.name())} from {current} to "
+                        f"{partition_by}: only adding and removing transforms is supported, not reordering "
+                        "(fix: restore target.partition_by)")
 
 
 class Tables(NamedTuple):
@@ -210,17 +208,38 @@ class Tables(NamedTuple):
     quarantine: Table
 
 
-def ensure_tables(cfg: PipelineConfig) -> Tables:
-    """The pipeline's data table and quarantine table as they are now, created on first use."""
-    catalog = load_catalog(cfg.target)
-    ns = cfg.target.namespace
+def open_tables(catalog: Catalog, target: TargetConfig) -> Tables | None:
+    """The pipeline's data table and quarantine table as they are now, or None when they were never made (or
+    only one of them was). Creates and changes nothing."""
     try:
-        data = _ensure(catalog, (ns, cfg.target.table), lambda: initial_table(cfg), cfg.target.partition_by)
-        follow_declared(cfg, data)  # a field added to format.fields: a new column before any row carries it
-        quarantine = _ensure(catalog, (ns, cfg.target.quarantine_name), QUARANTINE_SCHEMA)
+        return Tables(catalog.load_table((target.namespace, target.table)),
+                      catalog.load_table((target.namespace, target.quarantine_name)))
+    except NoSuchTableError:
+        return None
+    except Exception as exc:
+        where = f"{target.namespace} at {warehouse_uri(target)}"
+        raise LakeError(redact_text(f"cannot load tables in {where}: {exc}")) from exc
+
+
+def provision_tables(catalog: Catalog, target: TargetConfig, fmt: Format) -> Tables:
+    """The pipeline's data table and quarantine table, created if they are not there yet (the data table with
+    what its format says of a new table) and evolved to the pipeline's settings (the columns the YAML declares,
+    partition spec, table properties): the planner's, before a run."""
+    ns = target.namespace
+
+    def new_data_table() -> tuple[pa.Schema, dict[str, str]]:
+        new = fmt.new_table()
+        return new.schema, new.properties
+
+    try:
+        data = _ensure(catalog, (ns, target.table), new_data_table, target.partition_by)
+        declared = fmt.declared_columns(fmt.fmt)
+        if declared is not None and fmt.fmt.fields:  # a field added to format.fields: a new column before any
+            evolve(data, declared, "format.fields")  # row carries it
+        quarantine = _ensure(catalog, (ns, target.quarantine_name), QUARANTINE_SCHEMA)
     except (LakeError, RegistryError, SchemaChangeError):
         raise
     except Exception as exc:
-        where = f"{ns} at {warehouse_uri(cfg.target)}"
+        where = f"{ns} at {warehouse_uri(target)}"
         raise LakeError(redact_text(f"cannot create or load tables in {where}: {exc}")) from exc
     return Tables(data, quarantine)

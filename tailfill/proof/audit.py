@@ -3,7 +3,7 @@
 Only the two coordinate columns are read for offset accounting, with Iceberg's file pruning on
 the ranges in question, so checking a run costs in proportion to the run, not the table. The
 commits are the batch summaries of the live snapshots plus the durable audit written with each
-commit and archived at expiry (:mod:`tailfill.upkeep.audit_log`). A data or quarantine file that the table
+commit and archived at expiry (:mod:`tailfill.lake.audit_log`). A data or quarantine file that the table
 references but that cannot be read (deleted or damaged behind the table's back) is not an error
 of the check: it becomes a :class:`DamagedFile` naming the offset ranges it held, from the file's
 column bounds in the manifest.
@@ -23,11 +23,11 @@ from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, G
 from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 from pyiceberg.table import DataScan, FileScanTask, Table
 
+from tailfill.lake.audit_log import AuditLog, all_batch_summaries
 from tailfill.lake.batch_summary import BatchSummary
 from tailfill.offsets import OffsetRange, TopicPartition, intersect_all, merge
 from tailfill.proof.completeness import Offsets
-from tailfill.schema import COORDINATES
-from tailfill.upkeep.audit_log import AuditLog, all_batch_summaries
+from tailfill.values.schema import COORDINATES
 
 
 def committed_batches(audit: AuditLog, table: Table, run_id: str | None = None) -> list[BatchSummary]:

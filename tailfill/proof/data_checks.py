@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from tailfill.config import DataExpectation
 from tailfill.errors import ConfigError
-from tailfill.schema import FIELD_TYPES
+from tailfill.values.schema import FIELD_TYPES
 
 DATA_COLUMNS = ["check", "column", "evaluated", "unexpected", "unexpected_fraction", "allowed_fraction"]
 EXAMPLES = 3

@@ -9,7 +9,6 @@ Great Expectations is imported lazily: it takes seconds to import and only valid
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import sys
@@ -19,6 +18,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from tailfill.plumbing.durable import locked
 
 # The repo's expectations/ folder, installed as this package data (see pyproject.toml).
 SUITES_PACKAGE = "tailfill.proof.suites"
@@ -54,13 +55,8 @@ def exclusive(root: Path) -> Iterator[None]:
     Parallel validations of a pipeline (one per backfill lane) share one GE project; its stores
     are plain files rewritten in place, and a reader meeting another's half-written suite fails.
     """
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / LOCK_FILE).open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with locked(root / LOCK_FILE):
+        yield
 
 
 class GxRunner:

@@ -11,10 +11,13 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from tailfill.config import PipelineConfig, tailfill_home
-from tailfill.lake.storage import filesystem, fs_path, make_dirs, warehouse_uri, write_whole
+from tailfill.config import PipelineConfig
+from tailfill.pipeline.handle import Pipeline
+from tailfill.plumbing.durable import write_whole
+from tailfill.plumbing.warehouse import fs_path, make_dirs, warehouse_uri
 from tailfill.proof.result import ValidationResult
 from tailfill.redact import redact_data
+from tailfill.settings import settings
 
 
 def results_uri(cfg: PipelineConfig) -> str:
@@ -26,43 +29,42 @@ def gx_root(cfg: PipelineConfig) -> Path:
     """The Great Expectations project directory (local) for a pipeline."""
     if cfg.target.s3 is None:
         return Path(fs_path(results_uri(cfg)))
-    return tailfill_home() / "validation" / cfg.name
+    return settings().home / "validation" / cfg.name
 
 
-def _write(cfg: PipelineConfig, name: str, text: str) -> str:
-    fs = filesystem(cfg.target)
-    base = results_uri(cfg)
-    make_dirs(fs, base)
+def _write(pipeline: Pipeline, name: str, text: str) -> str:
+    base = results_uri(pipeline.cfg)
+    make_dirs(pipeline.fs, base)
     uri = f"{base}/{name}"
-    write_whole(fs, uri, text.encode())  # latest.json is read while lanes validate: never half a file
+    write_whole(uri, text, pipeline.fs)  # latest.json is read while lanes validate: never half a file
     return uri
 
 
-def read_latest(cfg: PipelineConfig) -> ValidationResult | None:
+def read_latest(pipeline: Pipeline) -> ValidationResult | None:
     """The most recent validation of a pipeline, or None."""
-    return read_result(cfg, "latest")
+    return read_result(pipeline, "latest")
 
 
-def read_result(cfg: PipelineConfig, key: str) -> ValidationResult | None:
+def read_result(pipeline: Pipeline, key: str) -> ValidationResult | None:
     """The validation written as ``<key>.json`` (a run id, ``all-<time>``, ``latest``), or None if there is none."""
-    fs = filesystem(cfg.target)
     try:
-        with fs.open_input_stream(fs_path(f"{results_uri(cfg)}/{key}.json")) as f:
+        with pipeline.fs.open_input_stream(fs_path(f"{results_uri(pipeline.cfg)}/{key}.json")) as f:
             return ValidationResult.from_dict(json.loads(f.read()))
     except (FileNotFoundError, OSError):
         return None
 
 
-def persist(cfg: PipelineConfig, result: ValidationResult) -> dict:
+def persist(pipeline: Pipeline, result: ValidationResult) -> dict:
     """Write ``<key>.json``, ``<key>.html`` and ``latest.json`` of a validation; returns its ``paths``."""
+    cfg = pipeline.cfg
     key = result.key
     paths = {**result.paths, "json": f"{results_uri(cfg)}/{key}.json", "html": f"{results_uri(cfg)}/{key}.html"}
     # Errors may quote a setting: what is written is redacted.
     result = ValidationResult.from_dict(redact_data(replace(result, paths=paths).asdict()))
-    _write(cfg, f"{key}.html", render_html(result))
+    _write(pipeline, f"{key}.html", render_html(result))
     text = json.dumps(result.asdict(), indent=2, default=str)
-    _write(cfg, f"{key}.json", text)
-    _write(cfg, "latest.json", text)
+    _write(pipeline, f"{key}.json", text)
+    _write(pipeline, "latest.json", text)
     return paths
 
 

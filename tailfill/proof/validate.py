@@ -14,10 +14,11 @@ from datetime import UTC, datetime
 
 import pandas as pd
 
-from tailfill.config import PipelineConfig
+from tailfill.errors import LakeError
+from tailfill.lake.audit_log import audit_log
 from tailfill.lake.ledger import read_ledger
-from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, by_partition, merge, total
+from tailfill.pipeline.handle import Pipeline
 from tailfill.proof.audit import committed_batches, run_rows, stored_offsets
 from tailfill.proof.completeness import (
     RANGE_COLUMNS,
@@ -32,7 +33,6 @@ from tailfill.proof.data_checks import DATA_COLUMNS, check_rows, expectation_col
 from tailfill.proof.expectations import DATA_SUITE, RUN_SUITE, TILING_SUITE, exclusive, run_suites
 from tailfill.proof.reports import gx_root, persist
 from tailfill.proof.result import ValidationResult
-from tailfill.upkeep.audit_log import audit_log
 
 
 def _spans(ranges: list[OffsetRange]) -> list[OffsetRange]:
@@ -58,16 +58,22 @@ def _summary_frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)[columns] if rows else pd.DataFrame(columns=columns)
 
 
-def validate(cfg: PipelineConfig, run_id: str | None = None, all_runs: bool = False) -> ValidationResult:
+def validate(pipeline: Pipeline, run_id: str | None = None, all_runs: bool = False) -> ValidationResult:
     """Validate one run (default: the latest that committed) or, with ``all_runs``, the whole table.
 
     Returns the persisted :class:`ValidationResult` (``success``, ``problems``, per-partition and
     per-suite results, timings, paths). A run that committed nothing (an idle tail) has no ranges to check; the
-    table-wide tiling is checked all the same.
+    table-wide tiling is checked all the same. Reads the tables as they are; a pipeline whose tables were never
+    made has nothing to validate (:class:`LakeError`).
     """
     started = time.perf_counter()
-    data, quarantine = ensure_tables(cfg)
-    every = committed_batches(audit_log(cfg, data), data)
+    cfg = pipeline.cfg
+    tables = pipeline.open_tables()
+    if tables is None:
+        raise LakeError(f"nothing to validate: the tables of pipeline {cfg.name} were never made (fix: run a "
+                        "backfill or a tail first)")
+    data, quarantine = tables
+    every = committed_batches(audit_log(pipeline.state, data), data)
     ledger = read_ledger(data)
     if all_runs:
         batches, runs, scope = every, list(dict.fromkeys(b.run_id for b in every)), "all runs"
@@ -120,5 +126,5 @@ def validate(cfg: PipelineConfig, run_id: str | None = None, all_runs: bool = Fa
         paths={"data_docs": str(docs) if docs else None},
     )
     with exclusive(gx_root(cfg)):  # latest.json is rewritten in place
-        result.paths = persist(cfg, result)
+        result.paths = persist(pipeline, result)
     return result

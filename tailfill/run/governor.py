@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from tailfill.run.tuning import next_batch_offsets
-from tailfill.source.budget import Budget
+from tailfill.source.handoff import Budget
 from tailfill.state.records import TailHealth
 
 PAUSE_LOG_EVERY_S = 30.0

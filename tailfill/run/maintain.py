@@ -14,9 +14,8 @@ from datetime import UTC, datetime, timedelta
 
 from tailfill.config import MaintenanceConfig, PipelineConfig, duration_seconds
 from tailfill.errors import ConfigError
-from tailfill.lake.storage import filesystem
-from tailfill.lake.tables import ensure_tables
-from tailfill.upkeep.audit_log import audit_log
+from tailfill.lake.audit_log import audit_log
+from tailfill.pipeline.handle import Pipeline
 from tailfill.upkeep.compact import CompactionResult, compact
 from tailfill.upkeep.expire import ExpiryResult, expire
 from tailfill.upkeep.orphans import OrphanResult, remove_orphans
@@ -84,15 +83,16 @@ class MaintenanceResult:
         return "\n".join([head, *(f"  {t.asstr()}" for t in self.tables)])
 
 
-def maintain(cfg: PipelineConfig, settings: MaintenanceConfig) -> MaintenanceResult:
-    """Compact, expire and clean both tables of ``cfg``; returns what each step did per table."""
+def maintain(pipeline: Pipeline, settings: MaintenanceConfig) -> MaintenanceResult:
+    """Compact, expire and clean both tables of ``pipeline``; returns what each step did per table (none when
+    the tables were never made: there is nothing to keep up yet)."""
     started = time.perf_counter()
-    fs = filesystem(cfg.target)
+    fs = pipeline.fs
     older_than = datetime.now(UTC) - timedelta(seconds=duration_seconds(settings.expire_older_than))
-    result = MaintenanceResult(cfg.name, settings)
-    for table in ensure_tables(cfg):
+    result = MaintenanceResult(pipeline.name, settings)
+    for table in pipeline.open_tables() or ():
         compacted = compact(table, fs, settings.target_file_bytes)
-        expired = expire(table, audit_log(cfg, table), older_than, settings.keep_last)
+        expired = expire(table, audit_log(pipeline.state, table), older_than, settings.keep_last)
         orphans = remove_orphans(table, fs, duration_seconds(settings.orphan_min_age))
         result.tables.append(TableUpkeep(".".join(table.name()), compacted, expired, orphans))
     result.seconds = round(time.perf_counter() - started, 3)

@@ -1,6 +1,6 @@
 """How large the next micro-batch may be, decided between batches: one interface, two pacers.
 
-A query's writer asks its :class:`Pacer` for the first batch's :class:`~tailfill.source.budget.Budget`
+A query's writer asks its :class:`Pacer` for the first batch's :class:`~tailfill.source.handoff.Budget`
 and, after each commit, for the next one. The tail paces itself to its trigger interval and
 publishes its health (:class:`TailPacer`); a backfill asks its governor, which applies the rate
 limit and yields to a live tail (:class:`BackfillPacer`, seed 001).
@@ -13,16 +13,16 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from tailfill.config import PipelineConfig
+from tailfill.pipeline.handle import Pipeline
 from tailfill.run.governor import Governor
 from tailfill.run.plan import IngestRequest
 from tailfill.run.tail_health import TailPace, mark_stopped, read_tail
 from tailfill.run.tuning import tail_batch_offsets
-from tailfill.source.budget import Budget
-from tailfill.source.kafka import consumer_config, shared_consumer, watermarks
-from tailfill.state.freshness import Freshness
+from tailfill.source.handoff import Budget
+from tailfill.source.kafka import OwnedConsumer, watermarks
 from tailfill.state.records import BatchReport
 from tailfill.state.store import write_health
+from tailfill.values.freshness import Freshness
 
 KEEP_UP_WARNING_EVERY_S = 60.0
 
@@ -58,11 +58,13 @@ class Pacer(Protocol):
 class BackfillPacer:
     """A backfill query's batches: as the governor allows (rate limit, yielding to the tail)."""
 
-    def __init__(self, cfg: PipelineConfig, req: IngestRequest, cores: int, stopping: threading.Event,
+    def __init__(self, pipeline: Pipeline, req: IngestRequest, cores: int, stopping: threading.Event,
                  log: Callable[[str], None]):
+        cfg = pipeline.cfg
         self.governor = Governor(
             max_offsets_per_batch=req.max_offsets_per_batch, batch_seconds=req.batch_seconds,
-            max_offsets_per_second=req.max_offsets_per_second, cores=cores, read_tail=lambda: read_tail(cfg),
+            max_offsets_per_second=req.max_offsets_per_second, cores=cores,
+            read_tail=lambda: read_tail(pipeline.state),
             when_tail_unknown=cfg.backfill.when_tail_unknown, tail_interval_seconds=cfg.tail.trigger_interval_seconds,
             log=log, stopping=stopping)
 
@@ -88,13 +90,15 @@ class BackfillPacer:
 class TailPacer:
     """The tail's batches: sized to fit its trigger interval; its health published for backfills and status."""
 
-    def __init__(self, cfg: PipelineConfig, req: IngestRequest, log: Callable[[str], None]):
-        self.cfg, self.req, self.log = cfg, req, log
-        self.pace = TailPace(cfg, req.max_offsets_per_batch)
-        self.conf = consumer_config(cfg.source)
+    def __init__(self, pipeline: Pipeline, req: IngestRequest, log: Callable[[str], None]):
+        self.cfg, self.req, self.log = pipeline.cfg, req, log
+        self.state = pipeline.state
+        self.pace = TailPace(self.cfg, req.max_offsets_per_batch)
+        self.conf = pipeline.kafka
+        self.consumer = OwnedConsumer(self.conf)  # kept between batches; closed when the tail stops
         self.position = dict(req.start.offsets)  # the end of what this tail has committed, per partition
         self._warned_at = 0.0
-        write_health(cfg, self.pace.health)
+        write_health(self.state, self.pace.health)
 
     def first_budget(self) -> Budget:
         return Budget(self.req.max_offsets_per_batch)
@@ -104,10 +108,10 @@ class TailPacer:
             self.position[r.tp] = max(self.position.get(r.tp, 0), r.end)
         fresh = Freshness.from_dict(report.freshness)
         high = watermarks(self.conf, list(self.position), probe_timeout_s=0,
-                          consumer=shared_consumer(self.conf)).high
+                          consumer=self.consumer).high
         health = self.pace.observe(time.time(), sum(high.offsets.values()), sum(self.position.values()),
                                    report.offsets, report.seconds, fresh)
-        write_health(self.cfg, health)
+        write_health(self.state, health)
         problem = health.keep_up_problem()
         if problem and time.monotonic() - self._warned_at >= KEEP_UP_WARNING_EVERY_S:
             self.log(f"WARNING: {problem}")
@@ -118,7 +122,7 @@ class TailPacer:
                                          self.cfg.tail.min_offsets_per_batch, self.req.max_offsets_per_batch)), 0.0
 
     def heartbeat(self, caught_up: bool) -> None:
-        write_health(self.cfg, self.pace.heartbeat(caught_up))
+        write_health(self.state, self.pace.heartbeat(caught_up))
 
     def note(self) -> str:
         h = self.pace.health
@@ -132,12 +136,13 @@ class TailPacer:
         return [problem] if problem else []
 
     def stopped(self) -> None:
-        mark_stopped(self.cfg)  # no tail running any more: nothing for a backfill to yield to
+        self.consumer.close()
+        mark_stopped(self.state)  # no tail running any more: nothing for a backfill to yield to
 
 
-def pacer_for(cfg: PipelineConfig, req: IngestRequest, cores: int, stopping: threading.Event,
+def pacer_for(pipeline: Pipeline, req: IngestRequest, cores: int, stopping: threading.Event,
               log: Callable[[str], None]) -> Pacer:
     """The tail's pacer for an unbounded request, the governor's for a bounded one."""
     if req.end is None:
-        return TailPacer(cfg, req, log)
-    return BackfillPacer(cfg, req, cores, stopping, log)
+        return TailPacer(pipeline, req, log)
+    return BackfillPacer(pipeline, req, cores, stopping, log)

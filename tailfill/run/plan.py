@@ -16,45 +16,58 @@ from typing import Literal
 from pyiceberg.table import Table
 
 from tailfill.config import PipelineConfig
-from tailfill.errors import ConfigError, SourceError
+from tailfill.errors import ConfigError, LakeError, SourceError
 from tailfill.lake.ledger import Ledger, read_cutover, read_ledger, record_cutover
-from tailfill.lake.tables import ensure_tables
-from tailfill.offsets import OffsetRange, PartitionOffsets, by_partition, ranges_between, split_slices, subtract, total
-from tailfill.source.embedded import resolved
-from tailfill.source.kafka import Watermarks, consumer_config, list_partitions, watermarks
+from tailfill.lake.tables import Tables
+from tailfill.offsets import PartitionOffsets, by_partition, ranges_between, split_slices, total
+from tailfill.pipeline.handle import Pipeline
+from tailfill.run.contract import Mode, Slice
+from tailfill.source.kafka import Watermarks, list_partitions, watermarks
 
-Mode = Literal["backfill", "tail"]
 CONFIRM_CUTOVER_S = 30.0  # how long to try to confirm the broker's ends before recording the cutover
 
 
 @dataclass(frozen=True)
 class SourceState:
-    """What the broker and the table say right now; ``cfg`` has its broker address resolved."""
+    """What the broker and the tables say right now. ``tables`` None: they were never made (nothing is
+    committed, no cutover is recorded)."""
 
-    cfg: PipelineConfig
-    table: Table
-    quarantine: Table
+    pipeline: Pipeline
+    tables: Tables | None
     marks: Watermarks
     ledger: Ledger
     cutover: PartitionOffsets | None
 
+    @property
+    def cfg(self) -> PipelineConfig:
+        """The pipeline's config, its broker's address resolved."""
+        return self.pipeline.resolved
 
-def source_state(cfg: PipelineConfig) -> SourceState:
-    """Read the broker's watermarks and the table's ledger (the embedded broker resolved here, once)."""
-    cfg = resolved(cfg)
-    conf = consumer_config(cfg.source)
-    parts = list_partitions(conf, cfg.source.topic)
+    @property
+    def data(self) -> Table:
+        """The data table (the planner's state always has one: it provisions the tables first)."""
+        if self.tables is None:
+            raise LakeError(f"the tables of pipeline {self.pipeline.name} were never made (fix: plan a run first: "
+                            "`tailfill backfill` or `tailfill tail`)")
+        return self.tables.data
+
+
+def source_state(pipeline: Pipeline, tables: Tables | None) -> SourceState:
+    """Read the broker's watermarks and, from ``tables`` (None: never made), the ledger and the cutover."""
+    cfg = pipeline.resolved
+    parts = list_partitions(pipeline.kafka, cfg.source.topic)
     if cfg.source.partitions is not None and len(parts) != cfg.source.partitions:
         raise ConfigError(
             f"{cfg.path}: source.partitions: topic {cfg.source.topic!r} has {len(parts)} partitions, "
             f"the pipeline expects {cfg.source.partitions} (fix: update the pipeline after a repartition)"
         )
-    marks = watermarks(conf, parts)
-    table, quarantine = ensure_tables(cfg)
-    table.refresh()
-    ledger = read_ledger(table)
+    marks = watermarks(pipeline.kafka, parts)
+    ledger, cutover = Ledger(), None
+    if tables is not None:
+        tables.data.refresh()
+        ledger, cutover = read_ledger(tables.data), read_cutover(tables.data)
     check_not_behind(cfg, marks, ledger)
-    return SourceState(cfg, table, quarantine, marks, ledger, read_cutover(table))
+    return SourceState(pipeline, tables, marks, ledger, cutover)
 
 
 def check_not_behind(cfg: PipelineConfig, marks: Watermarks, ledger: Ledger) -> None:
@@ -84,49 +97,14 @@ def ensure_cutover(state: SourceState) -> PartitionOffsets:
         return state.cutover
     marks = state.marks
     if marks.unconfirmed:
-        marks = watermarks(consumer_config(state.cfg.source), list(marks.high), probe_timeout_s=CONFIRM_CUTOVER_S)
+        marks = watermarks(state.pipeline.kafka, list(marks.high), probe_timeout_s=CONFIRM_CUTOVER_S)
     if marks.unconfirmed:
         late = ", ".join(str(tp) for tp in sorted(marks.unconfirmed))
         raise SourceError(
             f"cannot confirm the end of {late} on {state.cfg.source.bootstrap_servers} within "
             f"{CONFIRM_CUTOVER_S:.0f}s: not recording a cutover from ends that may be short "
             "(fix: run again when the broker answers fetches)")
-    return record_cutover(state.table, marks.high)
-
-
-@dataclass(frozen=True)
-class Slice:
-    """A bounded part of the backfill: ``[start, end)`` per partition, exactly as planned."""
-
-    index: int
-    count: int
-    start: PartitionOffsets
-    end: PartitionOffsets
-
-    @property
-    def ranges(self) -> list[OffsetRange]:
-        return ranges_between(self.start, self.end)
-
-    def remaining(self, ledger: Ledger) -> Slice | None:
-        """This slice from the first uncommitted offset of each partition on, or None when all is committed."""
-        todo = subtract(self.ranges, ledger.committed)
-        if not todo:
-            return None
-        first = dict(self.end.offsets)  # a partition already done reads nothing
-        for r in reversed(todo):
-            first[r.tp] = r.start
-        return Slice(self.index, self.count, PartitionOffsets(first), self.end)
-
-    def to_dict(self) -> dict:
-        return {"index": self.index, "count": self.count, "start": self.start.to_dict(), "end": self.end.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Slice:
-        return cls(data["index"], data["count"], PartitionOffsets.from_dict(data["start"]),
-                   PartitionOffsets.from_dict(data["end"]))
-
-    def __str__(self) -> str:
-        return f"slice {self.index + 1}/{self.count} ({total(self.ranges):,} offsets)"
+    return record_cutover(state.data, marks.high)
 
 
 def plan_backfill(
@@ -148,7 +126,7 @@ def plan_backfill(
     pieces = split_slices(ranges_between(start, end), slices or state.cfg.backfill.slices)
     planned = [Slice(i, len(pieces), PartitionOffsets({r.tp: r.start for r in piece}),
                      PartitionOffsets({r.tp: r.end for r in piece})) for i, piece in enumerate(pieces)]
-    return [s for s in planned if s.remaining(state.ledger) is not None]
+    return [s for s in planned if s.remaining(state.ledger.committed) is not None]
 
 
 def check_bounds(state: SourceState, start: PartitionOffsets | None, end: PartitionOffsets) -> None:
@@ -165,7 +143,7 @@ def check_bounds(state: SourceState, start: PartitionOffsets | None, end: Partit
     if backwards:
         raise ConfigError(f"backfill bounds: a start after its end: {'; '.join(backwards)} (fix: swap From and To)")
     if any(end[tp] > marks.high[tp] for tp in end) and marks.unconfirmed:  # a short ListOffsets answer?
-        marks = watermarks(consumer_config(state.cfg.source), list(marks.high), probe_timeout_s=CONFIRM_CUTOVER_S)
+        marks = watermarks(state.pipeline.kafka, list(marks.high), probe_timeout_s=CONFIRM_CUTOVER_S)
     past = [f"{tp}: asked up to {end[tp]:,}, the broker's end is {marks.high[tp]:,}" for tp in sorted(end)
             if end[tp] > marks.high[tp] and tp not in marks.unconfirmed]
     if past:
@@ -174,12 +152,11 @@ def check_bounds(state: SourceState, start: PartitionOffsets | None, end: Partit
                           "backfill up to the cutover)")
 
 
-def tail_start(state: SourceState) -> PartitionOffsets:
-    """Where the tail resumes: the end of the committed run from the cutover, per partition.
+def tail_start(state: SourceState, cutover: PartitionOffsets) -> PartitionOffsets:
+    """Where the tail resumes: the end of the committed run from the ``cutover``, per partition.
 
     Partitions created after the cutover are tail-only and start at 0.
     """
-    cutover = ensure_cutover(state)
     base = PartitionOffsets({tp: cutover.get(tp, 0) or 0 for tp in state.marks.high})
     return state.ledger.position(base)
 
@@ -246,7 +223,7 @@ def backfill_requests(state: SourceState, slices: list[Slice], run_id: str,
     """
     cfg, out = state.cfg, []
     for run in contiguous(slices):
-        s = joined(run).remaining(state.ledger)
+        s = joined(run).remaining(state.ledger.committed)
         if s is None:
             continue
         which = f"slice {run[0].index + 1}" if len(run) == 1 else f"slices {run[0].index + 1}-{run[-1].index + 1}"
@@ -265,11 +242,12 @@ def backfill_requests(state: SourceState, slices: list[Slice], run_id: str,
     return out
 
 
-def tail_request(state: SourceState, run_id: str, once: bool = False, stop_after_seconds: float | None = None,
-                 max_offsets_per_batch: int | None = None) -> IngestRequest:
-    """The tail from its committed position: once (what is there now) or on the pipeline's trigger."""
+def tail_request(state: SourceState, cutover: PartitionOffsets, run_id: str, once: bool = False,
+                 stop_after_seconds: float | None = None, max_offsets_per_batch: int | None = None) -> IngestRequest:
+    """The tail from its committed position after the recorded ``cutover``: once (what is there now) or on
+    the pipeline's trigger."""
     cfg = state.cfg
-    start = tail_start(state)
+    start = tail_start(state, cutover)
     return IngestRequest(
         label=f"{cfg.name} tail",
         start=start,

@@ -1,12 +1,13 @@
 """The one planner: a request (the CLI's flags or the backfill form's params) becomes the job specs.
 
 A backfill request says ``[from, to)``, how many slices and lanes, a rate limit and what to do
-with offsets already committed; the plan is one :class:`~tailfill.run.submit.JobSpec` per lane, each
+with offsets already committed; the plan is one :class:`~tailfill.run.contract.JobSpec` per lane, each
 with its slices' exact bounds and the batch cap. A tail request (once, stop after) becomes the
-tail's spec and what it will find waiting. ``tailfill backfill``/``tail`` and the DAGs' ``plan`` and
-``tune`` tasks only turn their input into a request and run what comes out, so the same request
+tail's spec, with the cutover it starts from, and what it will find waiting. ``tailfill
+backfill``/``tail`` and the DAGs' ``plan`` and ``tune`` tasks only turn their input into a request
+and run what comes out, so the same request
 gets the same specs whichever way it arrives. Planning records the cutover when there is none yet
-(the first run's job, never a check's).
+(the first run's planner; never a check, never the job).
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
 from tailfill.offsets import OffsetRange, PartitionOffsets, ranges_between, subtract, total
-from tailfill.run.plan import Slice, SourceState, ensure_cutover, plan_backfill, source_state, tail_start
-from tailfill.run.submit import JobSpec
+from tailfill.pipeline.handle import Pipeline
+from tailfill.run.contract import JobSpec, Slice, new_run_id
+from tailfill.run.plan import SourceState, ensure_cutover, plan_backfill, source_state, tail_start
 from tailfill.run.tuning import Tuning, tuned_max_offsets
 
 OnCommitted = Literal["skip", "fail"]
@@ -86,13 +87,15 @@ def lanes_of(todo: list[Slice], lanes: int) -> list[list[Slice]]:
     return [todo[i * len(todo) // n:(i + 1) * len(todo) // n] for i in range(n)] if todo else []
 
 
-def plan_backfill_lanes(cfg: PipelineConfig, request: BackfillRequest,
+def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
                         run_id: Callable[[int], str]) -> BackfillPlan:
     """Plan ``request``: one spec per lane (``run_id(lane)`` names each), bounds as planned, the cap tuned once.
+    The tables are made (or evolved) first, and the cutover recorded when there is none yet.
 
     Raises :class:`ConfigError` when ``on_committed`` is ``fail`` and the range overlaps committed offsets.
     """
-    state = source_state(cfg)
+    cfg = pipeline.cfg
+    state = source_state(pipeline, pipeline.provision_tables())
     start = request.start or state.marks.low
     end = request.end or ensure_cutover(state)
     lines = [f"earliest {state.marks.low.to_dict()}, cutover {(state.cutover or end).to_dict()}, committed "
@@ -103,7 +106,7 @@ def plan_backfill_lanes(cfg: PipelineConfig, request: BackfillRequest,
         raise ConfigError(f"requested range overlaps committed offsets in {', '.join(map(str, overlap))} "
                           "(fix: skip committed ranges (committed_ranges=skip in the form, --on-committed skip on the "
                           "command line), or request a range after them)")
-    tuning = tuned_max_offsets(cfg, "backfill")
+    tuning = tuned_max_offsets(cfg, pipeline.state, "backfill")
     todo = plan_backfill(state, start, end, request.slices)
     if not todo:
         return BackfillPlan([], tuning, [*lines, "nothing to backfill: every offset of the range is committed"])
@@ -115,21 +118,33 @@ def plan_backfill_lanes(cfg: PipelineConfig, request: BackfillRequest,
     return BackfillPlan(specs, tuning, lines)
 
 
-def plan_tail(cfg: PipelineConfig, request: TailRequest, run_id: str) -> TailPlan:
-    """Plan the tail from its committed position (recording the cutover on its first run).
+def plan_tail(pipeline: Pipeline, request: TailRequest, run_id: str) -> TailPlan:
+    """Plan the tail from its committed position (the tables made, the cutover recorded, on its first run).
 
     A tail that runs to the broker's current end (``once``, or the ``available_now`` trigger) gets the
     cap tuned from measurements; the processing-time tail sizes its batches itself within the maximum.
     """
-    state = source_state(cfg)
-    start = tail_start(state)
-    tuning = tuned_max_offsets(cfg, "tail")
+    cfg = pipeline.cfg
+    state = source_state(pipeline, pipeline.provision_tables())
+    cutover = ensure_cutover(state)
+    start = tail_start(state, cutover)
+    tuning = tuned_max_offsets(cfg, pipeline.state, "tail")
     if not request.once and cfg.tail.trigger == "processing_time":  # it sizes each batch itself, up to the maximum
         tuning = replace(tuning, max_offsets_per_batch=tuning.configured_max,
                          reason="the adaptive tail sizes each batch from its last one, up to the configured maximum")
-    spec = JobSpec(cfg.path or cfg.name, "tail", run_id, once=request.once,
+    spec = JobSpec(cfg.path or cfg.name, "tail", run_id, cutover=cutover, once=request.once,
                    stop_after_seconds=request.stop_after_seconds, max_offsets_per_batch=tuning.max_offsets_per_batch)
     return TailPlan(spec, tuning, start, state.marks.high, total(ranges_between(start, state.marks.high)))
+
+
+def backfill_spec(pipeline: Pipeline, start: PartitionOffsets | None = None, end: PartitionOffsets | None = None,
+                  slices: int | None = None, run_id: str | None = None,
+                  max_offsets_per_second: int | None = None) -> JobSpec | None:
+    """A one-lane backfill of ``[start, end)`` (default ``[earliest, cutover)``); None if all is committed."""
+    run_id = run_id or new_run_id("backfill")
+    request = BackfillRequest(start, end, slices, max_offsets_per_second=max_offsets_per_second)
+    specs = plan_backfill_lanes(pipeline, request, lambda _lane: run_id).specs
+    return specs[0] if specs else None
 
 
 def pending_offsets(state: SourceState) -> tuple[int, int | None]:

@@ -1,44 +1,46 @@
 """Checks before a run: broker, topic, partitions, warehouse, catalog, Schema Registry, retention.
 
 Each failure is one clear message naming what and where, raised as :class:`PreflightError`.
-Checks only read: the cutover is recorded by the planner (:mod:`tailfill.run.planner`), never here.
+Checks only read: the tables are made and the cutover recorded by the planner
+(:mod:`tailfill.run.planner`), never here (the warehouse check writes one probe object and removes it).
 """
 
 from __future__ import annotations
 
 import uuid
 
-from tailfill.config import PipelineConfig
 from tailfill.errors import BrokerError, ConfigError, LakeError, PreflightError, RegistryError, SourceError
-from tailfill.formats.registry import RegistryClient
-from tailfill.lake.storage import filesystem, fs_path, warehouse_uri
 from tailfill.lake.tables import catalog_label
+from tailfill.pipeline.handle import Pipeline
+from tailfill.plumbing.warehouse import fs_path, warehouse_uri
 from tailfill.run.plan import SourceState, source_state, tail_start
 from tailfill.run.tail_health import describe, read_tail
 
 
-def check_warehouse_writable(cfg: PipelineConfig) -> str:
-    fs = filesystem(cfg.target)
-    probe = f"{warehouse_uri(cfg.target)}/_preflight/{uuid.uuid4().hex}"
+def check_warehouse_writable(pipeline: Pipeline) -> str:
+    target = pipeline.cfg.target
+    probe = f"{warehouse_uri(target)}/_preflight/{uuid.uuid4().hex}"
     try:
-        fs.create_dir(fs_path(probe).rsplit("/", 1)[0], recursive=True)
-        with fs.open_output_stream(fs_path(probe)) as out:
+        pipeline.fs.create_dir(fs_path(probe).rsplit("/", 1)[0], recursive=True)
+        with pipeline.fs.open_output_stream(fs_path(probe)) as out:
             out.write(b"ok")
-        fs.delete_file(fs_path(probe))
+        pipeline.fs.delete_file(fs_path(probe))
     except OSError as exc:
-        raise PreflightError(f"warehouse {warehouse_uri(cfg.target)} is not writable: {exc}") from exc
-    return f"warehouse {warehouse_uri(cfg.target)} writable"
+        raise PreflightError(f"warehouse {warehouse_uri(target)} is not writable: {exc}") from exc
+    return f"warehouse {warehouse_uri(target)} writable"
 
 
-def check_registry(cfg: PipelineConfig) -> str:
-    """The Schema Registry answers and has the pipeline's subject, and key subject with ``format.key: registry``
-    (``cfg`` resolved)."""
+def check_registry(pipeline: Pipeline) -> str:
+    """The Schema Registry answers and has the pipeline's subject, and key subject with ``format.key: registry``."""
+    cfg = pipeline.cfg
     subjects = [cfg.subject, *([cfg.key_subject] if cfg.format.key == "registry" else [])]
     try:
-        found = [RegistryClient(cfg.format.schema_registry).latest(subject) for subject in subjects]
+        client = pipeline.registry
+        assert client is not None, "a format with a schema registry"
+        found = [client.latest(subject) for subject in subjects]
     except RegistryError as exc:
         raise PreflightError(f"schema registry: {exc}") from exc
-    return f"schema registry {cfg.format.schema_registry.url} reachable, " + ", ".join(
+    return f"schema registry {client.cfg.url} reachable, " + ", ".join(
         f"{'key ' if i else ''}subject {subject!r} at version {latest.version} (id {latest.id})"
         for i, (subject, latest) in enumerate(zip(subjects, found, strict=True)))
 
@@ -48,7 +50,7 @@ def check_retention(state: SourceState, mode: str) -> str:
     # A backfill plans from the earliest offset, so only the tail can find its start expired; a tail
     # with no cutover yet starts where the planner will record it, at the broker's end.
     if mode == "tail":
-        start = tail_start(state) if state.cutover is not None else state.marks.high
+        start = tail_start(state, state.cutover) if state.cutover is not None else state.marks.high
     else:
         start = state.marks.low
     expired = [f"{tp} [{start[tp]}, {state.marks.low[tp]})" for tp in start
@@ -61,28 +63,32 @@ def check_retention(state: SourceState, mode: str) -> str:
     return f"retention ok for the {mode}" + (f" (gaps to record: {', '.join(expired)})" if expired else "")
 
 
-def preflight(cfg: PipelineConfig, mode: str) -> list[str]:
-    """Run every check for a ``mode`` ("backfill" or "tail") run; returns what passed.
+def preflight(pipeline: Pipeline, mode: str) -> list[str]:
+    """Run every check for a ``mode`` ("backfill" or "tail") run; returns what passed. Nothing is created.
 
     Lines that start with ``WARNING:`` do not fail the run (the tail's last measured keep-up problem).
     """
+    cfg = pipeline.cfg
     passed = []
     try:
-        state = source_state(cfg)  # broker, topic, partition count, catalog and tables
+        tables = pipeline.open_tables()  # the catalog answers; the tables are read as they are
+    except LakeError as exc:
+        raise PreflightError(f"catalog: {exc}") from exc
+    try:
+        state = source_state(pipeline, tables)  # broker, topic, partition count, the ledger
     except (SourceError, ConfigError, BrokerError) as exc:  # unreachable, missing topic, partitions, credentials
         raise PreflightError(str(exc)) from exc
     except LakeError as exc:
         raise PreflightError(f"catalog: {exc}") from exc
-    except RegistryError as exc:  # the table's columns come from the registry and it cannot be asked
-        raise PreflightError(f"schema registry: {exc}") from exc
     passed.append(f"broker reachable, topic {cfg.source.topic!r} has {len(state.marks.high.offsets)} partitions")
-    tables = f"{cfg.target.namespace}.{cfg.target.table}"
-    passed.append(f"catalog {catalog_label(cfg.target)} reachable, tables {tables} ready")
-    passed.append(check_warehouse_writable(cfg))
+    names = f"{cfg.target.namespace}.{cfg.target.table}"
+    passed.append(f"catalog {catalog_label(cfg.target)} reachable, tables {names} "
+                  + ("ready" if tables is not None else "not made yet (the first run's planner makes them)"))
+    passed.append(check_warehouse_writable(pipeline))
     if cfg.format.schema_registry is not None:
-        passed.append(check_registry(state.cfg))
+        passed.append(check_registry(pipeline))
     passed.append(check_retention(state, mode))
     if mode == "tail":  # what the last tail measured: can it keep up with the incoming rate?
-        health, unknown = read_tail(cfg)
+        health, unknown = read_tail(pipeline.state)
         passed += describe(cfg, health, unknown=unknown)
     return passed

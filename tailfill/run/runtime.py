@@ -19,11 +19,9 @@ from importlib._bootstrap_external import _code_to_hash_pyc  # the same bytes co
 from pathlib import Path
 
 import tailfill
-from tailfill.config import tailfill_home
-from tailfill.state.durable import write_atomic
+from tailfill.plumbing.durable import write_whole
+from tailfill.settings import LOOPBACK, settings
 
-LOOPBACK = "127.0.0.1"
-DEFAULT_MASTER = "local[2]"
 JOBS_PACKAGE = "tailfill.spark_jobs"  # the repo's spark_jobs/ folder, installed as package data
 # Packages whose folders sit outside tailfill/ in a checkout (pyproject.toml maps them in).
 MAPPED_PACKAGES = (JOBS_PACKAGE, "tailfill.proof.suites")
@@ -55,7 +53,7 @@ def spark_submit() -> str:
 
 def master() -> str:
     """The Spark master: ``TAILFILL_SPARK_MASTER``, else ``local[2]``."""
-    return os.environ.get("TAILFILL_SPARK_MASTER", DEFAULT_MASTER)
+    return settings().spark_master
 
 
 def spark_conf() -> dict[str, str]:
@@ -64,7 +62,7 @@ def spark_conf() -> dict[str, str]:
     The driver's Python is pinned to this interpreter (which has tailfill installed), so that a
     ``spark.pyspark.python`` given for a cluster's executors never moves the driver onto theirs.
     """
-    host = os.environ.get("TAILFILL_SPARK_DRIVER_HOST", LOOPBACK)
+    host = settings().spark_driver_host
     return {
         "spark.pyspark.driver.python": driver_python(),
         "spark.driver.host": host,
@@ -101,12 +99,12 @@ def log_dir(pipeline: str, run_id: str) -> Path:
 
     Logs only: what other processes read about a run is shared state (:mod:`tailfill.state.store`).
     """
-    return tailfill_home() / "logs" / pipeline / run_id
+    return settings().home / "logs" / pipeline / run_id
 
 
 def code_archive_path() -> Path:
     """Where :func:`code_archive` puts the archive: ``$TAILFILL_HOME/dist/tailfill-<version>.zip``."""
-    return tailfill_home() / "dist" / f"tailfill-{tailfill.__version__}.zip"
+    return settings().home / "dist" / f"tailfill-{tailfill.__version__}.zip"
 
 
 def code_modules() -> dict[str, Path]:
@@ -159,7 +157,7 @@ def code_archive(dest: Path | None = None) -> Path:
             zf.writestr(name, source)
             code = compile(source, f"{dest}/{name}", "exec", dont_inherit=True)
             zf.writestr(name + "c", _code_to_hash_pyc(code, importlib.util.source_hash(source), checked=False))
-    write_atomic(dest, buffer.getvalue())
+    write_whole(dest, buffer.getvalue())
     return dest
 
 

@@ -1,64 +1,79 @@
 """The Spark job behind ``spark_jobs/ingest.py``: a backfill's planned slices, or the tail.
 
-Prints progress to stderr and, last, one ``TAILFILL_RESULT {...}`` line to stdout: the run's
-:class:`~tailfill.run.submit.JobResult` as one JSON document. When the run cannot complete it also
-prints the cause on stderr (``error: …``), puts it in the document with its error class, and exits 2.
+Prints progress to stderr; its events (:mod:`tailfill.run.contract`: a restart) and, last, its
+:class:`~tailfill.run.contract.JobResult` go to stdout, one line each. When the run cannot complete it
+also prints the cause on stderr (``error: …``), puts it in the result as data (its class, message,
+fix), and exits 2.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
+import traceback
 from concurrent.futures import Future
 
 from pyspark.sql import SparkSession
 
-from tailfill.config import resolve_pipeline
-from tailfill.errors import TailfillError
-from tailfill.lake.spark_writer import warm_executors
+from tailfill.errors import ConfigError, ErrorInfo, LakeError, TailfillError
+from tailfill.pipeline.handle import open_pipeline
 from tailfill.redact import redact_text
+from tailfill.run.contract import IngestResult, JobResult, JobSpec
 from tailfill.run.plan import backfill_requests, source_state, tail_request
-from tailfill.run.spark_ingest import run_ingest
-from tailfill.run.submit import IngestResult, JobResult, JobSpec
+from tailfill.run.spark_ingest import Emit, Log, run_ingest
+from tailfill.run.spark_prepare import warm_executors
 
 
-def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Callable[[str], None] | None = None,
+def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log | None = None, emit: Emit | None = None,
         cancel: threading.Event | None = None) -> list[IngestResult]:
     """Run ``spec``; returns one :class:`IngestResult` per streaming query (run of adjacent slices, or the tail).
 
     ``spark``: the session (tests and the warm Spark server share one), or one being built for a new
     application (see ``spark_jobs/ingest.py``), whose executors are warmed while the first query
     starts; the broker and the table are read meanwhile. ``log`` takes the job's progress lines
-    (default: stderr); ``cancel``, once set, stops the job's query at once (see
-    :func:`~tailfill.run.spark_ingest.run_ingest`).
+    (default: stderr), ``emit`` its events (default: their lines on stdout); ``cancel``, once set, stops
+    the job's query at once (see :func:`~tailfill.run.spark_ingest.run_ingest`).
     """
-    cfg = resolve_pipeline(spec.pipeline)
-    state = source_state(cfg)
-    if spec.mode == "backfill":
-        requests = backfill_requests(state, list(spec.slices), spec.run_id, spec.max_offsets_per_batch,
-                                      spec.max_offsets_per_second)
-    else:
-        requests = [tail_request(state, spec.run_id, spec.once, spec.stop_after_seconds, spec.max_offsets_per_batch)]
-    session = spark.result() if isinstance(spark, Future) else spark
-    if isinstance(spark, Future) and requests:
-        warm_executors(session, state.cfg)
-    return [run_ingest(session, state.cfg, req, log, cancel) for req in requests]
+    with open_pipeline(spec.pipeline) as pipeline:
+        tables = pipeline.open_tables()
+        if tables is None:
+            raise LakeError(f"the tables of pipeline {pipeline.name} do not exist (fix: plan the run with "
+                            "`tailfill backfill|tail` or the DAG's plan task, which makes them)")
+        state = source_state(pipeline, tables)
+        if spec.mode == "backfill":
+            requests = backfill_requests(state, list(spec.slices), spec.run_id, spec.max_offsets_per_batch,
+                                          spec.max_offsets_per_second)
+        else:
+            if spec.cutover is None:
+                raise ConfigError(f"the tail of {pipeline.name} was asked for without its cutover (fix: plan it "
+                                  "with `tailfill tail` or the incremental DAG, which record the cutover)")
+            requests = [tail_request(state, spec.cutover, spec.run_id, spec.once, spec.stop_after_seconds,
+                                     spec.max_offsets_per_batch)]
+        session = spark.result() if isinstance(spark, Future) else spark
+        if isinstance(spark, Future) and requests:
+            warm_executors(session, pipeline.shipped)
+        return [run_ingest(session, pipeline, tables, req, log, emit, cancel) for req in requests]
 
 
-def run_to_result(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Callable[[str], None],
+def run_to_result(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log, emit: Emit,
                   cancel: threading.Event | None = None) -> JobResult:
-    """Run ``spec`` and describe it as its :class:`JobResult`; a Tailfill error is logged as ``error: …``
-    and becomes the result's cause (what ``spark-submit`` and the warm Spark server both hand back)."""
+    """Run ``spec`` and describe it as its :class:`JobResult`; whatever stops it is logged as ``error: …``
+    and becomes the result's error, as data (what ``spark-submit`` and the warm Spark server both hand back)."""
     try:
-        return JobResult(run(spec, spark, log, cancel))
-    except (TailfillError, ValueError) as exc:  # ValueError: malformed offsets
-        log(redact_text(f"error: {exc}"))
-        return JobResult(error=redact_text(str(exc)), error_class=type(exc).__name__)
+        return JobResult(run(spec, spark, log, emit, cancel))
+    except Exception as exc:
+        error = ErrorInfo.of(exc)
+        if isinstance(exc, TailfillError | ValueError):
+            log(redact_text(f"error: {exc}"))
+        else:  # not one of ours: its whole text for the job's output, one line for the result
+            log(redact_text("".join(traceback.format_exception(exc)).rstrip()))
+            log(redact_text(f"error: {error}"))
+        return JobResult(error=error)
 
 
 def main(argv: list[str] | None, spark: SparkSession | Future[SparkSession]) -> int:
     """The job's entry point: run the spec in ``argv``; 0 on success, 2 with the cause on stderr."""
-    result = run_to_result(JobSpec.parse(argv), spark, lambda line: print(line, file=sys.stderr, flush=True))
+    result = run_to_result(JobSpec.parse(argv), spark, lambda line: print(line, file=sys.stderr, flush=True),
+                           lambda event: print(event.line(), flush=True))
     print(result.line(), flush=True)
     return 2 if result.error else 0

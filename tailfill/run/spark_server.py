@@ -33,11 +33,12 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from tailfill.config import tailfill_home
+from tailfill.errors import ErrorInfo
+from tailfill.plumbing.durable import write_whole
 from tailfill.redact import redact_text
 from tailfill.run import runtime, warm_spark
-from tailfill.run.submit import JobResult, JobSpec
-from tailfill.state.durable import write_atomic
+from tailfill.run.contract import JobResult, JobSpec
+from tailfill.settings import settings
 
 POLL_S = 1.0  # how often a quiet job's connection is checked for a caller that went away
 
@@ -84,8 +85,8 @@ def _caller_gone(conn: socket.socket) -> bool:
         return True
 
 
-def _handler(spark, jobs: _Jobs, state: dict, settings: dict) -> type[BaseHTTPRequestHandler]:
-    """Request handling; ``settings``: digests of the settings the server was started with."""
+def _handler(spark, jobs: _Jobs, state: dict, started_with: dict) -> type[BaseHTTPRequestHandler]:
+    """Request handling; ``started_with``: digests of the settings the server was started with."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, fmt: str, *args: object) -> None:  # one line per request, in the server's log
@@ -119,7 +120,7 @@ def _handler(spark, jobs: _Jobs, state: dict, settings: dict) -> type[BaseHTTPRe
 
         def _run(self, body: dict) -> None:
             theirs = body.get("env", {})  # a name only the job gives (a secret) is compared with ours now
-            ours = {**{n: warm_spark.digest(os.environ.get(n)) for n in theirs}, **settings}
+            ours = {**{n: warm_spark.digest(os.environ.get(n)) for n in theirs}, **started_with}
             differs = warm_spark.differing_settings(theirs, ours)
             if differs:
                 return self._json(409, {"error": "the job's settings differ from the warm Spark server's: "
@@ -147,10 +148,10 @@ def _handler(spark, jobs: _Jobs, state: dict, settings: dict) -> type[BaseHTTPRe
                 lines.put(warm_spark.SERVED_BY + f" pid {os.getpid()}, job {spec.run_id}")
                 from tailfill.run.spark_job import run_to_result
 
-                result = run_to_result(spec, spark, lines.put, cancel)
+                result = run_to_result(spec, spark, lines.put, lambda event: lines.put(event.line()), cancel)
             except BaseException as exc:
                 lines.put(redact_text(f"error: {type(exc).__name__}: {exc}"))
-                result = JobResult(error=redact_text(f"{type(exc).__name__}: {exc}"), error_class=type(exc).__name__)
+                result = JobResult(error=ErrorInfo.of(exc))
             lines.put(result.line())
             lines.put(None)
 
@@ -185,9 +186,9 @@ def serve(home: Path | None = None, port: int = 0) -> None:
     """Build the session, then serve jobs on 127.0.0.1:``port`` until SIGTERM (or ``POST /shutdown``)."""
     from tailfill.run.spark_session import get_session
 
-    home = home or tailfill_home()
+    home = home or settings().home
     started = time.time()
-    settings = warm_spark.job_env_digests(os.environ)  # as started: pyspark adds some of its own to the environment
+    started_with = warm_spark.job_env_digests(os.environ)  # as started: pyspark adds some of its own to the environment
     spark = get_session(app_name="tailfill-warm")
     if not spark.sparkContext.master.startswith("local"):  # a cluster's executors need the code
         spark.sparkContext.addPyFile(str(runtime.code_archive()))
@@ -197,12 +198,12 @@ def serve(home: Path | None = None, port: int = 0) -> None:
     state = {"pid": os.getpid(), "url": f"http://{runtime.LOOPBACK}:{server.server_address[1]}",
              "code": runtime.code_fingerprint(), "master": spark.sparkContext.master,
              "started_at": started, "ready_s": round(time.time() - started, 1)}
-    server.RequestHandlerClass = _handler(spark, jobs, state, settings)
+    server.RequestHandlerClass = _handler(spark, jobs, state, started_with)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     thread = threading.Thread(target=server.serve_forever, name="spark-server-http", daemon=True)
     thread.start()
-    write_atomic(warm_spark.state_file(home), json.dumps(state))
+    write_whole(warm_spark.state_file(home), json.dumps(state))
     print(f"warm Spark server ready at {state['url']} in {state['ready_s']}s (master {state['master']})",
           file=sys.stderr, flush=True)
     stop.wait()

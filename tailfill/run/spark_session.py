@@ -7,6 +7,7 @@ import os
 from pyspark.sql import SparkSession
 
 from tailfill.run import runtime
+from tailfill.settings import settings
 
 
 def get_session(app_name: str = "tailfill") -> SparkSession:
@@ -24,7 +25,7 @@ def get_session(app_name: str = "tailfill") -> SparkSession:
         for key, value in runtime.spark_conf().items():
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("TAILFILL_SPARK_LOG_LEVEL", "ERROR"))
+    spark.sparkContext.setLogLevel(settings().spark_log_level)
     register_sources(spark)
     return spark
 

@@ -46,8 +46,10 @@ def pipeline_status(state: SourceState) -> list[PartitionStatus]:
 
 def quarantined_rows(state: SourceState) -> int:
     """Rows in the quarantine table, from its current snapshot's totals (no data read; they survive
-    snapshot expiry)."""
-    current = state.quarantine.current_snapshot()
+    snapshot expiry); 0 when the tables were never made."""
+    if state.tables is None:
+        return 0
+    current = state.tables.quarantine.current_snapshot()
     summary = current.summary.additional_properties if current and current.summary else {}
     return int(summary.get("total-records", 0))
 

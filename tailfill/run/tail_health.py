@@ -13,26 +13,26 @@ import time
 from dataclasses import replace
 
 from tailfill.config import PipelineConfig
-from tailfill.state.freshness import Freshness
 from tailfill.state.records import TailHealth
 from tailfill.state.store import HEALTH, StateStore, read_health, write_health
+from tailfill.values.freshness import Freshness
 
 
-def mark_stopped(cfg: PipelineConfig) -> None:
+def mark_stopped(store: StateStore) -> None:
     """The tail stopped: nothing for a backfill to yield to; its last measurements stay for ``status``."""
-    health = read_health(cfg)
+    health = read_health(store)
     if health is not None:
-        write_health(cfg, replace(health, alive_at=0.0))
+        write_health(store, replace(health, alive_at=0.0))
 
 
-def read_tail(cfg: PipelineConfig) -> tuple[TailHealth | None, str | None]:
+def read_tail(store: StateStore) -> tuple[TailHealth | None, str | None]:
     """The tail's health, or None and why it cannot be known (none published yet, or unreadable)."""
     try:
-        health = read_health(cfg)
+        health = read_health(store)
     except Exception as exc:  # unreachable or unparseable state: the reason is the answer
-        return None, f"cannot read the tail's state at {StateStore(cfg).uri(HEALTH)}: {type(exc).__name__}: {exc}"
+        return None, f"cannot read the tail's state at {store.uri(HEALTH)}: {type(exc).__name__}: {exc}"
     if health is None:
-        return None, f"no tail state at {StateStore(cfg).uri(HEALTH)} (no tail has run against this state root)"
+        return None, f"no tail state at {store.uri(HEALTH)} (no tail has run against this state root)"
     return health, None
 
 

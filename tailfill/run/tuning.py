@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from tailfill.config import PipelineConfig
-from tailfill.state.store import recent_reports
+from tailfill.state.store import StateStore, recent_reports
 
 SAFETY_FACTOR = 0.5
 FLOOR = 1_000
@@ -31,15 +31,16 @@ class Tuning:
         return asdict(self)
 
 
-def measured_rate(cfg: PipelineConfig) -> float | None:
-    """Offsets per second over the committed batches of the most recent runs, or None."""
-    done = [b for b in recent_reports(cfg, RECENT_RUNS) if b.committed and b.seconds > 0]
+def measured_rate(store: StateStore) -> float | None:
+    """Offsets per second over the committed batches of the most recent runs (their reports in ``store``), or None."""
+    done = [b for b in recent_reports(store, RECENT_RUNS) if b.committed and b.seconds > 0]
     seconds = sum(b.seconds for b in done)
     return sum(b.offsets for b in done) / seconds if seconds > 0 else None
 
 
-def tuned_max_offsets(cfg: PipelineConfig, mode: str) -> Tuning:
-    """The cap for the next ``mode`` run, with the reason, for the run's report.
+def tuned_max_offsets(cfg: PipelineConfig, store: StateStore, mode: str) -> Tuning:
+    """The cap for the next ``mode`` run, with the reason, for the run's report (measured from the batch reports
+    in ``store``).
 
     A tail's comes from the measured rate and its trigger interval. A backfill's is its own
     ``backfill.max_offsets_per_batch``: a backfill has no trigger, and sizes each batch while it
@@ -54,7 +55,7 @@ def tuned_max_offsets(cfg: PipelineConfig, mode: str) -> Tuning:
     configured = cfg.tail.max_offsets_per_batch
     floor = cfg.tail.min_offsets_per_batch
     interval = cfg.tail.trigger_interval_seconds
-    rate = measured_rate(cfg)
+    rate = measured_rate(store)
     if rate is None:
         return Tuning(configured, None, interval, configured, "no measured batches yet: the configured maximum")
     derived = int(rate * interval * SAFETY_FACTOR)

@@ -1,18 +1,17 @@
-"""Warm Spark: start, supervise and use the long-lived Spark server (:mod:`tailfill.run.spark_server`).
+"""Warm Spark: start, supervise and talk to the long-lived Spark server (:mod:`tailfill.run.spark_server`).
 
 A job asked to run warm (``tailfill backfill|tail --spark warm``, or ``TAILFILL_SPARK=warm``, which
-the local Airflow sets) goes to the server recorded in ``$TAILFILL_HOME/spark-server.json``. It is
-started when none runs, and replaced when the one running has other code and is idle. A job runs
-cold, through ``spark-submit``, with one line saying why, when the server cannot take it: other
-Spark settings or master asked for, settings that reach the job (``TAILFILL_*``, ``AWS_*``, Spark's,
-the pipeline's secrets) that differ from the server's (compared as digests, never sent or printed),
-or a server that runs other code and is busy. No pyspark here.
+the local Airflow sets) goes to the server recorded in ``$TAILFILL_HOME/spark-server.json``
+(:class:`~tailfill.run.runners.WarmServerRunner`). It is started when none runs, and replaced when the
+one running has other code and is idle. The server refuses a job (:class:`Refused`; the job then runs
+cold, through ``spark-submit``, saying why) when settings that reach the job (``TAILFILL_*``,
+``AWS_*``, Spark's, the pipeline's secrets) differ from the server's (compared as digests, never sent
+or printed); other Spark settings or master (:func:`why_cold`) need a new application anyway. No
+pyspark here.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import http.client
 import json
@@ -20,17 +19,16 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tailfill.config import tailfill_home
 from tailfill.errors import SparkServerError
-from tailfill.redact import redact_text
+from tailfill.plumbing.detached import running, stop_detached
+from tailfill.plumbing.durable import locked
 from tailfill.run import runtime
-from tailfill.run.submit import RESULT_PREFIX, JobResult, JobSpec, parse_result
-from tailfill.run.submit import run_job as submit_job
-from tailfill.state.detached import alive, running, stop_detached
+from tailfill.run.contract import JobSpec
+from tailfill.settings import settings
 
 MODE_ENV = "TAILFILL_SPARK"  # warm | submit: how jobs run when the caller does not say
 SERVED_BY = "warm Spark server:"  # the first line of a job the server runs
@@ -41,15 +39,7 @@ START_TIMEOUT_S = 180.0  # a JVM and a session on a busy 2-core machine
 
 def state_file(home: Path | None = None) -> Path:
     """The warm Spark server's address file: ``$TAILFILL_HOME/spark-server.json``."""
-    return (home or tailfill_home()) / "spark-server.json"
-
-
-def default_mode() -> str:
-    """``warm`` or ``submit``, from ``TAILFILL_SPARK`` (``submit`` when unset)."""
-    mode = os.environ.get(MODE_ENV, "submit")
-    if mode not in ("warm", "submit"):
-        raise SparkServerError(f"{MODE_ENV}={mode!r}: use warm or submit")
-    return mode
+    return (home or settings().home) / "spark-server.json"
 
 
 def digest(value: str | None) -> str | None:
@@ -95,22 +85,10 @@ def server_status(state: dict) -> dict | None:
         return None
 
 
-@contextlib.contextmanager
-def _lock(home: Path) -> Iterator[None]:
-    """One process at a time starts or replaces the server of ``home``."""
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / "spark-server.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def spark_server_up(home: Path | None = None, env: Mapping[str, str] | None = None) -> dict:
     """The running server (started if none runs, or replaced if it runs other code and is idle)."""
-    home = home or tailfill_home()
-    with _lock(home):
+    home = home or settings().home
+    with locked(home / "spark-server.lock"):
         state = server_state(home)
         if state is not None:
             status = server_status(state)
@@ -120,7 +98,7 @@ def spark_server_up(home: Path | None = None, env: Mapping[str, str] | None = No
         return _start(home, env)
 
 
-def _job_env(env: Mapping[str, str] | None, home: Path) -> dict[str, str]:
+def warm_env(env: Mapping[str, str] | None, home: Path) -> dict[str, str]:
     """The environment a job sees: the caller's, with Tailfill's Spark environment and home on top."""
     return {**(env if env is not None else os.environ), **runtime.spark_env(), "TAILFILL_HOME": str(home)}
 
@@ -128,7 +106,7 @@ def _job_env(env: Mapping[str, str] | None, home: Path) -> dict[str, str]:
 def _start(home: Path, env: Mapping[str, str] | None) -> dict:
     log_path = home / "logs" / "spark-server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    child_env = {**_job_env(env, home), **runtime.shipped_code_env()}
+    child_env = {**warm_env(env, home), **runtime.shipped_code_env()}
     with open(log_path, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "tailfill.run.spark_server"], env=child_env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -149,8 +127,8 @@ def _start(home: Path, env: Mapping[str, str] | None) -> dict:
 
 def spark_server_down(home: Path | None = None) -> bool:
     """Stop the server (its running jobs are cancelled: what they committed stays); True if one ran."""
-    home = home or tailfill_home()
-    with _lock(home):
+    home = home or settings().home
+    with locked(home / "spark-server.lock"):
         return stop_detached(server_state(home), state_file(home), grace_s=30.0)
 
 
@@ -167,42 +145,16 @@ class Refused(SparkServerError):
     """The server would not take this job (its settings differ); the job can still run cold."""
 
 
-def run_warm(spec: JobSpec, env: Mapping[str, str], on_line: Callable[[str], None],
-             secrets: tuple[str, ...] = (), home: Path | None = None) -> tuple[int, JobResult | None]:
-    """Run ``spec`` on the warm Spark server (started if needed), each of its lines (its result's too) to
-    ``on_line``.
-
-    Returns (exit code as ``spark-submit`` would give it, the job's result): 0, or 2 when the job
-    failed with a cause, or 1 when the server went away without a result. Raises :class:`Refused`
-    when the server will not take the job, :class:`SparkServerError` when none can be started.
-    """
-    home = home or tailfill_home()
-    status = spark_server_up(home, env)
-    if status["code"] != runtime.code_fingerprint():
-        raise Refused("the warm Spark server runs other code and is busy")
-    job = {"argv": spec.argv(), "env": job_env_digests(_job_env(env, home), secrets)}
+def job_request(status: dict, spec: JobSpec, digests: dict[str, str | None]) -> http.client.HTTPResponse:
+    """``spec`` handed to the server of ``status`` (``digests``: of the caller's settings that reach the job):
+    the response that streams the job's lines. Raises :class:`Refused` when the server will not take it."""
     try:
-        resp = _request(status["url"], "POST", "/jobs", job, timeout=None)
+        resp = _request(status["url"], "POST", "/jobs", {"argv": spec.argv(), "env": digests}, timeout=None)
     except OSError as exc:
         raise SparkServerError(f"the warm Spark server at {status['url']} did not take the job: {exc}") from None
     if resp.status != 200:
         raise Refused(json.loads(resp.read() or b"{}").get("error", f"HTTP {resp.status}"))
-    documents = []
-    try:
-        for raw in resp:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            if line.startswith(RESULT_PREFIX):
-                documents.append(line)
-            on_line(line)
-    except OSError as exc:
-        on_line(f"error: the warm Spark server's connection broke: {exc}")
-    result = parse_result(documents)
-    if result is None:
-        pid = status["pid"]
-        on_line(f"error: the warm Spark server (pid {pid}) ended the job without a result"
-                + ("" if alive(pid) else ": it is no longer running"))
-        return 1, None
-    return (2 if result.error else 0), result
+    return resp
 
 
 def cancel_warm(run_id: str, home: Path | None = None) -> int:
@@ -215,24 +167,3 @@ def cancel_warm(run_id: str, home: Path | None = None) -> int:
         return int(json.loads(resp.read()).get("cancelled", 0))
     except OSError:
         return 0
-
-
-def run_job(spec: JobSpec, master: str | None = None, conf: dict[str, str] | None = None, mode: str | None = None,
-            secrets: tuple[str, ...] = ()) -> tuple[int, list]:
-    """Run ``spec`` warm (``mode`` ``warm``, default :func:`default_mode`) or through ``spark-submit``
-    (:func:`tailfill.run.submit.run_job`); a job that cannot run warm runs cold, saying why on stderr.
-    Returns (exit code, the job's :class:`~tailfill.run.submit.IngestResult` list)."""
-    def show(line: str) -> None:
-        if not line.startswith(RESULT_PREFIX):
-            print(redact_text(line), file=sys.stderr, flush=True)
-
-    if (mode or default_mode()) == "warm":
-        why = why_cold(master, conf)
-        if why is None:
-            try:
-                code, result = run_warm(spec, os.environ, show, secrets)
-                return code, result.results if result is not None else []
-            except SparkServerError as exc:
-                why = str(exc)
-        show(f"[{spec.run_id}] running cold (spark-submit): {why}")
-    return submit_job(spec, master, conf)

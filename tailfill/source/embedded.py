@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tailfill.config import EMBEDDED, PipelineConfig, tailfill_home
+from tailfill.config import EMBEDDED, PipelineConfig
 from tailfill.errors import BrokerError, RegistryError
-from tailfill.state.detached import running
+from tailfill.plumbing.detached import running
+from tailfill.settings import settings
 
 
 def state_file(home: Path) -> Path:
@@ -22,7 +23,7 @@ def state_file(home: Path) -> Path:
 
 def broker_state(home: Path | None = None) -> dict | None:
     """The running embedded broker's ``{pid, port, bootstrap_servers}``, or None."""
-    return running(state_file(home or tailfill_home()))
+    return running(state_file(home or settings().home))
 
 
 def resolve_bootstrap(value: str) -> str:
@@ -50,7 +51,7 @@ def registry_state_file(home: Path) -> Path:
 
 def registry_state(home: Path | None = None) -> dict | None:
     """The running development registry's ``{pid, port, url}``, or None."""
-    return running(registry_state_file(home or tailfill_home()))
+    return running(registry_state_file(home or settings().home))
 
 
 def resolve_registry(value: str) -> str:
@@ -64,6 +65,6 @@ def _resolve(value: str, state_of, key: str, error: type[Exception], what: str, 
         return value
     state = state_of()
     if not state:
-        raise error(f"the pipeline uses {what}, but none is running for TAILFILL_HOME={tailfill_home()} "
+        raise error(f"the pipeline uses {what}, but none is running for TAILFILL_HOME={settings().home} "
                     f"(fix: run `tailfill {command} up`)")
     return state[key]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import json
 import os
 import time
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from tailfill.config import EMBEDDED, SourceConfig
 from tailfill.errors import ConfigError, ExpiredOffsetsError, SourceError
 from tailfill.offsets import OffsetRange, PartitionOffsets, TopicPartition
 from tailfill.redact import register_secret
-from tailfill.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
+from tailfill.values.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
 
 METADATA_TIMEOUT_S = 10.0
 RECONNECT_TIMEOUT_S = 15.0  # how long a read waits for librdkafka to reconnect before the batch fails
@@ -72,34 +71,32 @@ def _consumer(conf: dict) -> Consumer:
     return Consumer({**conf, "error_cb": _raise_fatal})
 
 
-_SHARED: dict[str, Consumer] = {}
+class OwnedConsumer:
+    """One consumer kept across calls by its owner (an executor context, a stream reader, the tail's pacer):
+    made on first use, replaced after a failure left it in doubt, closed by its owner."""
 
+    def __init__(self, conf: dict):
+        self.conf = conf
+        self._consumer: Consumer | None = None
 
-def shared_consumer(conf: dict) -> Consumer:
-    """One consumer per settings for this process, kept across calls (Spark reuses its Python workers)."""
-    key = json.dumps(conf, sort_keys=True, default=str)
-    if key not in _SHARED:
-        _SHARED[key] = _consumer(conf)
-    return _SHARED[key]
+    def get(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = _consumer(self.conf)
+        return self._consumer
 
+    def discard(self) -> None:
+        """Close the consumer; the next use makes a fresh one."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
 
-def drop_shared_consumer(conf: dict) -> None:
-    """Close and forget the shared consumer of ``conf`` (after an error left it in doubt)."""
-    consumer = _SHARED.pop(json.dumps(conf, sort_keys=True, default=str), None)
-    if consumer is not None:
-        consumer.close()
-
-
-def close_shared_consumers() -> None:
-    """Close every shared consumer of this process (before its broker goes away, or at exit)."""
-    while _SHARED:
-        _SHARED.popitem()[1].close()
+    close = discard
 
 
 @contextlib.contextmanager
-def _borrowed(conf: dict, consumer: Consumer | None) -> Iterator[Consumer]:
-    """``consumer`` if one is shared (dropped if the work fails), else a new one closed afterwards."""
-    if consumer is None:
+def _borrowed(conf: dict, owned: OwnedConsumer | None) -> Iterator[Consumer]:
+    """The owner's consumer (discarded if the work fails), else a new one closed afterwards."""
+    if owned is None:
         own = _consumer(conf)
         try:
             yield own
@@ -107,9 +104,9 @@ def _borrowed(conf: dict, consumer: Consumer | None) -> Iterator[Consumer]:
             own.close()
         return
     try:
-        yield consumer
+        yield owned.get()
     except BaseException:
-        drop_shared_consumer(conf)
+        owned.discard()
         raise
 
 
@@ -119,7 +116,7 @@ def _raise_fatal(err: KafkaError) -> None:
         raise KafkaException(err)
 
 
-def list_partitions(conf: dict, topic: str, consumer: Consumer | None = None) -> list[TopicPartition]:
+def list_partitions(conf: dict, topic: str, consumer: OwnedConsumer | None = None) -> list[TopicPartition]:
     """The topic's partitions; a clear error if the broker is unreachable or the topic is missing."""
     with _borrowed(conf, consumer) as consumer:
         try:
@@ -150,7 +147,7 @@ class Watermarks:
 
 
 def watermarks(conf: dict, partitions: list[TopicPartition], probe_timeout_s: float = 5.0,
-               consumer: Consumer | None = None) -> Watermarks:
+               consumer: OwnedConsumer | None = None) -> Watermarks:
     """Low and high watermarks, the high ones confirmed by a fetch.
 
     ``ListOffsets(latest)`` is what Kafka clients use, but some Kafka-protocol brokers (tansu)
@@ -249,16 +246,16 @@ def read_ranges(
     batch_size: int = 20000,
     idle_timeout_s: float = 60.0,
     with_markers: bool = True,
-    consumer: Consumer | None = None,
+    consumer: OwnedConsumer | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``ranges`` (one topic, one range per partition) as Arrow batches of
-    :data:`~tailfill.schema.RAW_SCHEMA`, then (optionally) one marker row per range.
+    :data:`~tailfill.values.schema.RAW_SCHEMA`, then (optionally) one marker row per range.
 
     The partitions are read together by one consumer (one fetch serves them all). Offsets absent
     on the broker inside a range (transaction markers, compaction) are simply not returned; the
     marker's ``records`` tells how many were. Offsets below the earliest available one raise
     :class:`ExpiredOffsetsError` unless ``on_expired == "record_gap"``, in which case they are
-    listed in the marker's ``lost``. A ``consumer`` passed in (see :func:`shared_consumer`) is
+    listed in the marker's ``lost``. A ``consumer`` passed in (:class:`OwnedConsumer`) is
     reassigned and left open; otherwise one is made and closed here.
     """
     topics = {r.topic for r in ranges}
@@ -387,6 +384,6 @@ def _handle_errors(msgs: list, live: dict, consumer: Consumer, on_expired: str, 
 
 
 def read_range(conf: dict, rng: OffsetRange, on_expired: str = "fail", with_marker: bool = True,
-               consumer: Consumer | None = None) -> Iterator[pa.RecordBatch]:
+               consumer: OwnedConsumer | None = None) -> Iterator[pa.RecordBatch]:
     """:func:`read_ranges` of one range."""
     return read_ranges(conf, [rng], on_expired, with_markers=with_marker, consumer=consumer)

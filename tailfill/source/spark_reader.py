@@ -1,10 +1,15 @@
 """The readers of ``tailfill_kafka`` (:mod:`tailfill.source.spark_source`, where its options are
 described), batch and streaming: offsets and input partitions planned on the driver's side, records
-or ranges read in the tasks. A streaming reader reads the broker's ends once per trigger."""
+or ranges read in the tasks. A streaming reader reads the broker's ends once per trigger, and a
+failure of its planning is handed to the writer as data (``failureFile``) before Spark passes it on
+as text."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -20,12 +25,11 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from tailfill.config import SourceConfig
-from tailfill.errors import ConfigError, ExpiredOffsetsError
+from tailfill.errors import ConfigError, ErrorInfo, ExpiredOffsetsError
 from tailfill.offsets import OffsetRange, PartitionOffsets, cap, deal, ranges_between
-from tailfill.schema import RANGE_SCHEMA
-from tailfill.source.budget import Budget
-from tailfill.source.kafka import consumer_config, list_partitions, read_range, shared_consumer, watermarks
-from tailfill.source.spark_source import output_of
+from tailfill.source.handoff import Budget, report_failure
+from tailfill.source.kafka import OwnedConsumer, consumer_config, list_partitions, read_range, watermarks
+from tailfill.values.schema import RANGE_SCHEMA
 
 MIN_SPLIT_OFFSETS = 100_000  # a range is halved for parallel tasks only if each half has this many
 
@@ -39,9 +43,9 @@ class RangePartition(InputPartition):
 
 
 class KafkaOptions:
-    """Parsed options shared by the batch and the streaming reader."""
+    """Parsed options shared by the batch and the streaming reader; ``output``: the checked ``output`` option."""
 
-    def __init__(self, options: dict[str, str]):
+    def __init__(self, options: dict[str, str], output: str):
         options = {k.lower(): v for k, v in options.items()}  # Spark lower-cases option keys
         if "source" not in options:
             raise ConfigError("tailfill_kafka needs the 'source' option (the pipeline's source block as JSON)")
@@ -52,9 +56,11 @@ class KafkaOptions:
         max_offsets = options.get("maxoffsetspertrigger")
         self.max_offsets = int(max_offsets) if max_offsets else None
         self.budget_file = Path(options["budgetfile"]) if options.get("budgetfile") else None
+        self.failure_file = Path(options["failurefile"]) if options.get("failurefile") else None
         self.markers = options.get("includerangemarkers", "false").lower() == "true"
-        self.output = output_of(options)
+        self.output = output
         self.tasks = int(options["tasks"]) if options.get("tasks") else None
+        self.consumer = OwnedConsumer(self.conf)  # kept across this reader's calls; closed when it stops
 
     def budget(self) -> int | None:
         """This batch's cap: the writer's :class:`Budget`, within ``maxOffsetsPerTrigger``, else that alone."""
@@ -67,7 +73,7 @@ class KafkaOptions:
         return budget.within(self.max_offsets, self.tasks)[1] if budget else self.tasks
 
     def partitions(self) -> list:
-        return list_partitions(self.conf, self.source.topic, consumer=shared_consumer(self.conf))
+        return list_partitions(self.conf, self.source.topic, consumer=self.consumer)
 
     def resolve(self, spec: str | None, role: str) -> PartitionOffsets:
         """Offsets from JSON, or from the broker for ``earliest`` / ``latest`` (ending only)."""
@@ -88,7 +94,7 @@ class KafkaOptions:
         if self.source.on_expired_offsets == "record_gap":
             return
         low = watermarks(self.conf, sorted({r.tp for r in ranges}), probe_timeout_s=0,
-                         consumer=shared_consumer(self.conf)).low
+                         consumer=self.consumer).low
         for r in ranges:
             earliest = low.get(r.tp, 0) or 0
             if r.start < earliest:
@@ -125,6 +131,23 @@ class KafkaBatchReader(DataSourceReader):
         return self.opts.read(partition)
 
 
+Planning = TypeVar("Planning", bound=Callable[..., Any])
+
+
+def _reported(method: Planning) -> Planning:
+    """A planning step of the stream reader whose failure is also handed to the writer, as data."""
+
+    @functools.wraps(method)
+    def planned(self: KafkaStreamReader, *args: Any) -> Any:
+        try:
+            return method(self, *args)
+        except Exception as exc:
+            report_failure(self.opts.failure_file, ErrorInfo.of(exc))
+            raise
+
+    return planned  # type: ignore[return-value]
+
+
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: KafkaOptions):
         self.opts = opts
@@ -133,6 +156,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if opts.starting is None:
             raise ConfigError("streaming from Kafka needs explicit startingOffsets (JSON or 'earliest')")
 
+    @_reported
     def initialOffset(self) -> dict:
         return self.opts.resolve(self.opts.starting, "starting").to_dict()
 
@@ -143,12 +167,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self.opts.resolve(self.opts.ending, "ending")
         return self.opts.resolve(None, "ending")
 
+    @_reported
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = self._end()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.opts.max_offsets) if self.opts.max_offsets else ReadAllAvailable()
 
+    @_reported
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = PartitionOffsets.from_dict(start)
         end = self.latest = self._end()
@@ -160,10 +186,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         out.update({r.tp: r.end for r in ranges})
         return PartitionOffsets(out).to_dict()
 
+    @_reported
     def reportLatestOffset(self) -> dict | None:
         """The end latestOffset just read (Spark asks right after it): the broker is read once per trigger."""
         return (self.latest or self._end()).to_dict()
 
+    @_reported
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         return self.opts.input_partitions(PartitionOffsets.from_dict(start), PartitionOffsets.from_dict(end))
 
@@ -172,6 +200,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         """Nothing to do: positions live in the table's ledger, not in consumer groups."""
+
+    def stop(self) -> None:
+        """The query stopped: let go of the reader's consumer."""
+        self.opts.consumer.close()
 
 
 def _at_least(end: PartitionOffsets, start: PartitionOffsets) -> PartitionOffsets:

@@ -9,9 +9,11 @@ Options (offsets in the JSON format of Spark's Kafka connector, ``{"topic": {"0"
 - ``budgetFile``: a JSON file ``{"max_offsets": N, "tasks": K}`` read before each micro-batch; when
   present it sets the batch's cap (at most ``maxOffsetsPerTrigger``) and, optionally, its number of
   tasks (at most ``tasks``), so a driver can size batches and yield cores as it goes
-- ``output``: ``records`` (default) — the records themselves (:data:`~tailfill.schema.RAW_SCHEMA`);
-  or ``ranges`` — one row per offset range (:data:`~tailfill.schema.RANGE_SCHEMA`), for a writer
-  that reads its ranges where it writes them (Tailfill's ingest, :mod:`tailfill.lake.spark_writer`)
+- ``failureFile``: where a streaming reader writes the error its planning failed with, as data
+  (:mod:`tailfill.source.handoff`), for a driver that restarts the query
+- ``output``: ``records`` (default) — the records themselves (:data:`~tailfill.values.schema.RAW_SCHEMA`);
+  or ``ranges`` — one row per offset range (:data:`~tailfill.values.schema.RANGE_SCHEMA`), for a writer
+  that reads its ranges where it writes them (Tailfill's ingest, :mod:`tailfill.run.spark_prepare`)
 - ``tasks``: with ``ranges``, deal each batch's ranges into at most this many input partitions of
   near-equal size — several partitions read by one consumer, or a large range halved so that every
   task works (see :func:`tailfill.offsets.deal`); default one range each
@@ -54,16 +56,16 @@ class KafkaDataSource(DataSource):
         return "tailfill_kafka"
 
     def schema(self) -> str:
-        from tailfill.schema import RANGE_SCHEMA, RAW_SCHEMA, spark_ddl
+        from tailfill.values.schema import RANGE_SCHEMA, RAW_SCHEMA, spark_ddl
 
         return spark_ddl(RANGE_SCHEMA if output_of(dict(self.options)) == "ranges" else RAW_SCHEMA)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from tailfill.source.spark_reader import KafkaBatchReader, KafkaOptions
 
-        return KafkaBatchReader(KafkaOptions(dict(self.options)))
+        return KafkaBatchReader(KafkaOptions(dict(self.options), output_of(dict(self.options))))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from tailfill.source.spark_reader import KafkaOptions, KafkaStreamReader
 
-        return KafkaStreamReader(KafkaOptions(dict(self.options)))
+        return KafkaStreamReader(KafkaOptions(dict(self.options), output_of(dict(self.options))))

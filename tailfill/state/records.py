@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from tailfill.offsets import OffsetRange, ranges_from_json, ranges_to_json
-from tailfill.state.freshness import Freshness
+from tailfill.values.freshness import Freshness
 
 KEEP_UP_TOLERANCE = 1.05  # incoming may exceed capacity by this much before it is called a problem
 MIN_LIVE_SECONDS = 15.0  # a heartbeat older than max(this, 3 intervals) means no tail is running

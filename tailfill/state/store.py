@@ -24,8 +24,8 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from tailfill.config import PipelineConfig
-from tailfill.lake.storage import filesystem, fs_path
-from tailfill.state.durable import write_atomic
+from tailfill.plumbing.durable import write_whole
+from tailfill.plumbing.warehouse import filesystem, fs_path
 from tailfill.state.records import BatchReport, FailureRecord, LaneRecord, StopRequest, TailHealth
 
 STATE_DIR = "_tailfill"  # beside the table's data in the warehouse, unless target.state_root says where
@@ -40,23 +40,25 @@ def state_root(cfg: PipelineConfig) -> str:
 
 
 class StateStore:
-    """One pipeline's state folder: whole-object writes, reads, listings and deletes by relative key."""
+    """One pipeline's state folder: whole-object writes, reads, listings and deletes by relative key.
 
-    def __init__(self, cfg: PipelineConfig):
-        self.root = state_root(cfg)
-        self.fs = filesystem(cfg.target)
-        self.local = not self.root.startswith("s3://")
+    Made once by the owner of the pipeline's handle (:meth:`of`) and handed to whatever reads or writes
+    the state."""
+
+    def __init__(self, root: str, fs: pafs.FileSystem):
+        self.root, self.fs = root, fs
+
+    @classmethod
+    def of(cls, cfg: PipelineConfig, fs: pafs.FileSystem | None = None) -> StateStore:
+        """The state folder of ``cfg`` on ``fs`` (default: a filesystem of its warehouse, made here)."""
+        return cls(state_root(cfg), fs if fs is not None else filesystem(cfg.target))
 
     def uri(self, key: str) -> str:
         return f"{self.root}/{key}"
 
     def put(self, key: str, text: str) -> None:
         """Write ``key`` whole: a reader sees the previous object or this one, never part of it."""
-        if self.local:
-            write_atomic(Path(self.uri(key)), text)
-            return
-        with self.fs.open_output_stream(fs_path(self.uri(key))) as out:  # one PUT, visible only when complete
-            out.write(text.encode())
+        write_whole(self.uri(key), text, self.fs)  # a local file by one rename, an S3 object by one PUT
 
     def get(self, key: str) -> str | None:
         """The object's text, or None if there is none (any other failure to read is raised)."""
@@ -82,29 +84,29 @@ class StateStore:
 HEALTH, STOP = "tail/health.json", "tail/stop.json"
 
 
-def write_health(cfg: PipelineConfig, health: TailHealth) -> None:
-    StateStore(cfg).put(HEALTH, health.to_json())
+def write_health(store: StateStore, health: TailHealth) -> None:
+    store.put(HEALTH, health.to_json())
 
 
-def read_health(cfg: PipelineConfig) -> TailHealth | None:
+def read_health(store: StateStore) -> TailHealth | None:
     """The tail's last published health; None if no tail has published any to this state root.
 
     A failure to reach or parse the state is raised: the caller says so (never a silent None).
     """
-    text = StateStore(cfg).get(HEALTH)
+    text = store.get(HEALTH)
     return TailHealth.from_json(text) if text is not None else None
 
 
-def request_stop(cfg: PipelineConfig) -> None:
-    StateStore(cfg).put(STOP, StopRequest(at=time.time()).to_json())
+def request_stop(store: StateStore) -> None:
+    store.put(STOP, StopRequest(at=time.time()).to_json())
 
 
-def stop_requested(cfg: PipelineConfig) -> bool:
-    return StateStore(cfg).get(STOP) is not None
+def stop_requested(store: StateStore) -> bool:
+    return store.get(STOP) is not None
 
 
-def clear_stop(cfg: PipelineConfig) -> None:
-    StateStore(cfg).delete(STOP)
+def clear_stop(store: StateStore) -> None:
+    store.delete(STOP)
 
 
 # --- batch reports ----------------------------------------------------------------------------------
@@ -120,8 +122,8 @@ class ReportLog:
     fetched once per ``ReportLog``: a watcher that reads again only fetches the new ones.
     """
 
-    def __init__(self, cfg: PipelineConfig, run_id: str, query: str):
-        self.store, self.key = StateStore(cfg), f"{_run_key(run_id)}/{query}"
+    def __init__(self, store: StateStore, run_id: str, query: str):
+        self.store, self.key = store, f"{_run_key(run_id)}/{query}"
         self._read: dict[str, BatchReport] = {}
 
     def __str__(self) -> str:
@@ -147,81 +149,73 @@ class ReportLog:
         return int(names[-1].removesuffix(".json").rpartition("-")[2]) / 1000 if names else None
 
 
-def report_file(cfg: PipelineConfig, run_id: str, query: str) -> ReportLog:
-    """The report log of one query of one run (a backfill run has one query per slice)."""
-    return ReportLog(cfg, run_id, query)
+def report_file(store: StateStore, run_id: str, query: str) -> ReportLog:
+    """The report log of one query of one run (a backfill run has one query per run of adjacent slices)."""
+    return ReportLog(store, run_id, query)
 
 
-def append_report(log: ReportLog, report: BatchReport) -> None:
-    log.append(report)
-
-
-def read_reports(log: ReportLog) -> list[BatchReport]:
-    return log.read()
-
-
-def run_queries(cfg: PipelineConfig, run_id: str) -> list[ReportLog]:
+def run_queries(store: StateStore, run_id: str) -> list[ReportLog]:
     """The report logs of every query of a run."""
-    infos = StateStore(cfg).list(_run_key(run_id))
-    return [ReportLog(cfg, run_id, i.base_name) for i in infos if i.type == pafs.FileType.Directory]
+    infos = store.list(_run_key(run_id))
+    return [ReportLog(store, run_id, i.base_name) for i in infos if i.type == pafs.FileType.Directory]
 
 
 class RunReports:
     """Every batch report of one run, all its queries, read again as often as asked (each object once)."""
 
-    def __init__(self, cfg: PipelineConfig, run_id: str):
-        self.cfg, self.run_id = cfg, run_id
+    def __init__(self, store: StateStore, run_id: str):
+        self.store, self.run_id = store, run_id
         self._logs: dict[str, ReportLog] = {}
 
     def read(self) -> list[BatchReport]:
         """Oldest commit first."""
-        for log in run_queries(self.cfg, self.run_id):
+        for log in run_queries(self.store, self.run_id):
             self._logs.setdefault(log.key, log)
         return sorted((r for log in self._logs.values() for r in log.read()), key=lambda r: r.at)
 
 
-def run_reports(cfg: PipelineConfig, run_id: str) -> list[BatchReport]:
+def run_reports(store: StateStore, run_id: str) -> list[BatchReport]:
     """Every batch report of a run (all its queries), oldest commit first."""
-    return RunReports(cfg, run_id).read()
+    return RunReports(store, run_id).read()
 
 
-def run_exists(cfg: PipelineConfig, run_id: str) -> bool:
-    return bool(StateStore(cfg).list(_run_key(run_id)))
+def run_exists(store: StateStore, run_id: str) -> bool:
+    return bool(store.list(_run_key(run_id)))
 
 
-def run_ids(cfg: PipelineConfig) -> list[str]:
+def run_ids(store: StateStore) -> list[str]:
     """Every run with state, by name."""
-    return [i.base_name for i in StateStore(cfg).list("runs") if i.type == pafs.FileType.Directory]
+    return [i.base_name for i in store.list("runs") if i.type == pafs.FileType.Directory]
 
 
-def recent_reports(cfg: PipelineConfig, queries: int) -> list[BatchReport]:
+def recent_reports(store: StateStore, queries: int) -> list[BatchReport]:
     """The batch reports of the ``queries`` report logs most recently written to, of any run.
 
     Chosen by their objects' names (listings only); only the chosen ones are read.
     """
-    logs = [(at, log) for run in run_ids(cfg) for log in run_queries(cfg, run) if (at := log.last_at()) is not None]
+    logs = [(at, log) for run in run_ids(store) for log in run_queries(store, run)
+            if (at := log.last_at()) is not None]
     return [r for _, log in sorted(logs, key=lambda x: x[0])[-queries:] for r in log.read()]
 
 
 # --- Airflow lanes and failures ---------------------------------------------------------------------
 
-def write_lane(cfg: PipelineConfig, run_id: str, **changes) -> None:
+def write_lane(store: StateStore, run_id: str, **changes) -> None:
     """Merge ``changes`` into the run's lane record."""
-    lane = read_lane(cfg, run_id) or LaneRecord()
-    StateStore(cfg).put(f"{_run_key(run_id)}/lane.json", lane.merged(**changes).to_json())
+    lane = read_lane(store, run_id) or LaneRecord()
+    store.put(f"{_run_key(run_id)}/lane.json", lane.merged(**changes).to_json())
 
 
-def read_lane(cfg: PipelineConfig, run_id: str) -> LaneRecord | None:
-    text = StateStore(cfg).get(f"{_run_key(run_id)}/lane.json")
+def read_lane(store: StateStore, run_id: str) -> LaneRecord | None:
+    text = store.get(f"{_run_key(run_id)}/lane.json")
     return LaneRecord.from_json(text) if text is not None else None
 
 
-def record_failure(cfg: PipelineConfig, failure: FailureRecord) -> None:
-    StateStore(cfg).put(f"failures/{round(failure.at * 1000):013d}-{uuid.uuid4().hex[:8]}.json", failure.to_json())
+def record_failure(store: StateStore, failure: FailureRecord) -> None:
+    store.put(f"failures/{round(failure.at * 1000):013d}-{uuid.uuid4().hex[:8]}.json", failure.to_json())
 
 
-def read_failures(cfg: PipelineConfig) -> list[FailureRecord]:
+def read_failures(store: StateStore) -> list[FailureRecord]:
     """The pipeline's recorded failures, oldest first."""
-    store = StateStore(cfg)
     return [FailureRecord.from_json(text) for i in store.list("failures")
             if (text := store.get(f"failures/{i.base_name}")) is not None]

@@ -32,7 +32,7 @@ from tailfill.errors import CommitConflictError, LakeError
 from tailfill.lake.files import PARQUET_OPTIONS, new_file_uri
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, commit_attempts
 from tailfill.lake.partition import data_file
-from tailfill.lake.storage import fs_path, make_dirs
+from tailfill.plumbing.warehouse import fs_path, make_dirs
 
 MAINTENANCE_SUMMARY = "tailfill.maintenance"
 CHUNKS_PER_FILE = 8  # rows are written in about this many chunks per target-sized file
@@ -98,22 +98,24 @@ def _commit_rewrite(table: Table, old: Sequence[DataFile], new: list[tuple[str, 
     all live."""
     wanted = {f.file_path for f in old}
     new_files = [data_file(table.io, table.metadata, uri, partition) for uri, partition in new]  # footers read once
-    for _ in commit_attempts():
-        table.refresh()
-        live = {t.file.file_path: t.file for t in table.scan().plan_files()}
-        if not wanted <= set(live):
-            return False
-        try:
-            with table.transaction() as tx, tx.update_snapshot(
-                    snapshot_properties={MAINTENANCE_SUMMARY: "compaction"}).overwrite() as overwrite:
-                for path in sorted(wanted):
-                    overwrite.delete_data_file(live[path])
-                for f in new_files:
-                    overwrite.append_data_file(f)
-            return True
-        except (CommitFailedException, ValidationException):
-            continue
-    raise CommitConflictError(f"compaction of {table.name()} kept conflicting after {COMMIT_ATTEMPTS} attempts")
+    try:
+        for attempt in commit_attempts(on=(CommitFailedException, ValidationException)):
+            with attempt:
+                table.refresh()
+                live = {t.file.file_path: t.file for t in table.scan().plan_files()}
+                if not wanted <= set(live):
+                    return False
+                with table.transaction() as tx, tx.update_snapshot(
+                        snapshot_properties={MAINTENANCE_SUMMARY: "compaction"}).overwrite() as overwrite:
+                    for path in sorted(wanted):
+                        overwrite.delete_data_file(live[path])
+                    for f in new_files:
+                        overwrite.append_data_file(f)
+                return True
+    except (CommitFailedException, ValidationException):
+        raise CommitConflictError(f"compaction of {table.name()} kept conflicting after {COMMIT_ATTEMPTS} "
+                                  "attempts") from None
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def compact(table: Table, fs: pafs.FileSystem, target_bytes: int) -> CompactionResult:

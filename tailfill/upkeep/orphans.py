@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pyarrow.fs as pafs
 from pyiceberg.table import Table
 
-from tailfill.lake.storage import fs_path
+from tailfill.plumbing.warehouse import fs_path
 
 SCANNED_DIRS = ("data", "metadata")
 

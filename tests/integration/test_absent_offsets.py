@@ -26,6 +26,7 @@ from helpers import backfill, high_watermarks, ingested
 
 from tailfill.dev.sample import sample_event
 from tailfill.offsets import OffsetRange
+from tailfill.pipeline.handle import open_pipeline
 from tailfill.proof.validate import validate
 
 pytestmark = pytest.mark.integration
@@ -111,7 +112,7 @@ def marker_topic(spark, make_pipeline):
 def test_markers_are_missing_by_default(spark, marker_topic):
     cfg, markers = marker_topic()
     assert cfg.completeness.absent_offsets == "none"
-    report = validate(cfg, all_runs=True)
+    report = validate(open_pipeline(cfg), all_runs=True)
     assert not report.success
     missing = sorted(p.split(" (run")[0] for p in report.problems if p.startswith("missing"))
     assert missing == sorted(f"missing {m}" for m in markers), report.problems
@@ -124,7 +125,7 @@ def test_markers_are_missing_by_default(spark, marker_topic):
 
 def test_markers_are_absent_when_allowed(spark, marker_topic):
     cfg, markers = marker_topic(completeness__absent_offsets="allowed")
-    report = validate(cfg, all_runs=True)
+    report = validate(open_pipeline(cfg), all_runs=True)
     assert report.success, report.problems
     assert report.problems == []
     assert sorted(report.absent) == sorted(str(m) for m in markers)

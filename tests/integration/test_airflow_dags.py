@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_exactly_once, backfill, high_watermarks
+from helpers import assert_exactly_once, backfill, high_watermarks, tables_of
 
 from tailfill.dev.sample import produce_sample
-from tailfill.lake.tables import ensure_tables
+from tailfill.pipeline.handle import open_pipeline
 from tailfill.proof.validate import validate
 
 pytestmark = pytest.mark.integration
@@ -75,16 +75,16 @@ def test_dags_test_of_the_maintenance_dag_keeps_the_proof(airflow_env, spark):
     cfg, env = airflow_env
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 4_000, 4, bad_every=499)
     backfill(spark, cfg)
-    files_before = len(list(ensure_tables(cfg).data.scan().plan_files()))
+    files_before = len(list(tables_of(cfg).data.scan().plan_files()))
     airflow(env, "db", "migrate")
 
     # Upkeep through its DAG: small files compacted, every snapshot but the current expired, and the
     # proof still checks every offset from the archived batch audit.
     airflow(env, "dags", "test", "afdemo_maintenance")
-    data = ensure_tables(cfg).data
+    data = tables_of(cfg).data
     assert len(data.snapshots()) == 1
     assert len(list(data.scan().plan_files())) < files_before
     assert_exactly_once(cfg, high_watermarks(cfg))
-    everything = validate(cfg, all_runs=True)
+    everything = validate(open_pipeline(cfg), all_runs=True)
     assert everything.success, everything.problems
     assert everything.offsets_checked == 4_000

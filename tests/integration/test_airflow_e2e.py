@@ -30,8 +30,9 @@ from browser import chromium
 from fault_outcomes import prove
 from helpers import assert_exactly_once, high_watermarks
 
-from tailfill.config import load_pipeline
 from tailfill.dev.sample import produce_sample
+from tailfill.pipeline.handle import open_pipeline
+from tailfill.pipeline.load import load_pipeline
 from tailfill.proof.reports import read_latest
 
 pytestmark = pytest.mark.integration
@@ -193,7 +194,7 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
     assert sum(high.values()) == HISTORY + LIVE
     _, bad = assert_exactly_once(cfg, high)
     assert bad, "the sample's bad records should be quarantined"
-    latest = read_latest(cfg)
+    latest = read_latest(open_pipeline(cfg))
     assert latest is not None, "no validation report written"
     assert latest.success, latest.problems
     assert len(latest.runs) == 1 and latest.runs[0].startswith(f"af-{NAME}-tail-"), latest.runs

@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_exactly_once, high_watermarks
+from helpers import assert_exactly_once, high_watermarks, provision
 
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.ledger import read_ledger
-from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import total
+from tailfill.pipeline.handle import open_pipeline
 from tailfill.proof.validate import validate
 from tailfill.run.runtime import code_archive_path
 
@@ -58,7 +58,7 @@ def test_backfill_slices_survive_a_killed_worker_and_the_tail_runs_on_a_standalo
     cfg = make_pipeline(name="cluster", backfill__slices=2, backfill__max_offsets_per_batch=batch,
                         backfill__batch_seconds=None)
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, count, 4, bad_every=501)
-    data, _ = ensure_tables(cfg)
+    data, _ = provision(cfg)  # as `tailfill backfill` plans them: watched from here while it runs
     before = {name: set(cluster.executors_of(name)) for name in cluster.worker_dirs}
     log_path = tmp_path / "backfill.log"
     with log_path.open("w") as log:
@@ -108,6 +108,6 @@ def test_backfill_slices_survive_a_killed_worker_and_the_tail_runs_on_a_standalo
     assert sum(high.values()) == count + 4_000
     _, bad = assert_exactly_once(cfg, high)
     assert bad, "the sample's bad records should be quarantined"
-    report = validate(cfg, all_runs=True)
+    report = validate(open_pipeline(cfg), all_runs=True)
     assert report.success, report.problems
     assert report.offsets_checked == count + 4_000

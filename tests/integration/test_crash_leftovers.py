@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import assert_exactly_once, backfill, high_watermarks, tail
+from helpers import assert_exactly_once, backfill, high_watermarks, tables_of, tail
 
 from tailfill import cli
-from tailfill.config import load_pipeline
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import IngestError
+from tailfill.pipeline.handle import open_pipeline
+from tailfill.pipeline.load import load_pipeline
 from tailfill.run.plan import checkpoint_root, source_state, tail_request
-from tailfill.state.store import read_reports, report_file
+from tailfill.state.store import StateStore, report_file
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +47,8 @@ def test_a_tail_killed_while_spark_wrote_its_offset_log_runs_again(spark, make_p
     backfill(spark, cfg)
     produce_sample(bs, topic, 2_000, 4, bad_every=499)
     # The checkpoint the next tail will use (named by its bounds), as the kill left it.
-    checkpoint = tail_request(source_state(cfg), "any").checkpoint
+    state = source_state(open_pipeline(cfg), tables_of(cfg))
+    checkpoint = tail_request(state, state.cutover, "any").checkpoint
     leftovers = spark_kill_leftovers(checkpoint)
 
     results = tail(spark, cfg)
@@ -86,7 +88,7 @@ def test_a_planned_batch_is_still_replayed_after_a_kill_tore_its_commit_log(spar
     err = capsys.readouterr().err
     assert f"removed 2 partial file(s) a kill left in the Spark checkpoint {checkpoint.name}" in err
     assert "batch 0 is replayed with its recorded offsets" in err
-    reports = read_reports(report_file(cfg, results[0].run_id, checkpoint.name))
+    reports = report_file(StateStore.of(cfg), results[0].run_id, checkpoint.name).read()
     assert [r.batch_id for r in reports][:1] == [0]
     assert reports[0].offsets == 1_000, "batch 0 was planned anew instead of replayed with its recorded offsets"
     assert all(r.offsets <= 400 for r in reports[1:])

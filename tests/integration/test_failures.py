@@ -9,7 +9,17 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_exactly_once, backfill, committed, finished, high_watermarks, in_background, tail, wait_until
+from helpers import (
+    assert_exactly_once,
+    backfill,
+    committed,
+    finished,
+    high_watermarks,
+    in_background,
+    tables_of,
+    tail,
+    wait_until,
+)
 
 from tailfill import cli
 from tailfill.dev.batches import commit_sample_batch
@@ -17,11 +27,11 @@ from tailfill.dev.broker import free_port
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import IngestError
 from tailfill.lake.ledger import read_ledger
-from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, total
+from tailfill.pipeline.handle import open_pipeline
 from tailfill.run import spark_job as job
-from tailfill.run.submit import backfill_spec
-from tailfill.state.store import read_health, request_stop
+from tailfill.run.planner import backfill_spec
+from tailfill.state.store import StateStore, read_health, request_stop
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +59,7 @@ def test_failures_beyond_the_budget_stop_the_job_with_the_cause(spark, make_pipe
     assert f"each at the same step: commit of batch 0 ({cfg.source.topic}[" in str(caught.value)
 
     arm_fault("before-commit", 5)
-    assert job.main(backfill_spec(cfg).argv(), spark) == 2  # the spark-submit exit code
+    assert job.main(backfill_spec(open_pipeline(cfg)).argv(), spark) == 2  # the spark-submit exit code
     err = capsys.readouterr().err
     assert "error:" in err and "InjectedFault: injected failure at before-commit" in err
 
@@ -70,7 +80,7 @@ def test_another_writers_commits_do_not_reset_a_stuck_runs_failure_budget(spark,
         deadline = time.monotonic() + 300
         while not (flags / "before-commit").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        commit_sample_batch(cfg, "other-writer", 0, [OffsetRange(cfg.source.topic, 0, 400, 450)])
+        commit_sample_batch(open_pipeline(cfg), "other-writer", 0, [OffsetRange(cfg.source.topic, 0, 400, 450)])
         (flags / "before-commit.release").touch()
 
     writer = threading.Thread(target=other_writer, daemon=True)
@@ -82,7 +92,7 @@ def test_another_writers_commits_do_not_reset_a_stuck_runs_failure_budget(spark,
     finally:
         for name in ("before-commit", "before-commit.release", "before-commit.arrivals"):
             (flags / name).unlink(missing_ok=True)
-    data = ensure_tables(cfg).data
+    data = tables_of(cfg).data
     data.refresh()
     assert total(read_ledger(data).committed) == 50, "only the other writer's batch is committed"
 
@@ -135,7 +145,7 @@ def test_a_topic_that_went_backwards_is_named_before_anything_runs(make_pipeline
     topic = cfg.source.topic
     produce_sample(cfg.source.bootstrap_servers, topic, 400, 4)
     high = high_watermarks(cfg)
-    commit_sample_batch(cfg, "before-the-reset", 0, [OffsetRange(topic, 0, 0, 500)])
+    commit_sample_batch(open_pipeline(cfg), "before-the-reset", 0, [OffsetRange(topic, 0, 0, 500)])
 
     for command in (["status"], ["tail", "--once"], ["backfill"]):
         assert cli.main([command[0], str(cfg.path), *command[1:]]) == 2, command
@@ -154,12 +164,12 @@ def test_processing_time_tail_picks_up_records_as_they_arrive(spark, make_pipeli
     backfill(spark, cfg)  # history up to the cutover
     thread, out = in_background(tail, spark, cfg, False, 600)  # stop_after: only a bound if the stop is missed
     try:
-        wait_until(lambda: (h := read_health(cfg)) is not None and h.alive_at > 0, "the tail to start")
+        wait_until(lambda: (h := read_health(StateStore.of(cfg))) is not None and h.alive_at > 0, "the tail to start")
         for wave in (1, 2):
             produce_sample(bs, topic, 4_000, 4)
             wait_until(lambda n=wave: committed(cfg) >= 4_000 * (n + 1), f"wave {wave} to be committed", timeout=300)
     finally:
-        request_stop(cfg)
+        request_stop(StateStore.of(cfg))
     [result] = finished(thread, out)
     assert result.offsets == 8_000 and result.batches >= 2
     assert_exactly_once(cfg, high_watermarks(cfg))

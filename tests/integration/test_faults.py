@@ -27,19 +27,29 @@ from pathlib import Path
 import pytest
 import yaml
 from fault_outcomes import prove
-from helpers import backfill, committed, finished, in_background, kill_job_tree, submit_at_once, tail, wait_until
+from helpers import (
+    backfill,
+    committed,
+    finished,
+    in_background,
+    kill_job_tree,
+    provision,
+    submit_at_once,
+    tables_of,
+    tail,
+    tail_spec,
+    wait_until,
+)
 from s3_fault_proxy import Fault, S3FaultProxy
 from tcp_outage import TcpOutage
 
 from tailfill import cli
-from tailfill.config import load_pipeline
 from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
 from tailfill.dev.postgres import LocalPostgres
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.batch_summary import SUMMARY_RUN, BatchSummary
 from tailfill.lake.files import written_by
 from tailfill.lake.ledger import batch_summaries, read_cutover, read_ledger
-from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import (
     OffsetRange,
     PartitionOffsets,
@@ -48,9 +58,13 @@ from tailfill.offsets import (
     subtract,
     total,
 )
+from tailfill.pipeline.handle import open_pipeline
+from tailfill.pipeline.load import load_pipeline
+from tailfill.run.contract import JobSpec
+from tailfill.run.planner import backfill_spec
 from tailfill.run.spark_job import run
-from tailfill.run.submit import JobSpec, backfill_spec, new_run_id, spark_submit_command, submit_env
-from tailfill.state.store import run_reports
+from tailfill.run.submit import spark_submit_command, submit_env
+from tailfill.state.store import StateStore, run_reports
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -59,14 +73,14 @@ PARTITIONS, BAD_EVERY = 4, 499
 
 def committed_in(cfg, spec: JobSpec) -> int:
     """Offsets of a backfill spec's slices that the table holds."""
-    data = ensure_tables(cfg).data
+    data = tables_of(cfg).data
     data.refresh()
     return total(intersect_all(read_ledger(data).committed, [r for s in spec.slices for r in s.ranges]))
 
 
 def batch_lines(cfg, run_id: str) -> int:
     """Batch reports written so far by one run."""
-    return len(run_reports(cfg, run_id))
+    return len(run_reports(StateStore.of(cfg), run_id))
 
 
 def total_planned(spec: JobSpec) -> int:
@@ -129,7 +143,7 @@ def warehouse_files(cfg) -> tuple[set[str], set[str]]:
     """(Parquet files on disk, files the data and quarantine tables reference)."""
     on_disk = {str(p) for p in Path(cfg.target.warehouse).rglob("*.parquet")}
     referenced = set()
-    for table in ensure_tables(cfg):
+    for table in tables_of(cfg):
         table.refresh()
         referenced |= {t.file.file_path.removeprefix("file://") for t in table.scan().plan_files()}
     return on_disk, referenced
@@ -156,7 +170,7 @@ def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, t
                         tail__freshness_seconds=3_600)
     bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
     produce_sample(bs, topic, history, PARTITIONS, bad_every=BAD_EVERY)
-    planned = backfill_spec(cfg)  # records the cutover at the end of the history
+    planned = backfill_spec(open_pipeline(cfg))  # records the cutover at the end of the history
     assert planned is not None
     env = submit_env() | {"TAILFILL_HOME": str(home)}
     fixed = {"backfill": ("while-writing", 2), "tail": ("before-commit", 1)}  # each kind's first run
@@ -173,7 +187,7 @@ def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, t
             if kind not in active and launched < 3 * kills + 2:
                 if kind == "tail":
                     produce_sample(bs, topic, live_step, PARTITIONS, bad_every=BAD_EVERY)
-                spec = planned if kind == "backfill" else JobSpec(str(cfg.path), "tail", new_run_id("tail"), once=True)
+                spec = planned if kind == "backfill" else tail_spec(cfg)
                 launched += 1  # an interrupted backfill is run again with the same plan, as a retry would
                 active[kind] = Victim(spec, cfg, env, tmp_path / f"job-{launched}.log", rng, fixed.pop(kind, None))
         for kind, victim in list(active.items()):
@@ -257,7 +271,7 @@ def test_broker_stopped_and_restarted_mid_run(spark, make_pipeline):
         assert committed(cfg) > down_at
         # Felt: the query failed and restarted, or a batch begun before the outage was half over ended
         # only after the broker was back (it waited; batches here take about a second).
-        batches = run_reports(cfg, result.run_id)
+        batches = run_reports(StateStore.of(cfg), result.run_id)
         waited = [b for b in batches if b.at - b.seconds < down_t + outage / 2 and b.at >= up_t]
         assert result.restarts >= 1 or waited, (
             "the outage went unnoticed: no restart, and no batch waited through it: "
@@ -294,7 +308,7 @@ def test_s3_errors_at_data_file_write_and_at_commit(spark, make_pipeline, s3_end
                             backfill__batch_seconds=None, backfill__max_consecutive_failures=4,
                             backfill__restart_backoff_seconds=1)
         produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 8_000, PARTITIONS, bad_every=BAD_EVERY)
-        planned = backfill_spec(cfg)  # tables and cutover are recorded before the faults are armed
+        planned = backfill_spec(open_pipeline(cfg))  # tables and cutover are recorded before the faults are armed
         proxy.arm(*S3_FAULTS[at])
         [result] = run(planned, spark)
         proxy.disarm()
@@ -315,12 +329,12 @@ def test_a_cutover_that_cannot_be_written_is_one_clear_error(make_pipeline, s3_e
     with S3FaultProxy(s3_endpoint) as proxy:
         cfg = make_pipeline(s3_endpoint=proxy.endpoint)
         produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 100, PARTITIONS)
-        ensure_tables(cfg)
+        provision(cfg)  # the tables as an earlier plan made them
         proxy.arm(Fault("503", "PUT", r"/metadata/", times=3))  # more than the AWS SDK retries
         assert cli.main(["backfill", cfg.path]) == 2
         err = capsys.readouterr().err
         proxy.disarm()
-        assert read_cutover(ensure_tables(cfg).data) is None  # nothing recorded: the next run tries again
+        assert read_cutover(tables_of(cfg).data) is None  # nothing recorded: the next run tries again
     assert f"cannot record the cutover {{\"{cfg.source.topic}\"" in err and "demo_events" in err, err
     assert "Traceback" not in err
 
@@ -378,7 +392,7 @@ def test_overlapping_backfills_and_the_tail_at_once(postgres, make_pipeline, tmp
                         tail__min_offsets_per_batch=1_000)
     bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
     produce_sample(bs, topic, history, PARTITIONS, bad_every=BAD_EVERY)
-    assert backfill_spec(cfg) is not None  # records the cutover at the end of the history
+    assert backfill_spec(open_pipeline(cfg)) is not None  # records the cutover at the end of the history
     produce_sample(bs, topic, live, PARTITIONS, bad_every=BAD_EVERY)
     per = history // PARTITIONS
 
@@ -387,12 +401,12 @@ def test_overlapping_backfills_and_the_tail_at_once(postgres, make_pipeline, tmp
         return (PartitionOffsets.from_dict({topic: {str(p): lo for p in range(PARTITIONS)}}),
                 PartitionOffsets.from_dict({topic: {str(p): hi for p in range(PARTITIONS)}}))
 
-    first = backfill_spec(cfg, *bounds(0, 2 * per // 3))
-    second = backfill_spec(cfg, *bounds(per // 3, per))
-    specs = [first, second, JobSpec(str(cfg.path), "tail", new_run_id("tail"), once=True)]
+    first = backfill_spec(open_pipeline(cfg), *bounds(0, 2 * per // 3))
+    second = backfill_spec(open_pipeline(cfg), *bounds(per // 3, per))
+    specs = [first, second, tail_spec(cfg)]
     results = [r for rs in submit_at_once(specs, tmp_path).values() for r in rs]
     overlap = (2 * per // 3 - per // 3) * PARTITIONS
-    reports = {spec.run_id: run_reports(cfg, spec.run_id) for spec in specs}
+    reports = {spec.run_id: run_reports(StateStore.of(cfg), spec.run_id) for spec in specs}
     skipped = merge(r for batches in reports.values() for b in batches for r in b.skipped)
     outside = subtract(skipped, [OffsetRange(topic, p, per // 3, 2 * per // 3) for p in range(PARTITIONS)])
     assert not outside, f"a writer skipped offsets outside the overlap: {outside}"
@@ -402,7 +416,7 @@ def test_overlapping_backfills_and_the_tail_at_once(postgres, make_pipeline, tmp
     both = intersect_all(*read)
     assert total(both) > 0, f"no report shows an offset both backfills read (committed or skipped): {read}"
     assert not subtract(both, skipped), f"offsets both writers read were committed by both: {subtract(both, skipped)}"
-    data = ensure_tables(cfg).data  # in commit order, some run's commits are split by another's
+    data = tables_of(cfg).data  # in commit order, some run's commits are split by another's
     order = [s.summary.additional_properties[SUMMARY_RUN]
              for s in sorted(data.snapshots(), key=lambda s: s.sequence_number)
              if s.summary and SUMMARY_RUN in s.summary.additional_properties]
@@ -419,7 +433,7 @@ def test_overlapping_backfills_and_the_tail_at_once(postgres, make_pipeline, tmp
 
 def offsets_by_snapshot(cfg, run_id: str) -> set[tuple[int, int]]:
     """(partition, offset) of the rows ``run_id``'s snapshots added to the data table, and of its quarantined rows."""
-    data, quarantine = ensure_tables(cfg)
+    data, quarantine = tables_of(cfg)
     data.refresh()
     quarantine.refresh()
 
@@ -449,7 +463,7 @@ def test_a_batch_committed_in_part_by_another_writer_commits_only_the_rest(spark
                         backfill__batch_seconds=None)
     topic = cfg.source.topic
     produce_sample(cfg.source.bootstrap_servers, topic, PARTITIONS * per, PARTITIONS, bad_every=BAD_EVERY)
-    held = backfill_spec(cfg)  # one slice, one batch: [0, 1000) of every partition
+    held = backfill_spec(open_pipeline(cfg))  # one slice, one batch: [0, 1000) of every partition
     # The other writer: same table, its own checkpoints (as another machine's would be).
     other_yaml = yaml.safe_load(Path(cfg.path).read_text()) | {"checkpoint_location": str(tmp_path / "other")}
     (tmp_path / "other").mkdir()
@@ -473,11 +487,11 @@ def test_a_batch_committed_in_part_by_another_writer_commits_only_the_rest(spark
 
     kept = ranges((0, 0, 250), (0, 500, per), (1, 0, per), (3, 0, per))
     skipped = ranges((0, 250, 500), (2, 0, per))
-    [report] = run_reports(cfg, held.run_id)
+    [report] = run_reports(StateStore.of(cfg), held.run_id)
     assert (report.committed, report.skipped) == (kept, skipped)
     assert report.offsets == PARTITIONS * per and result.skipped_offsets == 0  # a partial commit is not a skip
     summary = BatchSummary.from_properties(
-        next(s for s in batch_summaries(ensure_tables(cfg).data) if s[SUMMARY_RUN] == held.run_id))
+        next(s for s in batch_summaries(tables_of(cfg).data) if s[SUMMARY_RUN] == held.run_id))
     assert summary.ranges == kept
     # What it read in the kept part (every offset is a record here): the proof of absent offsets compares
     # this with what is stored, so the whole batch's count would have reported the skipped part missing.

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from helpers import assert_exactly_once, backfill, high_watermarks, tail
+from helpers import assert_exactly_once, backfill, high_watermarks, tables_of, tail
 
 from tailfill.dev.sample import BAD_VALUES, produce_sample
 from tailfill.lake.ledger import batch_summaries, read_cutover, read_ledger
-from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, ranges_from_json, total
-from tailfill.state.store import run_reports
+from tailfill.pipeline.handle import open_pipeline
+from tailfill.state.store import StateStore, run_reports
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +27,7 @@ def expected_bad(count: int, offset_base: dict[int, int]) -> set[tuple[int, int]
 
 
 def snapshot_count(cfg) -> int:
-    data, _ = ensure_tables(cfg)
+    data, _ = tables_of(cfg)
     data.refresh()
     return len(data.snapshots())
 
@@ -42,7 +42,7 @@ def test_backfill_then_tail_lands_every_offset_exactly_once(spark, make_pipeline
 
     [history] = backfill(spark, cfg)  # the slices of one run are adjacent: one streaming query
     assert history.label.startswith(f"{cfg.name} backfill slices 1-{cfg.backfill.slices}/")
-    cutover = {tp.partition: off for tp, off in read_cutover(ensure_tables(cfg)[0]).offsets.items()}
+    cutover = {tp.partition: off for tp, off in read_cutover(tables_of(cfg)[0]).offsets.items()}
     assert cutover == {p: HISTORY // PARTITIONS for p in range(PARTITIONS)}
     # 100,000 offsets under a 15,000 cap: at least 7 micro-batches.
     assert history.offsets == HISTORY and history.batches >= 7
@@ -60,7 +60,7 @@ def test_backfill_then_tail_lands_every_offset_exactly_once(spark, make_pipeline
     want_bad = expected_bad(HISTORY, dict.fromkeys(range(PARTITIONS), 0))
     want_bad |= expected_bad(LIVE, cutover)
     assert set(bad) == want_bad
-    quarantine = ensure_tables(cfg)[1].scan().to_arrow()
+    quarantine = tables_of(cfg)[1].scan().to_arrow()
     errors = set(quarantine["error"].to_pylist())
     assert {"empty value"} <= errors
     assert any(e.startswith("malformed JSON") for e in errors)
@@ -69,12 +69,12 @@ def test_backfill_then_tail_lands_every_offset_exactly_once(spark, make_pipeline
     assert set(quarantine["kafka_value"].to_pylist()) == set(BAD_VALUES)  # every kind of bad record
 
     # The ledger tiles each partition, and every commit's summary names its exact ranges.
-    ledger = read_ledger(ensure_tables(cfg)[0])
+    ledger = read_ledger(tables_of(cfg)[0])
     assert ledger.committed == [OffsetRange(topic, p, 0, high[p]) for p in range(PARTITIONS)]
-    summaries = batch_summaries(ensure_tables(cfg)[0])
+    summaries = batch_summaries(tables_of(cfg)[0])
     assert sum(r.size for s in summaries for r in ranges_from_json(s["tailfill.ranges"])) == HISTORY + LIVE
     assert {s["tailfill.pipeline"] for s in summaries} == {cfg.name}
-    data_files = [task.file.file_path for task in ensure_tables(cfg)[0].scan().plan_files()]
+    data_files = [task.file.file_path for task in tables_of(cfg)[0].scan().plan_files()]
     assert data_files and all(f.startswith(cfg.target.warehouse if s3 else "file://") for f in data_files)
 
 
@@ -110,10 +110,10 @@ def test_a_batch_replayed_after_its_commit_commits_nothing(spark, make_pipeline,
     assert run.batches == 3 and run.offsets == 6_000 and run.skipped_offsets == 2_000
     assert snapshot_count(cfg) == before + 3  # the replay added no snapshot
     assert_exactly_once(cfg, high_watermarks(cfg))
-    reports = run_reports(cfg, run.run_id)  # its one query
+    reports = run_reports(StateStore.of(cfg), run.run_id)  # its one query
     replayed = reports[0]
     assert replayed.batch_id == 0 and replayed.committed == [] and total(replayed.skipped) == 2_000
-    first_commit = next(s for s in batch_summaries(ensure_tables(cfg).data) if s["tailfill.run-id"] == run.run_id)
+    first_commit = next(s for s in batch_summaries(tables_of(cfg).data) if s["tailfill.run-id"] == run.run_id)
     assert replayed.skipped == ranges_from_json(first_commit["tailfill.ranges"])  # the very same offsets
 
 
@@ -123,15 +123,16 @@ def test_the_cutover_is_recorded_only_from_ends_a_fetch_confirmed(make_pipeline)
     from dataclasses import replace
 
     from tailfill.run.plan import ensure_cutover, source_state
-    from tailfill.source.kafka import consumer_config, watermarks
+    from tailfill.source.kafka import watermarks
 
     cfg = make_pipeline()
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 8_000, 4)
-    state = source_state(cfg)
-    listed = watermarks(consumer_config(state.cfg.source), list(state.marks.high), probe_timeout_s=0)
+    pipeline = open_pipeline(cfg)
+    state = source_state(pipeline, pipeline.provision_tables())
+    listed = watermarks(pipeline.kafka, list(state.marks.high), probe_timeout_s=0)
     assert listed.unconfirmed == frozenset(state.marks.high)  # nothing was fetched: nothing is confirmed
 
     recorded = ensure_cutover(replace(state, marks=listed))
 
     assert dict(recorded.offsets) == {tp: 2_000 for tp in state.marks.high}
-    assert read_cutover(ensure_tables(cfg).data) == recorded
+    assert read_cutover(tables_of(cfg).data) == recorded

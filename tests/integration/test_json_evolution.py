@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import assert_exactly_once, backfill, high_watermarks, tail
+from helpers import assert_exactly_once, backfill, high_watermarks, tables_of, tail
 
-from tailfill.config import load_pipeline
 from tailfill.dev.sample import _SampleProducer
-from tailfill.lake.tables import ensure_tables
+from tailfill.pipeline.handle import open_pipeline
+from tailfill.pipeline.load import load_pipeline
 from tailfill.proof.validate import validate
 
 pytestmark = pytest.mark.integration
@@ -44,7 +44,7 @@ def test_nested_json_fields_then_a_new_field_becomes_a_column(spark, make_pipeli
     cfg = make_pipeline(format={"type": "json", "fields": FIELDS}, expectations=[], source__partitions=2)
     send(cfg, [event(i) for i in range(300)] + [{"event_id": "bad", "tags": "x"}], 0)
     backfill(spark, cfg)
-    data = ensure_tables(cfg).data
+    data = tables_of(cfg).data
     row = next(r for r in data.scan().to_arrow().drop(["kafka_value"]).to_pylist() if r["event_id"] == "e3")
     assert row["device"] == {"os": "ios", "version": 3} and row["tags"] == ["t3"] and str(row["price"]) == "3.25"
     ids = {f.name: f.field_id for f in data.schema().fields}
@@ -65,4 +65,4 @@ def test_nested_json_fields_then_a_new_field_becomes_a_column(spark, make_pipeli
     assert all(countries[f"e{i}"] == "nl" for i in range(301, 501))
     _, bad = assert_exactly_once(cfg, high_watermarks(cfg))
     assert len(bad) == 1
-    assert validate(cfg, all_runs=True).success
+    assert validate(open_pipeline(cfg), all_runs=True).success

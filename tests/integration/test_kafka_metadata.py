@@ -7,10 +7,10 @@ import json
 
 import pytest
 from confluent_kafka import Producer
-from helpers import assert_exactly_once, backfill, high_watermarks
+from helpers import assert_exactly_once, backfill, high_watermarks, tables_of
 
 from tailfill.dev.sample import ensure_topic
-from tailfill.lake.tables import ensure_tables
+from tailfill.pipeline.handle import open_pipeline
 from tailfill.proof.validate import validate
 
 pytestmark = pytest.mark.integration
@@ -54,7 +54,7 @@ def test_headers_round_trip_on_rows_and_quarantined_rows_and_the_key_is_a_string
     where = produce(cfg)
     backfill(spark, cfg)
     assert_exactly_once(cfg, high_watermarks(cfg))
-    data, quarantine = ensure_tables(cfg)
+    data, quarantine = tables_of(cfg)
     rows = data.scan().to_arrow().to_pylist()
     bad = quarantine.scan().to_arrow().to_pylist()
     assert len(rows) + len(bad) == RECORDS and len(bad) == RECORDS // 10
@@ -66,4 +66,4 @@ def test_headers_round_trip_on_rows_and_quarantined_rows_and_the_key_is_a_string
         i = where[(row["kafka_partition"], row["kafka_offset"])]
         assert row["kafka_headers"] == expected_headers(i), i
         assert row["kafka_key"] == f"user-{i}".encode()  # the quarantine keeps the raw key
-    assert validate(cfg, all_runs=True).success
+    assert validate(open_pipeline(cfg), all_runs=True).success

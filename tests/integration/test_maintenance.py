@@ -19,18 +19,19 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from helpers import assert_exactly_once, backfill, high_watermarks, tail, wait_until
+from helpers import assert_exactly_once, backfill, high_watermarks, tables_of, tail, wait_until
 
 from tailfill import cli
 from tailfill.dev.batches import commit_sample_batch, prepare_sample
 from tailfill.dev.sample import produce_sample
+from tailfill.lake.audit_log import audit_log
 from tailfill.lake.files import written_by
-from tailfill.lake.storage import filesystem, fs_path
-from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange
+from tailfill.pipeline.handle import open_pipeline
+from tailfill.plumbing.warehouse import filesystem, fs_path
 from tailfill.proof.validate import validate
 from tailfill.run.maintain import maintain, maintenance_settings
-from tailfill.upkeep.audit_log import audit_log
+from tailfill.state.store import StateStore
 from tailfill.upkeep.orphans import referenced_files, remove_orphans
 
 pytestmark = pytest.mark.integration
@@ -48,8 +49,10 @@ def batch_ranges(cfg, b: int) -> list[OffsetRange]:
 def committed(make_pipeline):
     """40 micro-batches of 4 x 50 offsets (every 97th record malformed) in two runs: 160 small data files."""
     cfg = make_pipeline(maintenance__target_file_bytes=TARGET)
-    for b in range(BATCHES):
-        commit_sample_batch(cfg, "run-a" if b < BATCHES // 2 else "run-b", b, batch_ranges(cfg, b), bad_every=97)
+    with open_pipeline(cfg) as pipeline:
+        for b in range(BATCHES):
+            commit_sample_batch(pipeline, "run-a" if b < BATCHES // 2 else "run-b", b, batch_ranges(cfg, b),
+                                bad_every=97)
     return cfg
 
 
@@ -63,7 +66,7 @@ def upkeep_looping(cfg, settings):
     def loop() -> None:
         try:
             while not stop.is_set():
-                runs.append(maintain(cfg, settings))
+                runs.append(maintain(open_pipeline(cfg), settings))
         except Exception as exc:
             failures.append(exc)
 
@@ -84,7 +87,7 @@ def live_files(table) -> list:
 
 def test_maintain_compacts_expires_and_the_proof_survives(committed, capsys):
     cfg = committed
-    data, _ = ensure_tables(cfg)
+    data, _ = tables_of(cfg)
     assert len(live_files(data)) == BATCHES * PARTITIONS
 
     assert cli.main(["maintain", cfg.path, "--expire-older-than", "0s", "--keep-last", "2"]) == 0
@@ -102,28 +105,28 @@ def test_maintain_compacts_expires_and_the_proof_survives(committed, capsys):
 
     # Every snapshot but the last two expired; the batch audit of the 39 expired batches was archived.
     assert len(data.snapshots()) == 2
-    archived = audit_log(cfg, data).archived()
+    archived = audit_log(StateStore.of(cfg), data).archived()
     assert sorted(int(s["tailfill.batch-id"]) for s in archived) == list(range(BATCHES - 1))
 
-    everything = validate(cfg, all_runs=True)
+    everything = validate(open_pipeline(cfg), all_runs=True)
     assert everything.success, everything.problems
     assert everything.offsets_checked == BATCHES * PARTITIONS * PER_BATCH
     assert everything.runs == ["run-a", "run-b"]
     # A run whose snapshots are all gone is still checked, offset by offset.
-    first_run = validate(cfg, run_id="run-a")
+    first_run = validate(open_pipeline(cfg), run_id="run-a")
     assert first_run.success and first_run.offsets_checked == BATCHES // 2 * PARTITIONS * PER_BATCH
     assert_exactly_once(cfg, {p: BATCHES * PER_BATCH for p in range(PARTITIONS)})
 
     # Maintenance again: nothing left to compact or expire, nothing lost.
     assert cli.main(["maintain", cfg.path, "--expire-older-than", "0s", "--keep-last", "2"]) == 0
     assert "compacted 0 files" in capsys.readouterr().out
-    assert validate(cfg, all_runs=True).success
+    assert validate(open_pipeline(cfg), all_runs=True).success
 
 
 def test_damaged_files_are_named_by_the_ranges_they_held(committed, capsys):
     cfg = committed
-    maintain(cfg, maintenance_settings(cfg, "0s", 2))
-    data, quarantine = ensure_tables(cfg)
+    maintain(open_pipeline(cfg), maintenance_settings(cfg, "0s", 2))
+    data, quarantine = tables_of(cfg)
     fs = filesystem(cfg.target)
 
     gone = live_files(data)[0]  # a compacted data file, deleted behind the table's back
@@ -136,7 +139,7 @@ def test_damaged_files_are_named_by_the_ranges_they_held(committed, capsys):
     with fs.open_output_stream(fs_path(bad.file_path)) as f:
         f.write(b"not a parquet file")
 
-    report = validate(cfg, all_runs=True)
+    report = validate(open_pipeline(cfg), all_runs=True)
     assert not report.success
     held = OffsetRange(cfg.source.topic, partition, lo, hi + 1)
     [data_line] = [p for p in report.problems if p.startswith("unreadable data file")]
@@ -163,7 +166,7 @@ def test_orphan_cleanup_beside_commits_never_deletes_a_referenced_file(make_pipe
     cfg = make_pipeline(maintenance__target_file_bytes=TARGET)
     fs = filesystem(cfg.target)
     # A killed attempt: files prepared for offsets that a later batch commits, never referenced, a day old.
-    killed = prepare_sample(cfg, "killed", batch_ranges(cfg, 0))
+    killed = prepare_sample(open_pipeline(cfg), "killed", batch_ranges(cfg, 0))
     orphans = [f for p in killed for f in [*p.data_files, *p.quarantine_files]]
     assert orphans and all(fs.get_file_info(fs_path(u)).type.name == "File" for u in orphans)
     day_ago = time.time() - 86_400
@@ -178,17 +181,17 @@ def test_orphan_cleanup_beside_commits_never_deletes_a_referenced_file(make_pipe
         # commits however slow the machine is (bounded: a stuck upkeep fails the test).
         while b < 30 or time.monotonic() - started < 8 or len(upkeep_runs) < 2:
             assert time.monotonic() - started < 600, f"upkeep ran {len(upkeep_runs)} times in 600 s"
-            commit_sample_batch(cfg, "live", b, batch_ranges(cfg, b), bad_every=97)
+            commit_sample_batch(open_pipeline(cfg), "live", b, batch_ranges(cfg, b), bad_every=97)
             b += 1
 
-    for table in ensure_tables(cfg):
+    for table in tables_of(cfg):
         table.refresh()
         for path in referenced_files(table):  # every file any live snapshot references is there
             assert fs.get_file_info(path).type.name == "File", path
         remove_orphans(table, fs, 0)  # nothing else writes now: clean the rest
     assert all(fs.get_file_info(fs_path(u)).type.name == "NotFound" for u in orphans)
     assert_exactly_once(cfg, {p: b * PER_BATCH for p in range(PARTITIONS)})
-    report = validate(cfg, all_runs=True)
+    report = validate(open_pipeline(cfg), all_runs=True)
     assert report.success, report.problems
     assert report.offsets_checked == b * PARTITIONS * PER_BATCH
 
@@ -219,14 +222,15 @@ def test_orphan_cleanup_racing_a_deletion_succeeds(make_pipeline, request, wareh
     orphan ends up gone and every referenced file stays."""
     s3 = request.getfixturevalue("seaweedfs").s3_endpoint if warehouse == "s3" else None  # a real object store
     cfg = make_pipeline(s3_endpoint=s3, maintenance__target_file_bytes=TARGET)
-    for b in range(3):
-        commit_sample_batch(cfg, "live", b, batch_ranges(cfg, b), bad_every=97)
-    killed = prepare_sample(cfg, "killed", batch_ranges(cfg, 3), bad_every=97)  # prepared, never committed
+    with open_pipeline(cfg) as pipeline:
+        for b in range(3):
+            commit_sample_batch(pipeline, "live", b, batch_ranges(cfg, b), bad_every=97)
+        killed = prepare_sample(pipeline, "killed", batch_ranges(cfg, 3), bad_every=97)  # prepared, never committed
     orphans = [f for p in killed for f in [*p.data_files, *p.quarantine_files]]
     assert {written_by(u) for u in orphans} == {"killed"}  # a file names its run (the fault suite relies on it)
     fs = filesystem(cfg.target)
     results = []
-    for table in ensure_tables(cfg):
+    for table in tables_of(cfg):
         results.append(remove_orphans(table, DeletedMeanwhile(fs), 0))
         for path in referenced_files(table):
             assert fs.get_file_info(path).type.name == "File", path
@@ -234,7 +238,7 @@ def test_orphan_cleanup_racing_a_deletion_succeeds(make_pipeline, request, wareh
     assert sum(r.already_gone for r in results) == (len(orphans) + 1) // 2
     assert sum(len(r.deleted) for r in results) == len(orphans) // 2
     assert_exactly_once(cfg, {p: 3 * PER_BATCH for p in range(PARTITIONS)})
-    report = validate(cfg, all_runs=True)
+    report = validate(open_pipeline(cfg), all_runs=True)
     assert report.success, report.problems
 
 
@@ -259,7 +263,7 @@ def test_maintenance_beside_a_backfill_and_a_tail(spark, make_pipeline):
     assert any(t.compaction.files_removed for r in runs for t in r.tables)
     assert any(t.expiry.expired for r in runs for t in r.tables)
     assert_exactly_once(cfg, high_watermarks(cfg))
-    report = validate(cfg, all_runs=True)
+    report = validate(open_pipeline(cfg), all_runs=True)
     assert report.success, report.problems
     assert report.offsets_checked == 5_500
 
@@ -269,22 +273,22 @@ def test_maintain_on_an_s3_warehouse(make_pipeline, seaweedfs):
     then every offset checked."""
     cfg = make_pipeline(s3_endpoint=seaweedfs.s3_endpoint, maintenance__target_file_bytes=TARGET)
     for b in range(12):
-        commit_sample_batch(cfg, "s3-run", b, batch_ranges(cfg, b), bad_every=97)
-    report = maintain(cfg, maintenance_settings(cfg, "0s", 2))
+        commit_sample_batch(open_pipeline(cfg), "s3-run", b, batch_ranges(cfg, b), bad_every=97)
+    report = maintain(open_pipeline(cfg), maintenance_settings(cfg, "0s", 2))
     data_report = report.asdict()["tables"][0]  # as the maintenance DAG's XCom has it
     assert data_report["compaction"]["files_removed"] == 12 * PARTITIONS
     assert data_report["expiry"]["archived"] == 11 and data_report["expiry"]["archive"].startswith("s3://")
     assert data_report["orphans"]["files_seen"] > 0
-    data, _ = ensure_tables(cfg)
-    assert len(audit_log(cfg, data).archived()) == 11
-    everything = validate(cfg, all_runs=True)
+    data, _ = tables_of(cfg)
+    assert len(audit_log(StateStore.of(cfg), data).archived()) == 11
+    everything = validate(open_pipeline(cfg), all_runs=True)
     assert everything.success, everything.problems
     assert everything.offsets_checked == 12 * PARTITIONS * PER_BATCH
 
 
 def test_maintain_stops_with_one_line_on_a_missing_file(committed, capsys):
     cfg = committed
-    data, _ = ensure_tables(cfg)
+    data, _ = tables_of(cfg)
     gone = live_files(data)[0]
     filesystem(cfg.target).delete_file(fs_path(gone.file_path))
     assert cli.main(["maintain", cfg.path]) == 2

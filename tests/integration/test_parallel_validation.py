@@ -11,8 +11,10 @@ import multiprocessing
 import traceback
 
 import pytest
+from helpers import provision
 
-from tailfill.config import load_pipeline
+from tailfill.pipeline.handle import open_pipeline
+from tailfill.pipeline.load import load_pipeline
 from tailfill.proof.reports import gx_root
 
 pytestmark = pytest.mark.integration
@@ -23,7 +25,7 @@ def _validate_lane(path: str, run_id: str) -> dict | str:
     from tailfill.proof.validate import validate
 
     try:
-        report = validate(load_pipeline(path), run_id=run_id)
+        report = validate(open_pipeline(load_pipeline(path)), run_id=run_id)
         return {"run": report.runs, "success": report.success, "problems": report.problems}
     except Exception:  # the parent reports every lane's failure, not just the first
         return traceback.format_exc()
@@ -31,6 +33,7 @@ def _validate_lane(path: str, run_id: str) -> dict | str:
 
 def test_lanes_validating_at_once_all_succeed(make_pipeline):
     cfg = make_pipeline()  # an empty table: each lane's run committed nothing, every suite still runs
+    provision(cfg)  # as the lanes' plan made it
     runs = [f"lane-{i}" for i in range(LANES)]
     with multiprocessing.get_context("spawn").Pool(LANES) as pool:
         results = pool.starmap(_validate_lane, [(str(cfg.path), r) for r in runs])

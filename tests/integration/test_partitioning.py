@@ -5,16 +5,24 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import assert_exactly_once, assert_one_partition_value_per_file, backfill, high_watermarks, tail
+from helpers import (
+    assert_exactly_once,
+    assert_one_partition_value_per_file,
+    backfill,
+    high_watermarks,
+    provision,
+    tables_of,
+    tail,
+)
 from pyiceberg.expressions import EqualTo
 
 from tailfill.dev.batches import commit_sample_batch
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import LakeError
 from tailfill.lake.partition import spec_terms
-from tailfill.lake.storage import filesystem, fs_path
-from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange
+from tailfill.pipeline.handle import open_pipeline
+from tailfill.plumbing.warehouse import filesystem, fs_path
 from tailfill.proof.validate import validate
 from tailfill.upkeep.compact import compact
 
@@ -32,11 +40,11 @@ def test_a_partitioned_table_backfilled_and_tailed_exactly_once(spark, make_pipe
     produce_sample(bs, topic, 1_000, PARTITIONS, bad_every=101)
     tail(spark, cfg)
 
-    data, _ = ensure_tables(cfg)
+    data, _ = tables_of(cfg)
     assert spec_terms(data.spec(), data.schema()) == SPEC
     assert assert_one_partition_value_per_file(cfg, data) > PARTITIONS  # 16 buckets: more files than partitions
     assert_exactly_once(cfg, high_watermarks(cfg))
-    assert validate(cfg, all_runs=True).success
+    assert validate(open_pipeline(cfg), all_runs=True).success
 
 
 @pytest.fixture
@@ -45,13 +53,13 @@ def partitioned(make_pipeline):
     cfg = make_pipeline(target__partition_by=["identity(kind)", "bucket(4, user_id)"],
                         maintenance__target_file_bytes=1 << 20)
     for b in range(12):
-        commit_sample_batch(cfg, "run-p", b, [OffsetRange(cfg.source.topic, p, b * 40, (b + 1) * 40)
+        commit_sample_batch(open_pipeline(cfg), "run-p", b, [OffsetRange(cfg.source.topic, p, b * 40, (b + 1) * 40)
                                               for p in range(PARTITIONS)], bad_every=53)
     return cfg
 
 
 def test_a_partition_filter_plans_only_its_partitions_files(partitioned):
-    data, _ = ensure_tables(partitioned)
+    data, _ = tables_of(partitioned)
     every = list(data.scan().plan_files())
     clicks = list(data.scan(row_filter=EqualTo("kind", "click")).plan_files())
     assert 0 < len(clicks) < len(every)
@@ -65,26 +73,27 @@ def test_a_partition_filter_plans_only_its_partitions_files(partitioned):
 
 
 def test_compaction_keeps_one_partition_value_per_file(partitioned):
-    data, _ = ensure_tables(partitioned)
+    data, _ = tables_of(partitioned)
     before = assert_one_partition_value_per_file(partitioned, data)
     result = compact(data, filesystem(partitioned.target), partitioned.maintenance.target_file_bytes)
     assert result.files_removed == before
     after = assert_one_partition_value_per_file(partitioned, data)
     assert after < before and after <= 4 * 4 * PARTITIONS  # kinds x buckets x Kafka partitions
-    assert validate(partitioned, all_runs=True).success
+    assert validate(open_pipeline(partitioned), all_runs=True).success
 
 
 def test_changing_partition_by_evolves_the_spec_for_new_data(partitioned, make_pipeline):
     cfg = partitioned.model_copy(update={"target": partitioned.target.model_copy(
         update={"partition_by": ("identity(kind)", "day(created_at)")})})
-    commit_sample_batch(cfg, "run-q", 12, [OffsetRange(cfg.source.topic, p, 480, 520) for p in range(PARTITIONS)])
-    data, _ = ensure_tables(cfg)
+    commit_sample_batch(open_pipeline(cfg), "run-q", 12,
+                        [OffsetRange(cfg.source.topic, p, 480, 520) for p in range(PARTITIONS)])
+    data, _ = tables_of(cfg)
     assert spec_terms(data.spec(), data.schema()) == ["identity(kind)", "day(created_at)"]
     specs = {t.file.spec_id for t in data.scan().plan_files()}
     assert len(specs) == 2  # the old files keep the spec they were written with
-    assert validate(cfg, all_runs=True).success
+    assert validate(open_pipeline(cfg), all_runs=True).success
 
     reordered = cfg.model_copy(update={"target": cfg.target.model_copy(
         update={"partition_by": ("day(created_at)", "identity(kind)")})})
     with pytest.raises(LakeError, match=r"cannot change the partition spec .* not reordering"):
-        ensure_tables(reordered)
+        provision(reordered)  # the planner evolves the table to the YAML before a run

@@ -5,16 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import provision, tables_of
 
 from tailfill import cli
 from tailfill.dev.batches import commit_sample_batch
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import ConfigError
 from tailfill.lake.ledger import read_cutover
-from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, PartitionOffsets
+from tailfill.pipeline.handle import open_pipeline
+from tailfill.run.contract import JobSpec
 from tailfill.run.preflight import preflight
-from tailfill.run.submit import JobSpec
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +46,7 @@ def test_a_backfill_request_plans_the_same_lanes_from_the_cli_and_the_dag(make_p
 
     args = cli.build_parser().parse_args(["backfill", cfg.path, "--from", start, "--to", end, "--slices", "6",
                                           "--lanes", "3", "--max-rate", "5000"])
-    from_cli = cli.backfill_plan(cfg, args).specs
+    from_cli = cli.backfill_plan(open_pipeline(cfg), args).specs
     params = {"from_offsets": start, "to_offsets": end, "slices": 6, "max_parallel_slices": 3,
               "max_offsets_per_second": 5000, "committed_ranges": "skip"}
     from_dag = [JobSpec.parse(lane["args"]) for lane in dag_factory.plan_lanes(cfg, params, "manual__1")]
@@ -63,10 +64,10 @@ def test_the_tail_plans_the_same_spec_from_the_cli_and_the_dag(make_pipeline, da
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 1_000, 4)  # history, before the cutover
     from tailfill.run.planner import TailRequest, plan_tail
 
-    plan_tail(cfg, TailRequest(once=True), "tail-0")  # the first plan records the cutover at the end
+    plan_tail(open_pipeline(cfg), TailRequest(once=True), "tail-0")  # the first plan records the cutover at the end
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 1_000, 4)
     args = cli.build_parser().parse_args(["tail", cfg.path, "--once"])
-    from_cli = plan_tail(cfg, TailRequest(args.once, args.stop_after), "tail-1").spec
+    from_cli = plan_tail(open_pipeline(cfg), TailRequest(args.once, args.stop_after), "tail-1").spec
     tuned = dag_factory.tune_tail(cfg, "scheduled__1")
     assert tuned is not None and tuned["pending"] == 1_000
     assert _planned([from_cli]) == _planned([JobSpec.parse(tuned["args"])])
@@ -75,11 +76,11 @@ def test_the_tail_plans_the_same_spec_from_the_cli_and_the_dag(make_pipeline, da
 def test_fail_on_committed_refuses_an_overlapping_range_from_either_side(make_pipeline, dag_factory):
     cfg = make_pipeline()
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 400, 4)
-    commit_sample_batch(cfg, "earlier", 0, [OffsetRange(cfg.source.topic, 0, 0, 50)])
+    commit_sample_batch(open_pipeline(cfg), "earlier", 0, [OffsetRange(cfg.source.topic, 0, 0, 50)])
 
     args = cli.build_parser().parse_args(["backfill", cfg.path, "--on-committed", "fail"])
     with pytest.raises(ConfigError, match=r"overlaps committed offsets in .*\[0\] \[0, 100\)"):
-        cli.backfill_plan(cfg, args)
+        cli.backfill_plan(open_pipeline(cfg), args)
     params = {"from_offsets": "earliest", "to_offsets": "cutover", "slices": 2, "max_parallel_slices": 1,
               "max_offsets_per_second": None, "committed_ranges": "fail"}
     with pytest.raises(ConfigError, match=r"overlaps committed offsets"):
@@ -89,11 +90,12 @@ def test_fail_on_committed_refuses_an_overlapping_range_from_either_side(make_pi
 def test_preflight_only_checks_it_records_no_cutover(make_pipeline):
     cfg = make_pipeline()
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 100, 4)
+    provision(cfg)  # the tables as an earlier plan made them: preflight still records no cutover in them
     for mode in ("backfill", "tail"):
-        preflight(cfg, mode)
-    assert read_cutover(ensure_tables(cfg)[0]) is None
+        preflight(open_pipeline(cfg), mode)
+    assert read_cutover(tables_of(cfg)[0]) is None
     assert cli.main(["backfill", cfg.path, "--to", f'{{"{cfg.source.topic}": {{"0": 0}}}}']) == 0
-    assert read_cutover(ensure_tables(cfg)[0]) is None  # an explicit end needs no cutover either
+    assert read_cutover(tables_of(cfg)[0]) is None  # an explicit end needs no cutover either
 
 
 

@@ -13,6 +13,7 @@ from tailfill_airflow.views import table_contents  # noqa: E402
 
 from tailfill.dev.batches import commit_sample_batch  # noqa: E402
 from tailfill.offsets import OffsetRange, TopicPartition  # noqa: E402
+from tailfill.pipeline.handle import open_pipeline  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -20,9 +21,9 @@ pytestmark = pytest.mark.integration
 def test_the_quarantine_page_counts_every_partition_and_lists_the_newest_bad_records(make_pipeline):
     cfg = make_pipeline()
     topic = cfg.source.topic
-    commit_sample_batch(cfg, "r1", 0, [OffsetRange(topic, p, 0, 100) for p in range(2)], bad_every=10)
+    commit_sample_batch(open_pipeline(cfg), "r1", 0, [OffsetRange(topic, p, 0, 100) for p in range(2)], bad_every=10)
 
-    counts, records = table_contents(cfg, limit=3)
+    counts, records = table_contents(open_pipeline(cfg), limit=3)
 
     # Every 10th offset of 0-99 is malformed (0, 10, ..., 90): 10 quarantined, 90 rows per partition.
     assert counts == {TopicPartition(topic, p): {"committed": 100, "rows": 90, "quarantined": 10} for p in range(2)}

@@ -11,11 +11,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from helpers import provision, tables_of
 
 from tailfill.lake import ledger
 from tailfill.lake.batch_summary import SUMMARY_RUN, BatchSummary
 from tailfill.lake.ledger import commit_batch, read_ledger
-from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,8 @@ def test_a_commit_that_loses_a_race_keeps_the_winners_ranges_in_the_ledger(postg
     database = f"iceberg_{uuid.uuid4().hex[:8]}"
     postgres.create_databases(database)
     cfg = make_pipeline(name="pgrace", catalog_uri=postgres.url(database))
-    ours, theirs = ensure_tables(cfg).data, ensure_tables(cfg).data  # two writers' views of one table
+    provision(cfg)
+    ours, theirs = tables_of(cfg).data, tables_of(cfg).data  # two writers' views of one table
     mine, winner = OffsetRange(cfg.source.topic, 0, 0, 100), OffsetRange(cfg.source.topic, 0, 100, 250)
     real_read, raced = ledger.read_ledger, []
 

@@ -10,10 +10,11 @@ import duckdb
 import duckdb_extension_avro
 import duckdb_extension_iceberg
 import pytest
+from helpers import tables_of
 
 from tailfill.dev.batches import commit_sample_batch
-from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange
+from tailfill.pipeline.handle import open_pipeline
 from tailfill.proof.validate import validate
 
 pytestmark = pytest.mark.integration
@@ -34,15 +35,15 @@ def offline_duckdb() -> duckdb.DuckDBPyConnection:
 def test_duckdb_counts_per_kafka_partition_equal_the_proofs(make_pipeline):
     cfg = make_pipeline(target__partition_by=["day(created_at)", "bucket(4, user_id)"])
     for b in range(6):
-        commit_sample_batch(cfg, "run-r", b, [OffsetRange(cfg.source.topic, p, b * 25, (b + 1) * 25 + p)
+        commit_sample_batch(open_pipeline(cfg), "run-r", b, [OffsetRange(cfg.source.topic, p, b * 25, (b + 1) * 25 + p)
                                               for p in range(PARTITIONS)], bad_every=9)
-    proof = validate(cfg, all_runs=True)
+    proof = validate(open_pipeline(cfg), all_runs=True)
     assert proof.success, proof.problems
     proven_rows = {p["partition"]: p["rows"] for p in proof.partitions}
     proven_bad = {p["partition"]: p["quarantined"] for p in proof.partitions}
     assert sum(proven_bad.values()) > 0 and len(proven_rows) == PARTITIONS
 
-    data, quarantine = ensure_tables(cfg)
+    data, quarantine = tables_of(cfg)
     con = offline_duckdb()
     counts = []
     for table in (data, quarantine):

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from helpers import assert_exactly_once, assert_one_partition_value_per_file, backfill, high_watermarks, tail
+from helpers import assert_exactly_once, assert_one_partition_value_per_file, backfill, high_watermarks, tables_of, tail
 
 from tailfill.dev.broker import free_port
 from tailfill.dev.format_samples import avro_schema, produce_format_sample, sample_order
@@ -22,7 +22,7 @@ from tailfill.dev.registry import DevRegistry
 from tailfill.dev.sample import _SampleProducer
 from tailfill.errors import IngestError, PreflightError, RegistryError
 from tailfill.lake.ledger import read_ledger
-from tailfill.lake.tables import ensure_tables
+from tailfill.pipeline.handle import open_pipeline
 from tailfill.proof.validate import validate
 from tailfill.run.preflight import preflight
 
@@ -59,7 +59,7 @@ def test_each_format_is_backfilled_and_tailed_exactly_once_with_nested_fields(sp
 
     rows, bad = assert_exactly_once(cfg, high_watermarks(cfg))
     assert (len(rows), len(bad)) == (history["good"] + live["good"], history["bad"] + live["bad"])
-    data, quarantine = ensure_tables(cfg)
+    data, quarantine = tables_of(cfg)
     table = data.scan().to_arrow()
     assert {"order_id", "device", "tags", "scores", "status", "created_at"} <= set(table.column_names)
     first = next(r for r in table.drop(["kafka_value"]).to_pylist() if r["order_id"] == "ord-000000007")
@@ -68,14 +68,14 @@ def test_each_format_is_backfilled_and_tailed_exactly_once_with_nested_fields(sp
     assert str(data.schema().find_field("device.version").field_type) == "long"
     errors = set(quarantine.scan().to_arrow()["error"].to_pylist())
     assert errors == {"not in the Confluent wire format (no magic byte 0 and schema id)"}
-    assert validate(cfg, all_runs=True).success
+    assert validate(open_pipeline(cfg), all_runs=True).success
 
 
 def test_a_writer_schema_adding_a_field_mid_stream_becomes_a_new_column(spark, make_pipeline, registry):
     cfg = registry_pipeline(make_pipeline, "avro", registry.url)
     produce(cfg, registry.url, "avro", HISTORY, 0)
     backfill(spark, cfg)
-    data = ensure_tables(cfg).data
+    data = tables_of(cfg).data
     ids = {f.name: f.field_id for f in data.schema().fields}
     assert "country" not in ids
 
@@ -93,7 +93,7 @@ def test_a_writer_schema_adding_a_field_mid_stream_becomes_a_new_column(spark, m
     assert all(by_id[f"ord-{i:09d}"] is None for i in range(HISTORY + 300))
     assert all(by_id[f"ord-{i:09d}"] == f"c{i % 5}" for i in range(HISTORY + 300, HISTORY + 600))
     assert_exactly_once(cfg, high_watermarks(cfg))
-    assert validate(cfg, all_runs=True).success
+    assert validate(open_pipeline(cfg), all_runs=True).success
 
 
 def test_a_partitioned_avro_table_keeps_one_partition_per_file_across_a_new_writer_schema(spark, make_pipeline,
@@ -106,13 +106,13 @@ def test_a_partitioned_avro_table_keeps_one_partition_per_file_across_a_new_writ
     produce(cfg, registry.url, "avro", 300, HISTORY, with_country=True)
     tail(spark, cfg)
 
-    data = ensure_tables(cfg).data
+    data = tables_of(cfg).data
     assert [str(f.transform) for f in data.spec().fields] == ["day", "identity"]
     assert assert_one_partition_value_per_file(cfg, data) > 1
     countries = data.scan(selected_fields=("order_id", "country")).to_arrow().column("country").to_pylist()
     assert countries.count(None) == HISTORY and len(countries) == HISTORY + 300
     assert_exactly_once(cfg, high_watermarks(cfg))
-    assert validate(cfg, all_runs=True).success
+    assert validate(open_pipeline(cfg), all_runs=True).success
 
 
 def _produce_v2(cfg, url: str, count: int, change: str) -> None:
@@ -147,22 +147,22 @@ def test_an_incompatible_writer_schema_is_quarantined_or_stops_the_run(spark, ma
                             tail__max_consecutive_failures=0)
     produce(cfg, registry.url, "avro", 400, 0)
     backfill(spark, cfg)
-    committed_before = read_ledger(ensure_tables(cfg).data).committed
+    committed_before = read_ledger(tables_of(cfg).data).committed
     _produce_v2(cfg, registry.url, 40, change)
     if policy == "quarantine":
         tail(spark, cfg)
-        quarantine = ensure_tables(cfg).quarantine.scan().to_arrow()
+        quarantine = tables_of(cfg).quarantine.scan().to_arrow()
         assert set(quarantine["error"].to_pylist()) == {
             f"writer schema id 2 is incompatible with the table: {INCOMPATIBLE[change]}"}
         assert quarantine.num_rows == 40
         assert_exactly_once(cfg, high_watermarks(cfg))
-        assert validate(cfg, all_runs=True).success
+        assert validate(open_pipeline(cfg), all_runs=True).success
     else:
         with pytest.raises(IngestError) as err:
             tail(spark, cfg)
         line = str(err.value).splitlines()[-1]
         assert "SchemaChangeError" in line and INCOMPATIBLE[change] in line
-        assert read_ledger(ensure_tables(cfg).data).committed == committed_before  # nothing committed
+        assert read_ledger(tables_of(cfg).data).committed == committed_before  # nothing committed
 
 
 def test_a_registry_down_at_start_or_mid_run_fails_naming_its_url_and_commits_nothing(spark, make_pipeline):
@@ -173,7 +173,7 @@ def test_a_registry_down_at_start_or_mid_run_fails_naming_its_url_and_commits_no
         out.send(i, b"\x00\x00\x00\x00\x01")
     out.finish()
     with pytest.raises(PreflightError, match=f"schema registry: cannot reach the Schema Registry at {down} after"):
-        preflight(cfg, "backfill")
+        preflight(open_pipeline(cfg), "backfill")
     with pytest.raises(RegistryError, match=f"cannot reach the Schema Registry at {down} after 2 tries"):
         backfill(spark, cfg)
 
@@ -182,8 +182,8 @@ def test_a_registry_down_at_start_or_mid_run_fails_naming_its_url_and_commits_no
         produce(cfg, reg.url, "avro", 400, 0)
         backfill(spark, cfg)
         assert f"schema registry {reg.url} reachable, subject '{cfg.subject}' at version 1 (id 1)" in preflight(
-            cfg, "tail")
-        before = read_ledger(ensure_tables(cfg).data).committed
+            open_pipeline(cfg), "tail")
+        before = read_ledger(tables_of(cfg).data).committed
         encode = AvroSerializer(SchemaRegistryClient({"url": reg.url}), json.dumps(avro_schema(with_country=True)))
         ctx = SerializationContext(cfg.source.topic, MessageField.VALUE)
         values = [encode({"order_id": "x", **_v2(i)}, ctx) for i in range(40)]  # registers v2 while up
@@ -194,7 +194,7 @@ def test_a_registry_down_at_start_or_mid_run_fails_naming_its_url_and_commits_no
     with pytest.raises(IngestError) as err:
         tail(spark, cfg)
     assert f"cannot reach the Schema Registry at {reg.url} after 2 tries" in str(err.value)
-    assert read_ledger(ensure_tables(cfg).data).committed == before
+    assert read_ledger(tables_of(cfg).data).committed == before
 
 
 def _v2(i: int) -> dict:
@@ -235,7 +235,7 @@ def test_registry_keys_are_decoded_into_kafka_key_or_quarantined(spark, make_pip
 
     rows, bad = assert_exactly_once(cfg, high_watermarks(cfg))
     assert (len(rows), len(bad)) == (history["good"] + live["good"], history["bad"] + live["bad"])
-    data, quarantine = ensure_tables(cfg)
+    data, quarantine = tables_of(cfg)
     key_type = data.schema().find_field("kafka_key").field_type
     assert [(f.name, str(f.field_type)) for f in key_type.fields] == [("customer", "string"), ("region", "int")]
     keys = {r["order_id"]: r["kafka_key"] for r in data.scan(selected_fields=("order_id", "kafka_key")).to_arrow()
@@ -245,7 +245,7 @@ def test_registry_keys_are_decoded_into_kafka_key_or_quarantined(spark, make_pip
     errors = quarantine.scan().to_arrow()
     assert set(errors["error"].to_pylist()) == {"key not in the Confluent wire format (no magic byte 0 and schema id)"}
     assert set(errors["kafka_key"].to_pylist()) == {b"plain-key"}  # the quarantine keeps the raw key
-    assert validate(cfg, all_runs=True).success
+    assert validate(open_pipeline(cfg), all_runs=True).success
 
 
 def test_a_protobuf_schema_referencing_another_subject_is_backfilled(spark, make_pipeline, registry):
@@ -268,8 +268,8 @@ def test_a_protobuf_schema_referencing_another_subject_is_backfilled(spark, make
 
     rows, bad = assert_exactly_once(cfg, high_watermarks(cfg))
     assert (len(rows), len(bad)) == (300, 0)
-    data = ensure_tables(cfg).data
+    data = tables_of(cfg).data
     customers = {r["order_id"]: r["customer"] for r in data.scan(selected_fields=("order_id", "customer")).to_arrow()
                  .to_pylist()}
     assert customers["o10"] == {"id": "cust-1", "tier": 1}
-    assert validate(cfg, all_runs=True).success
+    assert validate(open_pipeline(cfg), all_runs=True).success

@@ -10,11 +10,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from helpers import assert_exactly_once, backfill, high_watermarks, tail
+from helpers import assert_exactly_once, backfill, high_watermarks, tables_of, tail
 
 from tailfill import cli
 from tailfill.dev.sample import produce_sample
-from tailfill.lake.tables import ensure_tables
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +32,7 @@ def test_backfill_tail_validate_maintain_status_on_seaweedfs_rest_and_s3(spark, 
     high = high_watermarks(cfg)
     assert_exactly_once(cfg, high)
 
-    data, _ = ensure_tables(cfg)
+    data, _ = tables_of(cfg)
     assert data.location().startswith("s3://warehouse/")  # where the REST catalog put it: its table bucket
     files_before = len(list(data.scan().plan_files()))
     assert cli.main(["validate", cfg.path, "--all"]) == 0

@@ -18,13 +18,12 @@ import boto3
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from helpers import backfill, high_watermarks, ingested
+from helpers import backfill, high_watermarks, ingested, tables_of
 
 from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
 from tailfill.dev.sample import sample_event
 from tailfill.errors import IngestError
 from tailfill.lake.ledger import read_ledger
-from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, merge
 
 pytestmark = pytest.mark.integration
@@ -100,7 +99,7 @@ def test_backfill_below_earliest_fails_naming_the_lost_range(spark, trimmed_pipe
     message = str(err.value)
     for part in ("ExpiredOffsetsError", f"{topic}[0]", "[0, 10)", "earliest available is 10"):
         assert part in message, f"{part!r} not in {message!r}"
-    table = ensure_tables(cfg)[0]
+    table = tables_of(cfg)[0]
     table.refresh()
     assert read_ledger(table).committed == []
 
@@ -112,7 +111,7 @@ def test_record_gap_skips_and_records_the_lost_range(spark, trimmed_pipeline):
     [result] = backfill_from_zero(spark, cfg)
     assert result.rows + result.quarantined == RECORDS - LOW
 
-    table = ensure_tables(cfg)[0]
+    table = tables_of(cfg)[0]
     table.refresh()
     ledger = read_ledger(table)
     assert ledger.lost == [OffsetRange(topic, 0, 0, LOW)]

@@ -16,7 +16,7 @@ import pytest
 
 from tailfill.dev.sample import produce_sample
 from tailfill.offsets import OffsetRange
-from tailfill.source.kafka import read_ranges, shared_consumer
+from tailfill.source.kafka import OwnedConsumer, read_ranges
 
 pytestmark = pytest.mark.integration
 
@@ -29,11 +29,13 @@ def test_a_shared_consumer_reads_every_batch_again_and_again(broker):
     conf = {"bootstrap.servers": broker.bootstrap_servers, "group.id": f"tailfill-{topic}",
             "enable.auto.commit": False, "auto.offset.reset": "error", "enable.partition.eof": False}
     starts = [0, 0, 250, 250, 500, 0, 750, 750, 500, 250] * 3  # repeats (a retried batch) and jumps back
+    shared = OwnedConsumer(conf)  # as an executor's context keeps one across its tasks
     for i, start in enumerate(starts):
         partitions = range(PARTITIONS) if i % 3 else range(i % PARTITIONS, PARTITIONS)
         ranges = [OffsetRange(topic, p, start, start + SLICE) for p in partitions]
-        batches = list(read_ranges(conf, ranges, idle_timeout_s=15, consumer=shared_consumer(conf),
+        batches = list(read_ranges(conf, ranges, idle_timeout_s=15, consumer=shared,
                                    with_markers=False))
         got = {(p, o) for b in batches for p, o in zip(b.column("kafka_partition").to_pylist(),
                                                        b.column("kafka_offset").to_pylist(), strict=True)}
         assert got == {(r.partition, o) for r in ranges for o in range(r.start, r.end)}, f"read {i}: {ranges}"
+    shared.close()

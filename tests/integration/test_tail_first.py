@@ -14,13 +14,15 @@ import time
 import uuid
 
 import pytest
-from helpers import assert_exactly_once, high_watermarks, kill_job_tree, tail
+from helpers import assert_exactly_once, high_watermarks, kill_job_tree, tail, tail_spec
 
 from tailfill.cli import main as cli_main
 from tailfill.dev.sample import produce_live, produce_sample
+from tailfill.pipeline.handle import open_pipeline
 from tailfill.proof.validate import validate
-from tailfill.run.submit import JobSpec, backfill_spec, new_run_id, spark_submit_command, submit_env
-from tailfill.state.store import read_health, run_ids, run_reports
+from tailfill.run.planner import backfill_spec
+from tailfill.run.submit import spark_submit_command, submit_env
+from tailfill.state.store import StateStore, read_health, run_ids, run_reports
 
 # Its assertions are timings (batches inside their interval, freshness): it runs with the machine to itself.
 pytestmark = [pytest.mark.integration, pytest.mark.solo]
@@ -56,16 +58,16 @@ def test_backfill_beside_a_live_tail_keeps_the_tail_fresh(spark, make_pipeline, 
     stop_producing = threading.Event()
     producer = threading.Thread(target=produce_live, args=(bootstrap, topic, LIVE_PER_SECOND, stop_producing))
     tail_log, backfill_log = tmp_path / "tail.log", tmp_path / "backfill.log"
-    tail_proc = _start(spark_submit_command(JobSpec(cfg.path, "tail", new_run_id("tail"))), env, tail_log)
+    # Planning the tail records the cutover: the history is the backfill's, the live events the tail's.
+    tail_proc = _start(spark_submit_command(tail_spec(cfg, once=False)), env, tail_log)
     backfill_proc = None
     try:
-        # The tail records the cutover at its start: the history is the backfill's, the live events the tail's.
-        _wait(lambda: read_health(cfg) is not None, 240, "the tail's start", tail_proc, tail_log)
+        _wait(lambda: read_health(StateStore.of(cfg)) is not None, 240, "the tail's start", tail_proc, tail_log)
         producer.start()
-        _wait(lambda: (h := read_health(cfg)) is not None and h.batch_at is not None, 120,
+        _wait(lambda: (h := read_health(StateStore.of(cfg))) is not None and h.batch_at is not None, 120,
               "the tail's first batch", tail_proc, tail_log)
         time.sleep(INTERVAL)  # the tail settles into the live rate
-        spec = backfill_spec(cfg)
+        spec = backfill_spec(open_pipeline(cfg))
         assert spec is not None
         backfill_started = time.time()
         backfill_proc = _start(spark_submit_command(spec), env, backfill_log)
@@ -82,8 +84,8 @@ def test_backfill_beside_a_live_tail_keeps_the_tail_fresh(spark, make_pipeline, 
             if proc is not None:
                 kill_job_tree(proc, marker.encode())  # whatever is left of either job
 
-    [tail_run] = [r for r in run_ids(cfg) if r.startswith("tail-")]
-    batches = run_reports(cfg, tail_run)
+    [tail_run] = [r for r in run_ids(StateStore.of(cfg)) if r.startswith("tail-")]
+    batches = run_reports(StateStore.of(cfg), tail_run)
     beside = [b for b in batches if backfill_started <= b.at <= backfill_ended + INTERVAL]
     log = tail_log.read_text()[-4000:]
     assert len(beside) >= 2, f"only {len(beside)} tail batches while the backfill ran:\n{log}"
@@ -101,4 +103,4 @@ def test_backfill_beside_a_live_tail_keeps_the_tail_fresh(spark, make_pipeline, 
 
     tail(spark, cfg, once=True)  # what the stopped tail had not reached yet
     assert_exactly_once(cfg, high_watermarks(cfg))
-    assert validate(cfg, all_runs=True).success
+    assert validate(open_pipeline(cfg), all_runs=True).success

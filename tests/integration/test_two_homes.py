@@ -15,10 +15,10 @@ from dataclasses import replace
 import pytest
 from helpers import assert_exactly_once, backfill, high_watermarks, tail
 
-from tailfill.config import load_pipeline
 from tailfill.dev.sample import produce_sample
-from tailfill.state.freshness import Freshness
+from tailfill.pipeline.load import load_pipeline
 from tailfill.state.store import StateStore, read_health, run_ids, run_reports, write_health
+from tailfill.values.freshness import Freshness
 
 pytestmark = pytest.mark.integration
 
@@ -45,9 +45,9 @@ def test_a_backfill_on_another_machine_yields_to_the_tail(spark, make_pipeline, 
     monkeypatch.setenv("TAILFILL_HOME", str(backfill_home))
     on_backfill_host = load_pipeline(cfg.path)
     assert on_backfill_host.checkpoint_location.startswith(str(backfill_home))  # nothing local is shared
-    stopped = read_health(on_backfill_host)
+    stopped = read_health(StateStore.of(on_backfill_host))
     assert stopped is not None and not stopped.live(), "the backfill's host does not see the tail's health"
-    assert StateStore(on_backfill_host).root.startswith("s3://")
+    assert StateStore.of(on_backfill_host).root.startswith("s3://")
     assert not [p for p in tail_home.rglob("*") if "health" in p.name or p.suffix == ".jsonl"]
 
     # The tail runs late: its host keeps publishing health that misses the objective.
@@ -57,10 +57,10 @@ def test_a_backfill_on_another_machine_yields_to_the_tail(spark, make_pipeline, 
 
     def tail_host() -> None:
         while not stop_beating.is_set():
-            write_health(cfg, replace(beat[0], alive_at=time.time()))
+            write_health(StateStore.of(cfg), replace(beat[0], alive_at=time.time()))
             stop_beating.wait(0.5)
 
-    write_health(cfg, replace(late, alive_at=time.time()))
+    write_health(StateStore.of(cfg), replace(late, alive_at=time.time()))
     beating = threading.Thread(target=tail_host, daemon=True)
     beating.start()
     results: list = []
@@ -75,8 +75,9 @@ def test_a_backfill_on_another_machine_yields_to_the_tail(spark, make_pipeline, 
 
         _wait_for(lambda: says("yielding to the tail: tail freshness p95 95s > objective"), "the backfill to yield",
                   running)
-        [run] = [r for r in run_ids(cfg) if r.startswith("backfill-")]
-        paused_at = len(run_reports(cfg, run))  # read from the tail's side: the backfill's reports are shared
+        store = StateStore.of(cfg)
+        [run] = [r for r in run_ids(store) if r.startswith("backfill-")]
+        paused_at = len(run_reports(store, run))  # read from the tail's side: the backfill's reports are shared
         assert 1 <= paused_at < HISTORY // 1_000, "the backfill did not pause between its batches"
         assert running.is_alive()
 
@@ -89,5 +90,5 @@ def test_a_backfill_on_another_machine_yields_to_the_tail(spark, make_pipeline, 
     assert says("tail healthy again: backfill resumes")
     assert any("beside the live tail" in line or "paused for the tail" in line for line in said)
     [history] = results
-    assert history.offsets == HISTORY and len(run_reports(cfg, run)) > paused_at
+    assert history.offsets == HISTORY and len(run_reports(StateStore.of(cfg), run)) > paused_at
     assert_exactly_once(cfg, high_watermarks(cfg))

@@ -10,16 +10,16 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from helpers import backfill, tail
+from helpers import backfill, tables_of, tail
 from pyiceberg.expressions import And, EqualTo
 
 from tailfill import cli
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.batch_summary import BatchSummary
 from tailfill.lake.ledger import commit_batch, read_ledger
-from tailfill.lake.storage import filesystem, fs_path
-from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import OffsetRange, TopicPartition, ranges_to_json
+from tailfill.pipeline.handle import open_pipeline
+from tailfill.plumbing.warehouse import filesystem, fs_path
 from tailfill.proof.completeness import islands
 from tailfill.proof.result import ValidationResult
 from tailfill.proof.validate import validate
@@ -50,7 +50,7 @@ def data_file_offsets(cfg, table) -> tuple[object, TopicPartition, np.ndarray]:
 
 
 def assert_fails_naming(cfg, expected: list[str], capsys, all_runs: bool = True) -> ValidationResult:
-    report = validate(cfg, all_runs=all_runs)
+    report = validate(open_pipeline(cfg), all_runs=all_runs)
     assert not report.success
     for line in expected:
         assert line in report.problems, (line, report.problems)
@@ -74,10 +74,10 @@ BETWEEN = "expect_column_values_to_be_between"
 
 def test_untampered_table_passes_and_reports_are_written(spark, ingested, capsys):
     cfg = ingested
-    report = validate(cfg)  # the latest run: the tail
+    report = validate(open_pipeline(cfg))  # the latest run: the tail
     assert report.success, report.problems
     assert report.scope.startswith("run tail-") and report.offsets_checked == 800
-    everything = validate(cfg, all_runs=True)
+    everything = validate(open_pipeline(cfg), all_runs=True)
     assert everything.success and everything.offsets_checked == 2_800
     assert {s["suite"] for s in everything.suites} == {"tailfill_run_completeness", "tailfill_table_tiling",
                                                          "tailfill_data_checks"}
@@ -97,7 +97,7 @@ def test_untampered_table_passes_and_reports_are_written(spark, ingested, capsys
 
 def test_deleted_data_file_is_named_as_missing(spark, ingested, capsys):
     cfg = ingested
-    data, _ = ensure_tables(cfg)
+    data, _ = tables_of(cfg)
     data_file, tp, offsets = data_file_offsets(cfg, data)
     with data.transaction() as tx, tx.update_snapshot().overwrite() as overwrite:
         overwrite.delete_data_file(data_file)
@@ -113,7 +113,7 @@ def test_deleted_data_file_is_named_as_missing(spark, ingested, capsys):
 
 def test_duplicated_data_file_is_named_as_duplicated(spark, ingested, capsys):
     cfg = ingested
-    data, _ = ensure_tables(cfg)
+    data, _ = tables_of(cfg)
     data_file, tp, offsets = data_file_offsets(cfg, data)
     data.add_files([data_file.file_path], check_duplicate_files=False)
     report = assert_fails_naming(cfg, [], capsys)
@@ -124,7 +124,7 @@ def test_duplicated_data_file_is_named_as_duplicated(spark, ingested, capsys):
 
 def test_deleted_quarantine_rows_are_named_as_missing(spark, ingested, capsys):
     cfg = ingested
-    _, quarantine = ensure_tables(cfg)
+    _, quarantine = tables_of(cfg)
     bad = quarantine.scan().to_arrow()
     assert bad.num_rows >= 4
     partition, offset = bad["kafka_partition"][0].as_py(), bad["kafka_offset"][0].as_py()
@@ -137,7 +137,7 @@ def test_deleted_quarantine_rows_are_named_as_missing(spark, ingested, capsys):
 
 def test_overlapping_commit_is_named(spark, ingested, capsys):
     cfg = ingested
-    data, _ = ensure_tables(cfg)
+    data, _ = tables_of(cfg)
     overlap = OffsetRange(cfg.source.topic, 1, 100, 150)
     # A writer that ignored the ledger: a snapshot claiming offsets another snapshot already holds.
     summary = {"tailfill.pipeline": cfg.name, "tailfill.run-id": "rogue", "tailfill.batch-id": "0",
@@ -150,7 +150,7 @@ def test_overlapping_commit_is_named(spark, ingested, capsys):
 
 def test_skipped_range_is_named_as_gap(spark, ingested, capsys):
     cfg = ingested
-    data, _ = ensure_tables(cfg)
+    data, _ = tables_of(cfg)
     end = read_ledger(data).committed[0].end
     skipped = OffsetRange(cfg.source.topic, 0, end, end + 5)
     claimed = OffsetRange(cfg.source.topic, 0, end + 5, end + 10)
@@ -166,7 +166,7 @@ def test_failing_data_expectation_fails_validation(spark, ingested):
     cfg = ingested.model_copy(update={"expectations": [
         ingested.expectations[0].model_copy(update={"column": "kind", "not_null": False,
                                                    "accepted_values": ["view"]})]})
-    report = validate(cfg)
+    report = validate(open_pipeline(cfg))
     assert not report.success
     [problem] = report.problems
     assert problem.startswith("data expectation failed: kind in ['view']:")

@@ -16,19 +16,25 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import assert_exactly_once, high_watermarks, wait_until
+from helpers import assert_exactly_once, high_watermarks, tables_of, wait_until
 
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.ledger import read_ledger
-from tailfill.lake.tables import ensure_tables
 from tailfill.offsets import total
+from tailfill.pipeline.handle import open_pipeline
 from tailfill.run import warm_spark
+from tailfill.run.contract import new_run_id
 from tailfill.run.planner import BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
-from tailfill.run.submit import new_run_id
+from tailfill.run.runners import Outcome, WarmServerRunner
 
 pytestmark = pytest.mark.integration
 
 TAILFILL = str(Path(sys.executable).parent / "tailfill")
+
+
+def warm(spec, env, on_line, home) -> Outcome:
+    """Run ``spec`` on the warm Spark server of ``home``, as a caller with ``env`` asks."""
+    return WarmServerRunner(env, home=home).submit(spec, on_line).wait()
 
 
 @pytest.fixture(scope="module")
@@ -60,18 +66,18 @@ def test_backfill_and_tail_run_on_the_server_exactly_once(server_home, warm_pipe
     cfg = warm_pipeline()
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 6_000, cfg.source.partitions, bad_every=500)
     run_id = new_run_id("backfill")
-    specs = plan_backfill_lanes(cfg, BackfillRequest(slices=2, lanes=2), lambda _lane: run_id).specs
+    specs = plan_backfill_lanes(open_pipeline(cfg), BackfillRequest(slices=2, lanes=2), lambda _lane: run_id).specs
     lines: list[str] = []
     with ThreadPoolExecutor(max_workers=2) as pool:  # two lanes at once, as the backfill DAG runs them
-        runs = list(pool.map(lambda spec: warm_spark.run_warm(spec, os.environ, lines.append, home=home), specs))
-    assert [code for code, _ in runs] == [0, 0], lines
+        runs = list(pool.map(lambda spec: warm(spec, os.environ, lines.append, home), specs))
+    assert [run.code for run in runs] == [0, 0], lines
     assert lines.count(f"{warm_spark.SERVED_BY} pid {status['pid']}, job {run_id}") == 2, lines  # not a spark-submit
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, cfg.source.partitions, bad_every=500)
-    tail = plan_tail(cfg, TailRequest(once=True), new_run_id("tail")).spec
-    code, result = warm_spark.run_warm(tail, os.environ, lines.append, home=home)
-    assert code == 0 and result is not None, lines
-    assert sum(r.offsets for _, res in runs for r in res.results) == 6_000
-    assert sum(r.offsets for r in result.results) == 2_000
+    tail = plan_tail(open_pipeline(cfg), TailRequest(once=True), new_run_id("tail")).spec
+    outcome = warm(tail, os.environ, lines.append, home)
+    assert outcome.code == 0 and outcome.result is not None, lines
+    assert sum(r.offsets for run in runs for r in run.result.results) == 6_000
+    assert sum(r.offsets for r in outcome.result.results) == 2_000
     assert_exactly_once(cfg, high_watermarks(cfg))
     assert warm_spark.server_status(status)["pid"] == status["pid"]  # the same server throughout
 
@@ -80,15 +86,16 @@ def test_a_job_whose_caller_is_killed_stops_and_the_next_run_resumes(server_home
     home, status = server_home
     cfg = warm_pipeline(tail__trigger="processing_time", tail__trigger_interval_seconds=2)
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 4_000, cfg.source.partitions)
-    history = plan_backfill_lanes(cfg, BackfillRequest(), lambda _lane: new_run_id("backfill")).specs  # the cutover
-    assert warm_spark.run_warm(history[0], os.environ, lambda _line: None, home=home)[0] == 0
+    with open_pipeline(cfg) as pipeline:  # records the cutover
+        history = plan_backfill_lanes(pipeline, BackfillRequest(), lambda _lane: new_run_id("backfill")).specs
+    assert warm(history[0], os.environ, lambda _line: None, home).code == 0
     # An open-ended processing-time tail would run for ever: only its caller going away stops it.
     caller = subprocess.Popen([TAILFILL, "tail", str(cfg.path), "--spark", "warm"], env=dict(os.environ),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_until(lambda: warm_spark.server_status(status)["running"], "the tail to run on the server")
         produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, cfg.source.partitions)
-        wait_until(lambda: total(read_ledger(ensure_tables(cfg).data).committed) >= 6_000, "the tail's batches")
+        wait_until(lambda: total(read_ledger(tables_of(cfg).data).committed) >= 6_000, "the tail's batches")
     finally:
         os.killpg(caller.pid, signal.SIGKILL)
         caller.wait()
@@ -110,9 +117,9 @@ def test_a_job_with_other_settings_is_refused_by_name(server_home, warm_pipeline
     secret = "s3cr3t-value-never-printed"
     env = dict(os.environ, TAILFILL_KAFKA_PASSWORD=secret)
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 100, cfg.source.partitions)
-    spec = plan_tail(cfg, TailRequest(once=True), new_run_id("tail")).spec
+    spec = plan_tail(open_pipeline(cfg), TailRequest(once=True), new_run_id("tail")).spec
     with pytest.raises(warm_spark.Refused) as refused:
-        warm_spark.run_warm(spec, env, lambda _line: None, home=home)
+        warm(spec, env, lambda _line: None, home)
     assert "TAILFILL_KAFKA_PASSWORD" in str(refused.value) and secret not in str(refused.value)
     assert secret not in (home / "logs" / "spark-server.log").read_text()
     assert secret not in json.dumps(warm_spark.job_env_digests(env))

@@ -22,11 +22,16 @@ from tailfill_airflow.naming import (  # noqa: E402
 )
 from tailfill_airflow.progress import ProgressWatcher, progress  # noqa: E402
 
-from tailfill.config import load_pipeline  # noqa: E402
 from tailfill.offsets import OffsetRange, TopicPartition  # noqa: E402
-from tailfill.state.freshness import Freshness  # noqa: E402
+from tailfill.pipeline.load import load_pipeline  # noqa: E402
 from tailfill.state.records import BatchReport  # noqa: E402
-from tailfill.state.store import append_report, read_failures, report_file, run_reports  # noqa: E402
+from tailfill.state.store import (  # noqa: E402
+    StateStore,
+    read_failures,
+    report_file,
+    run_reports,
+)
+from tailfill.values.freshness import Freshness  # noqa: E402
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
@@ -104,54 +109,80 @@ def test_progress_counts_an_earlier_try_as_done_but_not_as_speed():
 def test_watcher_publishes_at_once_then_each_new_batch_then_its_end(home):
     seen: list = []
     cfg = load_pipeline(REPO / "pipelines" / "demo.yaml")
-    path = report_file(cfg, "run1", "q0")
-    with ProgressWatcher(cfg, "run1", 400, seen.append, interval=3600) as watcher:
+    path = report_file(StateStore.of(cfg), "run1", "q0")
+    with ProgressWatcher(StateStore.of(cfg), "run1", 400, seen.append, interval=3600) as watcher:
         assert [s.batches for s in seen] == [0]  # the first line before any batch committed
-        append_report(path, report(0, 1.0, 0, 100))
+        path.append(report(0, 1.0, 0, 100))
         watcher.poll()
         watcher.poll()  # nothing new: nothing published
     assert [(s.state, s.batches) for s in seen] == [("running", 0), ("running", 1), ("finished", 1)]
-    assert [r.batch_id for r in run_reports(cfg, "run1")] == [0]
+    assert [r.batch_id for r in run_reports(StateStore.of(cfg), "run1")] == [0]
 
 
 def test_failure_headline_names_cause_and_fix_and_the_java_stack_is_not_the_cause():
+    from tailfill.errors import BrokerError, ErrorInfo, QueryFailed
+    from tailfill.run.contract import JobResult, Restarted
+
     out = JobOutput()
+    down = ErrorInfo.of(BrokerError("ALL_BROKERS_DOWN: 1/1 brokers are down"))
+    restart = Restarted("slices 1-2", 1, 3, "commit of batch 4", down, 1.0)
+    exhausted = QueryFailed("[slices 1-2] 4 consecutive failed attempts without committing any offset "
+                                  "(tolerated: 3); last cause: BrokerError: ALL_BROKERS_DOWN: 1/1 brokers are down",
+                                  down)
     lines = ["Spark Command: /usr/bin/java -cp ...", 'Exception in thread "main" org.apache.spark.SparkException',
              "\tat org.apache.spark.sql.execution.streaming.StreamExecution.run(StreamExecution.scala:300)",
-             "[slices 1-2] 100/400 offsets (25%)",
-             "[slices 1-2] batch failed (1/3 tolerated): BrokerError: ALL_BROKERS_DOWN; restarting from the checkpoint",
-             "error: [slices 1-2] 4 consecutive failed attempts without committing any offset (tolerated: 3); "
-             "last cause: BrokerError: ALL_BROKERS_DOWN: 1/1 brokers are down"]
+             "[slices 1-2] 100/400 offsets (25%)", restart.asstr(), restart.line(),
+             f"error: {exhausted}", JobResult(error=ErrorInfo.of(exhausted)).line()]
     own = [line for line in lines if out.observe(line)]
     assert own == lines[3:]
+    assert out.restarts == [restart]
     line = headline("ingest of demo (backfill, slices 1-2)", out, 2)
     assert line.startswith("ingest of demo (backfill, slices 1-2) failed (exit 2): [slices 1-2] 4 consecutive")
     assert "(fix: check that the brokers in source.bootstrap_servers are up" in line
     assert "\n" not in line and "java" not in line.lower()
 
 
-def test_a_cause_that_names_its_fix_gets_no_second_one_and_a_crash_names_its_exception():
-    assert fix_for("ConfigError: x.yaml: source.topic: missing (fix: name the topic)") == ""
+def test_a_job_killed_while_it_restarted_names_its_last_cause_and_a_crash_names_its_exception():
+    from tailfill.errors import ErrorInfo, SourceError
+    from tailfill.run.contract import JobResult, Restarted
+
     out = JobOutput()
-    for line in ("Traceback (most recent call last):", '  File "job.py", line 3', "KeyError: 'offsets'"):
-        out.observe(line)
-    assert out.cause == "KeyError: 'offsets'"
-    assert "fix: read the cause in the job output" in headline("x", out, 1)
+    out.observe(Restarted("tail", 1, 3, "planning a batch", ErrorInfo.of(SourceError("t[0] stalled")), 1.0).line())
+    assert out.cause == "SourceError: t[0] stalled"
+    assert "fix: check that the brokers in source.bootstrap_servers are up" in headline("x", out, -9)
+
+    crashed = JobOutput()
+    for line in ("Traceback (most recent call last):", '  File "job.py", line 3', "KeyError: 'offsets'",
+                 JobResult(error=ErrorInfo.of(KeyError("offsets"))).line()):
+        crashed.observe(line)
+    assert crashed.cause == "'offsets'" and crashed.error.error_class == "KeyError"
+    assert "fix: read the cause in the job output" in headline("x", crashed, 2)
+    silent = JobOutput()
+    silent.observe("Traceback (most recent call last):")
+    assert silent.cause == "no cause printed"  # a traceback is output, never read for a cause
+
+
+def test_a_cause_that_names_its_fix_gets_no_second_one():
+    from tailfill.errors import ConfigError, ErrorInfo
+
+    assert fix_for(ErrorInfo.of(ConfigError("x.yaml: source.topic: missing (fix: name the topic)"))) == ""
 
 
 def test_the_fix_comes_from_the_error_class_in_the_jobs_result_document():
-    from tailfill.errors import ConfigError, ExpiredOffsetsError
-    from tailfill.run.submit import JobResult
+    from tailfill.errors import ConfigError, ErrorInfo, ExpiredOffsetsError
+    from tailfill.run.contract import JobResult
 
     out = JobOutput()
     cause = "demo.yaml: source.topic: no such topic"  # names neither the class nor "config"
-    for line in (f"error: {cause}", JobResult(error=cause, error_class="ConfigError").line()):
+    for line in (f"error: {cause}", JobResult(error=ErrorInfo.of(ConfigError(cause))).line()):
         out.observe(line)
-    assert out.error_class == "ConfigError"
+    assert out.error.error_class == "ConfigError" and out.cause == cause
     assert headline("x", out, 2).endswith(f"(fix: {ConfigError.fix}, then clear this task: it resumes at the "
                                           "first uncommitted offset)")
     # a fix that cannot bring data back does not promise a resume
-    assert fix_for("offsets gone", "ExpiredOffsetsError") == ExpiredOffsetsError.fix
+    from tailfill.offsets import OffsetRange
+
+    assert fix_for(ErrorInfo.of(ExpiredOffsetsError(OffsetRange("t", 0, 0, 5), 5))) == ExpiredOffsetsError.fix
 
 
 def test_committed_summary_lists_what_was_kept():
@@ -168,7 +199,7 @@ def test_a_failed_task_of_every_tailfill_dag_is_recorded(kind, tmp_path, monkeyp
 
     from tailfill_airflow import dag_factory
 
-    from tailfill.config import load_pipeline
+    from tailfill.pipeline.load import load_pipeline
 
     monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
     monkeypatch.setenv("TAILFILL_PIPELINES", str(REPO / "pipelines"))
@@ -181,7 +212,7 @@ def test_a_failed_task_of_every_tailfill_dag_is_recorded(kind, tmp_path, monkeyp
         ti = SimpleNamespace(dag_id=dag.dag_id, run_id="manual__1", task_id=t.task_id, map_index=-1, try_number=2)
         for callback in callbacks:
             callback({"ti": ti, "exception": RuntimeError(f"{t.task_id} broke\nstack")})
-    records = read_failures(load_pipeline(REPO / "pipelines" / "demo.yaml"))  # the demo's state root
+    records = read_failures(StateStore.of(load_pipeline(REPO / "pipelines" / "demo.yaml")))  # the demo's state root
     assert sorted((r.task_id, r.error) for r in records) == sorted(
         (t.task_id, f"{t.task_id} broke") for t in dag.tasks)
     assert {(r.dag_id, r.try_number) for r in records} == {(f"demo_{kind}", 2)}
@@ -198,7 +229,7 @@ def test_a_failure_record_keeps_the_user_but_not_the_password_of_a_uri(tmp_path,
                          try_number=1)
     error = "catalog: cannot open the Iceberg catalog at postgresql+psycopg2://u:pw-in-uri@127.0.0.1:9/none: refused"
     on_failure({"ti": ti, "exception": RuntimeError(error)})
-    [record] = read_failures(load_pipeline(REPO / "pipelines" / "demo.yaml"))  # the demo's state root
+    [record] = read_failures(StateStore.of(load_pipeline(REPO / "pipelines" / "demo.yaml")))  # the demo's state root
     assert record.error == error.replace("u:pw-in-uri@", "u:***@")
     stored = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert stored and not [p for p in stored if b"pw-in-uri" in p.read_bytes()]
@@ -210,7 +241,7 @@ def test_the_incremental_dag_has_the_deadline_its_pipeline_asks_for_and_no_other
     import yaml
     from tailfill_airflow.dag_factory import backfill_dag, incremental_dag, maintenance_dag
 
-    from tailfill.config import load_pipeline
+    from tailfill.pipeline.load import load_pipeline
 
     demo = Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml"
     assert not incremental_dag(load_pipeline(demo)).deadline  # the demo sets none (Airflow 3.3.2's dags test)
@@ -236,7 +267,7 @@ def test_a_missed_deadline_is_recorded_with_its_run_and_the_fix(tmp_path, monkey
     context = {"dag_run": {"dag_id": "demo_incremental", "dag_run_id": "scheduled__2026-11-23T10:00"},
                "deadline": {"id": "d1", "deadline_time": "2026-11-23T10:10:00+00:00"}}
     asyncio.run(deadline_missed(interval_seconds=600.0, context=context))
-    [record] = read_failures(load_pipeline(REPO / "pipelines" / "demo.yaml"))
+    [record] = read_failures(StateStore.of(load_pipeline(REPO / "pipelines" / "demo.yaml")))
     assert (record.dag_id, record.run_id) == ("demo_incremental", "scheduled__2026-11-23T10:00")
     assert record.error.startswith("deadline missed: the run was not finished 600s after it was queued")
     assert "fix:" in record.error
@@ -269,7 +300,7 @@ def test_a_retried_failure_is_recorded_and_alerted_too(kind, tmp_path, monkeypat
     callbacks = task.on_retry_callback if isinstance(task.on_retry_callback, list) else [task.on_retry_callback]
     for callback in callbacks:
         callback({"ti": ti, "exception": RuntimeError("broker gone for a while")})
-    [record] = read_failures(cfg)
+    [record] = read_failures(StateStore.of(cfg))
     assert (record.task_id, record.will_retry, record.error) == (task.task_id, True, "broker gone for a while")
 
 

@@ -22,13 +22,13 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins"))
 from tailfill_airflow.hooks import TailfillHook  # noqa: E402
 
-from tailfill.config import load_pipeline  # noqa: E402
 from tailfill.errors import ConfigError  # noqa: E402
+from tailfill.pipeline.load import load_pipeline  # noqa: E402
 from tailfill.source.kafka import consumer_config  # noqa: E402
 
 JOB_SIDE = """
 import json, sys
-from tailfill.config import load_pipeline
+from tailfill.pipeline.load import load_pipeline
 from tailfill.source.kafka import consumer_config
 conf = consumer_config(load_pipeline(sys.argv[1]).source)
 print(json.dumps({k: conf.get(k) for k in ("security.protocol", "sasl.mechanism", "sasl.username", "sasl.password")}))
@@ -106,44 +106,39 @@ def test_every_secret_the_hook_hands_a_job_is_masked_in_airflow_s_logs(sasl_pipe
 
 
 def test_the_spark_job_s_output_reaches_the_task_log_and_its_file_redacted(sasl_pipeline, tmp_path):
+    """The runner hands every line of the job to the operator's public callback: the whole output goes to the
+    output file, the job's own lines to the task log, every secret masked."""
     from tailfill_airflow.causes import JobOutput
     from tailfill_airflow.operators import TailfillSubmitOperator
+
+    from tailfill.errors import ErrorInfo, LakeError
+    from tailfill.run.contract import JobResult
 
     op = TailfillSubmitOperator(task_id="tail", pipeline=str(sasl_pipeline.path), application_args=[])
     op._output, op._output_file = JobOutput(), tmp_path / "spark-submit-try1.log"
-    job = ["26/11/24 01:00:00 INFO SparkContext: Running Spark version 4.2.0",
-           "error: cannot open the Iceberg catalog at postgresql+psycopg2://u:pw-in-uri@127.0.0.1:9/none: refused"]
-    shown = list(op._divert(iter(job)))
-    redacted = "error: cannot open the Iceberg catalog at postgresql+psycopg2://u:***@127.0.0.1:9/none: refused"
-    assert shown == [redacted]
-    assert op._output.cause == redacted.removeprefix("error: ")
-    assert op._output_file.read_text().splitlines() == [job[0], redacted]
+    cause = "cannot open the Iceberg catalog at postgresql+psycopg2://u:pw-in-uri@127.0.0.1:9/none: refused"
+    job = ["26/11/24 01:00:00 INFO SparkContext: Running Spark version 4.2.0", f"error: {cause}",
+           JobResult(error=ErrorInfo.of(LakeError(cause))).line()]
+    with op._output_file.open("w") as op._out:
+        shown = [line for line in job if op.observe_line(line)]
+    redacted = "cannot open the Iceberg catalog at postgresql+psycopg2://u:***@127.0.0.1:9/none: refused"
+    assert shown == job[1:]
+    assert op._output.cause == redacted and op._output.result.error.error_class == "LakeError"
+    written = op._output_file.read_text().splitlines()
+    assert written[:2] == [job[0], f"error: {redacted}"] and "pw-in-uri" not in "".join(written)
 
 
-def test_the_operator_s_adapter_fails_here_the_day_the_provider_s_private_log_parser_changes(
-        sasl_pipeline, tmp_path, monkeypatch):
-    """The operator diverts the job's output by wrapping the provider's private
-    ``SparkSubmitHook._process_spark_submit_log`` (there is no public hook for it). This pins what it
-    relies on: the method's signature, that ``submit`` feeds it the job's lines, and that the hook the
-    operator builds hands them to :meth:`TailfillSubmitOperator._divert`."""
-    import inspect
+def test_the_spark_master_is_the_connection_s_as_the_spark_provider_reads_it(sasl_pipeline, monkeypatch):
+    from tailfill.run import runtime
 
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-    from tailfill_airflow.causes import JobOutput
-    from tailfill_airflow.operators import TailfillSubmitOperator
-
-    assert list(inspect.signature(SparkSubmitHook._process_spark_submit_log).parameters) == ["self", "itr"]
-    assert "self._process_spark_submit_log(" in inspect.getsource(SparkSubmitHook.submit)
+    hook = TailfillHook(sasl_pipeline)
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
-    op = TailfillSubmitOperator(task_id="tail", pipeline=str(sasl_pipeline.path), application_args=[])
-    op._output, op._output_file = JobOutput(), tmp_path / "spark-submit-try1.log"
-
-    hook = op._get_hook()
-    hook._process_spark_submit_log(iter(["26/11/24 INFO SparkContext: Running Spark\n", "error: broker gone\n"]))
-
-    assert op._output_file.read_text().splitlines() == ["26/11/24 INFO SparkContext: Running Spark",
-                                                        "error: broker gone"]
-    assert op._output.cause == "broker gone"
+    assert hook.spark_master() == "local[2]"  # a whole master URL in its host (the UI's way)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", "spark://spark-master:7077")  # compose's URI
+    assert hook.spark_master() == "spark://spark-master:7077"
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_K8S", json.dumps({"conn_type": "spark", "host": "k8s://https://k:443"}))
+    assert hook.spark_master("spark_k8s") == "k8s://https://k:443"
+    assert hook.spark_master("spark_nowhere") == runtime.master()  # no connection: Tailfill's own default
 
 
 def test_a_lane_that_will_be_retried_keeps_its_label(monkeypatch):
@@ -178,8 +173,9 @@ def test_the_schema_registry_login_of_a_connection_reaches_the_job_s_registry_cl
     monkeypatch.setenv("AIRFLOW_CONN_REGISTRY_TEST", json.dumps({"conn_type": "generic", "login": "bob",
                                                                  "password": "sr-s3cret"}))
     env = TailfillHook(load_pipeline(path)).job_env()
-    job_side = ("import sys; from tailfill.config import load_pipeline; from tailfill.formats.registry import "
-                "RegistryClient; print(RegistryClient(load_pipeline(sys.argv[1]).format.schema_registry).auth)")
+    job_side = ("import sys; from tailfill.pipeline.load import load_pipeline; "
+                "from tailfill.formats.schema_registry import RegistryClient; "
+                "print(RegistryClient(load_pipeline(sys.argv[1]).format.schema_registry).auth)")
     out = subprocess.run([sys.executable, "-c", job_side, str(path)], env=env, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
-from tailfill.config import load_pipeline
+from tailfill.pipeline.load import load_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"

@@ -3,8 +3,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tailfill.config import PipelineConfig, duration_seconds, load_pipeline, resolve_pipeline
+from tailfill.config import PipelineConfig, duration_seconds
 from tailfill.errors import ConfigError
+from tailfill.pipeline.load import load_pipeline, resolve_pipeline
 
 DEMO = Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml"
 

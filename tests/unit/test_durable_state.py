@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from tailfill.config import load_pipeline
+from tailfill.pipeline.load import load_pipeline
+from tailfill.plumbing.durable import write_whole
 from tailfill.proof.expectations import run_suites
 from tailfill.run import checkpoint
-from tailfill.state.durable import write_atomic
 from tailfill.state.records import BatchReport
-from tailfill.state.store import report_file
+from tailfill.state.store import StateStore, report_file
 
 # What Spark 4 said when it refused the wedged checkpoint (from the soak's log).
 REFUSAL = ("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
@@ -38,7 +38,7 @@ def torn_write(folder, batch: int) -> list:
 def test_a_batch_report_killed_mid_write_is_not_read_and_a_retry_adds_its_own(tmp_path, monkeypatch):
     monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
     cfg = load_pipeline(Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml")
-    log = report_file(cfg, "run1", "q0")
+    log = report_file(StateStore.of(cfg), "run1", "q0")
     first, second = (BatchReport(batch_id=b, at=1.0 + b, seconds=1.0, offsets=10, records=10, rows=10, quarantined=0)
                      for b in (0, 1))
     log.append(first)
@@ -52,10 +52,10 @@ def test_a_batch_report_killed_mid_write_is_not_read_and_a_retry_adds_its_own(tm
     assert [(r.batch_id, r.at) for r in log.read()] == [(0, 1.0), (1, 2.0), (1, 9.0)]
 
 
-def test_write_atomic_replaces_whole_and_leaves_nothing_on_failure(tmp_path):
+def test_write_whole_replaces_a_local_file_whole_and_leaves_nothing_beside_it(tmp_path):
     path = tmp_path / "state.json"
-    write_atomic(path, "old")
-    write_atomic(path, "new")
+    write_whole(path, "old")
+    write_whole(path, "new")
     assert path.read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]
 

@@ -19,17 +19,20 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from pydantic import ValidationError
 
 from tailfill.config import FieldSpec, FormatConfig
+from tailfill.dev.avro_compat import backward_problems
 from tailfill.dev.broker import free_port
 from tailfill.dev.format_samples import avro_schema, order_class, sample_order
 from tailfill.dev.registry import DevRegistry
 from tailfill.errors import RegistryError, SchemaChangeError
-from tailfill.formats.avro_compat import backward_problems
-from tailfill.formats.decode import RegistryDecoder
-from tailfill.formats.evolve import conflicts, evolve, schema_line
-from tailfill.formats.registry import RegistryClient
-from tailfill.formats.types import parse_type
-from tailfill.lake.rows import parse_value, split_records
-from tailfill.schema import HEADERS, TIMESTAMP
+from tailfill.formats.base import Decoder, split_records
+from tailfill.formats.evolve import conflicts
+from tailfill.formats.json_fields import parse_value
+from tailfill.formats.registry import format_of
+from tailfill.formats.schema_registry import RegistryClient
+from tailfill.lake.schema_change import evolve, schema_line
+from tailfill.pipeline.handle import open_pipeline
+from tailfill.values.column_types import parse_type
+from tailfill.values.schema import HEADERS, TIMESTAMP
 
 CTX = SerializationContext("orders", MessageField.VALUE)
 
@@ -53,9 +56,14 @@ def fmt(kind: str, url: str, **more) -> FormatConfig:
     return FormatConfig(type=kind, schema_registry={"url": url, "subject": "orders-value", "attempts": 2}, **more)
 
 
+def wire(fmt_: FormatConfig) -> Decoder:
+    """The decoder an executor builds for a registry format (its own registry client)."""
+    return format_of(fmt_, "orders", RegistryClient(fmt_.schema_registry)).decoder()
+
+
 def test_avro_records_decode_with_nested_and_logical_types(registry):
     ser = AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(avro_schema()))
-    ok, bad = RegistryDecoder(fmt("avro", registry.url)).split(raw([ser(sample_order(7), CTX)]), "run-1")
+    ok, bad = split_records(raw([ser(sample_order(7), CTX)]), wire(fmt("avro", registry.url)), "run-1")
     assert bad.num_rows == 0
     row = ok.drop(["kafka_value"]).to_pylist()[0]
     assert row["order_id"] == "ord-000000007" and row["kafka_offset"] == 100
@@ -71,7 +79,7 @@ def test_records_not_in_wire_format_unknown_ids_and_garbage_are_quarantined_with
     ser = AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(avro_schema()))
     good = ser(sample_order(1), CTX)
     values = [good, b'{"plain": "json"}', None, b"\x00\x00\x00\x03\xe7payload", good[:5] + b"\xff\xff", good]
-    ok, bad = RegistryDecoder(fmt("avro", registry.url)).split(raw(values), "run-2")
+    ok, bad = split_records(raw(values), wire(fmt("avro", registry.url)), "run-2")
     assert ok.column("kafka_offset").to_pylist() == [100, 105]
     errors = dict(zip(bad.column("kafka_offset").to_pylist(), bad.column("error").to_pylist(), strict=True))
     assert sorted(errors) == [101, 102, 103, 104]
@@ -89,7 +97,7 @@ def test_protobuf_and_json_schema_records_decode_with_their_writer_schema(regist
     msg.device.os, msg.device.version = "android", 14
     msg.scores["q"] = 1.5
     msg.created_at.seconds = 1_700_000_000
-    ok, bad = RegistryDecoder(fmt("protobuf", registry.url)).split(raw([proto(msg, CTX)]), "r")
+    ok, bad = split_records(raw([proto(msg, CTX)]), wire(fmt("protobuf", registry.url)), "r")
     assert bad.num_rows == 0
     row = ok.to_pylist()[0]
     assert (row["order_id"], row["quantity"], row["device"], row["tags"]) == ("o1", 2, {"os": "android", "version": 14},
@@ -104,7 +112,7 @@ def test_protobuf_and_json_schema_records_decode_with_their_writer_schema(regist
     value = jser({"id": "e1", "n": 3, "at": "2026-01-01T00:00:00Z", "device": {"os": "x"}}, jctx)
     wrong = value[:5] + b'{"id": 5}'
     json_fmt = FormatConfig(type="json_schema", schema_registry={"url": registry.url, "subject": "events-value"})
-    ok, bad = RegistryDecoder(json_fmt).split(raw([value, wrong]), "r")
+    ok, bad = split_records(raw([value, wrong]), wire(json_fmt), "r")
     assert ok.select(["id", "n", "device"]).to_pylist() == [{"id": "e1", "n": 3, "device": {"os": "x"}}]
     assert bad.column("error").to_pylist() == ["does not decode with writer schema id 2: field 'id' should be string, "
                                                "got int 5"]
@@ -145,7 +153,7 @@ def test_a_writer_schema_that_retypes_a_column_is_quarantined_when_so_configured
     retyped = dict(avro_schema(), fields=[{"name": "order_id", "type": "long"}])
     ser = AvroSerializer(client, json.dumps(retyped), conf={"auto.register.schemas": True})
     table = pa.schema([("order_id", pa.large_string()), ("quantity", pa.int64())])
-    ok, bad = RegistryDecoder(fmt("avro", registry.url)).split(raw([ser({"order_id": 5}, CTX)]), "r", table)
+    ok, bad = split_records(raw([ser({"order_id": 5}, CTX)]), wire(fmt("avro", registry.url)), "r", table)
     assert ok.num_rows == 0
     assert bad.column("error").to_pylist() == [
         "writer schema id 1 is incompatible with the table: field 'order_id': the table has string, "
@@ -210,7 +218,7 @@ def test_json_fields_with_nested_types_parse_or_quarantine():
            b'"day": "2026-01-02"}'
     bad = b'{"id": "b", "tags": "not-a-list"}'
     rounded = b'{"id": "c", "price": 1.234}'
-    ok, quarantined = split_records(raw([good, bad, rounded]), json_fmt, "r")
+    ok, quarantined = split_records(raw([good, bad, rounded]), format_of(json_fmt, "events").decoder(), "r")
     assert ok.select(["id", "device", "tags", "price", "day"]).to_pylist() == [
         {"id": "a", "device": {"os": "ios", "v": 3}, "tags": ["x"], "price": decimal.Decimal("12.50"),
          "day": datetime.date(2026, 1, 2)}]
@@ -248,21 +256,20 @@ def test_avro_types_map_to_iceberg_ready_arrow_types(tmp_path):
 def test_a_json_field_retyped_in_format_fields_is_one_line_naming_both_types(tmp_path, monkeypatch):
     import yaml
 
-    from tailfill.config import load_pipeline
-    from tailfill.lake.tables import ensure_tables
+    from tailfill.pipeline.load import load_pipeline
 
     monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
     spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml").read_text())
     spec["source"]["bootstrap_servers"] = "127.0.0.1:9"
     path = tmp_path / "demo.yaml"
     path.write_text(yaml.safe_dump(spec))
-    ensure_tables(load_pipeline(path))
+    open_pipeline(load_pipeline(path)).provision_tables()
     spec["format"]["fields"][1]["type"] = "string"  # user_id: long → string
     spec["format"]["fields"].append({"name": "country", "type": "string"})
     spec["expectations"] = []
     path.write_text(yaml.safe_dump(spec))
-    with pytest.raises(SchemaChangeError) as err:
-        ensure_tables(load_pipeline(path))
+    with pytest.raises(SchemaChangeError) as err:  # the planner evolves the table to the YAML before a run
+        open_pipeline(load_pipeline(path)).provision_tables()
     assert str(err.value) == ("incompatible schema change in demo_events: field 'user_id': the table has int64, "
                               "format.fields has string")
 
@@ -273,11 +280,20 @@ def test_a_json_field_retyped_in_format_fields_is_one_line_naming_both_types(tmp
      "takes its columns from the registry's schema, not 'fields'"),
     ({"type": "json", "fields": [{"name": "a", "type": "string"}], "schema_registry": {"url": "embedded"}},
      "json format takes no schema_registry"),
+])
+def test_each_format_checks_its_own_settings(fmt_, message):
+    from tailfill.formats.registry import format_class
+
+    [problem] = format_class(fmt_["type"]).problems(FormatConfig(**fmt_))
+    assert message in problem
+
+
+@pytest.mark.parametrize(("fmt_", "message"), [
     ({"type": "avro", "schema_registry": {"url": "http://user:pw@registry:8081"}}, "must be http"),
     ({"type": "avro", "schema_registry": {"url": "embedded", "username_env": "U"}}, "both username_env and"),
     ({"type": "avro", "schema_registry": {"url": "embedded"}, "on_incompatible_schema": "ignore"}, "'quarantine'"),
 ])
-def test_registry_format_settings_are_checked(fmt_, message):
+def test_registry_settings_are_checked_by_the_model(fmt_, message):
     with pytest.raises(ValidationError, match=message):
         FormatConfig(**fmt_)
 
@@ -330,14 +346,14 @@ def test_records_of_a_writer_schema_without_a_required_field_are_quarantined_or_
     values = [v1(order, CTX), v2({k: v for k, v in order.items() if k != "quantity"}, CTX)]
     table = pa.schema([pa.field("order_id", pa.string(), nullable=False), pa.field("quantity", pa.int32(),
                                                                                    nullable=False)])
-    decoder = RegistryDecoder(fmt("avro", registry.url, on_incompatible_schema=policy))
+    decoder = wire(fmt("avro", registry.url, on_incompatible_schema=policy))
     if policy == "fail":
         with pytest.raises(SchemaChangeError) as err:
-            decoder.split(raw(values), "r", table)
+            split_records(raw(values), decoder, "r", table)
         assert str(err.value) == ("incompatible writer schema id 2: field 'quantity': the table requires it (int32), "
                                   "the writer schema does not have it")
         return
-    ok, bad = decoder.split(raw(values), "r", table)
+    ok, bad = split_records(raw(values), decoder, "r", table)
     assert ok.column("kafka_offset").to_pylist() == [100] and bad.column("kafka_offset").to_pylist() == [101]
     assert bad.column("error").to_pylist() == [
         "writer schema id 2 is incompatible with the table: field 'quantity': the table requires it (int32), "
@@ -360,7 +376,7 @@ def _proto(fields: list[tuple[str, int, str, str]], syntax: str = "proto3") -> s
 
 
 def test_protobuf_compatibility_rules():
-    from tailfill.formats.protobuf_compat import backward_problems, parse_file
+    from tailfill.dev.protobuf_compat import backward_problems, parse_file
 
     def problems(new: list, old: list, syntax: str = "proto3") -> list[str]:
         return backward_problems(parse_file(_proto(new, syntax)), parse_file(_proto(old, syntax)))
@@ -381,7 +397,7 @@ def test_protobuf_compatibility_rules():
 
 
 def test_json_schema_compatibility_rules():
-    from tailfill.formats.json_schema_compat import backward_problems
+    from tailfill.dev.json_schema_compat import backward_problems
 
     def obj(props: dict, required: list[str] = ()) -> dict:
         return {"type": "object", "properties": props, "required": list(required)}
@@ -432,9 +448,9 @@ def test_keys_decode_with_their_own_schema_or_send_their_record_to_quarantine(re
     value = AvroSerializer(client, json.dumps(avro_schema()))(sample_order(1), CTX)
     keys = [by_record({"customer": "c1", "region": 3}, key_ctx), None, b"plain-key", b"\x00\x00\x00\x03\xe7k",
             by_record({"customer": "c2", "region": 4}, key_ctx)[:-1]]
-    decoder = RegistryDecoder(fmt("avro", registry.url, key="registry"))
+    decoder = wire(fmt("avro", registry.url, key="registry"))
     table = pa.schema([pa.field("kafka_key", pa.struct([("customer", pa.string()), ("region", pa.int64())]))])
-    ok, bad = decoder.split(raw([value] * len(keys), keys), "r", table)
+    ok, bad = split_records(raw([value] * len(keys), keys), decoder, "r", table)
     assert ok.column("kafka_key").to_pylist() == [{"customer": "c1", "region": 3}, None]
     assert ok.schema.field("kafka_key").type == table.field("kafka_key").type  # int → the table's long
     assert ok.column("order_id").to_pylist() == ["ord-000000001"] * 2
@@ -443,12 +459,12 @@ def test_keys_decode_with_their_own_schema_or_send_their_record_to_quarantine(re
     assert errors[103] == "key: unknown schema id 999 (the registry has no such schema)"
     assert errors[104] == "key does not decode with key schema id 2: EOFError"
     assert bad.column("kafka_key").to_pylist()[0] == b"plain-key"  # the quarantine keeps the raw key
-    none_ok, _ = decoder.split(raw([value], [b"plain-key"]), "r", table)  # a batch of only bad keys: no rows
+    none_ok, _ = split_records(raw([value], [b"plain-key"]), decoder, "r", table)  # only bad keys: no rows
     assert pa.concat_tables([none_ok, ok], promote_options="permissive").num_rows == 2  # joins decoded keys
 
     client.set_compatibility("orders-key", "NONE")
     as_text = AvroSerializer(client, json.dumps("string"))("k1", key_ctx)
-    ok, bad = decoder.split(raw([value], [as_text]), "r")
+    ok, bad = split_records(raw([value], [as_text]), decoder, "r")
     assert bad.num_rows == 0 and ok.column("kafka_key").to_pylist() == ["k1"]
     assert ok.column_names.index("kafka_key") == 4  # where the table has it
 
@@ -459,8 +475,8 @@ def test_protobuf_and_json_schema_keys_decode_too(registry):
     order = order_class()
     proto = ProtobufSerializer(order, client, {"use.deprecated.format": False})
     msg = order(order_id="o1", quantity=2)
-    ok, bad = RegistryDecoder(fmt("protobuf", registry.url, key="registry")).split(
-        raw([proto(msg, CTX)], [proto(order(order_id="k1", quantity=5), key_ctx)]), "r")
+    ok, bad = split_records(raw([proto(msg, CTX)], [proto(order(order_id="k1", quantity=5), key_ctx)]),
+                            wire(fmt("protobuf", registry.url, key="registry")), "r")
     assert bad.num_rows == 0
     key = ok.column("kafka_key").to_pylist()[0]
     assert (key["order_id"], key["quantity"]) == ("k1", 5)
@@ -470,7 +486,7 @@ def test_protobuf_and_json_schema_keys_decode_too(registry):
     json_fmt = FormatConfig(type="json_schema", key="registry",
                             schema_registry={"url": registry.url, "subject": "events-value"})
     ctx, key_ctx = (SerializationContext("events", field) for field in (MessageField.VALUE, MessageField.KEY))
-    ok, bad = RegistryDecoder(json_fmt).split(raw([jvalue({"id": "e1"}, ctx)], [jkey("customer-9", key_ctx)]), "r")
+    ok, bad = split_records(raw([jvalue({"id": "e1"}, ctx)], [jkey("customer-9", key_ctx)]), wire(json_fmt), "r")
     assert bad.num_rows == 0 and ok.select(["kafka_key", "id"]).to_pylist() == [{"kafka_key": "customer-9",
                                                                                   "id": "e1"}]
 
@@ -488,14 +504,14 @@ def test_protobuf_schemas_referencing_other_subjects_decode(registry):
     refs = client.get_latest_version("orders-value").schema.references
     assert [(r.name, r.subject, r.version) for r in refs] == [("tailfill/sample/customer.proto",
                                                                "tailfill/sample/customer.proto", 1)]
-    ok, bad = RegistryDecoder(fmt("protobuf", registry.url)).split(raw([value]), "r")
+    ok, bad = split_records(raw([value]), wire(fmt("protobuf", registry.url)), "r")
     assert bad.num_rows == 0
     assert ok.select(["order_id", "customer"]).to_pylist() == [{"order_id": "o9",
                                                                 "customer": {"id": "cust-1", "tier": 2}}]
 
     from confluent_kafka.schema_registry import SchemaReference
 
-    from tailfill.formats.registry import Reference, RegisteredSchema
+    from tailfill.formats.schema_registry import Reference, RegisteredSchema
 
     gone = RegisteredSchema(9, "PROTOBUF", "", references=(Reference("x.proto", "nowhere", 1),))
     with pytest.raises(ValueError, match=r"its reference 'x.proto' \(subject 'nowhere' version 1\) is not in the"):
@@ -508,8 +524,8 @@ def test_protobuf_schemas_referencing_other_subjects_decode(registry):
 def test_preflight_checks_the_key_subject_with_registry_keys(registry, tmp_path):
     import yaml
 
-    from tailfill.config import load_pipeline
     from tailfill.errors import PreflightError
+    from tailfill.pipeline.load import load_pipeline
     from tailfill.run.preflight import check_registry
 
     spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "pipelines" / "orders_avro.yaml").read_text())
@@ -520,7 +536,8 @@ def test_preflight_checks_the_key_subject_with_registry_keys(registry, tmp_path)
     client = SchemaRegistryClient({"url": registry.url})
     client.register_schema(cfg.subject, Schema(json.dumps(avro_schema()), "AVRO"))
     with pytest.raises(PreflightError, match=f"has no subject '{cfg.key_subject}'"):
-        check_registry(cfg)
+        check_registry(open_pipeline(cfg))
     client.register_schema(cfg.key_subject, Schema(json.dumps("string"), "AVRO"))
-    assert check_registry(cfg) == (f"schema registry {registry.url} reachable, subject '{cfg.subject}' at version 1 "
-                                   f"(id 1), key subject '{cfg.key_subject}' at version 1 (id 2)")
+    assert check_registry(open_pipeline(cfg)) == (
+        f"schema registry {registry.url} reachable, subject '{cfg.subject}' at version 1 (id 1), key subject "
+        f"'{cfg.key_subject}' at version 1 (id 2)")

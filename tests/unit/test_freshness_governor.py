@@ -4,12 +4,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tailfill.config import load_pipeline
+from tailfill.pipeline.load import load_pipeline
 from tailfill.run.governor import Governor
 from tailfill.run.tail_health import TailHealth, TailPace, describe, read_tail
 from tailfill.run.tuning import tail_batch_offsets
-from tailfill.schema import TIMESTAMP
-from tailfill.state.freshness import Freshness, LatencySample, TimestampSketch, freshness
+from tailfill.state.store import StateStore
+from tailfill.values.freshness import Freshness, LatencySample, TimestampSketch, freshness
+from tailfill.values.schema import TIMESTAMP
 
 
 def stamps(seconds: list[float]) -> pa.Array:
@@ -233,7 +234,7 @@ def test_a_governor_told_to_proceed_runs_at_full_speed_and_still_says_it_is_blin
 def test_status_says_the_tail_is_unknown_and_what_a_backfill_does(tmp_path, monkeypatch):
     monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
     cfg = load_pipeline("pipelines/demo.yaml")
-    health, why = read_tail(cfg)  # nothing published under the demo's state root yet
+    health, why = read_tail(StateStore.of(cfg))  # nothing published under the demo's state root yet
     assert health is None and f"{tmp_path}/warehouse/_tailfill/demo/tail/health.json" in why
     lines = describe(cfg, health, unknown=why)
     assert lines[1].startswith("tail state unknown: no tail state at")

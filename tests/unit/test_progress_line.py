@@ -7,8 +7,8 @@ from pathlib import Path
 
 from tailfill.offsets import PartitionOffsets, TopicPartition
 from tailfill.run.plan import IngestRequest
-from tailfill.run.spark_ingest import _progress_line
-from tailfill.run.submit import IngestResult
+from tailfill.run.poll import progress_line
+from tailfill.run.query_state import Tally
 
 TP = TopicPartition("t", 0)
 
@@ -21,23 +21,21 @@ def request(end: int | None, trigger: str = "available_now", target_end: int | N
                          target_end=PartitionOffsets({TP: target_end}) if target_end is not None else None)
 
 
-def done(offsets: int) -> IngestResult:
-    result = IngestResult("r", "p tail")
-    result.offsets, result.rows, result.batches = offsets, offsets, 3
-    return result
+def done(offsets: int) -> Tally:
+    return Tally(batches=3, offsets=offsets, rows=offsets)
 
 
 def test_a_backfill_shows_its_share_of_the_plan():
-    line = _progress_line(request(end=1_000), done(250), None, time.monotonic() - 1)
+    line = progress_line(request(end=1_000), done(250), time.monotonic() - 1)
     assert "250/1,000 offsets (25%)" in line and "ETA" in line
 
 
 def test_a_processing_time_tail_shows_what_it_did_and_its_backlog_not_a_stale_total():
-    line = _progress_line(request(end=None, trigger="processing_time", target_end=409), done(34_805),
-                          None, time.monotonic() - 1, "backlog 1,200 offsets")
+    line = progress_line(request(end=None, trigger="processing_time", target_end=409), done(34_805),
+                         time.monotonic() - 1, "backlog 1,200 offsets")
     assert "[p tail] 34,805 offsets " in line and "%" not in line and "backlog 1,200 offsets" in line
 
 
 def test_an_available_now_tail_past_its_start_time_end_stays_at_100_percent():
-    line = _progress_line(request(end=None, target_end=409), done(420), None, time.monotonic() - 1)
+    line = progress_line(request(end=None, target_end=409), done(420), time.monotonic() - 1)
     assert "420/420 offsets (100%)" in line

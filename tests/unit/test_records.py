@@ -9,8 +9,10 @@ from hypothesis import strategies as st
 
 from tailfill.config import FieldSpec, FormatConfig
 from tailfill.errors import RecordError
-from tailfill.lake.rows import RowParser, parse_value, split_records
-from tailfill.schema import HEADERS, QUARANTINE_SCHEMA, table_schema
+from tailfill.formats.base import split_records
+from tailfill.formats.json_fields import RowParser, parse_value
+from tailfill.formats.registry import format_of
+from tailfill.values.schema import HEADERS, QUARANTINE_SCHEMA, table_schema
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 FMT = FormatConfig(
@@ -24,6 +26,11 @@ FMT = FormatConfig(
         FieldSpec(name="at", type="timestamp"),
     ],
 )
+
+
+def decoder_of(fmt: FormatConfig):
+    """The decoder an executor builds for ``fmt``."""
+    return format_of(fmt, "events").decoder()
 
 
 def batch(values, start_offset=100):
@@ -75,7 +82,7 @@ BAD = {
 
 
 def test_good_records_become_typed_rows():
-    rows, bad = split_records(batch(GOOD), FMT, run_id="r1")
+    rows, bad = split_records(batch(GOOD), decoder_of(FMT), run_id="r1")
     assert bad.num_rows == 0
     assert rows.schema == table_schema(FMT.fields)
     assert rows.column("id").to_pylist() == [1, 2, -(2**63)]
@@ -90,7 +97,7 @@ def test_good_records_become_typed_rows():
 
 def test_bad_records_are_quarantined_with_reason():
     values = list(BAD)
-    rows, bad = split_records(batch(values), FMT, run_id="r1")
+    rows, bad = split_records(batch(values), decoder_of(FMT), run_id="r1")
     assert rows.num_rows == 0
     assert bad.schema == QUARANTINE_SCHEMA
     assert bad.column("kafka_offset").to_pylist() == list(range(100, 100 + len(values)))
@@ -103,7 +110,7 @@ def test_bad_records_are_quarantined_with_reason():
 
 def test_mixed_batch_partitions_offsets_exactly():
     values = [v for pair in zip(GOOD * 5, list(BAD)[:15], strict=False) for v in pair]
-    rows, bad = split_records(batch(values, start_offset=0), FMT, run_id="r2")
+    rows, bad = split_records(batch(values, start_offset=0), decoder_of(FMT), run_id="r2")
     ok_offsets = rows.column("kafka_offset").to_pylist()
     bad_offsets = bad.column("kafka_offset").to_pylist()
     assert rows.num_rows + bad.num_rows == len(values)
@@ -114,21 +121,21 @@ def test_mixed_batch_partitions_offsets_exactly():
 
 def test_unknown_fields_quarantined_when_asked():
     fmt = FMT.model_copy(update={"unknown_fields": "quarantine"})
-    rows, bad = split_records(batch([js(id=1), js(id=2, colour="red", size=3)]), fmt, run_id="r")
+    rows, bad = split_records(batch([js(id=1), js(id=2, colour="red", size=3)]), decoder_of(fmt), run_id="r")
     assert rows.column("id").to_pylist() == [1]
     assert bad.column("kafka_offset").to_pylist() == [101]
     assert bad.column("error").to_pylist() == ["unknown fields (schema drift): colour, size"]
 
 
 def test_empty_batch():
-    rows, bad = split_records(batch([]), FMT, run_id="r")
+    rows, bad = split_records(batch([]), decoder_of(FMT), run_id="r")
     assert (rows.num_rows, bad.num_rows) == (0, 0)
     assert rows.schema == table_schema(FMT.fields)
 
 
 def test_raw_format_keeps_values_and_quarantines_only_oversized():
     fmt = FormatConfig(type="raw", max_value_bytes=4)
-    rows, bad = split_records(batch([b"abcd", b"", None, b"abcde"]), fmt, run_id="r")
+    rows, bad = split_records(batch([b"abcd", b"", None, b"abcde"]), decoder_of(fmt), run_id="r")
     assert rows.column("kafka_value").to_pylist() == [b"abcd", b"", None]
     assert bad.column("kafka_offset").to_pylist() == [103]
     assert bad.column("error").to_pylist() == ["value of 5 bytes exceeds max_value_bytes 4"]
@@ -148,7 +155,7 @@ POISON = {
 @pytest.mark.parametrize("value", POISON.values(), ids=POISON.keys())
 def test_poison_record_is_quarantined_not_raised(value):
     fmt = FMT.model_copy(update={"max_value_bytes": 1_000_000})
-    rows, bad = split_records(batch([js(id=1), value]), fmt, run_id="r")
+    rows, bad = split_records(batch([js(id=1), value]), decoder_of(fmt), run_id="r")
     assert rows.num_rows == 1 and bad.column("kafka_offset").to_pylist() == [101]
 
 
@@ -257,7 +264,7 @@ DIFF_FORMATS = [
     FormatConfig(type="json", unknown_fields="quarantine", fields=[
         FieldSpec(name="id", type="string"), FieldSpec(name="n", type="long"), FieldSpec(name="x", type="double"),
         FieldSpec(name="at", type="timestamp", required=True)]),
-    FormatConfig(type="json", fields=[  # types the fast path leaves to tailfill.formats.types.coerce
+    FormatConfig(type="json", fields=[  # types the fast path leaves to tailfill.values.column_types.coerce
         FieldSpec(name="id", type="struct<a: string, b: list<long>>"), FieldSpec(name="n", type="list<long>"),
         FieldSpec(name="x", type="map<string, double>", required=True), FieldSpec(name="ok", type="decimal(5, 2)"),
         FieldSpec(name="at", type="date"), FieldSpec(name="extra", type="list<struct<a: boolean>>")]),
@@ -318,7 +325,7 @@ def test_a_string_key_is_decoded_and_a_key_that_is_not_utf8_is_quarantined():
     records = batch([js(id=1), js(id=2), b"{broken", js(id=4)])
     keys = pa.array([b"k0", b"\xff\xfe", b"\xff", b"k3"], pa.binary())
     records = records.set_column(records.schema.get_field_index("kafka_key"), "kafka_key", keys)
-    rows, bad = split_records(records, fmt, run_id="r")
+    rows, bad = split_records(records, decoder_of(fmt), run_id="r")
     assert rows.schema == table_schema(fmt.fields, "string")
     assert rows.column("kafka_key").to_pylist() == ["k0", "k3"]
     assert rows.column("id").to_pylist() == [1, 4]

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel
 
-from tailfill.config import load_pipeline
+from tailfill.pipeline.load import load_pipeline
 from tailfill.redact import redact_data, redact_text, register_secret, secret_env_names, uri_password
 
 DEMO = Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml"

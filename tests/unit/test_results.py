@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
-from tailfill.config import load_pipeline
+from tailfill.errors import ConfigError, ErrorInfo
+from tailfill.pipeline.load import load_pipeline
 from tailfill.proof.result import ValidationResult
+from tailfill.run.contract import IngestResult, JobResult, parse_result
 from tailfill.run.maintain import MaintenanceResult, TableUpkeep
-from tailfill.run.submit import IngestResult, JobResult, parse_result
 from tailfill.upkeep.compact import CompactionResult
 from tailfill.upkeep.expire import ExpiryResult
 from tailfill.upkeep.orphans import OrphanResult
@@ -47,6 +48,9 @@ def test_the_jobs_result_is_one_document_read_back_by_one_function():
     done = JobResult([IngestResult("run-1", "demo tail", batches=2, offsets=10, rows=9, quarantined=1)])
     lines = ["[tail] batch 0 committed", done.line(), "a JVM line after it"]
     assert parse_result(lines) == done
-    failed = parse_result([JobResult(error="no such topic", error_class="ConfigError").line()])
-    assert failed is not None and failed.results == [] and failed.fix == "correct the pipeline YAML as the message says"
+    failed = parse_result([JobResult(error=ErrorInfo.of(ConfigError("no such topic"))).line()])
+    assert failed is not None and failed.results == [] and failed.error.error_class == "ConfigError"
+    assert failed.error.fix == "correct the pipeline YAML as the message says" and not failed.error.retryable
+    assert failed.asstr() == "failed: ConfigError: no such topic (fix: correct the pipeline YAML as the message says)"
+    assert done.asstr() == "done: demo tail: 10 offsets in 2 batches"
     assert parse_result(["no document here"]) is None

@@ -17,15 +17,8 @@ from tailfill.cli import build_parser, main
 from tailfill.errors import ConfigError
 from tailfill.offsets import PartitionOffsets, TopicPartition
 from tailfill.run import runtime
-from tailfill.run.plan import Slice
-from tailfill.run.submit import (
-    IngestResult,
-    JobResult,
-    JobSpec,
-    parse_conf,
-    parse_result,
-    spark_submit_command,
-)
+from tailfill.run.contract import IngestResult, JobResult, JobSpec, Slice, parse_result
+from tailfill.run.submit import parse_conf, spark_submit_command
 
 SPEC = JobSpec("demo", "tail", "tail-1", once=True)
 
@@ -73,7 +66,7 @@ def test_every_submit_ships_the_installed_package():
     sources |= {"tailfill/spark_jobs/ingest.py", "tailfill/proof/suites/__init__.py"}  # mapped into the package
     assert names >= sources | {name + "c" for name in sources}  # each module with its bytecode beside it
     assert {n for n in names if not n.endswith(".pyc")} == set(runtime.code_modules())
-    assert {"tailfill/source/spark_reader.py", "tailfill/lake/spark_writer.py", "tailfill/config.py"} <= names
+    assert {"tailfill/source/spark_reader.py", "tailfill/run/spark_prepare.py", "tailfill/config.py"} <= names
     assert not list(Path(archive).parent.glob("*.tmp")), "a temporary archive was left behind"
 
 
@@ -137,6 +130,7 @@ def job_specs(draw) -> JobSpec:
     values = dict(
         pipeline=draw(NAMES), mode=mode, run_id=draw(NAMES),
         slices=tuple(draw(st.lists(slices(), min_size=1, max_size=4))) if mode == "backfill" else (),
+        cutover=draw(slices()).end if mode == "tail" else None,
         once=draw(st.booleans()),
         stop_after_seconds=draw(st.none() | st.floats(min_value=0, allow_nan=False, allow_infinity=False)),
         max_offsets_per_batch=draw(COUNTS), max_offsets_per_second=draw(COUNTS))

@@ -17,8 +17,8 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from tailfill.formats.types import parse_type
 from tailfill.offsets import OffsetRange
+from tailfill.values.column_types import parse_type
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")  # TIMESTAMP_MICROS in UTC: what pyiceberg reads as timestamptz
 # A record's Kafka headers, in order (a key may repeat; a value may be null).
@@ -53,7 +53,7 @@ KEY_TYPES = {"raw": pa.binary(), "string": pa.string()}  # ``format.key``: the k
 
 
 class DeclaredField(Protocol):
-    """A field of a pipeline's format (``config.FieldSpec``): a name and a type (:mod:`tailfill.formats.types`)."""
+    """A field of a pipeline's format (``config.FieldSpec``): a name and a type (:mod:`.column_types`)."""
 
     name: str
     type: str

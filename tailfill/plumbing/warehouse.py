@@ -6,9 +6,7 @@ catalog here: executors write files with this alone.
 
 from __future__ import annotations
 
-import functools
 import os
-import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -33,9 +31,8 @@ def warehouse_uri(target: TargetConfig) -> str:
     return Path(target.warehouse).absolute().as_uri()
 
 
-@functools.lru_cache(maxsize=16)
 def filesystem(target: TargetConfig) -> pafs.FileSystem:
-    """A pyarrow filesystem for the warehouse (used by Spark executors to write data files)."""
+    """A pyarrow filesystem for the warehouse; made by the owner of a handle (a pipeline, an executor context)."""
     if target.s3 is None:
         return pafs.LocalFileSystem()
     key, secret = s3_credentials(target)
@@ -66,15 +63,3 @@ def make_dirs(fs: pafs.FileSystem, uri: str) -> None:
     if isinstance(fs, pafs.LocalFileSystem):
         fs.create_dir(fs_path(uri), recursive=True)
 
-
-def write_whole(fs: pafs.FileSystem, uri: str, data: bytes) -> None:
-    """Write ``data`` to ``uri`` under a hidden temporary name, then move it into place.
-
-    A reader (or a process killed mid-write) never leaves half a file at ``uri``; what a kill can
-    leave is the hidden ``.<name>.<id>.tmp``, which no reader lists.
-    """
-    base, _, name = uri.rpartition("/")
-    tmp = f"{base}/.{name}.{uuid.uuid4().hex[:12]}.tmp"
-    with fs.open_output_stream(fs_path(tmp)) as out:
-        out.write(data)
-    fs.move(fs_path(tmp), fs_path(uri))

@@ -1,10 +1,11 @@
-"""The next micro-batch's read limit: what the driver's writer hands the source before each batch.
+"""What the driver's writer and the source hand each other between batches, through small files.
 
 The writer (``foreachBatch``, on the driver) decides after each commit how large the next batch may
 be and on how many tasks (the tail's pace, the backfill's governor); the source reads it when Spark
-plans that batch (``latestOffset``), in another Python process. The hand-off is one small file,
-replaced in one rename, so the source never reads half of it — like Spark's own typed
-``ReadLimit`` values, one type on both sides instead of a dictionary passed through a file.
+plans that batch (``latestOffset``), in another Python process: a :class:`Budget`, like Spark's own
+typed ``ReadLimit`` values. The other way, a failure of the source's planning (an offset expired, the
+broker unreachable) is handed to the writer's restart policy as data (:func:`report_failure`): the
+JVM passes only its text on. Each file is replaced whole, so neither side reads half of one.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tailfill.state.durable import write_atomic
+from tailfill.errors import ErrorInfo
+from tailfill.plumbing.durable import write_whole
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,7 @@ class Budget:
 
     def write(self, path: Path) -> None:
         """Hand this budget to the source (atomically)."""
-        write_atomic(path, json.dumps(asdict(self)))
+        write_whole(path, json.dumps(asdict(self)))
 
     @classmethod
     def read(cls, path: Path | None) -> Budget | None:
@@ -42,3 +44,19 @@ class Budget:
         cap = min(self.max_offsets, max_offsets) if max_offsets else self.max_offsets
         count = min(self.tasks, tasks) if self.tasks and tasks else tasks
         return cap, count
+
+
+def report_failure(path: Path | None, error: ErrorInfo) -> None:
+    """The source's side: its planning failed with ``error`` (written for the writer to read)."""
+    if path is not None:
+        write_whole(path, json.dumps(error.to_dict()))
+
+
+def reported_failure(path: Path) -> ErrorInfo | None:
+    """The writer's side: the failure the source reported since the file was last taken, taken now (or None)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    path.unlink(missing_ok=True)
+    return ErrorInfo.from_dict(json.loads(text))

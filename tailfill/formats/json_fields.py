@@ -1,7 +1,8 @@
-"""Turn raw Kafka records into table rows, or into quarantine rows with the reason.
+"""The ``json`` format: JSON object values, their fields declared in ``format.fields``.
 
-Every input record ends up in exactly one of the two outputs: a record that cannot be parsed
-(malformed JSON, empty value, wrong type, missing required field, oversized) is never dropped.
+Every value becomes a row of the declared fields, or goes to quarantine with the reason (malformed
+JSON, empty value, wrong type, missing required field, oversized, unknown fields when asked):
+nothing is dropped.
 
 The rules are :func:`parse_value`, one record at a time. :class:`RowParser` applies the same rules
 faster: a typed msgspec decoder takes each record it can vouch for, and every record it refuses
@@ -27,8 +28,9 @@ import pyarrow.compute as pc
 
 from tailfill.config import FieldSpec, FormatConfig
 from tailfill.errors import RecordError
-from tailfill.formats.types import coerce
-from tailfill.schema import FIELD_TYPES, METADATA_FIELDS, QUARANTINE_SCHEMA, TIMESTAMP, field_type, table_schema
+from tailfill.formats.base import Decoded, Format, NewTable, Rows, valid_utf8
+from tailfill.values.column_types import coerce
+from tailfill.values.schema import FIELD_TYPES, METADATA_FIELDS, TIMESTAMP, field_type, table_schema
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # Values up to this size take the fast path. Valid JSON this short nests too shallowly to reach
@@ -148,7 +150,7 @@ class RowParser:
         take: empty, too long) is judged by the per-record rules.
         """
         lengths = pc.fill_null(pc.binary_length(values), 0).to_numpy(zero_copy_only=False)
-        takeable = (lengths > 0) & (lengths <= self.limit) & _valid_utf8(values)
+        takeable = (lengths > 0) & (lengths <= self.limit) & valid_utf8(values)
         values = values.to_pylist()
         columns: list[list] = [[] for _ in self.fmt.fields]
         sources: list[int] = []  # which value each row came from
@@ -274,60 +276,52 @@ def _checked(attr: str, spec: FieldSpec) -> Callable[[Any], Any]:
     return field
 
 
-def _valid_utf8(values: pa.Array) -> np.ndarray:
-    """Per value of a binary array: valid UTF-8 (nulls count as valid). One vectorised check when all are."""
-    try:
-        values.cast(pa.string())
-        return np.ones(len(values), dtype=bool)
-    except pa.ArrowInvalid:
-        return np.array([_decodes(v) for v in values.to_pylist()], dtype=bool)
+class JsonFormat(Format):
+    """JSON objects whose fields ``format.fields`` declares: the table has those columns, each value is checked."""
+
+    name = "json"
+
+    @classmethod
+    def problems(cls, fmt: FormatConfig) -> list[str]:
+        out = [] if fmt.fields else ["json format needs a declared schema under 'fields'"]
+        return out + _no_registry(fmt)
+
+    @classmethod
+    def declared_columns(cls, fmt: FormatConfig) -> pa.Schema:
+        return table_schema(fmt.fields, fmt.key)
+
+    def new_table(self) -> NewTable:
+        schema = table_schema(self.fmt.fields, self.fmt.key)
+        return NewTable(schema.field("kafka_key").type, pa.schema(list(schema)[len(METADATA_FIELDS):-1]))
+
+    def decoder(self) -> JsonDecoder:
+        return JsonDecoder(self.fmt)
 
 
-def _decodes(value: bytes | None) -> bool:
-    try:
-        value is None or value.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
+def _no_registry(fmt: FormatConfig) -> list[str]:
+    """The rules of a format that reads no Schema Registry (json, raw)."""
+    out = []
+    if fmt.schema_registry is not None:
+        out.append(f"{fmt.type} format takes no schema_registry (it is for avro, protobuf, json_schema)")
+    if fmt.key == "registry":
+        out.append(f"key: registry decodes keys with a Schema Registry: it is for avro, protobuf and json_schema, "
+                   f"not {fmt.type}")
+    return out
 
 
-def _keys_decode(keys: pa.Array, columns: list[pa.Array], good: list[bool],
-                 errors: list[str]) -> tuple[list[pa.Array], list[bool], list[str]]:
-    """With ``format.key: string``, records whose key is not UTF-8 join the quarantine (in record order)."""
-    decodes = _valid_utf8(keys)
-    if decodes.all():
-        return columns, good, errors
-    parse_errors = iter(errors)
-    reasons = [None if ok and key_ok else "key is not valid UTF-8 (format.key: string)" if ok else next(parse_errors)
-               for ok, key_ok in zip(good, decodes, strict=True)]
-    keep = pa.array([bool(key_ok) for ok, key_ok in zip(good, decodes, strict=True) if ok])  # among parsed rows
-    return [c.filter(keep) for c in columns], [r is None for r in reasons], [r for r in reasons if r is not None]
+class JsonDecoder:
+    """The declared fields of a batch's JSON values (:class:`RowParser`), one group of rows."""
 
+    def __init__(self, fmt: FormatConfig):
+        self.key = fmt.key
+        self.rows_schema = table_schema(fmt.fields, fmt.key)
+        self.parser = RowParser(fmt)
+        self.names = [f.name for f in fmt.fields]
 
-def split_records(batch: pa.RecordBatch | pa.Table, fmt: FormatConfig, run_id: str,
-                  parser: RowParser | None = None) -> tuple[pa.Table, pa.Table]:
-    """Split raw records (``kafka_*`` columns) into (rows, quarantined rows)."""
-    table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
-    meta = table.select([f.name for f in METADATA_FIELDS]).cast(pa.schema(METADATA_FIELDS))
-    value_arr = table.column("kafka_value").combine_chunks().cast(pa.binary())
-    schema = table_schema(fmt.fields, fmt.key)
-    if fmt.type == "raw":
-        lengths = pc.fill_null(pc.binary_length(value_arr), 0).to_pylist()
-        good = [n <= fmt.max_value_bytes for n in lengths]
-        errors = [f"value of {n} bytes exceeds max_value_bytes {fmt.max_value_bytes}" for n in lengths
-                  if n > fmt.max_value_bytes]
-        columns: list[pa.Array] = []
-    else:
-        columns, good, errors = (parser or RowParser(fmt)).parse(value_arr)
-    if fmt.key == "string":
-        columns, good, errors = _keys_decode(meta.column("kafka_key").combine_chunks(), columns, good, errors)
-    ok_mask = pa.array(good, pa.bool_())
-    bad_mask = pc.invert(ok_mask)
-    ok_meta = meta.filter(ok_mask).cast(pa.schema(list(schema)[:len(METADATA_FIELDS)]))  # the key decoded, if asked
-    ok = pa.Table.from_arrays([*ok_meta.columns, *columns, value_arr.filter(ok_mask)], schema=schema)
-    bad = pa.Table.from_arrays(
-        [*meta.filter(bad_mask).columns, value_arr.filter(bad_mask), pa.array(errors, pa.string()),
-         pa.array([run_id] * len(errors), pa.string())],
-        schema=QUARANTINE_SCHEMA,
-    )
-    return ok, bad
+    def decode(self, values: pa.Array, keys: pa.Array, table_columns: pa.Schema | None) -> Decoded:
+        columns, good, errors = self.parser.parse(values)
+        ok = np.fromiter(good, dtype=bool, count=len(good))
+        positions = pa.array(np.flatnonzero(ok), pa.int64())
+        bad = np.flatnonzero(~ok).tolist()
+        return Decoded([Rows(positions, pa.Table.from_arrays(columns, names=self.names))], dict(zip(bad, errors,
+                                                                                                   strict=True)))

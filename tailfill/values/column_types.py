@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from tailfill.errors import RecordError
 
-TIMESTAMP = pa.timestamp("us", tz="UTC")  # as tailfill.schema.TIMESTAMP (that module imports this one)
+TIMESTAMP = pa.timestamp("us", tz="UTC")  # as tailfill.values.schema.TIMESTAMP (that module imports this one)
 SCALARS: dict[str, pa.DataType] = {
     "string": pa.string(), "long": pa.int64(), "int": pa.int32(), "double": pa.float64(), "float": pa.float32(),
     "boolean": pa.bool_(), "timestamp": TIMESTAMP, "date": pa.date32(), "binary": pa.binary(),

@@ -35,11 +35,11 @@ from datetime import UTC, datetime
 import pyarrow.fs as pafs
 from pyiceberg.table import Table
 
-from tailfill.config import PipelineConfig
 from tailfill.lake.batch_summary import BatchSummary
 from tailfill.lake.ledger import AUDIT_HEAD, PREVIOUS_AUDIT, batch_summaries
-from tailfill.lake.storage import filesystem, fs_path, make_dirs, write_whole
-from tailfill.state.store import state_root
+from tailfill.plumbing.durable import write_whole
+from tailfill.plumbing.warehouse import fs_path, make_dirs
+from tailfill.state.store import StateStore
 
 LEGACY_AUDIT_DIR = "tailfill-audit"  # beside the table's data: where archives were written before
 READERS = 8
@@ -60,7 +60,7 @@ class AuditLog:
         """The summary of the commit about to make ``snapshot_id``: written before that commit."""
         make_dirs(self.fs, f"{self.base}/batches")
         record = {**summary, "snapshot-id": str(snapshot_id), "timestamp-ms": str(int(time.time() * 1000))}
-        write_whole(self.fs, self.batch_uri(snapshot_id), json.dumps(record, sort_keys=True).encode())
+        write_whole(self.batch_uri(snapshot_id), json.dumps(record, sort_keys=True).encode(), self.fs)
 
     def drop_batches(self, snapshot_ids: list[int]) -> None:
         """Delete per-commit objects (of a failed attempt, or once archived); absent ones are fine."""
@@ -87,7 +87,7 @@ class AuditLog:
         make_dirs(self.fs, f"{self.base}/archive")
         name = f"{datetime.now(UTC):%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex[:12]}.jsonl"
         final = f"{self.base}/archive/{name}"
-        write_whole(self.fs, final, "".join(json.dumps(s, sort_keys=True) + "\n" for s in summaries).encode())
+        write_whole(final, "".join(json.dumps(s, sort_keys=True) + "\n" for s in summaries).encode(), self.fs)
         return final
 
     def archived(self) -> list[dict[str, str]]:
@@ -111,9 +111,9 @@ class AuditLog:
             return None
 
 
-def audit_log(cfg: PipelineConfig, table: Table) -> AuditLog:
-    """The audit log of ``table`` (one of ``cfg``'s) in the pipeline's shared state folder."""
-    return AuditLog(filesystem(cfg.target), f"{state_root(cfg)}/audit/{'.'.join(table.name())}",
+def audit_log(store: StateStore, table: Table) -> AuditLog:
+    """The audit log of ``table`` in its pipeline's shared state folder (``store``)."""
+    return AuditLog(store.fs, f"{store.root}/audit/{'.'.join(table.name())}",
                     f"{table.location().rstrip('/')}/{LEGACY_AUDIT_DIR}")
 
 

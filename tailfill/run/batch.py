@@ -1,0 +1,112 @@
+"""One micro-batch, start to end: prepare → commit → report → pace. Spark's ``foreachBatch`` of a query.
+
+:class:`BatchHandler` keeps nothing of its own between batches: what it learns goes into the query's
+shared :class:`~tailfill.run.query_state.QueryState` (the tally, the step it is at, the failure it met,
+as data), the batch's report into the run's report log, and the next batch's
+:class:`~tailfill.source.handoff.Budget` (from the :class:`~tailfill.run.pacing.Pacer`) into the file the
+source reads before planning it.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tailfill import failpoints
+from tailfill.errors import ErrorInfo
+from tailfill.lake.commit import Committer
+from tailfill.lake.prepare import PreparedRange
+from tailfill.lake.schema_change import table_columns
+from tailfill.run.pacing import Pacer
+from tailfill.run.plan import IngestRequest
+from tailfill.run.query_state import QueryState
+from tailfill.run.restarts import Failure
+from tailfill.run.spark_prepare import prepare_batch
+from tailfill.state.records import BatchReport
+from tailfill.state.store import ReportLog
+from tailfill.values.freshness import LatencySample, freshness
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+@dataclass(frozen=True)
+class BatchHandler:
+    """``foreachBatch`` of one request: what it needs, handed in once; what it changes, in ``state``."""
+
+    req: IngestRequest
+    shipped: str  # the pipeline's resolved config, which the executors build their context from
+    committer: Committer
+    reports: ReportLog
+    pacer: Pacer
+    budget_file: Path
+    state: QueryState
+
+    def __call__(self, ranges: DataFrame, batch_id: int) -> None:
+        self.state.step = f"prepare (read, parse, write on the executors) of batch {batch_id}"
+        try:
+            self._batch(ranges, batch_id)
+        except BaseException:  # for the restart policy: where this attempt failed, and why (as data)
+            self.state.failure = Failure(ErrorInfo.of(sys.exc_info()[1]), self.state.step)
+            raise
+
+    def _batch(self, ranges: DataFrame, batch_id: int) -> None:
+        state, tables = self.state, self.committer.tables
+        started = time.time()
+        triggered = self._triggered_at(started)
+        prepared = prepare_batch(ranges, self.shipped, self.req.run_id, tables.data.location(),
+                                 tables.quarantine.location(), table_columns(tables.data))
+        if not prepared:
+            state.last_end = time.time()
+            return  # an empty batch commits nothing and never fails
+        shown = ", ".join(str(p.marker.range) for p in prepared[:4]) + (" …" if len(prepared) > 4 else "")
+        state.step = f"commit of batch {batch_id} ({shown})"
+        stages = {"plan": started - triggered, "prepare": time.time() - started}
+        if state.pending_yield:
+            stages["yield"] = state.pending_yield
+        report, sample = commit_report(self.committer, self.req.run_id, batch_id, prepared, triggered, stages)
+        state.step = f"report and sizing after batch {batch_id}"
+        self.reports.append(report)
+        state.tally = state.tally.after(report, sample)
+        budget, state.pending_yield = self.pacer.after_batch(report)
+        budget.write(self.budget_file)
+        state.last_end = time.time()
+
+    def _triggered_at(self, started: float) -> float:
+        """When Spark began this batch: processing-time triggers fire on multiples of the interval."""
+        if self.req.trigger != "processing_time":
+            return self.state.last_end
+        interval = self.req.trigger_interval_seconds
+        return max(self.state.last_end, math.floor(started / interval) * interval)
+
+
+def commit_report(committer: Committer, run_id: str, batch_id: int, prepared: list[PreparedRange],
+                  triggered: float, stages: dict[str, float]) -> tuple[BatchReport, LatencySample]:
+    """Commit one prepared batch and describe it: its :class:`BatchReport` and its records' latency sample.
+
+    ``stages``: the seconds already spent (plan, prepare, a yield before it); read, parse and write
+    come from the executors, commit is measured here.
+    """
+    failpoints.pause("before-commit")
+    failpoints.maybe_fail("before-commit")
+    result, commit_s = committer.commit(run_id, batch_id, prepared)
+    failpoints.maybe_fail("after-commit")
+    ended = time.time()
+    sample = LatencySample.at(ended, [p.timestamps for p in prepared if p.timestamps])
+    fresh = freshness([sample])
+    stages = dict(stages)
+    for stage in ("read", "parse", "write"):
+        stages[stage] = sum(p.stages.get(stage, 0.0) for p in prepared)
+    stages["commit"] = commit_s
+    report = BatchReport(
+        batch_id=batch_id, at=ended, seconds=round(ended - triggered, 3),
+        offsets=sum(p.marker.range.size for p in prepared), records=sum(p.marker.records for p in prepared),
+        rows=sum(p.rows for p in prepared), quarantined=sum(p.quarantined for p in prepared),
+        committed=result.committed, skipped=result.skipped, snapshot_id=result.snapshot_id,
+        commit_ms=round(commit_s * 1000, 1), stages={k: round(v, 3) for k, v in stages.items()},
+        freshness=fresh.to_dict() if fresh else None)
+    return report, sample

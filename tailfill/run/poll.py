@@ -1,0 +1,105 @@
+"""The poll loop: what the driver does while one streaming query runs, once a second, until it ends.
+
+It stops the query when asked — at once when its caller cancels (a killed task, the warm Spark server's
+caller gone: what it committed stays, the rest is replayed later), between batches after
+``stop_after_seconds`` or on ``tailfill stop-tail`` — beats the pacer's heartbeat, and prints a
+progress line after every batch and every :data:`HEARTBEAT_S` seconds. It returns when the query
+ends; a query that failed raises its failure (``awaitTermination``) for the restart loop.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tailfill.errors import JobCancelled
+from tailfill.offsets import ranges_between, total
+from tailfill.run.pacing import Pacer
+from tailfill.run.plan import IngestRequest
+from tailfill.run.query_state import QueryState, Tally
+from tailfill.state.records import format_stages
+from tailfill.state.store import StateStore, clear_stop, stop_requested
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+HEARTBEAT_S = 15.0
+STOP_BETWEEN_BATCHES_S = 120.0  # the longest wait for a batch in flight before a stop
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What the poll loop watches a query with: its request, shared state, pacer, the pipeline's run state (stop
+    requests), its caller's cancel flag, and where its lines go."""
+
+    req: IngestRequest
+    state: QueryState
+    pacer: Pacer
+    store: StateStore
+    cancel: threading.Event | None
+    log: Callable[[str], None]
+
+
+def poll(query: StreamingQuery, watch: Watch) -> None:
+    """Watch ``query`` until it ends (see the module's description)."""
+    req, state = watch.req, watch.state
+    started, printed, printed_at, beat_at = time.monotonic(), -1, 0.0, 0.0
+    try:
+        while not query.awaitTermination(1.0):
+            if watch.cancel is not None and watch.cancel.is_set():
+                state.stopping.set()
+                query.stop()  # at once, as a killed spark-submit would: an unfinished batch is replayed later
+                raise JobCancelled(f"[{req.label}] cancelled: its caller went away or asked to stop; "
+                                   f"{state.tally.offsets:,} offsets committed before")
+            if req.stop_after_seconds is not None and time.monotonic() - started >= req.stop_after_seconds:
+                state.stopping.set()
+                stop_between_batches(query)
+                watch.log(f"[{req.label}] stopped after {req.stop_after_seconds:.0f}s as asked")
+                continue
+            if req.end is None and stop_requested(watch.store):
+                state.stopping.set()
+                stop_between_batches(query)
+                clear_stop(watch.store)
+                watch.log(f"[{req.label}] stopped between batches as asked (tailfill stop-tail)")
+                continue
+            if time.monotonic() - beat_at >= HEARTBEAT_S / 3:
+                watch.pacer.heartbeat(caught_up=not query.status.get("isDataAvailable", True))
+                beat_at = time.monotonic()
+            if state.tally.batches != printed or time.monotonic() - printed_at >= HEARTBEAT_S:
+                watch.log(progress_line(req, state.tally, started, watch.pacer.note()))
+                printed, printed_at = state.tally.batches, time.monotonic()
+    except KeyboardInterrupt:
+        watch.log(f"[{req.label}] stopping after the current batch")
+        state.stopping.set()
+        query.stop()
+        raise
+
+
+def stop_between_batches(query: StreamingQuery, wait_s: float = STOP_BETWEEN_BATCHES_S) -> None:
+    """Stop ``query`` when no micro-batch is in flight (a stopped batch would only be replayed)."""
+    deadline = time.monotonic() + wait_s
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    query.stop()
+
+
+def progress_line(req: IngestRequest, done: Tally, started: float, note: str = "") -> str:
+    """``[label] done/planned offsets (pct) rows/s batches ETA | last batch's stages | pacer's note``.
+
+    A processing-time tail has no planned total (the topic grows while it runs: its backlog is in
+    the note); an available-now tail's total is the end it read to, which it may pass by a little.
+    """
+    offsets, rows = done.offsets, done.rows + done.quarantined
+    end = req.end or (req.target_end if req.trigger == "available_now" else None)
+    planned = max(total(ranges_between(req.start, end)), offsets) if end else 0
+    elapsed = max(time.monotonic() - started, 1e-6)
+    pct = f" ({100 * offsets / planned:.0f}%)" if planned else ""
+    eta = f" ETA {max(planned - offsets, 0) / (offsets / elapsed):.0f}s" if planned and offsets else ""
+    done_of = f"{offsets:,}/{planned:,}" if planned else f"{offsets:,}"
+    line = f"[{req.label}] {done_of} offsets{pct} {rows / elapsed:,.0f} rows/s {done.batches} batches{eta}"
+    if done.last is not None and done.last.stages:
+        line += " | last batch: " + format_stages(done.last.stages)
+    return line + (f" | {note}" if note else "")

@@ -1,0 +1,88 @@
+"""When a failed query is started again, and when the run gives up instead: a pure policy.
+
+A streaming query that fails is restarted from its checkpoint (its planned batch is replayed with the
+same offsets), after a wait that doubles with every consecutive failure. A failure whose error says no
+restart can help (:attr:`~tailfill.errors.ErrorInfo.retryable` false: expired offsets, a bad setting, a
+dropped record) stops the run at once. Failed attempts that commit no batch of this run count against
+the pipeline's budget (``max_consecutive_failures``); past it the run stops, naming the step the
+attempts failed at (seed 004: no endless restart loop). One that committed a batch starts the count again.
+
+Spark's own infrastructure failing — a Python worker that could not connect back to its executor, the
+machine too busy to start one in time (:attr:`~tailfill.errors.ErrorInfo.infrastructure`) — says nothing of
+the batch: such failures have a budget and a longer backoff of their own, and leave the batch's budget
+alone; past it, they count as the batch's.
+
+Everything here is values in, a decision out: no clock, no sleeping, no Spark (tested as the governor is).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tailfill.errors import ErrorInfo
+
+MAX_BACKOFF_S = 60.0  # the longest wait before a restart, however many failures came before
+INFRASTRUCTURE_ATTEMPTS = 5  # in a row, on top of the batch's budget
+INFRASTRUCTURE_BACKOFF_S = 15.0  # the first wait; doubled per infrastructure failure in a row (at most 120 s)
+INFRASTRUCTURE_MAX_BACKOFF_S = 120.0
+PLANNING = "planning a batch (the source, reading offsets on the driver)"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed attempt of a query: what failed, at which step, and whether it committed a batch first."""
+
+    error: ErrorInfo
+    step: str = PLANNING
+    advanced: bool = False  # the attempt committed at least one batch of this run before it failed
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do after a failure: restart after ``wait_seconds``, or stop (``stop`` says why, in one line)."""
+
+    failures: int  # failed attempts in a row (of the kind that failed now)
+    tolerated: int
+    wait_seconds: float = 0.0
+    stop: str | None = None
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """The restart budget of one query (``max_consecutive_failures``, ``restart_backoff_seconds``)."""
+
+    tolerated: int
+    backoff_seconds: float
+
+    def start(self) -> Restarts:
+        return Restarts(self)
+
+
+@dataclass(frozen=True)
+class Restarts:
+    """A query's failures since it last made progress, and the policy that judges them."""
+
+    policy: RestartPolicy
+    failures: tuple[Failure, ...] = ()  # batch failures in a row: they count against the budget
+    infrastructure: int = 0  # infrastructure failures in a row
+
+    def after(self, failure: Failure) -> tuple[Restarts, Decision]:
+        """The state after ``failure``, and what to do about it."""
+        if not failure.error.retryable:
+            return self, Decision(len(self.failures) + 1, self.policy.tolerated, stop=f"{failure.error}")
+        if failure.advanced:  # the attempt committed a batch of this run: it does not count, the count starts again
+            return Restarts(self.policy), Decision(0, self.policy.tolerated, self.policy.backoff_seconds)
+        if failure.error.infrastructure and self.infrastructure < INFRASTRUCTURE_ATTEMPTS:
+            n = self.infrastructure + 1
+            wait = min(INFRASTRUCTURE_BACKOFF_S * 2 ** (n - 1), INFRASTRUCTURE_MAX_BACKOFF_S)
+            return replace(self, infrastructure=n), Decision(n, INFRASTRUCTURE_ATTEMPTS, wait)
+        now = replace(self, failures=(*self.failures, failure), infrastructure=0)
+        n, tolerated = len(now.failures), self.policy.tolerated
+        if n > tolerated:
+            steps = [f.step for f in now.failures]
+            where = (f"each at the same step: {steps[-1]}" if len(set(steps)) == 1
+                     else "at: " + "; ".join(dict.fromkeys(steps)))
+            return now, Decision(n, tolerated, stop=(
+                f"{n} consecutive failed attempts without committing any offset (tolerated: {tolerated}), "
+                f"{where}; last cause: {failure.error}"))
+        return now, Decision(n, tolerated, min(self.policy.backoff_seconds * 2 ** (n - 1), MAX_BACKOFF_S))

@@ -1,0 +1,199 @@
+"""One runner choice for the ingest job: where a :class:`~tailfill.run.contract.JobSpec` runs, whoever asks.
+
+A :class:`Runner` submits a spec and hands back a :class:`JobRun` to wait for, or to kill; every line
+the job prints (its events among them) goes to the caller's ``on_line`` as it comes, secrets redacted.
+Backends: :class:`SparkSubmitRunner` (a ``spark-submit`` of its own: a new application) and
+:class:`WarmServerRunner` (the long-lived Spark server of this home, :mod:`tailfill.run.warm_spark`);
+Spark Connect would be a third. :func:`choose_runner` makes the one decision, warm or cold, for the
+CLI and the Airflow operator alike: a job that cannot run warm runs cold, saying why.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from tailfill.errors import SparkServerError
+from tailfill.plumbing.detached import alive
+from tailfill.redact import redact_text
+from tailfill.run import runtime
+from tailfill.run.contract import JobResult, JobSpec, read_event
+from tailfill.run.submit import spark_submit_command, submit_env
+from tailfill.run.warm_spark import (
+    Refused,
+    cancel_warm,
+    job_env_digests,
+    job_request,
+    spark_server_up,
+    warm_env,
+    why_cold,
+)
+from tailfill.settings import settings
+
+OnLine = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended: its exit code as ``spark-submit`` gives it (0; 2 when the job failed with a cause; any
+    other: it ended without saying why) and its result, if it printed one."""
+
+    code: int
+    result: JobResult | None
+
+
+class JobRun(Protocol):
+    """A job submitted: wait for its end, or kill it."""
+
+    stopping: str  # what the caller says when it kills the run ("killing its spark-submit")
+
+    def wait(self) -> Outcome: ...
+
+    def kill(self) -> None: ...
+
+
+class Runner(Protocol):
+    """Where jobs run."""
+
+    def submit(self, spec: JobSpec, on_line: OnLine) -> JobRun:
+        """Start ``spec``; its lines go to ``on_line``. Raises :class:`SparkServerError` when it cannot start."""
+        ...
+
+
+class _Lines:
+    """A job's output lines, handed on (redacted) and read for its result."""
+
+    def __init__(self, on_line: OnLine):
+        self.on_line, self.result = on_line, None
+
+    def __call__(self, line: str) -> None:
+        line = redact_text(line.rstrip("\n"))
+        event = read_event(line)
+        if isinstance(event, JobResult):
+            self.result = event
+        self.on_line(line)
+
+
+class SparkSubmitRunner:
+    """``spark-submit`` of the job (:func:`~tailfill.run.submit.spark_submit_command`): a new application on
+    ``master`` with ``conf`` over Tailfill's Spark settings, in ``env`` (default: this process's, with
+    Tailfill's Spark environment and shipped code); ``name``: the application's."""
+
+    def __init__(self, master: str | None = None, conf: Mapping[str, str] | None = None,
+                 env: Mapping[str, str] | None = None, name: str | None = None):
+        self.master, self.conf, self.env, self.name = master, dict(conf or {}), env, name
+
+    def submit(self, spec: JobSpec, on_line: OnLine) -> SparkSubmitRun:
+        cmd = spark_submit_command(spec, self.master, self.conf)
+        if self.name:
+            cmd[1:1] = ["--name", self.name]
+        return SparkSubmitRun(cmd, dict(self.env) if self.env is not None else submit_env(), on_line)
+
+
+class SparkSubmitRun:
+    """A running ``spark-submit``: both of its streams, line by line, to ``on_line``."""
+
+    stopping = "killing its spark-submit"
+
+    def __init__(self, cmd: list[str], env: dict[str, str], on_line: OnLine):
+        self.lines = _Lines(on_line)
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     errors="replace", bufsize=1)
+        self.reader = threading.Thread(target=self._read, name="spark-submit-output", daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines(line)
+
+    def wait(self) -> Outcome:
+        code = self.proc.wait()
+        self.reader.join(timeout=30)  # a worker the job left behind may hold the pipe; never wait on it for ever
+        return Outcome(code, self.lines.result)
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+
+class WarmServerRunner:
+    """The warm Spark server of ``home`` (started if none runs); ``env``: the caller's settings, compared with the
+    server's as digests (``secrets``: the pipeline's secret variables by name)."""
+
+    def __init__(self, env: Mapping[str, str] | None = None, secrets: tuple[str, ...] = (), home: Path | None = None):
+        self.env = dict(env if env is not None else os.environ)
+        self.secrets, self.home = secrets, home or settings().home
+
+    def submit(self, spec: JobSpec, on_line: OnLine) -> WarmRun:
+        status = spark_server_up(self.home, self.env)
+        if status["code"] != runtime.code_fingerprint():
+            raise Refused("the warm Spark server runs other code and is busy")
+        digests = job_env_digests(warm_env(self.env, self.home), self.secrets)
+        return WarmRun(spec, status, job_request(status, spec, digests), on_line, self.home)
+
+
+class WarmRun:
+    """A job on the warm Spark server: its lines as the server streams them."""
+
+    stopping = "cancelling its job on the warm Spark server"
+
+    def __init__(self, spec: JobSpec, status: dict, response, on_line: OnLine, home: Path):
+        self.spec, self.status, self.response, self.home = spec, status, response, home
+        self.lines = _Lines(on_line)
+
+    def wait(self) -> Outcome:
+        try:
+            for raw in self.response:
+                self.lines(raw.decode("utf-8", "replace"))
+        except OSError as exc:
+            self.lines(f"error: the warm Spark server's connection broke: {exc}")
+        result = self.lines.result
+        if result is None:
+            pid = self.status["pid"]
+            self.lines(f"error: the warm Spark server (pid {pid}) ended the job without a result"
+                       + ("" if alive(pid) else ": it is no longer running"))
+            return Outcome(1, None)
+        return Outcome(2 if result.error else 0, result)
+
+    def kill(self) -> None:
+        cancel_warm(self.spec.run_id, self.home)
+
+
+class WarmFirst:
+    """The warm Spark server when it can take the job, else ``spark-submit``, saying why; ``proceed`` says whether
+    falling back is still wanted (not once the caller was stopped)."""
+
+    def __init__(self, warm: WarmServerRunner, cold: SparkSubmitRunner,
+                 proceed: Callable[[], bool] = lambda: True):
+        self.warm, self.cold, self.proceed = warm, cold, proceed
+
+    def submit(self, spec: JobSpec, on_line: OnLine) -> JobRun:
+        why = why_cold(self.cold.master, self.cold.conf)
+        if why is None:
+            try:
+                return self.warm.submit(spec, on_line)
+            except SparkServerError as exc:
+                why = str(exc)
+        if not self.proceed():
+            raise SparkServerError(f"not started: the warm Spark server did not take it ({why}), and its caller "
+                                   "has stopped")
+        on_line(f"[{spec.run_id}] running cold (spark-submit): {why}")
+        return self.cold.submit(spec, on_line)
+
+
+def choose_runner(mode: str | None = None, master: str | None = None, conf: Mapping[str, str] | None = None,
+                  env: Mapping[str, str] | None = None, secrets: tuple[str, ...] = (),
+                  submit_env_: Mapping[str, str] | None = None, name: str | None = None,
+                  proceed: Callable[[], bool] = lambda: True) -> Runner:
+    """Where a job runs: warm (``mode`` ``warm``, default ``TAILFILL_SPARK``) when the server can take it, else
+    ``spark-submit``. ``env``: the caller's environment (the settings a warm job is compared by);
+    ``submit_env_``: a ``spark-submit``'s whole environment (default: this process's, with Tailfill's)."""
+    cold = SparkSubmitRunner(master, conf, submit_env_, name)
+    if (mode or settings().spark_mode) != "warm":
+        return cold
+    return WarmFirst(WarmServerRunner(env, secrets), cold, proceed)

@@ -1,0 +1,90 @@
+"""The environment's settings: every ``TAILFILL_*`` variable Tailfill reads, in one typed object.
+
+:func:`settings` reads them when asked (nothing is cached: a caller that changes the environment is
+seen at once) and checks each, so a bad value is one line naming the variable and its fix. Nothing
+else in Tailfill reads a ``TAILFILL_*`` variable; a pipeline's YAML may still reference any variable as
+``${VAR}`` (:mod:`tailfill.pipeline.load`), and the variables that hold secrets are named by the
+pipeline (its ``*_env`` settings).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from tailfill.errors import ConfigError
+
+LOOPBACK = "127.0.0.1"
+DEFAULT_MASTER = "local[2]"
+DEFAULT_SPARK_SLOTS = 4  # three backfill lanes (the form's default) beside one incremental run
+SPARK_MODES = ("warm", "submit")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the environment says, typed; the variable of each field is in its comment."""
+
+    home: Path  # TAILFILL_HOME: local state (logs, caches, the embedded services' addresses); ./.tailfill
+    pipelines: Path  # TAILFILL_PIPELINES: the folder of the pipelines' YAML files; ./pipelines
+    spark_mode: Literal["warm", "submit"]  # TAILFILL_SPARK: how jobs run when the caller does not say
+    spark_master: str  # TAILFILL_SPARK_MASTER: local[2]
+    spark_driver_host: str  # TAILFILL_SPARK_DRIVER_HOST: a host a cluster's executors reach; loopback
+    spark_log_level: str  # TAILFILL_SPARK_LOG_LEVEL: ERROR
+    spark_slots: int  # TAILFILL_SPARK_SLOTS: slots of the Airflow pool of Spark jobs (at least 2)
+    fault_dir: Path | None  # TAILFILL_FAULT_DIR: where tests arm failpoints (tailfill.failpoints)
+    fault_pause: str | None  # TAILFILL_FAULT_PAUSE: the failpoint to pause at
+    fault_skip: int  # TAILFILL_FAULT_SKIP: arrivals at the paused point to let pass first
+    broker_port: int | None  # TAILFILL_BROKER_PORT: the embedded broker's port (None: a free one)
+    registry_port: int | None  # TAILFILL_REGISTRY_PORT: the development Schema Registry's port
+    postgres_bin: str | None  # TAILFILL_POSTGRES_BIN: where the Postgres server binaries are
+    airflow_port: int  # TAILFILL_AIRFLOW_PORT: the local Airflow's port; 8080
+    airflow_db: str | None  # TAILFILL_AIRFLOW_DB: the local Airflow's metadata database URL
+    on_failure: str | None  # TAILFILL_ON_FAILURE: module:function called with every recorded failure
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """The settings ``env`` (default: this process's environment) gives; ConfigError naming a bad one."""
+        env = os.environ if env is None else env
+        mode = env.get("TAILFILL_SPARK") or "submit"
+        if mode not in SPARK_MODES:
+            raise ConfigError(f"TAILFILL_SPARK={mode!r}: use warm or submit")
+        slots = env.get("TAILFILL_SPARK_SLOTS") or str(DEFAULT_SPARK_SLOTS)
+        if not slots.isdigit() or int(slots) < 2:
+            raise ConfigError(f"TAILFILL_SPARK_SLOTS={slots!r}: the Spark pool needs at least 2 slots (fix: set "
+                              "TAILFILL_SPARK_SLOTS to an integer >= 2, one slot per concurrent Spark job)")
+        fault_dir = env.get("TAILFILL_FAULT_DIR")
+        return cls(
+            home=Path(env.get("TAILFILL_HOME") or ".tailfill").absolute(),
+            pipelines=Path(env.get("TAILFILL_PIPELINES") or "pipelines").absolute(),
+            spark_mode=mode,  # type: ignore[arg-type]
+            spark_master=env.get("TAILFILL_SPARK_MASTER") or DEFAULT_MASTER,
+            spark_driver_host=env.get("TAILFILL_SPARK_DRIVER_HOST") or LOOPBACK,
+            spark_log_level=env.get("TAILFILL_SPARK_LOG_LEVEL") or "ERROR",
+            spark_slots=int(slots),
+            fault_dir=Path(fault_dir) if fault_dir else None,
+            fault_pause=env.get("TAILFILL_FAULT_PAUSE") or None,
+            fault_skip=_number(env, "TAILFILL_FAULT_SKIP") or 0,
+            broker_port=_number(env, "TAILFILL_BROKER_PORT"),
+            registry_port=_number(env, "TAILFILL_REGISTRY_PORT"),
+            postgres_bin=env.get("TAILFILL_POSTGRES_BIN") or None,
+            airflow_port=_number(env, "TAILFILL_AIRFLOW_PORT") or 8080,
+            airflow_db=env.get("TAILFILL_AIRFLOW_DB") or None,
+            on_failure=env.get("TAILFILL_ON_FAILURE") or None,
+        )
+
+
+def _number(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name)
+    if not raw:
+        return None
+    if not raw.isdigit():
+        raise ConfigError(f"{name}={raw!r}: not a whole number (fix: set {name} to a number, or unset it)")
+    return int(raw)
+
+
+def settings(env: Mapping[str, str] | None = None) -> Settings:
+    """The settings of this process's environment now (or of ``env``)."""
+    return Settings.from_env(env)
