@@ -9,7 +9,7 @@ rate measured so far. The table's ledger is the one resume truth: a request
 starts at its first uncommitted offset, and its checkpoint is named by its bounds, so a checkpoint
 is only ever reused by the same request (to replay a failed batch with the same offsets) and is
 removed when the request finishes. Failures that do not advance the ledger are tolerated up to
-the configured budget, then the run stops with the cause (seed 004: no endless restart loop).
+the configured budget, then the run stops with the cause (no endless restart loop).
 """
 
 from __future__ import annotations
@@ -314,7 +314,7 @@ def _attempts(spark: SparkSession, cfg: PipelineConfig, req: IngestRequest, writ
     :data:`MAX_BACKOFF_S`), so a broker or catalog that is back within the budget's waits is survived.
     Attempts that finish no batch of *this run* count against the budget (another writer's commits
     to the table in the meantime do not reset it); past it the run stops, naming the step at which
-    the attempts failed (seed 004: no endless restart loop).
+    the attempts failed (no endless restart loop).
     """
     result = writer.done
     consecutive, steps = 0, []

@@ -147,8 +147,8 @@ def test_the_operator_s_adapter_fails_here_the_day_the_provider_s_private_log_pa
 
 
 def test_a_lane_that_will_be_retried_keeps_its_label(monkeypatch):
-    """Issue 23, item 10: Airflow's retry message carried no rendered map index, so the grid showed
-    ``ingest_slice [0]`` between tries. Pins the task runner's private function the fix wraps."""
+    """Airflow's retry message carries no rendered map index, so without the wrapper the grid shows
+    ``ingest_slice [0]`` between tries. Pins the task runner's private function the wrapper wraps."""
     import inspect
     from types import SimpleNamespace
 
