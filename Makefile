@@ -8,7 +8,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export AWS_EC2_METADATA_DISABLED := true
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: install demo test lint airflow clean postgres-server
+.PHONY: install demo test docs docs-gen lint airflow clean postgres-server
 
 $(STAMP): pyproject.toml setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
@@ -49,9 +49,18 @@ postgres-server:
 airflow: $(STAMP) postgres-server
 	PYTHONPATH=plugins $(PY) -m tailfill_airflow.local
 
+## The docs site into site/ (open site/index.html): the generated parts first, then MkDocs with --strict,
+## so a broken link or page fails. Offline: a built-in theme, nothing loaded from outside the site.
+docs: docs-gen
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
+## The parts of docs/ generated from the code: the pipeline reference and schema, the errors page.
+docs-gen: $(STAMP)
+	$(PY) -m tailfill.dev.docs
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tailfill spark_jobs tests plugins dags benchmarks
 
 clean:
 	-$(VENV)/bin/tailfill broker down
-	rm -rf .tailfill $(VENV) .pytest_cache
+	rm -rf .tailfill $(VENV) .pytest_cache site

@@ -6,7 +6,7 @@ first incremental run records the cutover (nothing to ingest, no Spark); then, `
 ``--count`` new events are produced and the incremental DAG is triggered through the REST API.
 Printed per run: seconds from the trigger to the end of ``validate`` (validated), to the end of the
 run, and each task's duration. Modes: ``warm`` (``TAILFILL_SPARK=warm``: jobs on the warm Spark
-server, which the first run starts) and ``submit`` (a ``spark-submit`` per run, as before).
+server, which the first run starts) and ``submit`` (a ``spark-submit`` per run).
 
     .venv/bin/python benchmarks/airflow_incremental.py [--count 10000] [--runs 3] [--modes warm,submit]
 
@@ -38,7 +38,6 @@ from tailfill.pipeline.load import load_pipeline  # noqa: E402
 
 NAME = "bench"
 INCREMENTAL = f"{NAME}_incremental"
-ISSUE_BASELINE = "45–66 s (issue 22: a spark-submit per run, measured before this work)"
 
 
 def pipeline(folder: Path, bootstrap: str) -> Path:
@@ -114,7 +113,6 @@ def main() -> None:
         warm = statistics.median(r["validated"] for r in results["warm"][1:] or results["warm"])
         cold = statistics.median(r["validated"] for r in results["submit"][1:] or results["submit"])
         print(f"  warm / submit: {warm / cold:.2f}")
-    print(f"  baseline: {ISSUE_BASELINE}")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,14 @@
 """Evidence: a shared consumer that pauses and resumes partitions can stop reading one for good.
 
-Spark reuses its Python workers, so one consumer reads every batch a worker gets. The reader used
-to ``pause()`` each partition it finished and, on its next batch, ``assign()`` then ``resume()``
-them. Under CPU load librdkafka sometimes loses the assignment's fetch start to the resume (both
-bump the partition's op version: confluentinc/librdkafka#5591, #2190): that partition's position
-stays invalid, it never fetches, and the batch waits out its idle timeout — the 60 s stalls seen
-in CI, in soaks, and in a tail batch of 117 s. The broker is fine meanwhile: the other partitions
-of the same consumer, and a fresh assignment, read at once.
+Spark reuses its Python workers, so one consumer reads every batch a worker gets. A reader that
+``pause()``s each partition it finished and, on its next batch, calls ``assign()`` then ``resume()``
+can lose the assignment's fetch start to the resume under CPU load (both bump the partition's op
+version: confluentinc/librdkafka#5591, #2190): that partition's position stays invalid, it never
+fetches, and the batch waits out its idle timeout (60 s). The broker is fine meanwhile: the other
+partitions of the same consumer, and a fresh assignment, read at once.
 
 This script runs Tailfill's reader over the same ranges again and again on one shared consumer
-beside CPU-bound processes, once with the old pattern put back (a consumer that resumes right after
+beside CPU-bound processes, once with the pause/resume pattern (a consumer that resumes right after
 each assign and pauses a finished partition) and once as it is (a finished partition leaves the
 assignment with ``incremental_unassign``; nothing is paused), and prints how many reads stalled.
 
@@ -40,7 +39,7 @@ def _burn() -> None:
 
 
 class PausingConsumer(Consumer):
-    """The old pattern on Tailfill's own reader: ``resume()`` right after ``assign()``, a finished
+    """The pause/resume pattern on Tailfill's own reader: ``resume()`` right after ``assign()``, a finished
     partition paused rather than unassigned."""
 
     def assign(self, partitions: list) -> None:

@@ -1,4 +1,4 @@
-"""Benchmark: the live tail's freshness alone, then with a backfill beside it (seed 001).
+"""Benchmark: the live tail's freshness alone, then with a backfill beside it.
 
 On the embedded broker: N events of history, a producer writing live events at R/s, and a
 processing-time tail (trigger T s) started with ``tailfill tail``. The tail first runs alone, then
@@ -59,9 +59,8 @@ def main() -> int:
         spec = yaml.safe_load((REPO / "pipelines" / "demo.yaml").read_text())  # the shipped settings, but:
         spec["name"] = "fresh"
         spec["source"]["bootstrap_servers"] = broker.bootstrap_servers
-        # As in tests/integration/test_tail_first.py: 2 slices, tail batches of 500-50,000 offsets. With the
-        # demo's 4 slices, 300,000-offset tail cap and 60 s alone, the embedded broker stalled produce and
-        # fetch for over a minute in five runs (README, Cost); which of the three matters is not isolated.
+        # As in tests/integration/test_tail_first.py: 2 slices, tail batches of 500-50,000 offsets (the
+        # test's --demo-settings runs the demo pipeline's own).
         spec["backfill"]["slices"] = 2
         spec["tail"].update(min_offsets_per_batch=500, max_offsets_per_batch=50_000, trigger="processing_time",
                             trigger_interval_seconds=args.interval, freshness_seconds=2 * args.interval)
@@ -103,8 +102,6 @@ def main() -> int:
     print(f"  tail alone            {phase(batches, alone_from, backfill_from)}")
     print(f"  tail beside backfill  {phase(batches, backfill_from, backfill_to)}")
     print(f"  backfill              {seconds:5.1f}s end to end, {args.events / seconds:,.0f} offsets/s")
-    print("  baseline (issue 9, before): beside a backfill the tail's batches took 34-70 s on a 10 s trigger, "
-          "rows 6 min old at p95")
     print("\n".join(line for line in done.stdout.splitlines() if "beside" in line or "yield" in line)[-600:])
     return 0
 

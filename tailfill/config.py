@@ -36,11 +36,18 @@ AIRFLOW_PASSWORD_ENV = "TAILFILL_KAFKA_PASSWORD"
 class SecurityConfig(_Model):
     """How to authenticate to the broker; secrets come from the environment or Airflow."""
 
-    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
-    username_env: str | None = None
-    password_env: str | None = None
-    airflow_conn_id: str | None = None
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", description="How the consumer talks to the brokers (librdkafka's security.protocol).")
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        default=None, description="The SASL mechanism; required with a SASL_* protocol.")
+    username_env: str | None = Field(
+        default=None, description="The environment variable that holds the SASL login.")
+    password_env: str | None = Field(
+        default=None, description="The environment variable that holds the SASL password (never the password).")
+    airflow_conn_id: str | None = Field(
+        default=None, description="An Airflow connection whose login and password Airflow's tasks hand to the job, "
+                                  "in the variables named by username_env and password_env (else "
+                                  "TAILFILL_KAFKA_USERNAME and TAILFILL_KAFKA_PASSWORD).")
 
     @model_validator(mode="after")
     def _sasl_needs_credentials(self) -> SecurityConfig:
@@ -68,13 +75,22 @@ class SecurityConfig(_Model):
 
 
 class SourceConfig(_Model):
-    bootstrap_servers: str = Field(description="host:port list, or 'embedded' for the local broker")
-    topic: str
-    partitions: int | None = Field(default=None, ge=1, description="expected partition count")
-    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
-    on_expired_offsets: Literal["fail", "record_gap"] = "fail"
-    security: SecurityConfig = SecurityConfig()
-    consumer: dict[str, str | int | bool] = Field(default_factory=dict)
+    bootstrap_servers: str = Field(description="The brokers as host:port,host:port; 'embedded' is the local "
+                                               "development broker of `tailfill broker up`.")
+    topic: str = Field(description="The Kafka topic whose history and live tail land in the table.")
+    partitions: int | None = Field(default=None, ge=1, description="The partition count the topic must have: "
+                                   "planning and preflight stop naming both counts when it differs (null: not "
+                                   "checked).")
+    isolation_level: Literal["read_committed", "read_uncommitted"] = Field(
+        default="read_committed", description="librdkafka's isolation.level: read_committed skips records of "
+                                              "aborted transactions.")
+    on_expired_offsets: Literal["fail", "record_gap"] = Field(
+        default="fail", description="Offsets that retention removed before they were read: 'fail' stops the run "
+                                    "naming the lost range; 'record_gap' records them as lost and goes on.")
+    security: SecurityConfig = Field(default=SecurityConfig(), description="How to authenticate to the brokers.")
+    consumer: dict[str, str | int | bool] = Field(
+        default_factory=dict, description="Further librdkafka consumer settings; a key that looks like a secret "
+                                          "(password, secret, JAAS, a PEM key) is refused.")
 
     @field_validator("consumer")
     @classmethod
@@ -92,11 +108,14 @@ FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
 
 
 class FieldSpec(_Model):
-    name: str
-    # A scalar (string, long, double, boolean, timestamp, int, float, date, binary, decimal(p, s)) or a
-    # nested type (struct<name: type, ...>, list<type>, map<string, type>): see tailfill.values.column_types.
-    type: str
-    required: bool = False
+    name: str = Field(description="The column's name: a plain identifier, not starting with 'kafka_' (the "
+                                  "prefix of the record's Kafka metadata columns).")
+    # Parsed by tailfill.values.column_types.
+    type: str = Field(description="The column's type: string, long, double, boolean, timestamp, int, float, date, "
+                                  "binary, decimal(p, s), or nested: struct<name: type, ...>, list<type>, "
+                                  "map<string, type>.")
+    required: bool = Field(default=False, description="A record that lacks this field, or holds null in it, goes "
+                                                      "to the quarantine.")
 
     @field_validator("type")
     @classmethod
@@ -122,15 +141,22 @@ REGISTRY_PASSWORD_ENV = "TAILFILL_REGISTRY_PASSWORD"
 class SchemaRegistryConfig(_Model):
     """Where the writer schemas of Avro, Protobuf and JSON Schema records are (Confluent's REST API)."""
 
-    url: str = Field(description="http(s)://host:port of the registry, or 'embedded' for `tailfill registry up`")
-    subject: str | None = Field(default=None, description="subject of the value schema (default: <topic>-value)")
-    key_subject: str | None = Field(default=None, description="subject of the key schema, with format.key: registry "
-                                                              "(default: <topic>-key)")
-    username_env: str | None = None  # basic auth: the variables holding login and password, never inline
-    password_env: str | None = None
-    airflow_conn_id: str | None = None
-    timeout_seconds: float = Field(default=10.0, gt=0)
-    attempts: int = Field(default=5, ge=1, description="tries per request before the run fails (with backoff)")
+    url: str = Field(description="The registry as http(s)://host:port (no credentials in it), or 'embedded' for "
+                                 "the development registry of `tailfill registry up`.")
+    subject: str | None = Field(default=None, description="The subject of the value schema (null: <topic>-value).")
+    key_subject: str | None = Field(default=None, description="The subject of the key schema, read with "
+                                                              "format.key: registry (null: <topic>-key).")
+    username_env: str | None = Field(default=None, description="Basic auth: the environment variable that holds "
+                                                               "the login (with password_env).")
+    password_env: str | None = Field(default=None, description="Basic auth: the environment variable that holds "
+                                                               "the password (never the password).")
+    airflow_conn_id: str | None = Field(
+        default=None, description="An Airflow connection whose login and password Airflow's tasks hand to the job "
+                                  "(in username_env and password_env if named, else TAILFILL_REGISTRY_USERNAME "
+                                  "and TAILFILL_REGISTRY_PASSWORD).")
+    timeout_seconds: float = Field(default=10.0, gt=0, description="The timeout of one request to the registry.")
+    attempts: int = Field(default=5, ge=1, description="Tries per request, with backoff from 0.5 s doubling, "
+                                                       "before the run fails naming the registry's URL.")
 
     @field_validator("url")
     @classmethod
@@ -157,21 +183,29 @@ class SchemaRegistryConfig(_Model):
 
 
 class FormatConfig(_Model):
-    # One of the formats Tailfill knows (tailfill.formats.registry: json, raw, avro, protobuf, json_schema); each
-    # checks the rest of this block by its own rules when the pipeline is loaded.
-    type: str
-    fields: list[FieldSpec] = Field(default_factory=list)
-    max_value_bytes: int = Field(default=1_048_576, ge=1)
-    unknown_fields: Literal["ignore", "quarantine"] = "ignore"
-    schema_registry: SchemaRegistryConfig | None = None
-    # A writer schema that changes a column's type beyond a promotion, or lacks a field the table requires
-    # (tailfill.required-fields): its records go to quarantine with the reason, or the run stops naming the
-    # field and both types (or the schema id that lacks it).
-    on_incompatible_schema: Literal["quarantine", "fail"] = "quarantine"
-    # The table's kafka_key: the bytes as sent ("raw"), decoded UTF-8 ("string"; a key that is not
-    # UTF-8 sends its record to the quarantine, which keeps the raw key), or (registry formats) decoded
-    # with its own writer schema from the registry ("registry": the key subject's type, e.g. a struct).
-    key: Literal["raw", "string", "registry"] = "raw"
+    type: str = Field(
+        description="How values are decoded: json (into the declared fields), raw (the bytes kept as they are), or "
+                    "Confluent's wire format with a Schema Registry: avro, protobuf, json_schema. Each format checks "
+                    "the rest of this block by its own rules when the pipeline is loaded.",
+        examples=["json", "raw", "avro", "protobuf", "json_schema"])
+    fields: list[FieldSpec] = Field(default_factory=list, description="json: the declared columns (required "
+                                                                      "there); the other formats take none.")
+    max_value_bytes: int = Field(default=1_048_576, ge=1, description="A larger value goes to the quarantine.")
+    unknown_fields: Literal["ignore", "quarantine"] = Field(
+        default="ignore", description="json: fields that are not declared are ignored, or send their record to "
+                                      "the quarantine (schema drift).")
+    schema_registry: SchemaRegistryConfig | None = Field(
+        default=None, description="avro, protobuf, json_schema: where the writer schemas are (required there).")
+    on_incompatible_schema: Literal["quarantine", "fail"] = Field(
+        default="quarantine",
+        description="A writer schema that changes a column's type beyond a promotion, or lacks a field the table "
+                    "requires (tailfill.required-fields): its records go to the quarantine with the reason, or "
+                    "the run stops naming the field and both types.")
+    key: Literal["raw", "string", "registry"] = Field(
+        default="raw",
+        description="The kafka_key column: the bytes as sent (raw); decoded UTF-8 (string, json and raw formats: "
+                    "a key that is not UTF-8 sends its record to the quarantine, which keeps the raw key); or "
+                    "decoded with its own writer schema from the registry (registry, registry formats).")
 
     @model_validator(mode="after")
     def _field_names_unique(self) -> FormatConfig:
@@ -183,10 +217,13 @@ class FormatConfig(_Model):
 
 
 class S3Config(_Model):
-    endpoint: str
-    region: str = "us-east-1"
-    access_key_env: str = "AWS_ACCESS_KEY_ID"
-    secret_key_env: str = "AWS_SECRET_ACCESS_KEY"
+    endpoint: str = Field(description="The S3 endpoint URL; always explicit, so no client falls back to cloud "
+                                      "defaults.")
+    region: str = Field(default="us-east-1", description="The S3 region.")
+    access_key_env: str = Field(default="AWS_ACCESS_KEY_ID",
+                                description="The environment variable that holds the access key id.")
+    secret_key_env: str = Field(default="AWS_SECRET_ACCESS_KEY",
+                                description="The environment variable that holds the secret access key.")
 
 
 # Catalog properties that carry secrets: never inline, name an environment variable (credential_env).
@@ -196,13 +233,18 @@ CATALOG_SECRET_HINTS = ("credential", "token", "secret", "password")
 class CatalogConfig(_Model):
     """The Iceberg catalog, opened with pyiceberg's ``load_catalog``; secrets only by environment variable."""
 
-    name: str = "tailfill"
-    type: Literal["sql", "rest", "glue", "hive"] = "sql"
-    # sql: SQLAlchemy URI; rest: the REST endpoint; hive: thrift://host:port; glue: none (AWS's).
-    uri: str | None = None
-    warehouse: str | None = None  # the catalog's warehouse (REST: e.g. s3://warehouse); sql: target.warehouse
-    credential_env: str | None = None  # variable holding the credential (REST OAuth: client_id:client_secret)
-    properties: dict[str, str] = Field(default_factory=dict)  # further pyiceberg catalog properties, no secrets
+    name: str = Field(default="tailfill", description="The catalog's name in pyiceberg.")
+    type: Literal["sql", "rest", "glue", "hive"] = Field(default="sql", description="The kind of Iceberg catalog.")
+    uri: str | None = Field(default=None, description="sql: a SQLAlchemy URI (SQLite, Postgres); rest: the REST "
+                                                      "endpoint; hive: thrift://host:port; glue: none.")
+    warehouse: str | None = Field(default=None, description="The catalog's own warehouse (rest: e.g. "
+                                                            "s3://warehouse); sql catalogs use target.warehouse.")
+    credential_env: str | None = Field(default=None, description="The environment variable that holds the "
+                                                                 "catalog's credential (rest OAuth: "
+                                                                 "client_id:client_secret).")
+    properties: dict[str, str] = Field(default_factory=dict, description="Further pyiceberg catalog properties; "
+                                                                         "a key that looks like a secret is "
+                                                                         "refused.")
 
     def __hash__(self) -> int:  # hashable despite the dict: targets key per-process caches
         return hash(self.model_dump_json())
@@ -219,20 +261,25 @@ class CatalogConfig(_Model):
 
 
 class TargetConfig(_Model):
-    catalog: CatalogConfig
-    namespace: str
-    table: str
-    warehouse: str
-    quarantine_table: str | None = None
-    s3: S3Config | None = None
-    # Where the run state processes share lives (tail health, stop requests, batch reports, lanes,
-    # failures): <state_root>/<pipeline>/. None: <warehouse>/_tailfill. Every machine of a pipeline
-    # must reach it; it is on the warehouse's filesystem (a local path beside a local warehouse, an
-    # s3:// URI beside an s3:// one).
-    state_root: str | None = None
-    # Iceberg partition transforms of the data table, e.g. ["day(created_at)", "bucket(16, user_id)"];
-    # empty: unpartitioned. Changing it later evolves the table's spec for new data.
-    partition_by: tuple[str, ...] = ()
+    catalog: CatalogConfig = Field(description="The Iceberg catalog that holds the tables.")
+    namespace: str = Field(description="The tables' namespace in the catalog.")
+    table: str = Field(description="The data table's name.")
+    warehouse: str = Field(description="Where data files are written: a local path, or an s3:// URI (which needs "
+                                       "target.s3).")
+    quarantine_table: str | None = Field(default=None, description="The quarantine table's name (null: "
+                                                                   "<table>_quarantine).")
+    s3: S3Config | None = Field(default=None, description="The S3 endpoint and credentials of an s3:// "
+                                                          "warehouse.")
+    state_root: str | None = Field(
+        default=None,
+        description="Where the run state that processes share lives (tail health, stop requests, batch reports, "
+                    "lanes, failures): <state_root>/<pipeline>/. It must be on the warehouse's filesystem and "
+                    "reachable by every machine of the pipeline (null: <warehouse>/_tailfill).")
+    partition_by: tuple[str, ...] = Field(
+        default=(),
+        description="Iceberg partition transforms of the data table's columns: identity(c), year(c), month(c), "
+                    "day(c), hour(c), bucket(N, c), truncate(W, c), e.g. [\"day(created_at)\", "
+                    "\"bucket(16, user_id)\"]; empty: unpartitioned. A change evolves the spec for new data.")
 
     @field_validator("partition_by")
     @classmethod
@@ -269,37 +316,46 @@ class TargetConfig(_Model):
 
 
 class BackfillConfig(_Model):
-    slices: int = Field(ge=1, le=1024)
-    max_offsets_per_batch: int = Field(ge=1)
-    # Size each batch to take about this long, from the measured rate (a backfill has no freshness
-    # deadline; the budget keeps each commit well inside any). None: every batch is the maximum.
-    batch_seconds: float | None = Field(default=None, gt=0)
-    # At most this many offsets per second over a backfill query (None: as fast as it goes). While
-    # a live tail misses its freshness objective, backfills also pause between batches.
-    max_offsets_per_second: int | None = Field(default=None, ge=1)
-    max_consecutive_failures: int = Field(ge=0)
-    # Wait this long before restarting a failed attempt, doubling per consecutive failure (max 60 s).
-    restart_backoff_seconds: float = Field(ge=0)
-    # When the governor cannot see the tail (no tail state published under the state root, or it
-    # cannot be read): "yield" runs short batches on half the cores as beside a live tail; "proceed"
-    # runs at full speed. Either way the progress line and `tailfill status` say the tail is unknown.
-    when_tail_unknown: Literal["yield", "proceed"]
+    slices: int = Field(ge=1, le=1024, description="How many slices a backfill's range is split into (the "
+                                                   "backfill's default; the CLI's --slices and the form override "
+                                                   "it).")
+    max_offsets_per_batch: int = Field(ge=1, description="The first batch's size and every batch's limit.")
+    batch_seconds: float | None = Field(
+        default=None, gt=0, description="Size each later batch to take about this long at the measured rate "
+                                        "(null: every batch is max_offsets_per_batch).")
+    max_offsets_per_second: int | None = Field(
+        default=None, ge=1, description="A rate limit over a backfill query (null: as fast as it goes). While a "
+                                        "live tail misses its freshness objective, backfills also pause between "
+                                        "batches.")
+    max_consecutive_failures: int = Field(ge=0, description="Failed attempts in a row, without a batch of the "
+                                                            "run's own committed, that are restarted; one more "
+                                                            "stops the run with the cause.")
+    restart_backoff_seconds: float = Field(ge=0, description="The wait before restarting a failed attempt, doubled "
+                                                             "per consecutive failure (at most 60 s).")
+    when_tail_unknown: Literal["yield", "proceed"] = Field(
+        description="When the backfill cannot see the tail's state: 'yield' runs short batches on half the cores, "
+                    "as beside a live tail; 'proceed' runs at full speed. Either way the progress line and "
+                    "`tailfill status` say the tail is unknown.")
 
 
 class TailConfig(_Model):
-    trigger: Literal["available_now", "processing_time"]
-    trigger_interval_seconds: float = Field(gt=0)
-    # The adaptive tail sizes each batch within [min, max] from its measured rate and the backlog.
-    min_offsets_per_batch: int = Field(ge=1)
-    max_offsets_per_batch: int = Field(ge=1)
-    # The objective: produce-to-commit latency (p95 of a batch's records) at most this many seconds.
-    freshness_seconds: float = Field(gt=0)
-    max_consecutive_failures: int = Field(ge=0)
-    restart_backoff_seconds: float = Field(ge=0)  # as backfill.restart_backoff_seconds
-    schedule: str | None = None
-    # The incremental DAG's Airflow deadline alert: a run not finished this long after it was queued is
-    # recorded and alerted. None: no deadline (Airflow 3.3.2's `dags test` fails on a DAG that has one).
-    run_deadline_seconds: float | None = Field(default=None, gt=0)
+    trigger: Literal["available_now", "processing_time"] = Field(
+        description="available_now: read to the topic's current end, then stop (a scheduled run); "
+                    "processing_time: run until stopped, one batch per interval.")
+    trigger_interval_seconds: float = Field(gt=0, description="The processing-time trigger's interval.")
+    min_offsets_per_batch: int = Field(ge=1, description="The adaptive tail's smallest batch.")
+    max_offsets_per_batch: int = Field(ge=1, description="The adaptive tail's largest batch: it sizes each batch "
+                                                         "from the measured rate to fit the trigger interval.")
+    freshness_seconds: float = Field(gt=0, description="The objective: the p95 produce-to-commit latency of a "
+                                                       "batch's records, in seconds; backfills yield while the "
+                                                       "tail misses it.")
+    max_consecutive_failures: int = Field(ge=0, description="As backfill.max_consecutive_failures, for the tail.")
+    restart_backoff_seconds: float = Field(ge=0, description="As backfill.restart_backoff_seconds, for the tail.")
+    schedule: str | None = Field(default=None, description="The incremental DAG's Airflow schedule, e.g. a cron "
+                                                           "expression (null: triggered by hand only).")
+    run_deadline_seconds: float | None = Field(
+        default=None, gt=0, description="The incremental DAG's deadline alert: a run not finished this long after "
+                                        "it was queued is recorded and alerted (null: none).")
 
     @model_validator(mode="after")
     def _bounds(self) -> TailConfig:
@@ -312,13 +368,14 @@ class TailConfig(_Model):
 class DataExpectation(_Model):
     """One data expectation on a column of the run's new rows (checked with Great Expectations)."""
 
-    column: str
-    not_null: bool = False
-    accepted_values: list[str | int | float | bool] | None = None
-    min: float | None = None
-    max: float | None = None
-    type: FieldType | None = None
-    mostly: float = Field(default=1.0, gt=0, le=1)
+    column: str = Field(description="The column checked.")
+    not_null: bool = Field(default=False, description="No value may be null.")
+    accepted_values: list[str | int | float | bool] | None = Field(
+        default=None, description="Every value must be one of these.")
+    min: float | None = Field(default=None, description="The smallest value allowed (number columns).")
+    max: float | None = Field(default=None, description="The largest value allowed (number columns).")
+    type: FieldType | None = Field(default=None, description="The type every value must have.")
+    mostly: float = Field(default=1.0, gt=0, le=1, description="The fraction of rows that must pass (1: all).")
 
     @model_validator(mode="after")
     def _says_something(self) -> DataExpectation:
@@ -332,10 +389,11 @@ class DataExpectation(_Model):
 class CompletenessConfig(_Model):
     """What the completeness check may accept as legitimately missing on the broker."""
 
-    # "none": every offset of a committed range must be a row or a quarantined row.
-    # "allowed": offsets the source never returned (compaction, transaction markers) are accepted
-    # when rows + quarantined equal what the source read for that batch.
-    absent_offsets: Literal["none", "allowed"] = "none"
+    absent_offsets: Literal["none", "allowed"] = Field(
+        default="none",
+        description="'none': every offset of a committed range must be a row or a quarantined row. 'allowed': "
+                    "offsets the broker never returned (compacted topics, transaction markers) are accepted where "
+                    "rows + quarantined equal what the source read for that batch.")
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
@@ -353,11 +411,14 @@ def duration_seconds(text: str) -> float:
 class MaintenanceConfig(_Model):
     """Table upkeep (``tailfill maintain``, the ``<pipeline>_maintenance`` DAG): every knob explicit."""
 
-    target_file_bytes: int = Field(ge=1024, description="compact data files smaller than this into files of it")
-    expire_older_than: str = Field(description="expire snapshots older than this duration (e.g. 7d)")
-    keep_last: int = Field(ge=1, description="always keep at least this many most recent snapshots")
-    orphan_min_age: str = Field(description="delete unreferenced files only when older than this (e.g. 1d)")
-    schedule: str | None = Field(description="cron schedule of the maintenance DAG (null: manual only)")
+    target_file_bytes: int = Field(ge=1024, description="Compact data files smaller than this into files of "
+                                                        "about this size.")
+    expire_older_than: str = Field(description="Expire snapshots older than this duration (90s, 30m, 12h, 7d).")
+    keep_last: int = Field(ge=1, description="Always keep at least this many most recent snapshots.")
+    orphan_min_age: str = Field(description="Delete unreferenced files only when older than this duration; it must "
+                                            "exceed the longest time from writing a file to committing it.")
+    schedule: str | None = Field(description="The maintenance DAG's Airflow schedule, e.g. a cron expression "
+                                             "(null: triggered by hand only).")
 
     @field_validator("expire_older_than", "orphan_min_age")
     @classmethod
@@ -369,17 +430,26 @@ class MaintenanceConfig(_Model):
 class PipelineConfig(_Model):
     """One pipeline: where records come from, how they are parsed, where they land."""
 
-    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
-    source: SourceConfig
-    format: FormatConfig
-    target: TargetConfig
-    checkpoint_location: str
-    backfill: BackfillConfig
-    tail: TailConfig
-    completeness: CompletenessConfig = CompletenessConfig()
-    expectations: list[DataExpectation] = Field(default_factory=list)
-    maintenance: MaintenanceConfig | None = None
-    path: str | None = Field(default=None, exclude=True)
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")] = Field(
+        description="The pipeline's name (lower case, digits, _): its DAGs are <name>_backfill, "
+                    "<name>_incremental and <name>_maintenance, its run state <state root>/<name>/.")
+    source: SourceConfig = Field(description="The Kafka topic and how to read it.")
+    format: FormatConfig = Field(description="How record values (and keys) become columns.")
+    target: TargetConfig = Field(description="The Iceberg tables and where their files go.")
+    checkpoint_location: str = Field(description="A local folder for Spark's checkpoints; the table's ledger, not "
+                                                 "the checkpoint, is where a run resumes.")
+    backfill: BackfillConfig = Field(description="History: bounded runs over [from, to), by default "
+                                                 "[earliest, cutover).")
+    tail: TailConfig = Field(description="The live tail: runs from the cutover on.")
+    completeness: CompletenessConfig = Field(default=CompletenessConfig(),
+                                             description="What the proof may accept as absent on the broker.")
+    expectations: list[DataExpectation] = Field(
+        default_factory=list, description="Data expectations checked with Great Expectations on each run's new "
+                                          "rows.")
+    maintenance: MaintenanceConfig | None = Field(
+        default=None, description="Table upkeep (`tailfill maintain`, and the <name>_maintenance DAG when set).")
+    path: str | None = Field(default=None, exclude=True, description="The file it was loaded from (set by the "
+                                                                     "loader, not written in the YAML).")
 
     @property
     def secret_env_names(self) -> tuple[str, ...]:

@@ -46,7 +46,7 @@ def pytest_addoption(parser):
     parser.addoption("--soak-kills", type=int, default=50,
                      help="random SIGKILLs in the soak (with --soak; default 50)")
     parser.addoption("--demo-settings", action="store_true",
-                     help="test_tail_first: the demo pipeline's slices and tail batch bounds (seed 001 as shipped)")
+                     help="test_tail_first: the slices and tail batch bounds pipelines/demo.yaml ships")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -6,7 +6,7 @@ is disposable: what Spark would refuse, or what holds no planned batch, is disca
 starts from the ledger. Spark writes its logs atomically (a hidden ``.N.<uuid>.tmp`` renamed to
 ``N``), so a SIGKILL leaves at most such temp files behind — but Spark 4 then refuses to start
 batch 0 (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``), and since a checkpoint is named by its
-request's bounds, every later run of the same request failed the same way (issue 25).
+request's bounds, every later run of the same request would fail the same way.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def make_startable(checkpoint: Path, label: str, log: Callable[[str], None],
 
     Partial files are removed. A checkpoint with an unreadable log file, or without a planned batch
     to replay, is emptied: the query then starts at its request's start, which the ledger gave.
-    A planned, uncommitted batch is kept, so Spark replays it with the same offsets (seed 002).
+    A planned, uncommitted batch is kept, so Spark replays it with the same offsets until it commits.
     """
     state = inspect(checkpoint)
     for path in state.leftovers:

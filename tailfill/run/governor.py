@@ -1,4 +1,4 @@
-"""The backfill yields to the tail (seed 001): a rate limit, lighter batches beside a live tail,
+"""The backfill yields to the tail: a rate limit, lighter batches beside a live tail,
 and a pause while the tail misses its freshness objective.
 
 Called between a backfill query's batches (after a commit, before the next batch is planned), so

@@ -3,7 +3,7 @@
 A query's writer asks its :class:`Pacer` for the first batch's :class:`~tailfill.source.handoff.Budget`
 and, after each commit, for the next one. The tail paces itself to its trigger interval and
 publishes its health (:class:`TailPacer`); a backfill asks its governor, which applies the rate
-limit and yields to a live tail (:class:`BackfillPacer`, seed 001).
+limit and yields to a live tail (:class:`BackfillPacer`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where a run starts and ends: the cutover, backfill slices, the tail's start, and the requests.
 
-History and tail are separate (seed 001): the cutover is recorded once per pipeline, in the data
+History and tail are separate: the cutover is recorded once per pipeline, in the data
 table's properties; the backfill covers ``[earliest, cutover)`` in slices, the tail ``[cutover, ∞)``.
 The one resume truth is the table's ledger: every request starts at the first uncommitted offset
 of its bounds, and a missing position is never replaced by "latest".

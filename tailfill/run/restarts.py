@@ -5,7 +5,7 @@ same offsets), after a wait that doubles with every consecutive failure. A failu
 restart can help (:attr:`~tailfill.errors.ErrorInfo.retryable` false: expired offsets, a bad setting, a
 dropped record) stops the run at once. Failed attempts that commit no batch of this run count against
 the pipeline's budget (``max_consecutive_failures``); past it the run stops, naming the step the
-attempts failed at (seed 004: no endless restart loop). One that committed a batch starts the count again.
+attempts failed at (no endless restart loop). One that committed a batch starts the count again.
 
 Spark's own infrastructure failing — a Python worker that could not connect back to its executor, the
 machine too busy to start one in time (:attr:`~tailfill.errors.ErrorInfo.infrastructure`) — says nothing of

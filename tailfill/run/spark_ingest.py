@@ -10,8 +10,8 @@ budget the source reads before each batch: a fixed cap, or a time budget from th
 The table's ledger is the one resume truth: a request starts at its first uncommitted offset, and its
 checkpoint is named by its bounds, so a checkpoint is only ever reused by the same request (to replay a
 failed batch with the same offsets) and is removed when the request finishes. A failed query is
-restarted as its :mod:`~tailfill.run.restarts` policy says, or the run stops with the cause (seed 004:
-no endless restart loop); each restart is announced as an event of the job contract.
+restarted as its :mod:`~tailfill.run.restarts` policy says, or the run stops with the cause (no endless
+restart loop); each restart is announced as an event of the job contract.
 """
 
 from __future__ import annotations

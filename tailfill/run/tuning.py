@@ -1,4 +1,4 @@
-"""Micro-batch sizing from measured throughput (seed 001: every commit well inside its deadline).
+"""Micro-batch sizing from measured throughput (every commit well inside its deadline).
 
 ``max offsets per batch = measured rate × trigger interval × safety factor``, bounded by the
 pipeline's configured maximum and a floor. The rate comes from the batch reports of earlier runs

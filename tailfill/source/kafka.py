@@ -3,7 +3,7 @@ and reading one offset range as Arrow record batches.
 
 The consumer is always assigned explicit offsets (no group, no auto-commit) and uses
 ``auto.offset.reset=error``: an offset that is no longer in the topic is an error naming the lost
-range, never a silent jump to ``earliest`` or ``latest`` (the failure in seed 000).
+range, never a silent jump to ``earliest`` or ``latest`` (which would skip data in silence).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Produce-to-commit latency: how old the records are when their commit lands (seed 001).
+"""Produce-to-commit latency: how old the records are when their commit lands.
 
 An executor task summarises the Kafka timestamps of what it read as a :class:`TimestampSketch`
 (a few hundred quantiles and a count: small enough to travel back with the prepared files, however

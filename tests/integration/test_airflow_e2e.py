@@ -44,7 +44,7 @@ SCREENSHOTS = REPO / "build" / "e2e-screenshots"
 NAME = "e2e"
 BACKFILL, INCREMENTAL = f"{NAME}_backfill", f"{NAME}_incremental"
 HISTORY, LIVE, PARTITIONS, BAD_EVERY = 4_000, 1_000, 4, 499
-CATALOG_SECRET = f"e2e-catalog-{uuid.uuid4().hex[:12]}"  # the catalog URI's password (issue 24)
+CATALOG_SECRET = f"e2e-catalog-{uuid.uuid4().hex[:12]}"  # the catalog URI's password
 PARAMS = {"slices": 3, "max_parallel_slices": 2, "committed_ranges": "skip"}
 RUNS: dict[str, str] = {}  # run ids the later tests look at
 
@@ -169,7 +169,7 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
     assert all(e["extra"]["snapshot_id"] for e in events)
     assert max(e["extra"]["table_offsets"] for e in events) == HISTORY
     # The event and the summary's log name the report and Data Docs by the plugin's HTTP URLs, which any
-    # browser reaching Airflow opens, never a file:// path of the worker's disk (issue 23, item 3).
+    # browser reaching Airflow opens, never a file:// path of the worker's disk.
     reports = sorted(e["extra"]["report"] for e in events)
     assert reports == [f"{airflow.url}/tailfill/report/{BACKFILL}/{airflow._q(run_id)}/{i}" for i in (0, 1)], reports
     assert {e["extra"]["data_docs"] for e in events} == {f"{airflow.url}/tailfill/docs/{BACKFILL}/index.html"}
@@ -178,7 +178,7 @@ def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipelin
     summary_log = airflow.task_log(by_task["summary"][0], max_lines=10_000)
     assert reports[1] in summary_log and "file://" not in summary_log, summary_log
     assert " error " not in summary_log, summary_log
-    # Item 10: reading the lanes' results logged "[error] XCom not found" (the worker's own log, not the task's).
+    # Reading the lanes' results logs no "[error] XCom not found" (in the worker's own log, not the task's).
     noise = [line for line in airflow.log_path.read_text(errors="replace").splitlines()
              if "XCom not found" in line and run_id in line]
     assert not noise, noise
@@ -444,9 +444,9 @@ def _loopback(addr: str) -> bool:
 
 
 def test_nothing_airflow_starts_listens_beyond_loopback(airflow):
-    """Issue 23, item 10: ``airflow standalone`` served task logs on every interface. After the runs above
-    (scheduler, triggerer, task runners, Spark jobs), every socket an Airflow process listens on is loopback,
-    and the task log server is one of them."""
+    """After the runs above (scheduler, triggerer, task runners, Spark jobs), every socket an Airflow process
+    listens on is loopback, the task log servers included (``airflow standalone`` would bind them on every
+    interface)."""
     sockets = airflow.listening()
     print("listening: " + ", ".join(f"{addr}:{port} (pid {pid})" for pid, addr, port in sockets))
     assert sockets and all(_loopback(addr) for _, addr, _ in sockets), sockets
@@ -457,9 +457,8 @@ def test_nothing_airflow_starts_listens_beyond_loopback(airflow):
 
 def test_tailfill_tabs_of_the_run_and_of_tasks_that_are_not_lanes_in_headless_chromium(airflow, pipeline, browser,
                                                                                       shot):
-    """Issue 23: the run tab leads with the verdict and links every page (items 3, 5); the Tailfill tab of
-    tasks that are not mapped (tail, preflight) renders instead of an ``int_parsing`` error (item 2); the
-    quarantine page opens from the run tab (item 8)."""
+    """The run tab leads with the verdict and links every page; the Tailfill tab of tasks that are not mapped
+    (tail, preflight) renders (no ``int_parsing`` error); the quarantine page opens from the run tab."""
     assert {"backfill", "tail"} <= set(RUNS), "needs the runs of test_backfill_through_rest_api_then_incremental"
     run_id, label = RUNS["backfill"], RUNS["lane0_label"]
     login(browser, airflow)
@@ -489,7 +488,7 @@ def test_tailfill_tabs_of_the_run_and_of_tasks_that_are_not_lanes_in_headless_ch
 
 
 def test_an_impossible_range_fails_before_spark_with_one_line_in_headless_chromium(airflow, pipeline, browser, shot):
-    """Issue 23, item 1: a To past the topic's end fails the plan at once, naming the partition, the asked end
+    """A To past the topic's end fails the plan at once, naming the partition, the asked end
     and the broker's; no lane starts a Spark job; the UI shows the line."""
     topic = pipeline.source.topic
     ends = high_watermarks(pipeline)
@@ -519,9 +518,9 @@ STOPPING = ("cancelling its job on the warm Spark server", "killing its spark-su
 
 
 def test_marking_a_run_failed_while_its_tail_runs_stops_it_with_one_line(airflow, pipeline, backfill_run):
-    """Issue 23, item 10: marking the run failed while its Spark task ran left Airflow's ``invalid_state``
-    traceback in the task's log; now the job is killed and the log says so in one line. (The backfill
-    records the cutover when this test runs alone: the records produced here are the tail's.)"""
+    """Marking the run failed while its Spark task runs kills the job, and the task's log says so in one line
+    (no ``invalid_state`` traceback). (The backfill records the cutover when this test runs alone: the
+    records produced here are the tail's.)"""
     cfg = pipeline
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 200, PARTITIONS)
     faults = Path(os.environ["TAILFILL_FAULT_DIR"])

@@ -1,10 +1,10 @@
-"""What a SIGKILL at the wrong moment leaves behind never wedges the next run (issue 25).
+"""What a SIGKILL at the wrong moment leaves behind never wedges the next run.
 
-The soak found it: a kill while Spark wrote the tail's offset log left a 0-byte
-``offsets/.0.<uuid>.tmp`` (and its ``.crc``); the checkpoint is named by the request's bounds, so
-every later tail reused it and Spark refused it (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``)
-until a person deleted it. These tests lay down exactly those leftovers (and the other files a
-kill can tear) and run the job again: it must succeed and stay exactly once.
+A kill while Spark writes the tail's offset log leaves a 0-byte ``offsets/.0.<uuid>.tmp`` (and its
+``.crc``); the checkpoint is named by the request's bounds, so every later tail would reuse it, and
+Spark refuses such a checkpoint (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``). These tests lay down
+exactly those leftovers (and the other files a kill can tear) and run the job again: it must succeed
+and stay exactly once.
 """
 
 from __future__ import annotations

@@ -67,9 +67,9 @@ def test_failures_beyond_the_budget_stop_the_job_with_the_cause(spark, make_pipe
 def test_another_writers_commits_do_not_reset_a_stuck_runs_failure_budget(spark, make_pipeline, arm_fault,
                                                                           monkeypatch):
     """A backfill that fails at every commit stops after its budget, although another writer (the tail, here
-    a synthetic batch after the backfill's range) commits to the same table while the first attempt fails.
-    Before, the budget reset whenever the table's ledger advanced, so a stuck run beside a busy tail retried
-    forever (seed 004)."""
+    a synthetic batch after the backfill's range) commits to the same table while the first attempt fails:
+    the budget counts the run's own batches, not the table's ledger, so a stuck run beside a busy tail does
+    not retry forever."""
     cfg = make_pipeline(backfill__slices=1, backfill__max_consecutive_failures=2, backfill__restart_backoff_seconds=0)
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, 4)
     flags = Path(os.environ["TAILFILL_FAULT_DIR"])
@@ -118,8 +118,8 @@ def test_missing_topic_and_wrong_partition_count_are_named(make_pipeline, capsys
 
 
 def test_a_backfill_past_the_topic_s_end_is_refused_before_any_job_starts(make_pipeline, capsys):
-    """Asked up to 500,000 on a partition that ends at ~100, a backfill used to be planned and then wait
-    minutes per try for records that never come (issue 23): now it is one line, and nothing runs."""
+    """Asked up to 500,000 on a partition that ends at ~100, a backfill is refused with one line, and nothing
+    runs (rather than waiting minutes per try for records that never come)."""
     cfg = make_pipeline()
     topic = cfg.source.topic
     produce_sample(cfg.source.bootstrap_servers, topic, 400, 4)

@@ -1,7 +1,7 @@
 """JSON pipelines whose ``format.fields`` change: nested types, and a field added between runs.
 
-Before, adding a field that producers now send made the next tail fail inside Spark with pyiceberg's
-``PyArrow table contains more columns`` and exit 2; now the column is added before the batch commits.
+A field added to ``format.fields`` becomes a column before the first batch that carries it commits (not
+pyiceberg's ``PyArrow table contains more columns`` inside Spark).
 """
 
 from __future__ import annotations

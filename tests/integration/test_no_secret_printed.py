@@ -1,4 +1,4 @@
-"""No secret ever printed (issue 24): a pipeline whose every secret-bearing setting holds a known value
+"""No secret ever printed: a pipeline whose every secret-bearing setting holds a known value
 runs as a user runs it, and no file, report or line of output holds any of those values.
 
 The pipeline's catalog is Postgres through a URI carrying a password (the usual SQLAlchemy form, read

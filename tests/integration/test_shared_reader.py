@@ -1,11 +1,11 @@
 """One consumer per Spark worker reads batch after batch: a batch read again must get its records.
 
 Spark reuses its Python workers, so one shared consumer reads every batch a worker gets — and
-after a failed commit the same ranges again. The reader used to pause each partition it finished
-and resume it on the next read; librdkafka can leave such a partition paused for good
-(confluentinc/librdkafka#5591), and a retried batch then read nothing until its 60 s idle timeout.
-The race needs a busy machine to show, so this test reads many batches back to back, repeats and
-overlaps included, each with a short idle timeout.
+after a failed commit the same ranges again. A reader that paused each partition it finished and
+resumed it on the next read could have librdkafka leave such a partition paused for good
+(confluentinc/librdkafka#5591), and a retried batch would then read nothing until its 60 s idle
+timeout; Tailfill's reader never pauses. The race needs a busy machine to show, so this test reads
+many batches back to back, repeats and overlaps included, each with a short idle timeout.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The tail comes first (seed 001): a backfill beside a live, processing-time tail never starves it.
+"""The tail comes first: a backfill beside a live, processing-time tail never starves it.
 
 History on the broker, a producer writing live events, a processing-time tail and then a backfill
 started beside it, each its own ``spark-submit`` as a user runs them. While the backfill runs, every

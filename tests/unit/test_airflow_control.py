@@ -284,7 +284,7 @@ def test_scheduled_dags_come_up_paused_so_nothing_runs_before_the_user_chooses()
 
 @pytest.mark.parametrize("kind", ["backfill", "incremental", "maintenance"])
 def test_a_retried_failure_is_recorded_and_alerted_too(kind, tmp_path, monkeypatch):
-    """An outage that Airflow's retries ride out was never alerted (issue 23): the retry callback records it."""
+    """An outage that Airflow's retries ride out is still alerted: the retry callback records it."""
     from types import SimpleNamespace
 
     from tailfill_airflow import dag_factory

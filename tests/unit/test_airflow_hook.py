@@ -142,8 +142,8 @@ def test_the_spark_master_is_the_connection_s_as_the_spark_provider_reads_it(sas
 
 
 def test_a_lane_that_will_be_retried_keeps_its_label(monkeypatch):
-    """Issue 23, item 10: Airflow's retry message carried no rendered map index, so the grid showed
-    ``ingest_slice [0]`` between tries. Pins the task runner's private function the fix wraps."""
+    """Airflow's retry message carries no rendered map index, so without the wrapper the grid shows
+    ``ingest_slice [0]`` between tries. Pins the task runner's private function the wrapper wraps."""
     import inspect
     from types import SimpleNamespace
 

@@ -1,4 +1,4 @@
-"""Files a process killed at any instruction leaves behind, and how each is made safe (issue 25)."""
+"""Files a process killed at any instruction leaves behind, and how each is made safe."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ def test_a_ge_project_a_kill_left_half_written_is_set_aside_and_rebuilt(tmp_path
 
 
 def test_a_lanes_batches_are_told_apart_by_the_try_that_committed_them():
-    """Issue 23, item 10: batch numbers restart at 0 on a retry; the try that committed a batch says which."""
+    """Batch numbers restart at 0 on a retry; the try that committed a batch says which."""
     from tailfill.state.records import LaneRecord
 
     lane = LaneRecord.from_json(LaneRecord(tries={"1": 100.0, "3": 200.0}).to_json())

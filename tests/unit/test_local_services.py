@@ -40,7 +40,7 @@ def test_missing_postgres_binaries_are_one_clear_error(tmp_path, monkeypatch):
 
 
 def test_the_log_servers_are_reached_on_loopback_at_ports_the_caller_may_choose(tmp_path):
-    """Issue 23, item 10: the components say they run on 127.0.0.1, where the launcher's log servers listen."""
+    """The components say they run on 127.0.0.1, where the launcher's log servers listen."""
     from importlib import import_module
 
     env = local_env(tmp_path / "airflow", 8080, base={"AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": "40001"})

@@ -1,4 +1,4 @@
-"""The plugin's task tab resolves for every task, mapped or not (issue 23, item 2)."""
+"""The plugin's task tab resolves for every task, mapped or not."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def result(success: bool, offsets: int, problems: list[str] | None = None):
 
 
 def test_the_run_tab_leads_with_the_verdict_of_all_its_lanes():
-    """Issue 23: COMPLETE appeared only inside each lane's report; the run tab now says it first."""
+    """The run tab says COMPLETE first, not only inside each lane's report."""
     from tailfill_airflow.views import verdict
 
     assert verdict([result(True, 40_000), result(True, 80_000)]) == (
@@ -43,7 +43,7 @@ def test_the_run_tab_leads_with_the_verdict_of_all_its_lanes():
 
 
 def test_the_run_tab_links_each_lane_and_the_pipeline_pages_under_the_plugin():
-    """Issue 23, item 3: the run tab had no links; they resolve under /tailfill whatever the base URL's path."""
+    """The run tab links every page; the links resolve under /tailfill whatever the base URL's path."""
     from urllib.parse import urljoin
 
     from tailfill_airflow.views import run_links

@@ -1,4 +1,4 @@
-"""The job's progress line: a tail that reads past the end it started at never shows 8510% (issue 23)."""
+"""The job's progress line: a tail that reads past the end it started at never shows 8510%."""
 
 from __future__ import annotations
 
