@@ -37,7 +37,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 BAD_EVERY = 1_000  # 0.1% bad records, one of each kind in turn
 PARTITIONS = 4
-CONSUMER_TUNING = {"queued.min.messages": 1_000_000, "fetch.wait.max.ms": 10}
+CONSUMER_TUNING = {"queued.min.messages": 1_000_000}  # as Tailfill's consumers
 
 
 @dataclass

@@ -92,7 +92,7 @@ def main() -> int:
             produce_sample(broker.bootstrap_servers, TOPIC, PARTITIONS * PER_PARTITION, PARTITIONS)
             conf = {"bootstrap.servers": broker.bootstrap_servers, "group.id": "stall", "enable.auto.commit": False,
                     "auto.offset.reset": "error", "enable.partition.eof": False, "queued.min.messages": 1000000,
-                    "fetch.wait.max.ms": 10, "log.connection.close": False}
+                    "log.connection.close": False}
             for name in ("pause/resume", "tailfill"):
                 print(trial(name, conf, args.reads, args.idle, seed=7), flush=True)
     finally:

@@ -351,6 +351,11 @@ class TailConfig(_Model):
                                                        "tail misses it.")
     max_consecutive_failures: int = Field(ge=0, description="As backfill.max_consecutive_failures, for the tail.")
     restart_backoff_seconds: float = Field(ge=0, description="As backfill.restart_backoff_seconds, for the tail.")
+    stall_timeout_seconds: float = Field(
+        default=300, gt=0, description="A tail that commits nothing for this long (at least three trigger intervals) "
+                                       "while it has data to read or a batch in flight counts as failed: its query is "
+                                       "restarted as a failure (tail.max_consecutive_failures), naming where it was "
+                                       "stuck.")
     schedule: str | None = Field(default=None, description="The incremental DAG's Airflow schedule, e.g. a cron "
                                                            "expression (null: triggered by hand only).")
     run_deadline_seconds: float | None = Field(

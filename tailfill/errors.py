@@ -109,6 +109,33 @@ class JobCancelled(IngestError):
     fix = "nothing to fix: what it committed stays; running it again resumes"
 
 
+class BatchFailed(IngestError):
+    """A micro-batch failed; the one short line Spark gets back from ``foreachBatch``.
+
+    The failure itself, as data, is in the query's state for the restart policy, and its traceback is in the
+    driver's log. Spark matches the text of a failure met after a stop with a regular expression that recurses per
+    character: a traceback of a few thousand characters overflowed the stream thread's stack, which then died
+    without a cause, and the run looked finished.
+    """
+
+    retryable = True
+
+
+class QueryEnded(IngestError):
+    """A live tail's streaming query ended by itself: nobody stopped it and Spark reported no failure."""
+
+    retryable = True
+    fix = "the Spark driver's log holds what ended the stream thread; running the tail again resumes from the ledger"
+
+
+class QueryStalled(IngestError):
+    """A streaming query committed nothing for longer than its pipeline allows while it had work to do."""
+
+    retryable = True
+    fix = ("the message names the step it was stuck at and what Spark was doing; a broker that answers no fetch is the "
+           "usual cause (its own log); raise tail.stall_timeout_seconds if batches are only slow")
+
+
 class SparkServerError(TailfillError):
     """The warm Spark server could not be started, reached, or would not take a job."""
 

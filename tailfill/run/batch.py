@@ -9,15 +9,15 @@ source reads before planning it.
 
 from __future__ import annotations
 
+import logging
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tailfill import failpoints
-from tailfill.errors import ErrorInfo
+from tailfill.errors import BatchFailed, ErrorInfo
 from tailfill.lake.commit import Committer
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.schema_change import table_columns
@@ -32,6 +32,9 @@ from tailfill.values.freshness import LatencySample, freshness
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+SHORT_FAILURE_CHARS = 500  # Spark's pattern overflowed the stream thread's stack from about 2,000 characters
 
 
 @dataclass(frozen=True)
@@ -50,9 +53,10 @@ class BatchHandler:
         self.state.step = f"prepare (read, parse, write on the executors) of batch {batch_id}"
         try:
             self._batch(ranges, batch_id)
-        except BaseException:  # for the restart policy: where this attempt failed, and why (as data)
-            self.state.failure = Failure(ErrorInfo.of(sys.exc_info()[1]), self.state.step)
-            raise
+        except BaseException as exc:  # for the restart policy: where this attempt failed, and why (as data)
+            failure = Failure(ErrorInfo.of(exc), self.state.step)
+            self.state.failure = failure
+            raise short_failure(batch_id, failure, exc, stopping=self.state.stopping.is_set()) from None
 
     def _batch(self, ranges: DataFrame, batch_id: int) -> None:
         state, tables = self.state, self.committer.tables
@@ -82,6 +86,22 @@ class BatchHandler:
             return self.state.last_end
         interval = self.req.trigger_interval_seconds
         return max(self.state.last_end, math.floor(started / interval) * interval)
+
+
+def short_failure(batch_id: int, failure: Failure, exc: BaseException, stopping: bool) -> BatchFailed:
+    """The error a failed batch raises into Spark: one line of at most :data:`SHORT_FAILURE_CHARS` characters.
+
+    Its traceback goes to the driver's log here (one line when the query was being stopped: a batch interrupted
+    by the stop is replayed by the next run); Spark gets only this line (see :class:`~tailfill.errors.BatchFailed`).
+    """
+    if stopping:
+        log.warning("batch %s did not finish: the query was stopped (%s: %s)", batch_id, failure.error.error_class,
+                    failure.error.message[:200])
+    else:
+        log.error("batch %s failed at %s", batch_id, failure.step, exc_info=exc)
+    line = f"batch {batch_id} failed at {failure.step}: {failure.error.error_class}: {failure.error.message}"
+    line = " ".join(line.split())
+    return BatchFailed(line if len(line) <= SHORT_FAILURE_CHARS else line[:SHORT_FAILURE_CHARS - 1] + "…")
 
 
 def commit_report(committer: Committer, run_id: str, batch_id: int, prepared: list[PreparedRange],

@@ -185,6 +185,7 @@ class IngestRequest:
     stop_after_seconds: float | None = None  # processing time: stop between batches after this long
     batch_seconds: float | None = None  # size batches by this time budget (None: always the cap)
     max_offsets_per_second: int | None = None  # a backfill's rate limit (None: none)
+    stall_timeout_seconds: float | None = None  # a tail: no commit for this long while busy is a failure
 
     @property
     def name(self) -> str:
@@ -261,4 +262,5 @@ def tail_request(state: SourceState, cutover: PartitionOffsets, run_id: str, onc
         trigger_interval_seconds=cfg.tail.trigger_interval_seconds,
         target_end=state.marks.high,
         stop_after_seconds=stop_after_seconds,
+        stall_timeout_seconds=max(cfg.tail.stall_timeout_seconds, 3 * cfg.tail.trigger_interval_seconds),
     )

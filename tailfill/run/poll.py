@@ -4,7 +4,10 @@ It stops the query when asked — at once when its caller cancels (a killed task
 caller gone: what it committed stays, the rest is replayed later), between batches after
 ``stop_after_seconds`` or on ``tailfill stop-tail`` — beats the pacer's heartbeat, and prints a
 progress line after every batch and every :data:`HEARTBEAT_S` seconds. It returns when the query
-ends; a query that failed raises its failure (``awaitTermination``) for the restart loop.
+ends; a query that failed raises its failure (``awaitTermination``) for the restart loop — except a failure
+met while it was being stopped (the batch it interrupted is replayed by the next run). A tail's query that
+ends although nobody stopped it raises :class:`~tailfill.errors.QueryEnded`; one that commits nothing for its
+``stall_timeout_seconds`` while busy is stopped and raises :class:`~tailfill.errors.QueryStalled`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tailfill.errors import JobCancelled
+from tailfill.errors import JobCancelled, QueryEnded, QueryStalled
 from tailfill.offsets import ranges_between, total
 from tailfill.run.pacing import Pacer
 from tailfill.run.plan import IngestRequest
@@ -45,8 +48,26 @@ class Watch:
 
 def poll(query: StreamingQuery, watch: Watch) -> None:
     """Watch ``query`` until it ends (see the module's description)."""
+    from pyspark.errors import StreamingQueryException
+
+    req, state = watch.req, watch.state
+    try:
+        _watch(query, watch)
+    except StreamingQueryException as exc:
+        if not state.stopping.is_set():
+            raise
+        cause = state.failure.error if state.failure is not None else " ".join(str(exc).split())[:300]
+        watch.log(f"[{req.label}] stopped; the batch in flight did not commit, the next run replays it ({cause})")
+        return
+    if req.end is None and req.trigger == "processing_time" and not state.stopping.is_set():
+        raise QueryEnded(f"[{req.label}] the streaming query ended although nobody stopped it and Spark reported "
+                         f"no failure, after {state.tally.batches} batches (last step: {state.step})")
+
+
+def _watch(query: StreamingQuery, watch: Watch) -> None:
     req, state = watch.req, watch.state
     started, printed, printed_at, beat_at = time.monotonic(), -1, 0.0, 0.0
+    stall = StallWatch(req.stall_timeout_seconds, state.last_end)
     try:
         while not query.awaitTermination(1.0):
             if watch.cancel is not None and watch.cancel.is_set():
@@ -65,6 +86,15 @@ def poll(query: StreamingQuery, watch: Watch) -> None:
                 clear_stop(watch.store)
                 watch.log(f"[{req.label}] stopped between batches as asked (tailfill stop-tail)")
                 continue
+            status = query.status
+            stuck = stall.stuck(state.last_end, busy=bool(status.get("isTriggerActive") or
+                                                          status.get("isDataAvailable")))
+            if stuck is not None and not state.stopping.is_set():
+                state.stopping.set()
+                query.stop()
+                state.stopping.clear()  # a stall is a failure, not a stop: the restart loop decides what follows
+                raise QueryStalled(f"[{req.label}] committed nothing for {stuck:.0f}s while busy, at {state.step} "
+                                   f"(Spark: {status.get('message', '?')}); stopped the query")
             if time.monotonic() - beat_at >= HEARTBEAT_S / 3:
                 watch.pacer.heartbeat(caught_up=not query.status.get("isDataAvailable", True))
                 beat_at = time.monotonic()
@@ -78,9 +108,31 @@ def poll(query: StreamingQuery, watch: Watch) -> None:
         raise
 
 
-def stop_between_batches(query: StreamingQuery, wait_s: float = STOP_BETWEEN_BATCHES_S) -> None:
-    """Stop ``query`` when no micro-batch is in flight (a stopped batch would only be replayed)."""
-    deadline = time.monotonic() + wait_s
+class StallWatch:
+    """When a query last showed life: a batch ended, or it was idle (no data waiting, no batch in flight).
+
+    ``stuck`` answers how long it has been busy without a batch ending, once that passes ``timeout_s`` (None:
+    never, as for requests without a stall timeout).
+    """
+
+    def __init__(self, timeout_s: float | None, last_end: float, now: Callable[[], float] = time.monotonic):
+        self.timeout_s, self.now = timeout_s, now
+        self.last_end, self.alive_at = last_end, now()
+
+    def stuck(self, last_end: float, busy: bool) -> float | None:
+        """Seconds busy without a batch ending, if more than the timeout; else None."""
+        now = self.now()
+        if last_end != self.last_end or not busy:
+            self.last_end, self.alive_at = last_end, now
+            return None
+        quiet = now - self.alive_at
+        return quiet if self.timeout_s is not None and quiet > self.timeout_s else None
+
+
+def stop_between_batches(query: StreamingQuery, wait_s: float | None = None) -> None:
+    """Stop ``query`` when no micro-batch is in flight (a stopped batch would only be replayed), or after
+    ``wait_s`` (default :data:`STOP_BETWEEN_BATCHES_S`) in the middle of one."""
+    deadline = time.monotonic() + (STOP_BETWEEN_BATCHES_S if wait_s is None else wait_s)
     while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
         time.sleep(0.2)
     query.stop()

@@ -28,7 +28,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from tailfill.errors import ErrorInfo, QueryFailed
+from tailfill.errors import ErrorInfo, QueryEnded, QueryFailed, QueryStalled
 from tailfill.lake.tables import Tables
 from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.durable import write_whole
@@ -149,7 +149,7 @@ def _attempts(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handl
         try:
             poll(start_query(spark, pipeline, req, handler), watch)
             return len(causes), causes
-        except StreamingQueryException as exc:
+        except (StreamingQueryException, QueryEnded, QueryStalled) as exc:
             failure = _failure(exc, state, req)
             failure = Failure(failure.error, failure.step, advanced=state.tally.batches > before)
             causes.append(str(failure.error))
@@ -167,9 +167,11 @@ def _attempts(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handl
             time.sleep(decision.wait_seconds)
 
 
-def _failure(exc: StreamingQueryException, state: QueryState, req: IngestRequest) -> Failure:
-    """What failed: what the batch handler caught, else what the source's planning reported, else Spark's own
-    failure, known by its text alone."""
+def _failure(exc: Exception, state: QueryState, req: IngestRequest) -> Failure:
+    """What failed: the poll loop's own finding (the query ended by itself, or stalled), else what the batch
+    handler caught, else what the source's planning reported, else Spark's own failure, known by its text alone."""
+    if isinstance(exc, QueryEnded | QueryStalled):
+        return Failure(ErrorInfo.of(exc), state.step)
     if state.failure is not None:
         return state.failure
     reported = reported_failure(req.checkpoint / FAILURE_FILE)
