@@ -30,8 +30,8 @@ demo: $(STAMP)
 ## Airflow, and Debian's headless Chromium for the UI test).
 test: $(STAMP) /usr/bin/chromedriver postgres-server
 	$(VENV)/bin/ruff check tailfill spark_jobs tests plugins dags benchmarks
-	$(VENV)/bin/pytest -n 2 --dist loadfile -m "not solo"
-	$(VENV)/bin/pytest -m solo
+	$(VENV)/bin/pytest -n 2 --dist loadfile -m "not solo and not soak"
+	$(VENV)/bin/pytest -m "solo and not soak"
 
 /usr/bin/chromedriver:
 	@[ "$$(id -u)" = 0 ] || { echo "the UI test needs Debian's chromium and chromium-driver: apt-get install chromium chromium-driver (as root)"; exit 1; }

@@ -20,6 +20,7 @@ class TailfillError(RuntimeError):
     after the fix resumes the work (a fix that cannot bring data back does not)."""
 
     retryable: ClassVar[bool] = False
+    infrastructure: ClassVar[bool] = False  # the machinery around the work failed (Spark's, the broker), not the work
     fix: ClassVar[str] = "read the cause in the job output, fix it"
     then_resume: ClassVar[bool] = True
 
@@ -41,6 +42,19 @@ class SourceError(TailfillError):
 
     retryable = True
     fix = BrokerError.fix
+
+
+class BrokerUnresponsive(SourceError):
+    """The broker answered no request of a kind (fetch, offsets) for longer than a read waits.
+
+    Not the batch's fault: like Spark's machinery failing, it is restarted with patience of its own that
+    leaves the batch's failure budget alone (:mod:`tailfill.run.restarts`), and the run goes on when the
+    broker answers again.
+    """
+
+    infrastructure: ClassVar[bool] = True
+    fix = ("check the broker: it is unreachable, or reachable but answering nothing (its log, its CPU); the run "
+           "restarts with patience and resumes where it stopped once the broker answers")
 
 
 class ExpiredOffsetsError(SourceError):
@@ -158,6 +172,7 @@ class RemoteError(TailfillError):
         self.retryable = info.retryable  # type: ignore[misc]  # this error's, not the class's
         self.fix = info.fix  # type: ignore[misc]
         self.then_resume = info.then_resume  # type: ignore[misc]
+        self.infrastructure = info.infrastructure  # type: ignore[misc]
 
 
 class QueryFailed(IngestError):
@@ -190,7 +205,8 @@ class ErrorInfo:
     ``message``: its text (a foreign one's first line); ``retryable``: whether running the same work again can succeed
     (a foreign error: yes, within the failure budget); ``fix``: what the person running the pipeline
     should do; ``then_resume``: whether running again after the fix resumes the work;
-    ``infrastructure``: Spark's machinery failed (:data:`SPARK_INFRASTRUCTURE`), not the work.
+    ``infrastructure``: the machinery around the work failed (Spark's: :data:`SPARK_INFRASTRUCTURE`; a broker that
+    answers nothing: :class:`BrokerUnresponsive`), not the work.
     """
 
     error_class: str
@@ -213,7 +229,8 @@ class ErrorInfo:
             info = getattr(ours, "info", None)
             if isinstance(info, ErrorInfo):
                 return info
-            return cls(type(ours).__name__, str(ours), ours.retryable, ours.fix, ours.then_resume)
+            return cls(type(ours).__name__, str(ours), ours.retryable, ours.fix, ours.then_resume,
+                       infrastructure=ours.infrastructure)
         root = chain[0]
         sign = _infrastructure_line(str(exc))
         if sign is not None:

@@ -45,6 +45,8 @@ def pytest_addoption(parser):
                      help="run the fault suite's long soak (50 random SIGKILLs instead of 8)")
     parser.addoption("--soak-kills", type=int, default=50,
                      help="random SIGKILLs in the soak (with --soak; default 50)")
+    parser.addoption("--soak-minutes", type=float, default=30.0,
+                     help="test_tail_soak: how long each -m soak tail runs (default 30)")
     parser.addoption("--demo-settings", action="store_true",
                      help="test_tail_first: the slices and tail batch bounds pipelines/demo.yaml ships")
 

@@ -10,7 +10,11 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
+import subprocess
 import threading
+from collections.abc import Iterator
+
+from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
 
 
 class TcpOutage:
@@ -82,3 +86,25 @@ class TcpOutage:
                     sock.close()
             with self._lock:
                 self._conns.difference_update((src, dst))
+
+
+@contextlib.contextmanager
+def broker_behind_outage() -> Iterator[tuple[str, TcpOutage]]:
+    """A tansu broker reachable only through a :class:`TcpOutage` relay (it advertises the relay's address).
+
+    tansu's memory storage does not survive a real restart, and its s3 storage stalls fetches against
+    moto here, so the restart is the broker's address going away and coming back: every connection
+    reset, new ones refused, then the same address answering again with the same data.
+    """
+    port, relay_port = free_port(), free_port()
+    proc = subprocess.Popen([tansu_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
+                             "--advertised-listener-url", f"tcp://127.0.0.1:{relay_port}",
+                             "--storage-engine", "memory://tansu/"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc)
+        with TcpOutage(port, relay_port) as relay:
+            yield f"127.0.0.1:{relay_port}", relay
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KTopicPartition
 
 from tailfill.config import EMBEDDED, SourceConfig
-from tailfill.errors import ConfigError, ExpiredOffsetsError, SourceError
+from tailfill.errors import BrokerUnresponsive, ConfigError, ExpiredOffsetsError, SourceError
 from tailfill.offsets import OffsetRange, PartitionOffsets, TopicPartition
 from tailfill.redact import register_secret
 from tailfill.values.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
@@ -166,6 +166,10 @@ def watermarks(conf: dict, partitions: list[TopicPartition], probe_timeout_s: fl
                     KTopicPartition(tp.topic, tp.partition), timeout=METADATA_TIMEOUT_S
                 )
             except KafkaException as exc:
+                if _transient(exc.args[0]):
+                    raise BrokerUnresponsive(
+                        f"the broker at {conf['bootstrap.servers']} answered no offsets request (ListOffsets) for "
+                        f"{tp} within {METADATA_TIMEOUT_S:.0f}s: {exc.args[0].str()}") from None
                 raise SourceError(f"cannot read offsets of {tp} from {conf['bootstrap.servers']}: {exc}") from exc
         probe = {tp: hi for tp, (lo, hi) in listed.items() if hi > lo}
         high = {tp: hi for tp, (_, hi) in listed.items()}
@@ -348,8 +352,9 @@ def _check_idle(conf: dict, live: dict, waited: float, idle_timeout_s: float, lo
     limit = min(idle_timeout_s, RECONNECT_TIMEOUT_S) if lost else idle_timeout_s
     if waited > limit:
         where = ", ".join(f"{c.rng} at {c.pos}" for c in live.values())
-        why = f" since the connection to the broker failed ({lost})" if lost else ""
-        raise SourceError(f"reading {where}: no records for {limit:.0f}s{why} from {conf['bootstrap.servers']}")
+        why = f" since the connection failed ({lost})" if lost else ""
+        raise BrokerUnresponsive(f"the broker at {conf['bootstrap.servers']} answered no fetch for {limit:.0f}s{why}, "
+                                 f"reading {where}")
 
 
 def _handle_errors(msgs: list, live: dict, consumer: Consumer, on_expired: str, earliest,

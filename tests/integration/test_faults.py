@@ -41,10 +41,10 @@ from helpers import (
     wait_until,
 )
 from s3_fault_proxy import Fault, S3FaultProxy
-from tcp_outage import TcpOutage
+from tcp_outage import broker_behind_outage
 
 from tailfill import cli
-from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
+from tailfill.dev.broker import free_port
 from tailfill.dev.postgres import LocalPostgres
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.batch_summary import SUMMARY_RUN, BatchSummary
@@ -225,28 +225,6 @@ def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, t
 
 
 # --- the broker goes away ----------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def broker_behind_outage():
-    """A tansu broker reachable only through a :class:`TcpOutage` relay (it advertises the relay's address).
-
-    tansu's memory storage does not survive a real restart, and its s3 storage stalls fetches against
-    moto here, so the restart is the broker's address going away and coming back: every connection
-    reset, new ones refused, then the same address answering again with the same data.
-    """
-    port, relay_port = free_port(), free_port()
-    proc = subprocess.Popen([tansu_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
-                             "--advertised-listener-url", f"tcp://127.0.0.1:{relay_port}",
-                             "--storage-engine", "memory://tansu/"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, proc)
-        with TcpOutage(port, relay_port) as relay:
-            yield f"127.0.0.1:{relay_port}", relay
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def test_broker_stopped_and_restarted_mid_run(spark, make_pipeline):

@@ -1,0 +1,69 @@
+"""A live tail waits out a broker that answers nothing, says so in one line, and goes on when it answers.
+
+The broker's address goes away for longer than a read waits (connections reset, new ones refused), while a
+processing-time tail runs with no failure budget at all (``max_consecutive_failures: 0``). The broker
+answering nothing is not the batch's fault: the tail restarts with patience of its own, each restart one
+line naming the broker and the request it did not answer, and goes on committing when the broker is back;
+every offset exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from helpers import (
+    assert_exactly_once,
+    backfill,
+    committed,
+    finished,
+    high_watermarks,
+    in_background,
+    tail,
+    tail_spec,
+    wait_until,
+)
+from tcp_outage import broker_behind_outage
+
+from tailfill.cli import main as cli_main
+from tailfill.dev.sample import produce_sample
+from tailfill.run.spark_job import run
+
+pytestmark = pytest.mark.integration
+
+OUTAGE_S = 40.0  # longer than a read or an offsets request waits (15 s, 10 s)
+
+
+def test_a_tail_waits_out_a_broker_that_answers_nothing_and_goes_on(spark, make_pipeline):
+    with broker_behind_outage() as (bootstrap, relay):
+        cfg = make_pipeline(source__bootstrap_servers=bootstrap, tail__trigger="processing_time",
+                            tail__trigger_interval_seconds=2, tail__max_consecutive_failures=0,
+                            tail__restart_backoff_seconds=1, tail__min_offsets_per_batch=100,
+                            tail__max_offsets_per_batch=2_000)
+        topic = cfg.source.topic
+        produce_sample(bootstrap, topic, 1_000, 4)
+        spec = tail_spec(cfg, once=False)  # the cutover at 1,000: what follows is the tail's
+        produce_sample(bootstrap, topic, 4_000, 4)
+        lines: list[str] = []
+        thread, out = in_background(run, spec, spark, lines.append)
+        try:
+            wait_until(lambda: committed(cfg) >= 4_000 or not thread.is_alive(), "the tail's first commits", 300)
+            relay.down()
+            time.sleep(OUTAGE_S)
+            relay.up()
+            produce_sample(bootstrap, topic, 4_000, 4)
+            wait_until(lambda: committed(cfg) >= 8_000 or not thread.is_alive(), "commits after the outage", 600)
+        finally:
+            relay.up()
+            if thread.is_alive():
+                cli_main(["stop-tail", cfg.path])
+        [result] = finished(thread, out, timeout=600)
+        restarts = [line for line in lines if "restarting from the checkpoint" in line]
+        assert result.restarts >= 1 and len(restarts) == result.restarts, "\n".join(lines[-30:])
+        for line in restarts:
+            assert "BrokerUnresponsive" in line and f"the broker at {bootstrap} answered no" in line, line
+            assert "\n" not in line and len(line) < 1_000, line
+        assert result.offsets >= 8_000
+        backfill(spark, cfg)
+        tail(spark, cfg, once=True)
+        assert_exactly_once(cfg, high_watermarks(cfg))
