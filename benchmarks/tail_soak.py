@@ -6,8 +6,8 @@ beside a ``tailfill backfill --max-rate`` of 400,000 offsets of history that las
 is measured from the tail run's batch reports: commits, gaps between them (p50, p99, max, and max as a
 multiple of the interval), the batches' produce-to-commit latency, restarts and exit code.
 
-The baseline row runs the same tail with the consumer setting Tailfill used to ship,
-``fetch.wait.max.ms: 10`` (set through the pipeline's ``source.consumer``), for ``--baseline-minutes``.
+The baseline row runs the same tail with ``fetch.wait.max.ms: 10`` (set through the pipeline's
+``source.consumer``; Tailfill's consumers keep librdkafka's 500 ms) for ``--baseline-minutes``.
 
     .venv/bin/python benchmarks/tail_soak.py [--minutes 30] [--rates 600,2000] [--beside] [--baseline-minutes 5]
 """

@@ -53,7 +53,7 @@ def consumer_config(source: SourceConfig, **overrides: object) -> dict:
         # fetch.wait.max.ms stays at librdkafka's 500 ms. The embedded broker bounds each fetch's work by
         # this wait and does work in proportion to the record batches it holds: with 10 ms, a live topic
         # of small producer batches returned about one record per fetch after ~12 tail batches, and the
-        # tail stopped committing (docs/operations/broker.md has the figures).
+        # tail stopped committing (docs/troubleshooting.md, "Known deviations of the embedded broker").
         "security.protocol": sec.protocol,
         "log.connection.close": False,  # consumers are kept open across tasks; a broker going away is not news
     }
