@@ -27,6 +27,10 @@ class TcpOutage:
         self._listener: socket.socket | None = None
         self.outages = 0
 
+    @property
+    def is_up(self) -> bool:
+        return self._listener is not None
+
     def up(self) -> None:
         """Listen (again) on the relay's port."""
         listener = socket.socket()
