@@ -47,7 +47,6 @@ def one(home: Path, bootstrap: str, name: str, consumer: dict, minutes: float, r
     from tailfill.pipeline.load import load_pipeline
     from tailfill.run.contract import new_run_id
     from tailfill.run.planner import TailRequest, plan_tail
-    from tailfill.run.submit import submit_env
 
     cfg = load_pipeline(pipeline(home, bootstrap, name, consumer))
     produce_sample(bootstrap, cfg.source.topic, HISTORY if beside else 1_000, 4, bad_every=1_001)
@@ -56,7 +55,7 @@ def one(home: Path, bootstrap: str, name: str, consumer: dict, minutes: float, r
     logs = home / name
     logs.mkdir()
     rate_limit = max(int(HISTORY / (0.8 * minutes * 60)), 100) if beside else None
-    return soak(cfg, minutes * 60, rate, logs, submit_env() | {"TAILFILL_HOME": str(home)}, backfill_rate=rate_limit)
+    return soak(cfg, minutes * 60, rate, logs, {**os.environ, "TAILFILL_HOME": str(home)}, backfill_rate=rate_limit)
 
 
 def main() -> int:

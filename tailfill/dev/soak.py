@@ -85,7 +85,8 @@ def soak(cfg: PipelineConfig, seconds: float, rate: float, log_dir: Path, env: d
          backfill_rate: int | None = None) -> SoakResult:
     """Run the tail of ``cfg`` (processing-time trigger) for ``seconds`` after its first commit under a producer
     at ``rate``; with ``backfill_rate``, a backfill of ``[earliest, cutover)`` limited to that many offsets/s
-    runs beside it. Raises if the tail does not start, or leaves a process behind."""
+    runs beside it. ``env``: the commands' environment, as a user's shell has it. Raises if the tail does not
+    start."""
     assert cfg.path is not None and cfg.tail.trigger == "processing_time"
     tailfill = str(Path(sys.executable).parent / "tailfill")
     store = StateStore.of(cfg)

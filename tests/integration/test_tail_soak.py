@@ -11,12 +11,13 @@ old consumer settings.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from helpers import assert_exactly_once, backfill, high_watermarks, tail, tail_spec
 
 from tailfill.dev.sample import produce_sample
 from tailfill.dev.soak import SoakResult, soak
-from tailfill.run.submit import submit_env
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +31,7 @@ def _soak(spark, make_pipeline, home, tmp_path, minutes: float, rate: float, bes
                         tail__max_offsets_per_batch=100_000)
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, HISTORY if beside else 1_000, 4, bad_every=1_001)
     tail_spec(cfg, once=False)  # records the cutover: the history is the backfill's
-    env = submit_env() | {"TAILFILL_HOME": str(home)}
+    env = {**os.environ, "TAILFILL_HOME": str(home)}  # the CLI as a user runs it
     # Beside: a backfill limited so that it runs through most of the soak.
     backfill_rate = max(int(HISTORY / (0.8 * minutes * 60)), 100) if beside else None
     result = soak(cfg, minutes * 60, rate, tmp_path, env, backfill_rate=backfill_rate)
