@@ -164,6 +164,8 @@ class StateMerger:
         last: dict[str, int] = {}
         for i, key in enumerate(keys):
             if self.version_by and versions[i] is None:
+                if ops[i] == DELETE_OP:  # a tombstone: its delete carried the version; superseded by it
+                    continue
                 raise ChangeStreamError(f"the change at {rows.column('kafka_topic')[i]}/{parts[i]}@{offsets[i]} "
                                         f"(key {key}) has no {self.version_by} (target.version_by)")
             j = last.get(key)
@@ -216,7 +218,7 @@ class StateMerger:
         gap = subtract(read_ledger(changes_table).committed, applied_ranges(self.state))
         if not gap:
             return MergeCounts()
-        rows = changes_table.scan(row_filter=_in_ranges(gap)).to_arrow()
+        rows = changes_table.scan(row_filter=in_ranges(gap)).to_arrow()
         return self.merge(run_id, batch_id, rows, gap)
 
 
@@ -249,8 +251,8 @@ def _state_rows(rows: pa.Table, state: Table) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=pa.schema([f.with_nullable(True) for f in schema]))
 
 
-def _in_ranges(ranges: Sequence[OffsetRange]) -> BooleanExpression:
-    """A row filter: the Kafka coordinates lie in one of ``ranges``."""
+def in_ranges(ranges: Sequence[OffsetRange]) -> BooleanExpression:
+    """A row filter: the Kafka coordinates lie in one of ``ranges`` (one topic's)."""
     terms = [And(EqualTo("kafka_partition", r.partition),
                  And(GreaterThanOrEqual("kafka_offset", r.start), LessThan("kafka_offset", r.end))) for r in ranges]
     out = terms[0]
