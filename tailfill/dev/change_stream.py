@@ -141,3 +141,16 @@ def ends(changes: list[Change]) -> dict[int, int]:
     for c in changes:
         out[c.partition] = max(out.get(c.partition, 0), c.offset + 1)
     return out
+
+
+def produce_changes(bootstrap: str, topic: str, changes: list[Change], partitions: int) -> None:
+    """Write ``changes`` to ``topic`` (created with ``partitions`` if missing), each to its partition, in order; a
+    fresh topic then holds each change at its offset. Raises if any record was not acknowledged."""
+    from tailfill.dev.sample import _SampleProducer
+
+    out = _SampleProducer(bootstrap, topic, partitions, **{"linger.ms": 20, "batch.num.messages": 10000})
+    for i, c in enumerate(changes):
+        out.send(c.partition, c.value, c.key)
+        if i % 10000 == 0:
+            out.producer.poll(0)
+    out.finish()

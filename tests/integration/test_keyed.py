@@ -222,3 +222,23 @@ def test_version_by_orders_a_key_whose_changes_span_partitions(cdc):
     assert state_by_duckdb(pipeline) == expected
     proof = validate(pipeline, all_runs=True)
     assert proof.success, proof.problems
+
+
+def test_spark_backfill_committed_after_the_tail_on_the_broker(cdc, broker, spark):
+    """The whole way: Debezium JSON on the broker, the tail first (newer changes), then the backfill of history."""
+    from helpers import backfill, tail
+
+    from tailfill.dev.change_stream import produce_changes
+
+    pipeline = cdc(source__bootstrap_servers=broker.bootstrap_servers, source__partitions=2)
+    cfg, topic = pipeline.cfg, pipeline.cfg.source.topic
+    changes = change_stream(3000, 300, partitions=2, wrapped=True, snapshot=100)
+    half = {p: e // 2 for p, e in ends(changes).items()}
+    history = [c for c in changes if c.offset < half[c.partition]]
+    produce_changes(broker.bootstrap_servers, topic, history, 2)
+    tail(spark, cfg)  # records the cutover at the end of history; nothing after it yet
+    produce_changes(broker.bootstrap_servers, topic, [c for c in changes if c.offset >= half[c.partition]], 2)
+    assert sum(r.offsets for r in tail(spark, cfg)) == len(changes) - len(history)
+    assert sum(r.offsets for r in backfill(spark, cfg)) == len(history)  # older changes, committed after
+
+    assert_state_is_the_fold(pipeline, changes)
