@@ -192,7 +192,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from tailfill.lake.schema_change import schema_line
     from tailfill.proof.reports import read_latest
     from tailfill.run.plan import source_state
-    from tailfill.run.status import format_status, pipeline_status, quarantined_rows
+    from tailfill.run.status import format_status, keyed_status, pipeline_status, quarantined_rows
     from tailfill.run.tail_health import describe, read_tail
 
     with open_pipeline(args.pipeline) as pipeline:
@@ -203,6 +203,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         _say(format_status(cfg.name, rows, quarantined_rows(state)))
         _say(schema_line(tables.data) if tables is not None else
              f"table schema: {cfg.target.namespace}.{cfg.target.table} not made yet (the first run's planner makes it)")
+        state_table = pipeline.open_state_table()
+        if tables is not None and state_table is not None:
+            for line in keyed_status(tables.data, state_table, cfg.target.key):
+                _say(line)
         health, unknown = read_tail(pipeline.state)
         for line in describe(cfg, health, unknown=unknown):
             _say(line)

@@ -26,6 +26,7 @@ from tailfill.offsets import OffsetRange, subtract
 from tailfill.pipeline.handle import Pipeline, open_pipeline
 from tailfill.pipeline.load import load_pipeline
 from tailfill.proof.validate import validate
+from tailfill.run.status import keyed_status
 
 pytestmark = pytest.mark.integration
 
@@ -121,6 +122,12 @@ def test_debezium_stream_lands_as_the_fold_of_its_changes(cdc):
     data = pipeline.open_tables().data
     ops = data.scan(selected_fields=("cdc_op", "cdc_lsn")).to_arrow()
     assert set(ops["cdc_op"].to_pylist()) == {"r", "c", "u", "d"} and ops["cdc_lsn"].null_count > 0  # tombstones
+    status = keyed_status(data, pipeline.open_state_table(), ("order_id",))
+    assert status[0].endswith(f"keyed by ['order_id']: {len(fold(changes)):,} live rows; up to date with the "
+                              "change log")
+    assert status[1] == (f"  all merges: {counts.changes:,} changes = {counts.inserted:,} inserted + "
+                         f"{counts.updated:,} updated + {counts.deleted:,} deleted + {counts.superseded:,} superseded")
+    assert status[2].startswith("  latest run run-a: ")
 
 
 def test_unwrapped_events_and_bad_changes_are_quarantined_and_counted(cdc):
@@ -174,6 +181,8 @@ def test_a_failure_between_the_two_commits_is_caught_up_once(cdc, arm_fault, poi
     state = pipeline.open_state_table()
     lag = subtract(read_ledger(tables.data).committed, applied_ranges(state))
     assert lag == plan[3]  # the change log has the batch, the state does not
+    assert f"{sum(r.size for r in plan[3]):,} offsets behind the change log" in keyed_status(
+        tables.data, state, ("order_id",))[0]
     assert not validate(pipeline, all_runs=True).success
 
     committer = pipeline.committer(pipeline.open_tables())  # the next run: it catches up first
