@@ -52,6 +52,7 @@ from tailfill.values.schema import CDC_OP, DELETE_OP
 APPLIED_PROP = "tailfill.applied-ranges"  # the change-log offsets the state reflects
 INDEX_PROP = "tailfill.key-index"  # the key index's segments, in order (JSON list of URIs)
 COUNTS_PROP = "tailfill.keyed-counts"  # every change merged so far: inserted, updated, deleted, superseded
+LIVE_PROP = "tailfill.live-rows"  # rows the state holds (no data read to know it)
 KEY_PROP = "tailfill.key"  # the key columns (JSON list), set when the state table is made
 SUMMARY_MERGED = "tailfill.merged-ranges"  # in a state snapshot's summary: the offsets this merge applied
 COUNT_NAMES = ("changes", "inserted", "updated", "deleted", "superseded")
@@ -82,6 +83,11 @@ class MergeCounts:
 def applied_ranges(state: Table) -> list[OffsetRange]:
     """The change-log offsets the state table reflects."""
     return ranges_from_json(state.properties.get(APPLIED_PROP))
+
+
+def live_rows(state: Table) -> int:
+    """The rows the state table holds (one per live key), as its merges counted them."""
+    return int(state.properties.get(LIVE_PROP, 0))
 
 
 def state_counts(state: Table) -> MergeCounts:
@@ -148,7 +154,8 @@ class StateMerger:
             delta.commit()
             segments = [*self.index.segments, *([segment_uri] if segment_uri else [])]
             tx.set_properties({APPLIED_PROP: ranges_to_json(merge([*applied, *todo])), INDEX_PROP: json.dumps(segments),
-                               COUNTS_PROP: json.dumps(counts.to_dict())})
+                               COUNTS_PROP: json.dumps(counts.to_dict()),
+                               LIVE_PROP: str(live_rows(state) + plan.live)})
         if segment_uri is not None:  # into the index only once the commit that makes it true has landed
             self.index.apply(segment(entries))
             self.index.segments.append(segment_uri)
@@ -187,6 +194,7 @@ class StateMerger:
                     continue
                 if now.file is not None:
                     plan.deletes.append((now.file, now.pos))
+                    plan.live -= 1
             if ops[i] == DELETE_OP:
                 deleted += 1
                 plan.entries.append((key, Applied(at, None, -1)))
@@ -197,6 +205,7 @@ class StateMerger:
                     inserted += 1
                 plan.entries.append((key, Applied(at, "", len(plan.upserts))))  # file: the merge's data file
                 plan.upserts.append(i)
+                plan.live += 1
         plan.counts = replace(plan.counts, inserted=inserted, updated=updated, deleted=deleted,
                               superseded=plan.counts.superseded + superseded)
         return plan
@@ -230,6 +239,7 @@ class MergePlan:
     upserts: list[int] = field(default_factory=list)
     deletes: list[tuple[str, int]] = field(default_factory=list)  # (data file, position) to delete
     entries: list[tuple[str, Applied]] = field(default_factory=list)
+    live: int = 0  # the change in live rows
 
 
 def _rows_in(table: pa.Table, ranges: list[OffsetRange]) -> pa.Table:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from pyiceberg.table import Table
 
-from tailfill.lake.keyed import COUNT_NAMES, applied_ranges, state_counts
+from tailfill.lake.keyed import COUNT_NAMES, applied_ranges, live_rows, state_counts
 from tailfill.lake.ledger import read_ledger
 from tailfill.offsets import OffsetRange, TopicPartition, by_partition, gaps, subtract, total
 from tailfill.run.plan import SourceState
@@ -85,9 +85,7 @@ def format_status(name: str, rows: list[PartitionStatus], quarantined: int) -> s
 def keyed_status(changes: Table, state: Table, key: tuple[str, ...]) -> list[str]:
     """A keyed pipeline's state table: its key, live rows, how far it is behind the change log, what its merges did
     in all and in the latest run (from snapshot summaries and properties; no data read)."""
-    current = state.current_snapshot()
-    summary = current.summary.additional_properties if current and current.summary else {}
-    live = int(summary.get("total-records", 0)) - int(summary.get("total-position-deletes", 0))
+    live = live_rows(state)
     lag = subtract(read_ledger(changes).committed, applied_ranges(state))
     counts = state_counts(state)
     runs: dict[str, dict[str, int]] = {}

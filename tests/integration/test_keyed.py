@@ -8,15 +8,17 @@ tables' commits and replays of committed batches.
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
 import yaml
 from conftest import REPO
-from helpers import offline_duckdb
+from helpers import backfill, offline_duckdb, tail
 from pyiceberg.expressions import EqualTo
 
-from tailfill.dev.change_stream import Change, change_stream, ends, fold, records
+from tailfill.config import MaintenanceConfig
+from tailfill.dev.change_stream import Change, change_stream, ends, fold, produce_changes, records
 from tailfill.errors import ChangeStreamError, InjectedFault
 from tailfill.lake.keyed import applied_ranges, state_counts
 from tailfill.lake.ledger import read_ledger
@@ -26,6 +28,7 @@ from tailfill.offsets import OffsetRange, subtract
 from tailfill.pipeline.handle import Pipeline, open_pipeline
 from tailfill.pipeline.load import load_pipeline
 from tailfill.proof.validate import validate
+from tailfill.run.maintain import maintain
 from tailfill.run.status import keyed_status
 
 pytestmark = pytest.mark.integration
@@ -235,10 +238,6 @@ def test_version_by_orders_a_key_whose_changes_span_partitions(cdc):
 
 def test_spark_backfill_committed_after_the_tail_on_the_broker(cdc, broker, spark):
     """The whole way: Debezium JSON on the broker, the tail first (newer changes), then the backfill of history."""
-    from helpers import backfill, tail
-
-    from tailfill.dev.change_stream import produce_changes
-
     pipeline = cdc(source__bootstrap_servers=broker.bootstrap_servers, source__partitions=2)
     cfg, topic = pipeline.cfg, pipeline.cfg.source.topic
     changes = change_stream(3000, 300, partitions=2, wrapped=True, snapshot=100)
@@ -250,4 +249,29 @@ def test_spark_backfill_committed_after_the_tail_on_the_broker(cdc, broker, spar
     assert sum(r.offsets for r in tail(spark, cfg)) == len(changes) - len(history)
     assert sum(r.offsets for r in backfill(spark, cfg)) == len(history)  # older changes, committed after
 
+    assert_state_is_the_fold(pipeline, changes)
+
+
+def test_maintain_compacts_the_state_with_its_deletes_and_keeps_the_proof(cdc):
+    pipeline = cdc(maintenance={"target_file_bytes": 1 << 20, "expire_older_than": "1s", "keep_last": 2,
+                                "orphan_min_age": "1s", "schedule": None})
+    changes = change_stream(3000, 400, partitions=2, snapshot=100)
+    plan = batches(changes, pipeline.cfg.source.topic, 300)
+    committer = pipeline.committer(pipeline.open_tables())  # a running pipeline: its index in memory
+    for b, ranges in enumerate(plan[:4]):
+        commit(pipeline, changes, ranges, "run-m", b, committer)
+    state = pipeline.open_state_table()
+    assert any(t.delete_files for t in state.scan().plan_files())
+
+    time.sleep(1.5)  # older than the orphan and expiry ages
+    upkeep = maintain(pipeline, MaintenanceConfig.model_validate(pipeline.cfg.maintenance.model_dump()))
+    compacted = next(t.compaction for t in upkeep.tables if t.table.endswith("orders_state"))
+    assert compacted.files_removed >= 4 and compacted.files_added == 1
+    state.refresh()
+    assert not any(t.delete_files for t in state.scan().plan_files())  # readers apply no deletes now
+    assert state_by_pyiceberg(pipeline) == fold([c for c in changes if any(
+        r.partition == c.partition and r.start <= c.offset < r.end for rs in plan[:4] for r in rs)])
+
+    for b, ranges in enumerate(plan[4:], start=4):  # the same committer goes on after the compaction
+        commit(pipeline, changes, ranges, "run-m", b, committer)
     assert_state_is_the_fold(pipeline, changes)
