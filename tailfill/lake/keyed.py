@@ -139,6 +139,7 @@ class StateMerger:
             deletes = write_position_deletes(self.fs, new_file_uri(state.location(), f"deletes-{run_id}"),
                                              [f for f, _ in plan.deletes], [p for _, p in plan.deletes])
         failpoints.maybe_fail("before-state-commit")
+        failpoints.pause("before-state-commit")
         counts = state_counts(state) + plan.counts
         summary = {"tailfill.pipeline": self.pipeline, "tailfill.run-id": run_id, "tailfill.batch-id": str(batch_id),
                    SUMMARY_MERGED: ranges_to_json(todo), **{f"tailfill.{n}": str(v)

@@ -8,13 +8,16 @@ tables' commits and replays of committed batches.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import yaml
 from conftest import REPO
-from helpers import backfill, offline_duckdb, tail
+from helpers import backfill, kill_job_tree, offline_duckdb, tail
 from pyiceberg.expressions import EqualTo
 
 from tailfill.config import MaintenanceConfig
@@ -29,7 +32,9 @@ from tailfill.pipeline.handle import Pipeline, open_pipeline
 from tailfill.pipeline.load import load_pipeline
 from tailfill.proof.validate import validate
 from tailfill.run.maintain import maintain
+from tailfill.run.planner import backfill_spec
 from tailfill.run.status import keyed_status
+from tailfill.run.submit import spark_submit_command, submit_env
 
 pytestmark = pytest.mark.integration
 
@@ -275,3 +280,37 @@ def test_maintain_compacts_the_state_with_its_deletes_and_keeps_the_proof(cdc):
     for b, ranges in enumerate(plan[4:], start=4):  # the same committer goes on after the compaction
         commit(pipeline, changes, ranges, "run-m", b, committer)
     assert_state_is_the_fold(pipeline, changes)
+
+
+def test_a_job_killed_before_the_state_commit_is_caught_up_by_the_next_run(cdc, broker, spark, home, tmp_path):
+    """SIGKILL of a spark-submit backfill paused after its change-log commit and the state's files, before the
+    state's commit; the next backfill catches the state up and applies nothing twice."""
+    pipeline = cdc(source__bootstrap_servers=broker.bootstrap_servers, source__partitions=2, backfill__slices=1,
+                   backfill__max_offsets_per_batch=600, backfill__batch_seconds=None)
+    cfg = pipeline.cfg
+    changes = change_stream(3000, 300, partitions=2, snapshot=100)
+    produce_changes(broker.bootstrap_servers, cfg.source.topic, changes, 2)
+    flags = Path(os.environ["TAILFILL_FAULT_DIR"])
+    marker = uuid.uuid4().hex
+    env = submit_env() | {"TAILFILL_HOME": str(home), "TAILFILL_TEST_MARKER": marker,
+                          "TAILFILL_FAULT_PAUSE": "before-state-commit", "TAILFILL_FAULT_SKIP": "1"}
+    log = tmp_path / "backfill.log"
+    proc = subprocess.Popen(spark_submit_command(backfill_spec(pipeline)), env=env, stdout=log.open("w"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (flags / "before-state-commit").exists():
+            assert proc.poll() is None, f"the job ended before the pause:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+    finally:
+        kill_job_tree(proc, f"TAILFILL_TEST_MARKER={marker}".encode())
+        for name in ("before-state-commit", "before-state-commit.arrivals"):
+            (flags / name).unlink(missing_ok=True)
+    tables, state = pipeline.open_tables(), pipeline.open_state_table()
+    assert subtract(read_ledger(tables.data).committed, applied_ranges(state)), "the kill left the state behind"
+
+    backfill(spark, cfg)
+
+    assert_state_is_the_fold(pipeline, changes)
+    assert state_counts(pipeline.open_state_table()).changes == len(changes)  # nothing applied twice
