@@ -95,6 +95,18 @@ def state_counts(state: Table) -> MergeCounts:
     return MergeCounts.from_json(state.properties.get(COUNTS_PROP))
 
 
+def merges_by_run(state: Table) -> dict[str, MergeCounts]:
+    """What each run's merges did, by outcome, oldest run first (from the state's snapshot summaries: runs whose
+    snapshots expired are not listed)."""
+    out: dict[str, MergeCounts] = {}
+    for snap in state.snapshots():
+        props = snap.summary.additional_properties if snap.summary else {}
+        if "tailfill.run-id" in props and SUMMARY_MERGED in props:
+            counts = MergeCounts(**{n: int(props.get(f"tailfill.{n}", 0)) for n in COUNT_NAMES})
+            out[props["tailfill.run-id"]] = out.get(props["tailfill.run-id"], MergeCounts()) + counts
+    return out
+
+
 class StateMerger:
     """Merges changes into one state table; owns the table's key index in this process."""
 
@@ -169,20 +181,7 @@ class StateMerger:
         offsets = rows.column("kafka_offset").to_pylist()
         versions = rows.column(self.version_by).to_pylist() if self.version_by else offsets
         ops = rows.column(CDC_OP).to_pylist()
-        last: dict[str, int] = {}
-        for i, key in enumerate(keys):
-            if self.version_by and versions[i] is None:
-                if ops[i] == DELETE_OP:  # a tombstone: its delete carried the version; superseded by it
-                    continue
-                raise ChangeStreamError(f"the change at {rows.column('kafka_topic')[i]}/{parts[i]}@{offsets[i]} "
-                                        f"(key {key}) has no {self.version_by} (target.version_by)")
-            j = last.get(key)
-            if j is None or self._version(i, versions, parts, offsets) > self._version(j, versions, parts, offsets):
-                if j is not None:
-                    self._same_partition(key, parts[j], parts[i])
-                last[key] = i
-            elif j is not None:
-                self._same_partition(key, parts[j], parts[i])
+        last = self._last_change(rows, keys)
         plan = MergePlan(counts=MergeCounts(changes=len(keys), superseded=len(keys) - len(last)))
         inserted = updated = deleted = superseded = 0
         for key, i in last.items():
@@ -210,6 +209,30 @@ class StateMerger:
         plan.counts = replace(plan.counts, inserted=inserted, updated=updated, deleted=deleted,
                               superseded=plan.counts.superseded + superseded)
         return plan
+
+    def _last_change(self, rows: pa.Table, keys: list[str]) -> dict[str, int]:
+        """Each key's last change by version (its row's index in ``rows``); a key seen in two partitions without
+        ``version_by`` stops the merge."""
+        order = pa.table({"key": pa.array(keys, pa.string()), "partition": rows.column("kafka_partition"),
+                          "offset": rows.column("kafka_offset"), "at": pa.array(range(rows.num_rows), pa.int64()),
+                          "version": rows.column(self.version_by or "kafka_offset")})
+        if self.version_by:
+            unversioned = order.column("version").is_null()
+            upserts = pc.and_(unversioned, pc.not_equal(rows.column(CDC_OP), DELETE_OP))
+            if pc.any(upserts).as_py():
+                i = pc.index(upserts, True).as_py()
+                raise ChangeStreamError(f"the change at {rows.column('kafka_topic')[i]}/{order['partition'][i]}@"
+                                        f"{order['offset'][i]} (key {keys[i]}) has no {self.version_by} "
+                                        "(target.version_by)")
+            order = order.filter(pc.invert(unversioned))  # tombstones: their delete carried the version
+        else:
+            spread = order.group_by("key").aggregate([("partition", "min"), ("partition", "max")])
+            split = spread.filter(pc.not_equal(spread["partition_min"], spread["partition_max"]))
+            if split.num_rows:
+                self._same_partition(split["key"][0].as_py(), split["partition_min"][0].as_py(),
+                                     split["partition_max"][0].as_py())
+        order = order.sort_by([("version", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
+        return dict(zip(order.column("key").to_pylist(), order.column("at").to_pylist(), strict=True))
 
     @staticmethod
     def _version(i: int, versions: list, parts: list, offsets: list) -> Version:
@@ -281,21 +304,26 @@ class KeyedCommitter(Committer):
     last_merge: dict[str, object] = field(default_factory=dict)  # the latest merge's counts and seconds
 
     def commit(self, run_id: str, batch_id: int, prepared: Sequence[PreparedRange]) -> tuple[CommitResult, float]:
-        result, seconds = super().commit(run_id, batch_id, prepared)
         assert self.merger is not None
         started = time.perf_counter()
-        failpoints.maybe_fail("before-state-merge")
         counts = MergeCounts()
-        if not self.last_merge:
+        if not self.last_merge:  # before this batch's commit: only what an earlier run left behind
             counts = self.merger.catch_up(run_id, batch_id, self.tables.data)
+        catch_up_s = time.perf_counter() - started
+        result, seconds = super().commit(run_id, batch_id, prepared)
+        failpoints.maybe_fail("before-state-merge")
+        started = time.perf_counter()
         ranges = [p.marker.range for p in prepared]
         ledger = read_ledger(self.tables.data)
         files = [f for p in prepared for f in p.data_files]
         rows = _read(self.fs, files)
         counts += self.merger.merge(run_id, batch_id, rows, intersect_all(ranges, ledger.committed))
-        merge_s = time.perf_counter() - started
+        merge_s = time.perf_counter() - started + catch_up_s
         self.last_merge.update(counts.to_dict(), merge_seconds=round(merge_s, 4))
         return result, seconds + merge_s
+
+    def merged(self) -> dict[str, int] | None:
+        return {n: int(self.last_merge[n]) for n in COUNT_NAMES} if self.last_merge else None
 
 
 def _read(fs: pafs.FileSystem, files: Sequence[str]) -> pa.Table:

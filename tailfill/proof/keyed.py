@@ -21,7 +21,7 @@ from pyiceberg.table import Table
 
 from tailfill.lake.files import in_range
 from tailfill.lake.key_index import Version, encode_keys
-from tailfill.lake.keyed import applied_ranges, in_ranges, state_counts
+from tailfill.lake.keyed import MergeCounts, applied_ranges, in_ranges, merges_by_run, state_counts
 from tailfill.lake.ledger import read_ledger
 from tailfill.offsets import OffsetRange, intersect_all, merge, subtract, total
 from tailfill.values.schema import CDC_OP, DELETE_OP
@@ -36,21 +36,24 @@ class StateCheck:
     keys_checked: int = 0
     live_rows: int = 0
     differing: int = 0
-    counts: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)  # every merge of the table
+    run_counts: dict[str, int] = field(default_factory=dict)  # the merges of the runs validated
     problems: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"keys_checked": self.keys_checked, "live_rows": self.live_rows, "differing": self.differing,
-                "counts": self.counts}
+                "counts": self.counts, "run_counts": self.run_counts}
 
 
 def check_state(changes: Table, state: Table, key: Sequence[str], version_by: str | None,
-                within: Sequence[OffsetRange] | None = None) -> StateCheck:
+                within: Sequence[OffsetRange] | None = None, runs: Sequence[str] = ()) -> StateCheck:
     """Check ``state`` against the fold of ``changes``: table-wide, or (``within``: a run's ranges) for the keys
-    whose changes lie there."""
+    whose changes lie there; ``runs``: the runs whose merges are counted apart."""
     changes.refresh()
     state.refresh()
-    out = StateCheck(counts=state_counts(state).to_dict())
+    by_run = merges_by_run(state)
+    mine = sum((by_run[r] for r in runs if r in by_run), MergeCounts())
+    out = StateCheck(counts=state_counts(state).to_dict(), run_counts=mine.to_dict())
     applied, committed = applied_ranges(state), read_ledger(changes).committed
     if beyond := subtract(applied, committed):
         out.problems.append(f"the state {_name(state)} applied offsets the change log never committed: "

@@ -95,7 +95,7 @@ def validate(pipeline: Pipeline, run_id: str | None = None, all_runs: bool = Fal
             found.append(f"the state table {cfg.target.state_name} was never made")
         else:
             state_check = check_state(data, state, cfg.target.key, cfg.target.version_by,
-                                      None if all_runs else claimed)
+                                      None if all_runs else claimed, runs)
             found += state_check.problems
 
     run_name = "all" if all_runs else (run_id or "none")

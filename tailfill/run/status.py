@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from pyiceberg.table import Table
 
-from tailfill.lake.keyed import COUNT_NAMES, applied_ranges, live_rows, state_counts
+from tailfill.lake.keyed import applied_ranges, live_rows, merges_by_run, state_counts
 from tailfill.lake.ledger import read_ledger
 from tailfill.offsets import OffsetRange, TopicPartition, by_partition, gaps, subtract, total
 from tailfill.run.plan import SourceState
@@ -88,19 +88,13 @@ def keyed_status(changes: Table, state: Table, key: tuple[str, ...]) -> list[str
     live = live_rows(state)
     lag = subtract(read_ledger(changes).committed, applied_ranges(state))
     counts = state_counts(state)
-    runs: dict[str, dict[str, int]] = {}
-    for snap in state.snapshots():
-        props = snap.summary.additional_properties if snap.summary else {}
-        if "tailfill.run-id" in props:
-            run = runs.setdefault(props["tailfill.run-id"], dict.fromkeys(COUNT_NAMES, 0))
-            for n in COUNT_NAMES:
-                run[n] += int(props.get(f"tailfill.{n}", 0))
+    runs = merges_by_run(state)
     lines = [f"state table {'.'.join(state.name())} keyed by {list(key)}: {live:,} live rows; "
              f"{'up to date with the change log' if not lag else f'{total(lag):,} offsets behind the change log'}",
              f"  all merges: {counts.changes:,} changes = {counts.inserted:,} inserted + {counts.updated:,} updated + "
              f"{counts.deleted:,} deleted + {counts.superseded:,} superseded"]
     if runs:
         run_id, c = list(runs.items())[-1]
-        lines.append(f"  latest run {run_id}: {c['inserted']:,} inserted, {c['updated']:,} updated, "
-                     f"{c['deleted']:,} deleted, {c['superseded']:,} superseded")
+        lines.append(f"  latest run {run_id}: {c.inserted:,} inserted, {c.updated:,} updated, "
+                     f"{c.deleted:,} deleted, {c.superseded:,} superseded")
     return lines

@@ -130,6 +130,8 @@ def test_debezium_stream_lands_as_the_fold_of_its_changes(cdc):
     data = pipeline.open_tables().data
     ops = data.scan(selected_fields=("cdc_op", "cdc_lsn")).to_arrow()
     assert set(ops["cdc_op"].to_pylist()) == {"r", "c", "u", "d"} and ops["cdc_lsn"].null_count > 0  # tombstones
+    run = validate(pipeline, run_id="run-a").state["run_counts"]
+    assert run == counts.to_dict()  # the one run made every merge
     status = keyed_status(data, pipeline.open_state_table(), ("order_id",))
     assert status[0].endswith(f"keyed by ['order_id']: {len(fold(changes)):,} live rows; up to date with the "
                               "change log")

@@ -138,3 +138,12 @@ def test_the_kafka_key_can_be_the_key(tmp_path):
     assert rows.select(["kafka_key", "cdc_op"]).to_pylist() == [{"kafka_key": "a", "cdc_op": "u"},
                                                                 {"kafka_key": "a", "cdc_op": "d"}]
     assert bad["error"].to_pylist() == ["the change has no Kafka key (key column kafka_key)"]
+
+
+def test_keys_have_one_canonical_text_whatever_their_columns():
+    from tailfill.lake.key_index import encode_key, encode_keys
+
+    table = pa.table({"a": pa.array([1, -2], pa.int64()), "b": pa.array([5, 6], pa.int32()), "s": ["x", 'y"']})
+    for columns in (["a"], ["a", "b"], ["a", "s"], ["s"]):
+        assert encode_keys(table, columns) == [encode_key([table[c][i].as_py() for c in columns]) for i in range(2)]
+    assert encode_keys(table, ["a", "b"]) == ["[1,5]", "[-2,6]"]
