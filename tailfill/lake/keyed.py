@@ -40,7 +40,7 @@ from tailfill import failpoints
 from tailfill.errors import ChangeStreamError, CommitConflictError
 from tailfill.lake.commit import Committer
 from tailfill.lake.files import PARQUET_OPTIONS, in_range, new_file_uri
-from tailfill.lake.key_index import Applied, KeyIndex, Version, encode_keys, segment
+from tailfill.lake.key_index import Applied, KeyIndex, Version, encode_keys, paused_gc, segment
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, DEFAULT_NAME_MAPPING, CommitResult, commit_attempts, read_ledger
 from tailfill.lake.partition import data_file
 from tailfill.lake.prepare import PreparedRange
@@ -134,19 +134,20 @@ class StateMerger:
         todo = subtract(merge(ranges), applied)
         if not todo:
             return MergeCounts()
-        self.index.follow(self.fs, json.loads(state.properties.get(INDEX_PROP, "[]")))
         rows = _rows_in(changes, todo)
-        plan = self._plan(rows) if rows.num_rows else MergePlan(MergeCounts())
-        data_uri = segment_uri = deletes = None
+        data_uri = new_file_uri(state.location(), run_id)  # the merge's data file, if any row wins
+        with paused_gc():
+            self.index.follow(self.fs, json.loads(state.properties.get(INDEX_PROP, "[]")))
+            plan = self._plan(rows, data_uri) if rows.num_rows else MergePlan(MergeCounts())
+        segment_uri = deletes = entries = None
         if plan.upserts:
-            data_uri = new_file_uri(state.location(), run_id)
             make_dirs(self.fs, f"{state.location().rstrip('/')}/data")
             pq.write_table(_state_rows(rows.take(plan.upserts), state), fs_path(data_uri), filesystem=self.fs,
                            **PARQUET_OPTIONS)
-        entries = [(k, a if a.file is None else a._replace(file=data_uri)) for k, a in plan.entries]
-        if entries:
+        if plan.entries:
             segment_uri = new_file_uri(state.location(), f"keyindex-{run_id}")
-            pq.write_table(segment(entries), fs_path(segment_uri), filesystem=self.fs)
+            entries = segment(plan.entries)
+            pq.write_table(entries, fs_path(segment_uri), filesystem=self.fs)
         if plan.deletes:
             deletes = write_position_deletes(self.fs, new_file_uri(state.location(), f"deletes-{run_id}"),
                                              [f for f, _ in plan.deletes], [p for _, p in plan.deletes])
@@ -160,7 +161,7 @@ class StateMerger:
             if tx.table_metadata.name_mapping() is None:
                 tx.set_properties({DEFAULT_NAME_MAPPING: tx.table_metadata.schema().name_mapping.model_dump_json()})
             delta = RowDelta(tx, summary)
-            if data_uri is not None:
+            if plan.upserts:
                 delta.append_data_file(data_file(state.io, tx.table_metadata, data_uri, Record()))
             if deletes is not None:
                 delta.add_delete_file(deletes)
@@ -170,12 +171,14 @@ class StateMerger:
                                COUNTS_PROP: json.dumps(counts.to_dict()),
                                LIVE_PROP: str(live_rows(state) + plan.live)})
         if segment_uri is not None:  # into the index only once the commit that makes it true has landed
-            self.index.apply(segment(entries))
+            with paused_gc():
+                self.index.apply(entries)
             self.index.segments.append(segment_uri)
         return plan.counts
 
-    def _plan(self, rows: pa.Table) -> MergePlan:
-        """Fold ``rows`` per key by version, and decide each key's last change against the applied version."""
+    def _plan(self, rows: pa.Table, data_uri: str) -> MergePlan:
+        """Fold ``rows`` per key by version, and decide each key's last change against the applied version (the
+        winning rows go to ``data_uri``, in the order of :attr:`MergePlan.upserts`)."""
         keys = encode_keys(rows, self.key)
         parts = rows.column("kafka_partition").to_pylist()
         offsets = rows.column("kafka_offset").to_pylist()
@@ -203,7 +206,7 @@ class StateMerger:
                     updated += 1
                 else:
                     inserted += 1
-                plan.entries.append((key, Applied(at, "", len(plan.upserts))))  # file: the merge's data file
+                plan.entries.append((key, Applied(at, data_uri, len(plan.upserts))))
                 plan.upserts.append(i)
                 plan.live += 1
         plan.counts = replace(plan.counts, inserted=inserted, updated=updated, deleted=deleted,
