@@ -304,25 +304,26 @@ class KeyedCommitter(Committer):
     the state table. Its first batch first catches the state up with the change log."""
 
     merger: StateMerger | None = None
-    last_merge: dict[str, object] = field(default_factory=dict)  # the latest merge's counts and seconds
+    last_merge: dict[str, float] = field(default_factory=dict)  # the latest merge's counts, seconds, CPU seconds
 
     def commit(self, run_id: str, batch_id: int, prepared: Sequence[PreparedRange]) -> tuple[CommitResult, float]:
         assert self.merger is not None
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         counts = MergeCounts()
         if not self.last_merge:  # before this batch's commit: only what an earlier run left behind
             counts = self.merger.catch_up(run_id, batch_id, self.tables.data)
-        catch_up_s = time.perf_counter() - started
+        catch_up_s, catch_up_cpu = time.perf_counter() - started, time.process_time() - cpu
         result, seconds = super().commit(run_id, batch_id, prepared)
         failpoints.maybe_fail("before-state-merge")
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         ranges = [p.marker.range for p in prepared]
         ledger = read_ledger(self.tables.data)
         files = [f for p in prepared for f in p.data_files]
         rows = _read(self.fs, files)
         counts += self.merger.merge(run_id, batch_id, rows, intersect_all(ranges, ledger.committed))
         merge_s = time.perf_counter() - started + catch_up_s
-        self.last_merge.update(counts.to_dict(), merge_seconds=round(merge_s, 4))
+        merge_cpu = time.process_time() - cpu + catch_up_cpu  # this process's CPU: what other load cannot inflate
+        self.last_merge.update(counts.to_dict(), merge_seconds=round(merge_s, 4), merge_cpu_seconds=round(merge_cpu, 4))
         return result, seconds + merge_s
 
     def merged(self) -> dict[str, int] | None:
