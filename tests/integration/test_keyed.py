@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -316,3 +317,34 @@ def test_a_job_killed_before_the_state_commit_is_caught_up_by_the_next_run(cdc, 
 
     assert_state_is_the_fold(pipeline, changes)
     assert state_counts(pipeline.open_state_table()).changes == len(changes)  # nothing applied twice
+
+
+def test_a_merge_that_loses_a_commit_race_is_redone_from_a_fresh_read(cdc):
+    """Two writers (a backfill lane and a tail): one writes its files, the other commits meanwhile; the first's
+    commit conflicts, and it plans again from the state the other left, applying nothing twice."""
+    pipeline = cdc()
+    changes = change_stream(2000, 200, partitions=2, snapshot=50)
+    plan = batches(changes, pipeline.cfg.source.topic, 250)
+    first, second = (pipeline.committer(pipeline.open_tables()) for _ in range(2))
+    commit(pipeline, changes, plan[0], "lane-1", 0, first)
+    flags = Path(os.environ["TAILFILL_FAULT_DIR"])
+    (flags / "pause-before-state-commit").touch()
+    slow = threading.Thread(target=commit, args=(pipeline, changes, plan[1], "lane-1", 1, first))
+    try:
+        slow.start()
+        deadline = time.monotonic() + 120
+        while not (flags / "before-state-commit").exists():
+            assert time.monotonic() < deadline and slow.is_alive(), "the first writer never reached its commit"
+            time.sleep(0.1)
+        (flags / "pause-before-state-commit").unlink()
+        for b, ranges in enumerate(plan[2:], start=2):  # the other writer commits meanwhile
+            commit(pipeline, changes, ranges, "tail-1", b, second)
+        (flags / "before-state-commit.release").touch()
+        slow.join(timeout=120)
+        assert not slow.is_alive()
+    finally:
+        for name in ("pause-before-state-commit", "before-state-commit", "before-state-commit.release",
+                     "before-state-commit.arrivals"):
+            (flags / name).unlink(missing_ok=True)
+    assert_state_is_the_fold(pipeline, changes)
+    assert state_counts(pipeline.open_state_table()).changes == len(changes)
