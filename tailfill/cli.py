@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from tailfill.config import PipelineConfig
 from tailfill.dev.broker import broker_down, broker_up
 from tailfill.dev.registry import registry_down, registry_up
 from tailfill.errors import ConfigError, TailfillError
@@ -55,6 +56,8 @@ def cmd_produce_sample(args: argparse.Namespace) -> int:
 
     fmt = getattr(args, "format", None) or "json"
     cfg = resolve_pipeline(args.pipeline or ("demo" if fmt == "json" else f"orders_{fmt}"))
+    if fmt == "debezium":
+        return _produce_changes(cfg, args.count)
     if cfg.format.type != fmt:
         raise ConfigError(f"pipeline {cfg.name} reads {cfg.format.type}, not {fmt} (fix: --pipeline orders_{fmt})")
     bootstrap = resolve_bootstrap(cfg.source.bootstrap_servers)
@@ -79,6 +82,23 @@ def cmd_produce_sample(args: argparse.Namespace) -> int:
     secs = time.monotonic() - started
     _say(f"produced {args.count:,} records to {cfg.source.topic} on {bootstrap} in {secs:.1f}s "
          f"({counts['good']:,} valid, {counts['bad']:,} deliberately bad)")
+    return 0
+
+
+def _produce_changes(cfg: PipelineConfig, count: int) -> int:
+    """``produce-sample --format debezium``: Debezium change events of orders (10 changes per order on average)."""
+    from tailfill.dev.change_stream import change_stream, produce_changes
+
+    if cfg.format.envelope != "debezium":
+        raise ConfigError(f"pipeline {cfg.name} does not read Debezium change events (fix: --pipeline orders_cdc)")
+    bootstrap = resolve_bootstrap(cfg.source.bootstrap_servers)
+    partitions = cfg.source.partitions or 4
+    started = time.monotonic()
+    changes = change_stream(count, max(1, count // 10), partitions=partitions, snapshot=min(count // 10, 10_000))
+    produce_changes(bootstrap, cfg.source.topic, changes, partitions)
+    ops = {op: sum(1 for c in changes if c.op == op) for op in ("r", "c", "u", "d", "tombstone")}
+    _say(f"produced {len(changes):,} change records to {cfg.source.topic} on {bootstrap} in "
+         f"{time.monotonic() - started:.1f}s ({', '.join(f'{n:,} {op}' for op, n in ops.items())})")
     return 0
 
 
@@ -172,7 +192,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from tailfill.lake.schema_change import schema_line
     from tailfill.proof.reports import read_latest
     from tailfill.run.plan import source_state
-    from tailfill.run.status import format_status, pipeline_status, quarantined_rows
+    from tailfill.run.status import format_status, keyed_status, pipeline_status, quarantined_rows
     from tailfill.run.tail_health import describe, read_tail
 
     with open_pipeline(args.pipeline) as pipeline:
@@ -183,6 +203,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         _say(format_status(cfg.name, rows, quarantined_rows(state)))
         _say(schema_line(tables.data) if tables is not None else
              f"table schema: {cfg.target.namespace}.{cfg.target.table} not made yet (the first run's planner makes it)")
+        state_table = pipeline.open_state_table()
+        if tables is not None and state_table is not None:
+            for line in keyed_status(tables.data, state_table, cfg.target.key):
+                _say(line)
         health, unknown = read_tail(pipeline.state)
         for line in describe(cfg, health, unknown=unknown):
             _say(line)
@@ -285,9 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
     ss.set_defaults(func=cmd_dev_service)
 
     s = sub.add_parser("produce-sample", help="write sample events to a pipeline's topic (JSON, or a registry format)")
-    s.add_argument("--pipeline", help="default: demo (json), orders_<format> otherwise")
-    s.add_argument("--format", choices=("json", "avro", "protobuf", "json_schema"), default="json",
-                   help="avro/protobuf/json_schema: sample orders by confluent-kafka's serializers via the registry")
+    s.add_argument("--pipeline", help="default: demo (json), orders_cdc (debezium), orders_<format> otherwise")
+    s.add_argument("--format", choices=("json", "avro", "protobuf", "json_schema", "debezium"), default="json",
+                   help="avro/protobuf/json_schema: sample orders by confluent-kafka's serializers via the registry; "
+                        "debezium: Debezium JSON change events of orders (snapshot, inserts, updates, deletes)")
     s.add_argument("--count", type=int, default=100_000)
     s.add_argument("--bad-every", type=int, default=0, help="make every K-th record bad (quarantine demo)")
     s.set_defaults(func=cmd_produce_sample)

@@ -201,6 +201,12 @@ class FormatConfig(_Model):
         description="A writer schema that changes a column's type beyond a promotion, or lacks a field the table "
                     "requires (tailfill.required-fields): its records go to the quarantine with the reason, or "
                     "the run stops naming the field and both types.")
+    envelope: Literal["none", "debezium"] = Field(
+        default="none",
+        description="Keyed pipelines (target.mode: upsert): none, each value is the row's new state and a "
+                    "tombstone (a null value with a key) deletes the key; or debezium, each value is a Debezium "
+                    "change event in JSON (with or without the converter's schema/payload wrapper) whose op "
+                    "r/c/u applies 'after' and d deletes 'before''s key (json format only).")
     key: Literal["raw", "string", "registry"] = Field(
         default="raw",
         description="The kafka_key column: the bytes as sent (raw); decoded UTF-8 (string, json and raw formats: "
@@ -281,6 +287,23 @@ class TargetConfig(_Model):
                     "day(c), hour(c), bucket(N, c), truncate(W, c), e.g. [\"day(created_at)\", "
                     "\"bucket(16, user_id)\"]; empty: unpartitioned. A change evolves the spec for new data.")
 
+    mode: Literal["append", "upsert"] = Field(
+        default="append",
+        description="append: every record lands as a row of the data table. upsert: the data table is the "
+                    "append-only record of every change, and a state table beside it holds each key's latest "
+                    "row (merge-on-read: Tailfill writes position delete files; never equality deletes).")
+    key: tuple[str, ...] = Field(
+        default=(),
+        description="upsert: the columns that identify a row (declared fields, or kafka_key for the Kafka "
+                    "key); required there, refused with append.")
+    version_by: str | None = Field(
+        default=None,
+        description="upsert: a long column that orders a key's changes when they can span Kafka partitions "
+                    "(e.g. cdc_lsn); null: the Kafka offset within the partition orders them, and a key seen "
+                    "in two partitions stops the run naming the key and both partitions.")
+    state_table: str | None = Field(default=None, description="upsert: the state table's name (null: "
+                                                              "<table>_state).")
+
     @field_validator("partition_by")
     @classmethod
     def _partition_terms_parse(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
@@ -310,9 +333,26 @@ class TargetConfig(_Model):
             )
         return self
 
+    @model_validator(mode="after")
+    def _keyed_settings(self) -> TargetConfig:
+        if self.mode == "upsert" and not self.key:
+            raise ValueError("mode: upsert needs key: the columns that identify a row (e.g. key: [order_id])")
+        if self.mode == "append":
+            given = [n for n in ("key", "version_by", "state_table") if getattr(self, n)]
+            if given:
+                raise ValueError(f"{', '.join(given)} only apply to mode: upsert (this target appends)")
+        if len(set(self.key)) != len(self.key):
+            raise ValueError(f"key names a column twice: {list(self.key)}")
+        return self
+
     @property
     def quarantine_name(self) -> str:
         return self.quarantine_table or f"{self.table}_quarantine"
+
+    @property
+    def state_name(self) -> str:
+        """The keyed state table's name (``mode: upsert``)."""
+        return self.state_table or f"{self.table}_state"
 
 
 class BackfillConfig(_Model):

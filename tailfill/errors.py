@@ -109,6 +109,13 @@ class SchemaChangeError(TailfillError):
            "such records in the quarantine table")
 
 
+class ChangeStreamError(TailfillError):
+    """A keyed pipeline's change stream asks for what Tailfill cannot apply (a truncate, a key in two partitions
+    without ``target.version_by``); running again meets the same change."""
+
+    fix = "see the change the message names; set target.version_by, or re-create the state from the change log"
+
+
 class PreflightError(TailfillError):
     """A pipeline is not ready to run; the message says what to fix."""
 

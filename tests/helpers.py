@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pathlib
 import signal
 import subprocess
 import threading
@@ -11,6 +12,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import duckdb
+import duckdb_extension_avro
+import duckdb_extension_iceberg
 import pyarrow.parquet as pq
 from processes import kill_marked
 
@@ -189,3 +193,13 @@ def assert_one_partition_value_per_file(cfg, table) -> int:
         for i, term in enumerate(terms):
             assert set(term.values(rows[term.column]).to_pylist()) == {recorded[i]}, (task.file.file_path, str(term))
     return len(tasks)
+
+
+def offline_duckdb() -> duckdb.DuckDBPyConnection:
+    """DuckDB with the iceberg extension (and the avro one it needs) from their wheels: nothing downloaded."""
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                                 "allow_unsigned_extensions": True})
+    for package in (duckdb_extension_avro, duckdb_extension_iceberg):
+        (path,) = pathlib.Path(package.__file__).parent.glob("extensions/*/*.duckdb_extension")
+        con.execute(f"LOAD '{path}'")
+    return con

@@ -125,6 +125,8 @@ def _validate(cfg: PipelineConfig, run_id: str) -> dict:
                            + f" (fix: see the completeness report {report})")
     summary = {"run_id": run_id, "offsets": result.offsets_checked, "rows": result.rows,
                "quarantined": result.quarantined, "report": report, "data_docs": docs, **totals}
+    if result.state:  # a keyed table: what the run's merges did, and the state's key
+        summary |= {"key": list(cfg.target.key), "changes": result.state["run_counts"]}
     get_current_context()["outlet_events"][table_asset(cfg)].extra = {"pipeline": cfg.name, **summary}
     return summary | {"partitions": result.partitions}
 

@@ -8,10 +8,11 @@ interface.
 
 from __future__ import annotations
 
-from tailfill.config import FormatConfig
+from tailfill.config import FormatConfig, PipelineConfig
 from tailfill.errors import ConfigError
 from tailfill.formats.avro import AvroFormat
 from tailfill.formats.base import Format
+from tailfill.formats.changes import ChangeFormat
 from tailfill.formats.json_fields import JsonFormat
 from tailfill.formats.json_schema import JsonSchemaFormat
 from tailfill.formats.protobuf import ProtobufFormat
@@ -40,3 +41,12 @@ def format_of(fmt: FormatConfig, topic: str, registry: RegistryClient | None = N
     """The format of a pipeline's ``format`` block (its topic names the default subjects), with the registry's
     client when it reads one."""
     return format_class(fmt.type)(fmt, topic, registry)
+
+
+def pipeline_format(cfg: PipelineConfig, registry: RegistryClient | None = None) -> Format:
+    """The format a pipeline's records are read with: its ``format`` block's, read as changes of keys when the
+    target is keyed (``target.mode: upsert``)."""
+    fmt = format_of(cfg.format, cfg.source.topic, registry)
+    if cfg.target.mode == "upsert":
+        return ChangeFormat(fmt, cfg.target.key, cfg.format.envelope)
+    return fmt

@@ -61,6 +61,10 @@ class Committer:
         result = commit(self.tables.data, data_files)
         return result, time.perf_counter() - started
 
+    def merged(self) -> dict[str, int] | None:
+        """What the latest commit's merge did with its changes, by outcome (None: this commit appends only)."""
+        return None
+
 
 def records_in(fs: pafs.FileSystem, prepared: Sequence[PreparedRange], kept: list[OffsetRange]) -> int:
     """Records the source read in the ``kept`` part of a batch (when another writer committed the rest).

@@ -11,6 +11,7 @@ the warehouse itself are :mod:`tailfill.plumbing.warehouse`'s.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -243,3 +244,37 @@ def provision_tables(catalog: Catalog, target: TargetConfig, fmt: Format) -> Tab
         where = f"{ns} at {warehouse_uri(target)}"
         raise LakeError(redact_text(f"cannot create or load tables in {where}: {exc}")) from exc
     return Tables(data, quarantine)
+
+
+def provision_state_table(catalog: Catalog, target: TargetConfig, data: Table) -> Table:
+    """A keyed pipeline's state table (``target.mode: upsert``): made if missing with the data table's columns and
+    the key recorded, and given the columns the data table gained since (the planner's, before a run)."""
+    ident = (target.namespace, target.state_name)
+
+    def new_state_table() -> tuple[pa.Schema, dict[str, str]]:
+        return data.schema().as_arrow(), {"tailfill.key": json.dumps(list(target.key))}
+
+    try:
+        state = _ensure(catalog, ident, new_state_table)
+        _add_missing_columns(state, data.schema().as_arrow())
+    except LakeError:
+        raise
+    except Exception as exc:
+        where = f"{target.namespace} at {warehouse_uri(target)}"
+        raise LakeError(redact_text(f"cannot create or load the state table {target.state_name} in {where}: "
+                                    f"{exc}")) from exc
+    recorded = json.loads(state.properties.get("tailfill.key", "[]"))
+    if recorded != list(target.key):
+        raise LakeError(f"the state table {'.'.join(ident)} is keyed by {recorded}, the pipeline by "
+                        f"{list(target.key)}: restore target.key, or drop the state table to rebuild it")
+    return state
+
+
+def open_state_table(catalog: Catalog, target: TargetConfig) -> Table | None:
+    """A keyed pipeline's state table as it is now, or None when it was never made. Changes nothing."""
+    try:
+        return catalog.load_table((target.namespace, target.state_name))
+    except NoSuchTableError:
+        return None
+    except Exception as exc:
+        raise LakeError(redact_text(f"cannot load the state table {target.state_name}: {exc}")) from exc

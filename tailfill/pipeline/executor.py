@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 
 from tailfill.config import PipelineConfig
-from tailfill.formats.registry import format_of
+from tailfill.formats.registry import pipeline_format
 from tailfill.formats.schema_registry import RegistryClient
 from tailfill.lake.prepare import Destination, PreparedRange, prepare_ranges
 from tailfill.offsets import OffsetRange
@@ -35,8 +35,7 @@ class ExecutorContext:
         self.fs = filesystem(cfg.target)
         self.consumer = OwnedConsumer(consumer_config(cfg.source))
         registry = cfg.format.schema_registry
-        self.decoder = format_of(cfg.format, cfg.source.topic,
-                                 RegistryClient(registry) if registry is not None else None).decoder()
+        self.decoder = pipeline_format(cfg, RegistryClient(registry) if registry is not None else None).decoder()
 
     def read(self, ranges: list[OffsetRange]) -> Iterator[pa.RecordBatch]:
         """The records of ``ranges`` with this worker's consumer, then a marker per range."""

@@ -16,13 +16,24 @@ from functools import cached_property
 
 import pyarrow.fs as pafs
 from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
 
 from tailfill.config import PipelineConfig, SourceConfig
+from tailfill.errors import LakeError
 from tailfill.formats.base import Format
-from tailfill.formats.registry import format_of
+from tailfill.formats.registry import pipeline_format
 from tailfill.formats.schema_registry import RegistryClient
 from tailfill.lake.commit import Committer
-from tailfill.lake.tables import Tables, close_catalog, load_catalog, open_tables, provision_tables
+from tailfill.lake.keyed import KeyedCommitter, StateMerger
+from tailfill.lake.tables import (
+    Tables,
+    close_catalog,
+    load_catalog,
+    open_state_table,
+    open_tables,
+    provision_state_table,
+    provision_tables,
+)
 from tailfill.pipeline.load import resolve_pipeline
 from tailfill.plumbing.warehouse import filesystem
 from tailfill.source.embedded import resolve_bootstrap, resolve_registry, resolved
@@ -80,7 +91,7 @@ class Pipeline:
     @cached_property
     def format(self) -> Format:
         """The pipeline's format (:mod:`tailfill.formats.registry`), with the registry's client if it reads one."""
-        return format_of(self.cfg.format, self.cfg.source.topic, self.registry)
+        return pipeline_format(self.cfg, self.registry)
 
     @cached_property
     def catalog(self) -> Catalog:
@@ -91,12 +102,33 @@ class Pipeline:
         return open_tables(self.catalog, self.cfg.target)
 
     def provision_tables(self) -> Tables:
-        """The tables, made if missing and evolved to the pipeline's settings (the planner's, before a run)."""
-        return provision_tables(self.catalog, self.cfg.target, self.format)
+        """The tables, made if missing and evolved to the pipeline's settings (the planner's, before a run); a
+        keyed pipeline's state table too."""
+        tables = provision_tables(self.catalog, self.cfg.target, self.format)
+        if self.keyed:
+            provision_state_table(self.catalog, self.cfg.target, tables.data)
+        return tables
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the target is keyed (``target.mode: upsert``): a state table beside the change log."""
+        return self.cfg.target.mode == "upsert"
+
+    def open_state_table(self) -> Table | None:
+        """A keyed pipeline's state table as it is now (None: never made, or not keyed). Changes nothing."""
+        return open_state_table(self.catalog, self.cfg.target) if self.keyed else None
 
     def committer(self, tables: Tables) -> Committer:
-        """What commits a run's batches to ``tables``."""
-        return Committer(self.name, tables, self.fs, self.state, self.format.follows_writer_schema)
+        """What commits a run's batches to ``tables`` (and, keyed, merges them into the state table)."""
+        if not self.keyed:
+            return Committer(self.name, tables, self.fs, self.state, self.format.follows_writer_schema)
+        state = self.open_state_table()
+        target = self.cfg.target
+        if state is None:
+            raise LakeError(f"the state table {target.namespace}.{target.state_name} was never made: run the planner "
+                            "(tailfill backfill or tail) first")
+        return KeyedCommitter(self.name, tables, self.fs, self.state, self.format.follows_writer_schema,
+                              merger=StateMerger(state, self.fs, target.key, target.version_by, self.name))
 
     def close(self) -> None:
         """Let go of the catalog's connections (the handle can be used again: it reopens what it needs)."""

@@ -20,11 +20,12 @@ from pydantic import ValidationError
 
 from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
+from tailfill.formats.changes import with_change_columns
 from tailfill.formats.registry import format_class
 from tailfill.redact import register_model_secrets
 from tailfill.settings import settings
 from tailfill.values.partition_terms import parse_term
-from tailfill.values.schema import table_schema
+from tailfill.values.schema import CHANGE_COLUMNS, table_schema
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _FIXES = {
@@ -97,7 +98,44 @@ def format_problems(cfg: PipelineConfig) -> list[str]:
     except ConfigError as exc:
         return [f"format.type: {str(exc).removeprefix('format.type ')}"]
     problems = [f"format: {p}" for p in kind.problems(cfg.format)]
-    return problems or _column_problems(cfg, kind.declared_columns(cfg.format))
+    if problems:
+        return problems
+    declared = kind.declared_columns(cfg.format)
+    if cfg.target.mode == "upsert":
+        declared = with_change_columns(declared) if declared is not None else None
+        problems = keyed_problems(cfg, declared)
+    elif cfg.format.envelope != "none":
+        problems = [f"format.envelope: {cfg.format.envelope} needs a keyed target (target.mode: upsert)"]
+    return problems or _column_problems(cfg, declared)
+
+
+def keyed_problems(cfg: PipelineConfig, declared: pa.Schema | None) -> list[str]:
+    """What is wrong with a keyed pipeline's key, version and envelope (``field: problem`` lines)."""
+    out = []
+    target = cfg.target
+    if cfg.format.envelope == "debezium" and cfg.format.type != "json":
+        out.append(f"format.envelope: debezium reads JSON change events (format.type: json), not {cfg.format.type}")
+    if declared is None:
+        if any(k != "kafka_key" for k in target.key):
+            out.append(f"target.key: with format.type {cfg.format.type} the key must be [kafka_key] (tombstones "
+                       "carry only the Kafka key)")
+        return out
+    names = set(declared.names)
+    for column in target.key:
+        if column not in names:
+            out.append(f"target.key: {column!r} names no column (columns: {', '.join(declared.names)})")
+        elif column in CHANGE_COLUMNS.names or column in ("kafka_value", "kafka_headers", "kafka_offset"):
+            out.append(f"target.key: {column!r} cannot identify a row")
+    if target.version_by is not None:
+        if target.version_by not in names:
+            out.append(f"target.version_by: {target.version_by!r} names no column "
+                       f"(columns: {', '.join(declared.names)})")
+        elif not pa.types.is_integer(declared.field(target.version_by).type):
+            out.append(f"target.version_by: {target.version_by!r} must be a long column, it holds "
+                       f"{declared.field(target.version_by).type}")
+    if target.state_name in (target.table, target.quarantine_name):
+        out.append(f"target.state_table: {target.state_name!r} is already the data or quarantine table")
+    return out
 
 
 def _column_problems(cfg: PipelineConfig, declared: pa.Schema | None) -> list[str]:

@@ -32,6 +32,7 @@ class ValidationResult:
     suites: list[dict] = field(default_factory=list)
     timings_s: dict[str, float] = field(default_factory=dict)
     paths: dict[str, str | None] = field(default_factory=dict)
+    state: dict = field(default_factory=dict)  # a keyed table's state check: keys checked, differing, counts
 
     @property
     def rows(self) -> int:
@@ -66,6 +67,12 @@ class ValidationResult:
             lines.append(f"  {p['topic'] + '[' + str(p['partition']) + ']':<24} {p['expected']:>10,} "
                          f"{p['found']:>10,} {p['rows']:>10,} {p['quarantined']:>11,} {p['missing']:>8,} "
                          f"{p['duplicated']:>10,}")
+        if self.state:
+            c = self.state["counts"]
+            lines.append(f"  state: {self.state['keys_checked']:,} keys checked against the fold of the changes, "
+                         f"{self.state['differing']:,} differ; changes {c.get('changes', 0):,} = inserted "
+                         f"{c.get('inserted', 0):,} + updated {c.get('updated', 0):,} + deleted "
+                         f"{c.get('deleted', 0):,} + superseded {c.get('superseded', 0):,}")
         lines += [f"  suite {s['suite']}: {'passed' if s['success'] else 'FAILED'}" for s in self.suites]
         lines += [f"  problem: {problem}" for problem in self.problems]
         lines.append(f"  report: {self.paths.get('html')}\n  json:   {self.paths.get('json')}")

@@ -31,6 +31,7 @@ from tailfill.proof.completeness import (
 )
 from tailfill.proof.data_checks import DATA_COLUMNS, check_rows, expectation_columns
 from tailfill.proof.expectations import DATA_SUITE, RUN_SUITE, TILING_SUITE, exclusive, run_suites
+from tailfill.proof.keyed import check_state
 from tailfill.proof.reports import gx_root, persist
 from tailfill.proof.result import ValidationResult
 
@@ -87,6 +88,15 @@ def validate(pipeline: Pipeline, run_id: str | None = None, all_runs: bool = Fal
     range_checks = check_batches(batches, stored, cfg.completeness.absent_offsets)
     tiling: list[TilingCheck] = check_tiling(every, ledger.committed, stored)
     found = [d.problem() for d in damaged] + problems(range_checks, tiling)
+    state_check = None
+    if pipeline.keyed:  # the state table equals the fold of the change log, every change accounted for
+        state = pipeline.open_state_table()
+        if state is None:
+            found.append(f"the state table {cfg.target.state_name} was never made")
+        else:
+            state_check = check_state(data, state, cfg.target.key, cfg.target.version_by,
+                                      None if all_runs else claimed, runs)
+            found += state_check.problems
 
     run_name = "all" if all_runs else (run_id or "none")
     range_rows = [c.summary_row() for c in range_checks]
@@ -124,6 +134,7 @@ def validate(pipeline: Pipeline, run_id: str | None = None, all_runs: bool = Fal
                    "data_docs_and_reports": round(time.perf_counter() - started - core_s - ge_s, 3),
                    "total": round(time.perf_counter() - started, 3)},
         paths={"data_docs": str(docs) if docs else None},
+        state=state_check.to_dict() if state_check is not None else {},
     )
     with exclusive(gx_root(cfg)):  # latest.json is rewritten in place
         result.paths = persist(pipeline, result)

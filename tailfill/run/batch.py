@@ -128,5 +128,5 @@ def commit_report(committer: Committer, run_id: str, batch_id: int, prepared: li
         rows=sum(p.rows for p in prepared), quarantined=sum(p.quarantined for p in prepared),
         committed=result.committed, skipped=result.skipped, snapshot_id=result.snapshot_id,
         commit_ms=round(commit_s * 1000, 1), stages={k: round(v, 3) for k, v in stages.items()},
-        freshness=fresh.to_dict() if fresh else None)
+        freshness=fresh.to_dict() if fresh else None, changes=committer.merged())
     return report, sample

@@ -1,8 +1,9 @@
 """``tailfill maintain``: table upkeep that keeps commits fast and the offset proof intact.
 
-For the data table and the quarantine table, in this order: compact small files into files of the
-target size (offsets kept), expire snapshots beyond the retention (their batch audit archived
-first), delete orphaned files older than the safety age. Each step commits through optimistic
+For the data table, the quarantine table and a keyed pipeline's state table, in this order: compact
+small files into files of the target size (offsets kept; the state's with its deletes applied and its
+key index rebased), expire snapshots beyond the retention (their batch audit archived first), delete
+orphaned files older than the safety age. Each step commits through optimistic
 concurrency and retries conflicts, so it can run beside a tail and a backfill that are committing.
 """
 
@@ -19,6 +20,7 @@ from tailfill.pipeline.handle import Pipeline
 from tailfill.upkeep.compact import CompactionResult, compact
 from tailfill.upkeep.expire import ExpiryResult, expire
 from tailfill.upkeep.orphans import OrphanResult, remove_orphans
+from tailfill.upkeep.state_compact import compact_state
 
 
 def maintenance_settings(cfg: PipelineConfig, expire_older_than: str | None = None,
@@ -90,8 +92,13 @@ def maintain(pipeline: Pipeline, settings: MaintenanceConfig) -> MaintenanceResu
     fs = pipeline.fs
     older_than = datetime.now(UTC) - timedelta(seconds=duration_seconds(settings.expire_older_than))
     result = MaintenanceResult(pipeline.name, settings)
-    for table in pipeline.open_tables() or ():
-        compacted = compact(table, fs, settings.target_file_bytes)
+    tables = pipeline.open_tables()
+    state = pipeline.open_state_table() if tables is not None else None
+    for table in [*(tables or ()), *([state] if state is not None else [])]:
+        if table is state:  # its deletes applied, sorted by key, the key index rebased
+            compacted = compact_state(table, fs, pipeline.cfg.target.key, settings.target_file_bytes)
+        else:
+            compacted = compact(table, fs, settings.target_file_bytes)
         expired = expire(table, audit_log(pipeline.state, table), older_than, settings.keep_last)
         orphans = remove_orphans(table, fs, duration_seconds(settings.orphan_min_age))
         result.tables.append(TableUpkeep(".".join(table.name()), compacted, expired, orphans))

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tailfill.offsets import OffsetRange, TopicPartition, by_partition, gaps, total
+from pyiceberg.table import Table
+
+from tailfill.lake.keyed import applied_ranges, live_rows, merges_by_run, state_counts
+from tailfill.lake.ledger import read_ledger
+from tailfill.offsets import OffsetRange, TopicPartition, by_partition, gaps, subtract, total
 from tailfill.run.plan import SourceState
 
 
@@ -76,3 +80,21 @@ def format_status(name: str, rows: list[PartitionStatus], quarantined: int) -> s
         + (f"   lost (expired, recorded): {total(lost):,}" if lost else "")
     )
     return "\n".join(lines)
+
+
+def keyed_status(changes: Table, state: Table, key: tuple[str, ...]) -> list[str]:
+    """A keyed pipeline's state table: its key, live rows, how far it is behind the change log, what its merges did
+    in all and in the latest run (from snapshot summaries and properties; no data read)."""
+    live = live_rows(state)
+    lag = subtract(read_ledger(changes).committed, applied_ranges(state))
+    counts = state_counts(state)
+    runs = merges_by_run(state)
+    lines = [f"state table {'.'.join(state.name())} keyed by {list(key)}: {live:,} live rows; "
+             f"{'up to date with the change log' if not lag else f'{total(lag):,} offsets behind the change log'}",
+             f"  all merges: {counts.changes:,} changes = {counts.inserted:,} inserted + {counts.updated:,} updated + "
+             f"{counts.deleted:,} deleted + {counts.superseded:,} superseded"]
+    if runs:
+        run_id, c = list(runs.items())[-1]
+        lines.append(f"  latest run {run_id}: {c.inserted:,} inserted, {c.updated:,} updated, "
+                     f"{c.deleted:,} deleted, {c.superseded:,} superseded")
+    return lines

@@ -54,6 +54,8 @@ class BatchReport:
     # Produce-to-commit latency of the batch's records (p50, p95, max seconds; records): Kafka
     # timestamp to this commit. The tail's freshness; for a backfill, how old the history is.
     freshness: dict | None = None
+    # A keyed pipeline's merge: its changes inserted, updated, deleted, superseded (None: an append pipeline).
+    changes: dict[str, int] | None = None
 
     def to_json(self) -> str:
         data = asdict(self)

@@ -59,7 +59,7 @@ def _partition_bounds(table: Table, file: DataFile) -> tuple[int, int] | None:
     return None if lo is None or hi is None else (from_bytes(field.field_type, lo), from_bytes(field.field_type, hi))
 
 
-def _write_rolling(fs: pafs.FileSystem, location: str, rows: pa.Table, target_bytes: int) -> list[str]:
+def write_rolling(fs: pafs.FileSystem, location: str, rows: pa.Table, target_bytes: int) -> list[str]:
     """Write ``rows`` in order into files that close once they reach ``target_bytes``."""
     if rows.num_rows == 0:
         return []
@@ -137,7 +137,7 @@ def compact(table: Table, fs: pafs.FileSystem, target_bytes: int) -> CompactionR
         rows = pa.concat_tables(parts, promote_options="permissive").sort_by(
             [("kafka_topic", "ascending"), ("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
         old += files
-        new += [(uri, files[0].partition) for uri in _write_rolling(fs, table.location(), rows, target_bytes)]
+        new += [(uri, files[0].partition) for uri in write_rolling(fs, table.location(), rows, target_bytes)]
     committed = bool(old) and _commit_rewrite(table, old, new)
     if old and not committed:  # another compaction took these files first: ours were never referenced
         for uri, _ in new:

@@ -16,12 +16,14 @@ such, not raised.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 from pyiceberg.table import Table
 
+from tailfill.lake.keyed import INDEX_PROP
 from tailfill.plumbing.warehouse import fs_path
 
 SCANNED_DIRS = ("data", "metadata")
@@ -55,6 +57,7 @@ def referenced_files(table: Table) -> set[str]:
     for path, m in manifests.items():
         refs.add(path)
         refs |= {e.data_file.file_path for e in m.fetch_manifest_entry(table.io, discard_deleted=False)}
+    refs |= set(json.loads(table.properties.get(INDEX_PROP, "[]")))  # a keyed state's key index segments
     return {fs_path(r) for r in refs}
 
 

@@ -3,14 +3,10 @@ pyiceberg count, per Kafka partition, exactly the rows and quarantined rows the 
 
 from __future__ import annotations
 
-import pathlib
 from collections import Counter
 
-import duckdb
-import duckdb_extension_avro
-import duckdb_extension_iceberg
 import pytest
-from helpers import tables_of
+from helpers import offline_duckdb, tables_of
 
 from tailfill.dev.batches import commit_sample_batch
 from tailfill.offsets import OffsetRange
@@ -20,16 +16,6 @@ from tailfill.proof.validate import validate
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 3
-
-
-def offline_duckdb() -> duckdb.DuckDBPyConnection:
-    """DuckDB with the iceberg extension (and the avro one it needs) from their wheels: nothing downloaded."""
-    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
-                                 "allow_unsigned_extensions": True})
-    for package in (duckdb_extension_avro, duckdb_extension_iceberg):
-        (path,) = pathlib.Path(package.__file__).parent.glob("extensions/*/*.duckdb_extension")
-        con.execute(f"LOAD '{path}'")
-    return con
 
 
 def test_duckdb_counts_per_kafka_partition_equal_the_proofs(make_pipeline):

@@ -1,0 +1,222 @@
+"""Benchmark: a keyed table from a Debezium change stream — Tailfill beside consume-only and a naive pyiceberg script.
+
+On the embedded broker, N Debezium JSON change events of orders (``tailfill.dev.change_stream``: over
+N/10 ids, 20% inserts, 70% updates, 10% deletes each followed by its tombstone; 4 partitions, a key's
+changes in one partition), in one run:
+
+  (a) consume only: one tuned confluent-kafka consumer reading all partitions, nothing else;
+  (b) a naive one-process script: the same consumer, batches of ``--batch`` records, each decoded, folded
+      per key (pyiceberg's ``upsert`` refuses duplicate keys) and applied with pyiceberg's own
+      ``tx.upsert()`` + ``tx.delete()`` in one transaction (copy-on-write);
+  (c) Tailfill as the CLI runs it (``pipelines/orders_cdc.yaml``'s settings): ``tailfill backfill`` of the
+      first 80% of each partition, then ``tailfill tail --once`` of the rest, produced after the backfill;
+  (d) the merge alone, batch by batch: the same stream in ``--batches`` batches prepared as executors
+      prepare them (no Spark) and committed by the keyed commit, the merge's seconds per batch.
+
+Every state is checked against an independent fold of the stream (each key's last change by offset).
+Prints seconds and ratios; nothing here is a test.
+
+    .venv/bin/python benchmarks/keyed_vs_naive.py [--events 1000000] [--batch 50000] [--batches 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import yaml
+from ingest_vs_consume import PARTITIONS, _tailfill, consume_all, timed_backfill, timed_consume, validate_all
+
+REPO = Path(__file__).resolve().parent.parent
+NAIVE_SCHEMA = pa.schema([pa.field("order_id", pa.int64(), nullable=False), ("status", pa.string()),
+                          ("amount", pa.float64()), ("updated_at", pa.timestamp("us", tz="UTC")),
+                          ("kafka_partition", pa.int32()), ("kafka_offset", pa.int64())])
+
+
+def naive_script(bootstrap: str, topic: str, ends: dict[int, int], home: Path, batch: int) -> tuple[dict, list]:
+    """What a user would write with pyiceberg: consume, decode, fold each batch, ``upsert`` + ``delete``.
+    Returns the state ({order_id: (partition, offset)}) and the seconds of each batch's apply."""
+    from datetime import datetime
+
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.expressions import In
+
+    catalog = SqlCatalog("naive", uri=f"sqlite:///{home}/naive.db", warehouse=f"file://{home}/naive")
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.orders", schema=NAIVE_SCHEMA)
+    pending: list = []
+    applied: list[float] = []
+
+    def apply(msgs: list) -> None:
+        last: dict[int, tuple] = {}
+        for m in msgs:
+            key = json.loads(m.key())
+            key = key.get("payload", key)["order_id"]
+            value = m.value()
+            if value is None:
+                last[key] = None
+                continue
+            doc = json.loads(value)
+            doc = doc.get("payload", doc)
+            if doc["op"] == "d":
+                last[key] = None
+            else:
+                a = doc["after"]
+                last[key] = (a["order_id"], a["status"], a["amount"], datetime.fromisoformat(a["updated_at"]),
+                             m.partition(), m.offset())
+        ups = [r for r in last.values() if r is not None]
+        gone = [k for k, r in last.items() if r is None]
+        started = time.perf_counter()
+        with table.transaction() as tx:
+            if ups:
+                tx.upsert(pa.Table.from_pylist([dict(zip(NAIVE_SCHEMA.names, r, strict=True)) for r in ups],
+                                               schema=NAIVE_SCHEMA), join_cols=["order_id"])
+            if gone:
+                tx.delete(In("order_id", gone))
+        applied.append(time.perf_counter() - started)
+
+    def on_batch(msgs: list) -> None:
+        pending.extend(msgs)
+        while len(pending) >= batch:
+            apply(pending[:batch])
+            del pending[:batch]
+
+    consume_all(bootstrap, topic, ends, on_batch)
+    if pending:
+        apply(pending)
+    rows = table.scan(selected_fields=("order_id", "kafka_partition", "kafka_offset")).to_arrow().to_pylist()
+    return {r["order_id"]: (r["kafka_partition"], r["kafka_offset"]) for r in rows}, applied
+
+
+def merge_only(changes: list, home: Path, batches: int) -> list[dict]:
+    """The keyed commit's merge per batch, the stream cut in ``batches`` (no Spark, no broker)."""
+    from tailfill.dev.change_stream import ends, records
+    from tailfill.lake.prepare import Destination, prepare_ranges
+    from tailfill.lake.schema_change import table_columns
+    from tailfill.offsets import OffsetRange
+    from tailfill.pipeline.handle import open_pipeline
+    from tailfill.pipeline.load import load_pipeline
+
+    spec = yaml.safe_load((REPO / "pipelines" / "orders_cdc.yaml").read_text())
+    spec["name"], spec["source"]["topic"], spec["target"]["namespace"] = "merge_only", "merge-only", "merge_only"
+    path = home / "merge_only.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    pipeline = open_pipeline(load_pipeline(path))
+    tables = pipeline.provision_tables()
+    committer = pipeline.committer(tables)
+    where = Destination(pipeline.fs, tables.data.location(), tables.quarantine.location())
+    decoder = pipeline.format.decoder()
+    end = ends(changes)
+    out = []
+    gc.freeze()  # this harness's own million change objects are not the merge's to walk
+    for b in range(batches):
+        ranges = [OffsetRange("merge-only", p, e * b // batches, e * (b + 1) // batches) for p, e in end.items()]
+        prepared = prepare_ranges(lambda todo: records("merge-only", changes, todo), decoder, where, "merge", ranges,
+                                  table_columns(tables.data))
+        committer.commit("merge", b, prepared)
+        out.append(dict(committer.last_merge))
+    return out
+
+
+def state_of(path: Path, home: Path) -> dict:
+    from tailfill.pipeline.handle import open_pipeline
+    from tailfill.pipeline.load import load_pipeline
+
+    os.environ["TAILFILL_HOME"] = str(home)
+    with open_pipeline(load_pipeline(path)) as pipeline:
+        rows = pipeline.open_state_table().scan(selected_fields=("order_id", "kafka_partition", "kafka_offset"))
+        return {r["order_id"]: (r["kafka_partition"], r["kafka_offset"]) for r in rows.to_arrow().to_pylist()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, default=50_000, help="(b): records per upsert batch")
+    parser.add_argument("--batches", type=int, default=20, help="(d): batches the stream is cut in")
+    parser.add_argument("--merge-only", action="store_true", help="only (d), no broker")
+    args = parser.parse_args()
+
+    from tailfill.dev.broker import EmbeddedBroker
+    from tailfill.dev.change_stream import change_stream, ends, fold, produce_changes
+
+    home = Path(tempfile.mkdtemp(prefix="tailfill-keyed-bench-"))
+    os.environ["TAILFILL_HOME"] = str(home)
+    changes = change_stream(args.events, args.events // 10, partitions=PARTITIONS)
+    expected = fold(changes)
+    ops = {op: sum(1 for c in changes if c.op == op) for op in ("c", "u", "d", "tombstone")}
+    print(f"{len(changes):,} change records over {args.events // 10:,} ids ({ops}); {len(expected):,} live at the "
+          "end", flush=True)
+    if args.merge_only:
+        report_merges(merge_only(changes, home, args.batches), len(changes))
+        return 0
+    end = ends(changes)
+    cut = {p: e * 4 // 5 for p, e in end.items()}
+    with EmbeddedBroker() as broker:
+        spec = yaml.safe_load((REPO / "pipelines" / "orders_cdc.yaml").read_text())
+        spec["name"] = "keyed_bench"
+        spec["source"]["bootstrap_servers"] = broker.bootstrap_servers
+        spec["source"]["topic"] = "keyed-bench"
+        path = home / "keyed_bench.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        topic = spec["source"]["topic"]
+        produce_changes(broker.bootstrap_servers, topic, [c for c in changes if c.offset < cut[c.partition]],
+                        PARTITIONS)
+
+        _, backfill_s = timed_backfill(path, home)
+        print(f"  (c) tailfill backfill of 80%: {backfill_s:.1f}s", flush=True)
+        produce_changes(broker.bootstrap_servers, topic, [c for c in changes if c.offset >= cut[c.partition]],
+                        PARTITIONS)
+        started = time.perf_counter()
+        done = _tailfill(home, "tail", str(path), "--once")
+        tail_s = time.perf_counter() - started
+        if done.returncode != 0:
+            raise SystemExit(f"tail failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        print(f"  (c) tailfill tail --once of 20%: {tail_s:.1f}s", flush=True)
+        print("\n".join(f"      {line}" for line in done.stdout.splitlines()[-4:]), flush=True)
+        tailfill_ok = state_of(path, home) == expected
+        complete = validate_all(path, home)
+
+        consume_s = timed_consume(broker.bootstrap_servers, topic, end)
+        started = time.perf_counter()
+        naive_state, naive_batches = naive_script(broker.bootstrap_servers, topic, end, home, args.batch)
+        naive_s = time.perf_counter() - started
+        print(f"  (b) naive pyiceberg upsert/delete: {naive_s:.1f}s", flush=True)
+    merges = merge_only(changes, home, args.batches)
+
+    tailfill_s = backfill_s + tail_s
+    print(f"\nkeyed table, {len(changes):,} change records, 4 partitions (this machine: 2 shared cores)")
+    print(f"  (a) consume only                          {consume_s:8.1f} s")
+    print(f"  (b) naive pyiceberg upsert()+delete()     {naive_s:8.1f} s   state == fold: {naive_state == expected}"
+          f"   ({len(naive_batches)} batches of {args.batch:,}: apply {sum(naive_batches):.1f} s, batch 2 "
+          f"{naive_batches[1]:.2f} s, last {naive_batches[-1]:.2f} s)")
+    print(f"  (c) tailfill backfill 80% + tail 20%      {tailfill_s:8.1f} s   state == fold: {tailfill_ok}   "
+          f"validate --all: {'COMPLETE' if complete else 'INCOMPLETE'}   (backfill {backfill_s:.1f} s, tail "
+          f"{tail_s:.1f} s, each with its spark-submit)")
+    print(f"  end to end (b)/(c): {naive_s / tailfill_s:.2f}x   (c)/(a): {tailfill_s / consume_s:.1f}x")
+    report_merges(merges, len(changes))
+    print(f"      naive apply per batch (s): {' '.join(f'{x:.2f}' for x in naive_batches)}")
+    return 0
+
+
+def report_merges(merges: list[dict], records: int) -> None:
+    print(f"  (d) the merge alone, {len(merges)} batches of ~{records // len(merges):,}:")
+    for what, name in (("wall", "merge_seconds"), ("CPU", "merge_cpu_seconds")):
+        m = [x[name] for x in merges]
+        print(f"      {what:>4}: total {sum(m):.2f} s, median {statistics.median(m):.3f} s, batch 2 {m[1]:.3f} s, "
+              f"batch {len(m)} {m[-1]:.3f} s, ratio {m[-1] / m[1]:.2f}; per batch: {' '.join(f'{x:.2f}' for x in m)}")
+    won = [x["inserted"] + x["updated"] + x["deleted"] for x in merges]  # keys whose state changed
+    cpu = [x["merge_cpu_seconds"] / max(w, 1) * 1e6 for x, w in zip(merges, won, strict=True)]
+    print(f"      keys changed: batch 2 {won[1]:,}, batch {len(won)} {won[-1]:,}; CPU per key changed: batch 2 "
+          f"{cpu[1]:.1f} us, batch {len(cpu)} {cpu[-1]:.1f} us, ratio {cpu[-1] / cpu[1]:.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

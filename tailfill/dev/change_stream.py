@@ -1,0 +1,156 @@
+"""Sample change streams for keyed pipelines: Debezium change events over a set of order ids, and their fold.
+
+:func:`change_stream` makes a stream of changes (a share of inserts of new ids, updates of live ids,
+deletes of live ids, each delete followed by a tombstone), each as the Kafka record Debezium's JSON converter
+would write: key ``{"order_id": N}``, value the change event (optionally inside the converter's
+``schema``/``payload`` wrapper). A key's changes all go to one partition (``order_id`` mod partitions), as
+Kafka's key partitioning does. :func:`fold` is the independent answer the tests and the benchmark compare a
+state table with: each key's last change by offset, deletes removing it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+
+from tailfill.offsets import OffsetRange
+from tailfill.values.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
+
+STATUSES = ("new", "paid", "shipped", "delivered", "cancelled")
+ORDER_FIELDS = [{"name": "order_id", "type": "long", "required": True}, {"name": "status", "type": "string"},
+                {"name": "amount", "type": "double"}, {"name": "updated_at", "type": "timestamp"}]
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One Kafka record of a change stream: where it is, its key and value (None: a tombstone)."""
+
+    partition: int
+    offset: int
+    key: bytes
+    value: bytes | None
+    order_id: int
+    op: str  # c, u, d, or "tombstone"
+
+
+def change_stream(events: int, keys: int, partitions: int = 1, seed: int = 7, mix: tuple[float, float] = (0.2, 0.7),
+                  wrapped: bool = False, snapshot: int = 0) -> list[Change]:
+    """``events`` changes over at most ``keys`` ids: ``snapshot`` snapshot reads (op r) first, then inserts, updates
+    and deletes in the proportions ``mix`` (inserts, updates; the rest deletes, each followed by its tombstone)."""
+    rng = random.Random(seed)
+    live: list[int] = []
+    where: dict[int, int] = {}  # id -> index in live
+    next_id = 0
+    offsets = [0] * partitions
+    out: list[Change] = []
+    lsn = 1000
+
+    def emit(order_id: int, op: str, before: dict | None, after: dict | None) -> None:
+        nonlocal lsn
+        lsn += 1
+        p = order_id % partitions
+        ts = int((EPOCH + timedelta(seconds=lsn)).timestamp() * 1000)
+        event = {"before": before, "after": after, "source": {"connector": "postgresql", "ts_ms": ts, "lsn": lsn,
+                                                               "table": "orders"}, "op": op, "ts_ms": ts}
+        key = {"order_id": order_id}
+        value = {"schema": {"type": "struct", "name": "orders.Envelope"}, "payload": event} if wrapped else event
+        out.append(Change(p, offsets[p], json.dumps(key).encode(), json.dumps(value).encode(), order_id, op))
+        offsets[p] += 1
+        if op == "d":
+            out.append(Change(p, offsets[p], json.dumps(key).encode(), None, order_id, "tombstone"))
+            offsets[p] += 1
+
+    def row(order_id: int) -> dict:
+        return {"order_id": order_id, "status": rng.choice(STATUSES), "amount": round(rng.random() * 500, 2),
+                "updated_at": (EPOCH + timedelta(seconds=lsn)).isoformat()}
+
+    def add(order_id: int) -> None:
+        where[order_id] = len(live)
+        live.append(order_id)
+
+    def remove(order_id: int) -> None:
+        i = where.pop(order_id)
+        last = live.pop()
+        if last != order_id:
+            live[i] = last
+            where[last] = i
+
+    for _ in range(snapshot):
+        add(next_id)
+        emit(next_id, "r", None, row(next_id))
+        next_id += 1
+    dead: list[int] = []
+    while len(out) < events + snapshot:
+        pick = rng.random()
+        if pick < mix[0] or not live:
+            if next_id < keys:
+                order_id, next_id = next_id, next_id + 1
+            elif dead:
+                order_id = dead.pop(rng.randrange(len(dead)))
+            else:
+                continue
+            add(order_id)
+            emit(order_id, "c", None, row(order_id))
+        elif pick < mix[0] + mix[1]:
+            order_id = live[rng.randrange(len(live))]
+            emit(order_id, "u", {"order_id": order_id}, row(order_id))
+        else:
+            order_id = live[rng.randrange(len(live))]
+            remove(order_id)
+            dead.append(order_id)
+            emit(order_id, "d", {"order_id": order_id, "status": None, "amount": None, "updated_at": None}, None)
+    return out
+
+
+def fold(changes: list[Change]) -> dict[int, tuple[int, int]]:
+    """Each live order id's last change, as (partition, offset): the state the stream describes."""
+    state: dict[int, tuple[int, int]] = {}
+    for c in sorted(changes, key=lambda c: (c.partition, c.offset)):
+        if c.value is None or c.op == "d":
+            state.pop(c.order_id, None)
+        else:
+            state[c.order_id] = (c.partition, c.offset)
+    return state
+
+
+def records(topic: str, changes: list[Change], ranges: list[OffsetRange]):
+    """The records of ``ranges`` as a Kafka reader yields them (batches of :data:`RAW_SCHEMA`), then a marker per
+    range: what :func:`tailfill.lake.prepare.prepare_ranges` reads."""
+    by_at = {(c.partition, c.offset): c for c in changes}
+    now = datetime.now(UTC)
+    for r in ranges:
+        got = [by_at[(r.partition, o)] for o in range(r.start, r.end) if (r.partition, o) in by_at]
+        n = len(got)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([topic] * n), pa.array([r.partition] * n, pa.int32()),
+             pa.array([c.offset for c in got], pa.int64()), pa.array([now] * n, TIMESTAMP),
+             pa.array([c.key for c in got], pa.binary()), pa.array([[]] * n, HEADERS),
+             pa.array([c.value for c in got], pa.binary()), pa.nulls(n, pa.string())], schema=RAW_SCHEMA)
+    for r in ranges:
+        yield RangeMarker(r, sum(1 for o in range(r.start, r.end) if (r.partition, o) in by_at)).to_batch()
+
+
+def ends(changes: list[Change]) -> dict[int, int]:
+    """Each partition's end offset."""
+    out: dict[int, int] = {}
+    for c in changes:
+        out[c.partition] = max(out.get(c.partition, 0), c.offset + 1)
+    return out
+
+
+def produce_changes(bootstrap: str, topic: str, changes: list[Change], partitions: int) -> None:
+    """Write ``changes`` to ``topic`` (created with ``partitions`` if missing), each to its partition, in order; a
+    fresh topic then holds each change at its offset. Raises if any record was not acknowledged."""
+    from tailfill.dev.sample import _SampleProducer
+
+    out = _SampleProducer(bootstrap, topic, partitions, **{"linger.ms": 20, "batch.num.messages": 10000})
+    for i, c in enumerate(changes):
+        out.send(c.partition, c.value, c.key)
+        if i % 10000 == 0:
+            out.producer.poll(0)
+    out.finish()

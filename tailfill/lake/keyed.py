@@ -1,0 +1,338 @@
+"""Keyed tables (``target.mode: upsert``): each batch of changes merged into the state table, exactly once.
+
+Two tables: the data table stays the append-only record of every change, committed with its offset ledger
+as in append mode (:class:`~tailfill.lake.commit.Committer`); the **state table** beside it holds each key's
+latest row. :class:`KeyedCommitter` commits the change log first, then merges the same offsets into the
+state (:class:`StateMerger`), in one catalog commit per batch:
+
+- the batch's changes are folded per key by version (:class:`~tailfill.lake.key_index.Version`: the Kafka
+  offset within its partition, or ``target.version_by``'s value); a key's last change wins only if it is
+  newer than the version the state applied (the key index), so the state is the fold of all changes by
+  version whatever order the backfill and the tail commit in, and a deleted key stays deleted;
+- the winners' rows go to one new data file; the rows they replace (and keys deleted) get position deletes
+  (:mod:`tailfill.lake.row_delta`): merge-on-read, at a cost that follows the batch;
+- one snapshot (a RowDelta) adds both, and the same transaction sets the state's applied ranges
+  (:data:`APPLIED_PROP`), the key index's segment list (:data:`INDEX_PROP`) and the running counts
+  (:data:`COUNTS_PROP`: every change is inserted, updated, deleted or superseded).
+
+Idempotent by offsets: a merge skips what the state already applied, and a conflict is redone from a
+fresh read. A crash between the two tables' commits leaves the state behind the ledger; the next
+committer of the pipeline catches up from the change log (never from Kafka) before its first batch.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.expressions import And, BooleanExpression, EqualTo, GreaterThanOrEqual, LessThan, Or
+from pyiceberg.table import Table
+from pyiceberg.typedef import Record
+
+from tailfill import failpoints
+from tailfill.errors import ChangeStreamError, CommitConflictError
+from tailfill.lake.commit import Committer
+from tailfill.lake.files import PARQUET_OPTIONS, in_range, new_file_uri
+from tailfill.lake.key_index import Applied, KeyIndex, Version, encode_keys, paused_gc, segment
+from tailfill.lake.ledger import COMMIT_ATTEMPTS, DEFAULT_NAME_MAPPING, CommitResult, commit_attempts, read_ledger
+from tailfill.lake.partition import data_file
+from tailfill.lake.prepare import PreparedRange
+from tailfill.lake.row_delta import RowDelta, write_position_deletes
+from tailfill.offsets import OffsetRange, intersect_all, merge, ranges_from_json, ranges_to_json, subtract
+from tailfill.plumbing.warehouse import fs_path, make_dirs
+from tailfill.values.schema import CDC_OP, DELETE_OP
+
+APPLIED_PROP = "tailfill.applied-ranges"  # the change-log offsets the state reflects
+INDEX_PROP = "tailfill.key-index"  # the key index's segments, in order (JSON list of URIs)
+COUNTS_PROP = "tailfill.keyed-counts"  # every change merged so far: inserted, updated, deleted, superseded
+LIVE_PROP = "tailfill.live-rows"  # rows the state holds (no data read to know it)
+KEY_PROP = "tailfill.key"  # the key columns (JSON list), set when the state table is made
+SUMMARY_MERGED = "tailfill.merged-ranges"  # in a state snapshot's summary: the offsets this merge applied
+COUNT_NAMES = ("changes", "inserted", "updated", "deleted", "superseded")
+
+
+@dataclass(frozen=True)
+class MergeCounts:
+    """What a merge did with its changes: each one inserted, updated, deleted or superseded (by a newer change
+    in the batch or already applied, or a delete of a key already deleted by a newer one)."""
+
+    changes: int = 0
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    superseded: int = 0
+
+    def __add__(self, other: MergeCounts) -> MergeCounts:
+        return MergeCounts(*(getattr(self, n) + getattr(other, n) for n in COUNT_NAMES))
+
+    def to_dict(self) -> dict[str, int]:
+        return {n: getattr(self, n) for n in COUNT_NAMES}
+
+    @classmethod
+    def from_json(cls, text: str | None) -> MergeCounts:
+        return cls(**json.loads(text)) if text else cls()
+
+
+def applied_ranges(state: Table) -> list[OffsetRange]:
+    """The change-log offsets the state table reflects."""
+    return ranges_from_json(state.properties.get(APPLIED_PROP))
+
+
+def live_rows(state: Table) -> int:
+    """The rows the state table holds (one per live key), as its merges counted them."""
+    return int(state.properties.get(LIVE_PROP, 0))
+
+
+def state_counts(state: Table) -> MergeCounts:
+    """Every change merged into the state table so far, by outcome."""
+    return MergeCounts.from_json(state.properties.get(COUNTS_PROP))
+
+
+def merges_by_run(state: Table) -> dict[str, MergeCounts]:
+    """What each run's merges did, by outcome, oldest run first (from the state's snapshot summaries: runs whose
+    snapshots expired are not listed)."""
+    out: dict[str, MergeCounts] = {}
+    for snap in state.snapshots():
+        props = snap.summary.additional_properties if snap.summary else {}
+        if "tailfill.run-id" in props and SUMMARY_MERGED in props:
+            counts = MergeCounts(**{n: int(props.get(f"tailfill.{n}", 0)) for n in COUNT_NAMES})
+            out[props["tailfill.run-id"]] = out.get(props["tailfill.run-id"], MergeCounts()) + counts
+    return out
+
+
+class StateMerger:
+    """Merges changes into one state table; owns the table's key index in this process."""
+
+    def __init__(self, state: Table, fs: pafs.FileSystem, key: Sequence[str], version_by: str | None,
+                 pipeline: str):
+        self.state, self.fs, self.key, self.version_by, self.pipeline = state, fs, tuple(key), version_by, pipeline
+        self.index = KeyIndex()
+
+    def merge(self, run_id: str, batch_id: int, changes: pa.Table, ranges: Sequence[OffsetRange]) -> MergeCounts:
+        """Merge the change rows of ``ranges`` (``changes`` may hold more; only those rows count) into the state,
+        skipping what it applied already; returns what the merge did (nothing: all applied)."""
+        try:
+            for attempt in commit_attempts():
+                with attempt:
+                    return self._merge_once(run_id, batch_id, changes, list(ranges))
+        except CommitFailedException:
+            raise CommitConflictError(f"the merge of batch {batch_id} (run {run_id}) into {self.state.name()} kept "
+                                      f"conflicting after {COMMIT_ATTEMPTS} attempts") from None
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _merge_once(self, run_id: str, batch_id: int, changes: pa.Table, ranges: list[OffsetRange]) -> MergeCounts:
+        state = self.state
+        state.refresh()
+        applied = applied_ranges(state)
+        todo = subtract(merge(ranges), applied)
+        if not todo:
+            return MergeCounts()
+        rows = _rows_in(changes, todo)
+        data_uri = new_file_uri(state.location(), run_id)  # the merge's data file, if any row wins
+        with paused_gc():
+            self.index.follow(self.fs, json.loads(state.properties.get(INDEX_PROP, "[]")))
+            plan = self._plan(rows, data_uri) if rows.num_rows else MergePlan(MergeCounts())
+        segment_uri = deletes = entries = None
+        if plan.upserts:
+            make_dirs(self.fs, f"{state.location().rstrip('/')}/data")
+            pq.write_table(_state_rows(rows.take(plan.upserts), state), fs_path(data_uri), filesystem=self.fs,
+                           **PARQUET_OPTIONS)
+        if plan.entries:
+            segment_uri = new_file_uri(state.location(), f"keyindex-{run_id}")
+            entries = segment(plan.entries)
+            pq.write_table(entries, fs_path(segment_uri), filesystem=self.fs)
+        if plan.deletes:
+            deletes = write_position_deletes(self.fs, new_file_uri(state.location(), f"deletes-{run_id}"),
+                                             [f for f, _ in plan.deletes], [p for _, p in plan.deletes])
+        failpoints.maybe_fail("before-state-commit")
+        failpoints.pause("before-state-commit")
+        counts = state_counts(state) + plan.counts
+        summary = {"tailfill.pipeline": self.pipeline, "tailfill.run-id": run_id, "tailfill.batch-id": str(batch_id),
+                   SUMMARY_MERGED: ranges_to_json(todo), **{f"tailfill.{n}": str(v)
+                                                             for n, v in plan.counts.to_dict().items()}}
+        with state.transaction() as tx:
+            if tx.table_metadata.name_mapping() is None:
+                tx.set_properties({DEFAULT_NAME_MAPPING: tx.table_metadata.schema().name_mapping.model_dump_json()})
+            delta = RowDelta(tx, summary)
+            if plan.upserts:
+                delta.append_data_file(data_file(state.io, tx.table_metadata, data_uri, Record()))
+            if deletes is not None:
+                delta.add_delete_file(deletes)
+            delta.commit()
+            segments = [*self.index.segments, *([segment_uri] if segment_uri else [])]
+            tx.set_properties({APPLIED_PROP: ranges_to_json(merge([*applied, *todo])), INDEX_PROP: json.dumps(segments),
+                               COUNTS_PROP: json.dumps(counts.to_dict()),
+                               LIVE_PROP: str(live_rows(state) + plan.live)})
+        if segment_uri is not None:  # into the index only once the commit that makes it true has landed
+            with paused_gc():
+                self.index.apply(entries)
+            self.index.segments.append(segment_uri)
+        return plan.counts
+
+    def _plan(self, rows: pa.Table, data_uri: str) -> MergePlan:
+        """Fold ``rows`` per key by version, and decide each key's last change against the applied version (the
+        winning rows go to ``data_uri``, in the order of :attr:`MergePlan.upserts`)."""
+        keys = encode_keys(rows, self.key)
+        parts = rows.column("kafka_partition").to_pylist()
+        offsets = rows.column("kafka_offset").to_pylist()
+        versions = rows.column(self.version_by).to_pylist() if self.version_by else offsets
+        ops = rows.column(CDC_OP).to_pylist()
+        last = self._last_change(rows, keys)
+        plan = MergePlan(counts=MergeCounts(changes=len(keys), superseded=len(keys) - len(last)))
+        inserted = updated = deleted = superseded = 0
+        for key, i in last.items():
+            at = self._version(i, versions, parts, offsets)
+            now = self.index.get(key)
+            if now is not None:
+                self._same_partition(key, now.at.partition, parts[i])
+                if at <= now.at:
+                    superseded += 1
+                    continue
+                if now.file is not None:
+                    plan.deletes.append((now.file, now.pos))
+                    plan.live -= 1
+            if ops[i] == DELETE_OP:
+                deleted += 1
+                plan.entries.append((key, Applied(at, None, -1)))
+            else:
+                if now is not None and now.file is not None:
+                    updated += 1
+                else:
+                    inserted += 1
+                plan.entries.append((key, Applied(at, data_uri, len(plan.upserts))))
+                plan.upserts.append(i)
+                plan.live += 1
+        plan.counts = replace(plan.counts, inserted=inserted, updated=updated, deleted=deleted,
+                              superseded=plan.counts.superseded + superseded)
+        return plan
+
+    def _last_change(self, rows: pa.Table, keys: list[str]) -> dict[str, int]:
+        """Each key's last change by version (its row's index in ``rows``); a key seen in two partitions without
+        ``version_by`` stops the merge."""
+        order = pa.table({"key": pa.array(keys, pa.string()), "partition": rows.column("kafka_partition"),
+                          "offset": rows.column("kafka_offset"), "at": pa.array(range(rows.num_rows), pa.int64()),
+                          "version": rows.column(self.version_by or "kafka_offset")})
+        if self.version_by:
+            unversioned = order.column("version").is_null()
+            upserts = pc.and_(unversioned, pc.not_equal(rows.column(CDC_OP), DELETE_OP))
+            if pc.any(upserts).as_py():
+                i = pc.index(upserts, True).as_py()
+                raise ChangeStreamError(f"the change at {rows.column('kafka_topic')[i]}/{order['partition'][i]}@"
+                                        f"{order['offset'][i]} (key {keys[i]}) has no {self.version_by} "
+                                        "(target.version_by)")
+            order = order.filter(pc.invert(unversioned))  # tombstones: their delete carried the version
+        else:
+            spread = order.group_by("key").aggregate([("partition", "min"), ("partition", "max")])
+            split = spread.filter(pc.not_equal(spread["partition_min"], spread["partition_max"]))
+            if split.num_rows:
+                self._same_partition(split["key"][0].as_py(), split["partition_min"][0].as_py(),
+                                     split["partition_max"][0].as_py())
+        order = order.sort_by([("version", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
+        return dict(zip(order.column("key").to_pylist(), order.column("at").to_pylist(), strict=True))
+
+    @staticmethod
+    def _version(i: int, versions: list, parts: list, offsets: list) -> Version:
+        return Version(versions[i], parts[i], offsets[i])
+
+    def _same_partition(self, key: str, was: int, now: int) -> None:
+        if was != now and self.version_by is None:
+            raise ChangeStreamError(f"key {key} has changes in partitions {was} and {now} of the topic: their order "
+                                    "is unknown; set target.version_by to a column that orders them (e.g. cdc_lsn)")
+
+    def catch_up(self, run_id: str, batch_id: int, changes_table: Table) -> MergeCounts:
+        """Merge what the change log committed and the state has not applied (a crash between the two commits),
+        reading those rows back from the change log."""
+        changes_table.refresh()
+        self.state.refresh()
+        gap = subtract(read_ledger(changes_table).committed, applied_ranges(self.state))
+        if not gap:
+            return MergeCounts()
+        rows = changes_table.scan(row_filter=in_ranges(gap)).to_arrow()
+        return self.merge(run_id, batch_id, rows, gap)
+
+
+@dataclass
+class MergePlan:
+    """A merge decided: the rows that win (by index in the batch), the rows they replace, the index entries."""
+
+    counts: MergeCounts
+    upserts: list[int] = field(default_factory=list)
+    deletes: list[tuple[str, int]] = field(default_factory=list)  # (data file, position) to delete
+    entries: list[tuple[str, Applied]] = field(default_factory=list)
+    live: int = 0  # the change in live rows
+
+
+def _rows_in(table: pa.Table, ranges: list[OffsetRange]) -> pa.Table:
+    """The rows of ``table`` whose offsets lie in ``ranges``, ordered by partition and offset."""
+    if table.num_rows == 0:
+        return table
+    mask = None
+    for r in ranges:
+        m = in_range(table, r)
+        mask = m if mask is None else pc.or_(mask, m)
+    return table.filter(mask).sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
+
+
+def _state_rows(rows: pa.Table, state: Table) -> pa.Table:
+    """``rows`` with the state table's columns, in its order (a column the rows lack is null)."""
+    schema = state.schema().as_arrow()
+    columns = [rows.column(f.name).cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+               for f in schema]
+    return pa.Table.from_arrays(columns, schema=pa.schema([f.with_nullable(True) for f in schema]))
+
+
+def in_ranges(ranges: Sequence[OffsetRange]) -> BooleanExpression:
+    """A row filter: the Kafka coordinates lie in one of ``ranges`` (one topic's)."""
+    terms = [And(EqualTo("kafka_partition", r.partition),
+                 And(GreaterThanOrEqual("kafka_offset", r.start), LessThan("kafka_offset", r.end))) for r in ranges]
+    out = terms[0]
+    for t in terms[1:]:
+        out = Or(out, t)
+    return out
+
+
+@dataclass(frozen=True)
+class KeyedCommitter(Committer):
+    """A keyed pipeline's commit: the change log with its ledger (as appended), then the same offsets merged into
+    the state table. Its first batch first catches the state up with the change log."""
+
+    merger: StateMerger | None = None
+    last_merge: dict[str, float] = field(default_factory=dict)  # the latest merge's counts, seconds, CPU seconds
+
+    def commit(self, run_id: str, batch_id: int, prepared: Sequence[PreparedRange]) -> tuple[CommitResult, float]:
+        assert self.merger is not None
+        started, cpu = time.perf_counter(), time.process_time()
+        counts = MergeCounts()
+        if not self.last_merge:  # before this batch's commit: only what an earlier run left behind
+            counts = self.merger.catch_up(run_id, batch_id, self.tables.data)
+        catch_up_s, catch_up_cpu = time.perf_counter() - started, time.process_time() - cpu
+        result, seconds = super().commit(run_id, batch_id, prepared)
+        failpoints.maybe_fail("before-state-merge")
+        started, cpu = time.perf_counter(), time.process_time()
+        ranges = [p.marker.range for p in prepared]
+        ledger = read_ledger(self.tables.data)
+        files = [f for p in prepared for f in p.data_files]
+        rows = _read(self.fs, files)
+        counts += self.merger.merge(run_id, batch_id, rows, intersect_all(ranges, ledger.committed))
+        merge_s = time.perf_counter() - started + catch_up_s
+        merge_cpu = time.process_time() - cpu + catch_up_cpu  # this process's CPU: what other load cannot inflate
+        self.last_merge.update(counts.to_dict(), merge_seconds=round(merge_s, 4), merge_cpu_seconds=round(merge_cpu, 4))
+        return result, seconds + merge_s
+
+    def merged(self) -> dict[str, int] | None:
+        return {n: int(self.last_merge[n]) for n in COUNT_NAMES} if self.last_merge else None
+
+
+def _read(fs: pafs.FileSystem, files: Sequence[str]) -> pa.Table:
+    """The rows of a batch's prepared data files, as one table."""
+    tables = [pq.read_table(fs_path(f), filesystem=fs) for f in files]
+    if not tables:
+        return pa.table({"kafka_partition": pa.array([], pa.int32()), "kafka_offset": pa.array([], pa.int64())})
+    return pa.concat_tables(tables, promote_options="permissive")

@@ -1,0 +1,149 @@
+"""Keyed pipelines: the YAML's rules (one line naming field and fix), and change records decoded into rows with
+their op, or quarantined with the reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import yaml
+
+from tailfill.errors import ChangeStreamError, ConfigError
+from tailfill.formats.base import split_records
+from tailfill.formats.registry import pipeline_format
+from tailfill.pipeline.load import load_pipeline
+from tailfill.values.schema import HEADERS, RAW_SCHEMA, TIMESTAMP
+
+CDC = Path(__file__).resolve().parents[2] / "pipelines" / "orders_cdc.yaml"
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAILFILL_HOME", str(tmp_path / "home"))
+
+
+def variant(tmp_path, **changes):
+    data = yaml.safe_load(CDC.read_text())
+    for dotted, value in changes.items():
+        node = data
+        *parents, leaf = dotted.split("__")
+        for key in parents:
+            node = node[key]
+        if value is None and leaf in node:
+            del node[leaf]
+        else:
+            node[leaf] = value
+    path = tmp_path / "cdc.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_the_shipped_cdc_pipeline_loads_keyed():
+    cfg = load_pipeline(CDC)
+    assert (cfg.target.mode, cfg.target.key, cfg.format.envelope) == ("upsert", ("order_id",), "debezium")
+    assert cfg.target.state_name == "orders_state"
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"target__key": None}, "mode: upsert needs key"),
+    ({"target__mode": "append"}, "key, state_table only apply to mode: upsert"),
+    ({"target__key": ["order_id", "order_id"]}, "key names a column twice"),
+    ({"target__key": ["customer"]}, "target.key: 'customer' names no column"),
+    ({"target__key": ["cdc_op"]}, "target.key: 'cdc_op' cannot identify a row"),
+    ({"target__version_by": "status"}, "target.version_by: 'status' must be a long column"),
+    ({"target__version_by": "lsn"}, "target.version_by: 'lsn' names no column"),
+    ({"target__state_table": "orders_changes"}, "is already the data or quarantine table"),
+    ({"target__mode": "append", "target__key": None, "target__state_table": None},
+     "format.envelope: debezium needs a keyed target"),
+])
+def test_bad_keyed_settings_are_refused_with_one_line(tmp_path, changes, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        load_pipeline(variant(tmp_path, **changes))
+    assert str(info.value).startswith(str(tmp_path))
+
+
+def test_debezium_needs_json(tmp_path):
+    path = variant(tmp_path, format__type="raw", format__fields=[])
+    with pytest.raises(ConfigError, match="debezium reads JSON change events"):
+        load_pipeline(path)
+
+
+def raw(values: list[bytes | None], keys: list[bytes | None]) -> pa.Table:
+    n = len(values)
+    return pa.Table.from_batches([pa.RecordBatch.from_arrays(
+        [pa.array(["t"] * n), pa.array([0] * n, pa.int32()), pa.array(range(n), pa.int64()),
+         pa.nulls(n, TIMESTAMP), pa.array(keys, pa.binary()), pa.array([[]] * n, HEADERS),
+         pa.array(values, pa.binary()), pa.nulls(n, pa.string())], schema=RAW_SCHEMA)])
+
+
+def event(op: str, before=None, after=None, lsn=7, wrapped=False) -> bytes:
+    body = {"op": op, "before": before, "after": after, "source": {"ts_ms": 1700, "lsn": lsn}}
+    return json.dumps({"schema": {"type": "struct"}, "payload": body} if wrapped else body).encode()
+
+
+def decode(tmp_path, values, keys, **changes):
+    cfg = load_pipeline(variant(tmp_path, **changes))
+    return split_records(raw(values, keys), pipeline_format(cfg).decoder(), "run")
+
+
+def test_debezium_events_become_rows_with_their_op_and_source(tmp_path):
+    after = {"order_id": 1, "status": "paid", "amount": 3.5, "updated_at": "2026-01-01T00:00:00Z"}
+    rows, bad = decode(tmp_path, [event("r", after=after), event("u", after=after, wrapped=True),
+                                  event("d", before={"order_id": 1}, lsn=9), None],
+                       [b'{"order_id": 1}'] * 4)
+    assert bad.num_rows == 0
+    got = rows.select(["kafka_offset", "order_id", "status", "cdc_op", "cdc_ts_ms", "cdc_lsn"]).to_pylist()
+    assert got == [
+        {"kafka_offset": 0, "order_id": 1, "status": "paid", "cdc_op": "r", "cdc_ts_ms": 1700, "cdc_lsn": 7},
+        {"kafka_offset": 1, "order_id": 1, "status": "paid", "cdc_op": "u", "cdc_ts_ms": 1700, "cdc_lsn": 7},
+        {"kafka_offset": 2, "order_id": 1, "status": None, "cdc_op": "d", "cdc_ts_ms": 1700, "cdc_lsn": 9},
+        {"kafka_offset": 3, "order_id": 1, "status": None, "cdc_op": "d", "cdc_ts_ms": None, "cdc_lsn": None},
+    ]
+
+
+def test_bad_change_records_are_quarantined_with_the_reason(tmp_path):
+    rows, bad = decode(tmp_path, [event("x", after={"order_id": 1}), event("c"), event("d"), b"{nope", None,
+                                  event("c", after={"status": "new"}), event("c", after={"order_id": "one"}),
+                                  None],
+                       [b"1", b"1", b"1", b"1", None, b"1", b"1", b'{"payload": {"order_id": "x"}, "schema": {}}'])
+    assert rows.num_rows == 0
+    reasons = dict(zip(bad["kafka_offset"].to_pylist(), bad["error"].to_pylist(), strict=True))
+    assert "unknown Debezium op 'x'" in reasons[0]
+    assert "op 'c' without an 'after' object" in reasons[1]
+    assert "op 'd' without a 'before' object" in reasons[2]
+    assert "malformed Debezium change event" in reasons[3]
+    assert "without a Kafka key" in reasons[4]
+    assert "order_id" in reasons[5] and "order_id" in reasons[6] and "order_id" in reasons[7]
+    assert bad["kafka_value"].to_pylist()[0] == event("x", after={"order_id": 1})  # kept raw, nothing lost
+
+
+def test_a_truncate_stops_the_run_with_one_line(tmp_path):
+    with pytest.raises(ChangeStreamError, match="truncate event"):
+        decode(tmp_path, [event("t")], [None])
+
+
+def test_without_an_envelope_values_are_new_states_and_tombstones_delete(tmp_path):
+    rows, bad = decode(tmp_path, [b'{"order_id": 5, "status": "new"}', None, None, b'{"status": "new"}'],
+                       [b"5", b"5", b'{"order_id": 6}', b"7"], format__envelope="none")
+    assert rows.select(["order_id", "cdc_op"]).to_pylist() == [
+        {"order_id": 5, "cdc_op": "u"}, {"order_id": 5, "cdc_op": "d"}, {"order_id": 6, "cdc_op": "d"}]
+    assert bad["error"].to_pylist() == ["required field 'order_id' is missing"]
+
+
+def test_the_kafka_key_can_be_the_key(tmp_path):
+    rows, bad = decode(tmp_path, [b'{"order_id": 5}', None, b'{"order_id": 6}'], [b"a", b"a", None],
+                       format__envelope="none", target__key=["kafka_key"])
+    assert rows.select(["kafka_key", "cdc_op"]).to_pylist() == [{"kafka_key": "a", "cdc_op": "u"},
+                                                                {"kafka_key": "a", "cdc_op": "d"}]
+    assert bad["error"].to_pylist() == ["the change has no Kafka key (key column kafka_key)"]
+
+
+def test_keys_have_one_canonical_text_whatever_their_columns():
+    from tailfill.lake.key_index import encode_key, encode_keys
+
+    table = pa.table({"a": pa.array([1, -2], pa.int64()), "b": pa.array([5, 6], pa.int32()), "s": ["x", 'y"']})
+    for columns in (["a"], ["a", "b"], ["a", "s"], ["s"]):
+        assert encode_keys(table, columns) == [encode_key([table[c][i].as_py() for c in columns]) for i in range(2)]
+    assert encode_keys(table, ["a", "b"]) == ["[1,5]", "[-2,6]"]
