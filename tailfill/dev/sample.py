@@ -15,6 +15,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tailfill.errors import SourceError
+from tailfill.source.kafka_log import logged
 
 KINDS = ("view", "click", "purchase", "refund")
 # One of each kind of bad record the quarantine must catch.
@@ -29,7 +30,7 @@ BAD_VALUES: tuple[bytes | None, ...] = (
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """Create ``topic`` with ``partitions`` partitions unless it exists."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(logged({"bootstrap.servers": bootstrap}))
     try:
         existing = admin.list_topics(timeout=10).topics
     except KafkaException as exc:
@@ -61,8 +62,8 @@ class _SampleProducer:
     def __init__(self, bootstrap: str, topic: str, partitions: int, **settings):
         ensure_topic(bootstrap, topic, partitions)
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": False, "acks": "all",
-                                  **settings})
+        self.producer = Producer(logged({"bootstrap.servers": bootstrap, "enable.idempotence": False, "acks": "all",
+                                         **settings}))
         self.failures: list[str] = []
 
     def _delivered(self, err, _msg) -> None:
