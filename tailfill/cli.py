@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from tailfill.dev.broker import broker_down, broker_up
+from tailfill.dev.broker import broker_down, broker_up, describe_storage
 from tailfill.dev.registry import registry_down, registry_up
 from tailfill.errors import ConfigError, TailfillError
 from tailfill.offsets import PartitionOffsets
@@ -40,7 +40,9 @@ _DEV_SERVICES = {"broker": (broker_up, broker_down, broker_state, "bootstrap_ser
 def cmd_dev_service(args: argparse.Namespace) -> int:
     up, down, current, address, note = _DEV_SERVICES[args.command]
     if args.action == "up":
-        state = up()
+        state = up(storage=args.storage) if getattr(args, "storage", None) else up()
+        if args.command == "broker":
+            note = describe_storage(state) + "; "
         _say(f"{args.command} up: {state[address]} (pid {state['pid']}, {note}state in {settings().home})")
     elif args.action == "down":
         _say(f"{args.command} stopped" if down() else f"no {args.command} was running")
@@ -229,6 +231,29 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reset(args: argparse.Namespace) -> int:
+    from tailfill.run.reset import reset, reset_targets
+
+    with open_pipeline(args.pipeline) as pipeline:
+        targets = reset_targets(pipeline)
+        if not targets.lines():
+            _say(f"{pipeline.name}: nothing to reset (no table, state, validation or checkpoints yet)")
+            return 0
+        _say(f"reset {pipeline.name} removes (the topic stays as it is):")
+        for line in targets.lines():
+            _say(f"  {line}")
+        if not args.yes:
+            if not sys.stdin.isatty():
+                _say(f"not resetting {pipeline.name}: no terminal to ask (fix: --yes)")
+                return 1
+            if input(f"type {pipeline.name} to confirm: ").strip() != pipeline.name:
+                _say(f"not resetting {pipeline.name}")
+                return 1
+        reset(pipeline, targets)
+    _say(f"reset {pipeline.name}: done; the next backfill starts from the topic's beginning")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Broker up, sample history, backfill, more events, tail once, status."""
     ns = argparse.Namespace
@@ -274,6 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("broker", help="the embedded Kafka-protocol broker (tansu) on loopback")
     b.add_argument("action", choices=("up", "down", "status"))
+    b.add_argument("--storage", choices=("s3", "memory"),
+                   help="with up: s3 keeps topics across down/up on a local SeaweedFS (the first start's default), "
+                        "memory loses them on down but reads faster (default: what the last up of this home chose)")
     b.set_defaults(func=cmd_dev_service)
 
     r = sub.add_parser("registry", help="the development Schema Registry on loopback (demos and tests only)")
@@ -338,6 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--expire-older-than", metavar="DURATION", help="e.g. 7d, 12h (default: the YAML's)")
     m.add_argument("--keep-last", type=int, metavar="N", help="snapshots always kept (default: the YAML's)")
     m.set_defaults(func=cmd_maintain)
+
+    rs = sub.add_parser("reset", help="drop a pipeline's tables, run state, validation and checkpoints (asks first)")
+    rs.add_argument("pipeline")
+    rs.add_argument("--yes", action="store_true", help="do not ask")
+    rs.set_defaults(func=cmd_reset)
 
     d = sub.add_parser("demo", help="broker up, sample data, backfill, tail, validate, status")
     d.add_argument("--pipeline", default="demo")
