@@ -52,6 +52,73 @@ def cmd_dev_service(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_broker(args: argparse.Namespace) -> int:
+    """``tailfill broker up|down|status``, and ``broker topics [create NAME --partitions N]``."""
+    if args.action != "topics":
+        if args.topic_action or args.topic:
+            raise ConfigError(f"`tailfill broker {args.action}` takes no more arguments "
+                              "(topics: `tailfill broker topics create NAME`)")
+        return cmd_dev_service(args)
+    from tailfill.source.topics import ensure_topic, list_topics
+
+    bootstrap = args.bootstrap_servers or resolve_bootstrap("embedded")
+    if args.topic_action == "create":
+        if not args.topic:
+            raise ConfigError("`tailfill broker topics create` needs the topic's name")
+        made = ensure_topic(bootstrap, args.topic, args.partitions)
+        what = f"created with {args.partitions} partitions" if made else "exists already"
+        _say(f"topic {args.topic} {what} on {bootstrap}")
+        return 0
+    topics = list_topics(bootstrap)
+    _say(f"{len(topics)} topic{'s' if len(topics) != 1 else ''} on {bootstrap}")
+    for t in topics:
+        _say(f"  {t.name:<40} {t.partitions:>3} partitions {t.records:>12,} records")
+    return 0
+
+
+def cmd_pipelines(args: argparse.Namespace) -> int:
+    from tailfill.pipeline.load import pipeline_files
+    from tailfill.run.overview import PIPELINES_HEADER, pipeline_line
+
+    files = pipeline_files()
+    if not files:
+        _say(f"no pipelines in {settings().pipelines} (fix: `tailfill init NAME --topic T`, or set TAILFILL_PIPELINES)")
+        return 0
+    _say(PIPELINES_HEADER)
+    code = 0
+    for path in files:
+        try:
+            with open_pipeline(str(path)) as pipeline:
+                _say(pipeline_line(pipeline))
+        except TailfillError as exc:
+            _say(f"{path.stem:<20} cannot be read: {exc}")
+            code = 1
+    return code
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from tailfill.run.overview import show_lines
+
+    with open_pipeline(args.pipeline) as pipeline:
+        for line in show_lines(pipeline):
+            _say(line)
+    return 0
+
+
+def cmd_preview(args: argparse.Namespace) -> int:
+    from tailfill.run.overview import format_rows, preview_rows
+
+    with open_pipeline(args.pipeline) as pipeline:
+        rows = preview_rows(pipeline, args.quarantine, args.limit, args.where)
+    if args.columns:
+        missing = [c for c in args.columns.split(",") if c not in rows.column_names]
+        if missing:
+            raise ConfigError(f"--columns: no column {', '.join(missing)} (columns: {', '.join(rows.column_names)})")
+        rows = rows.select(args.columns.split(","))
+    _say(format_rows(rows))
+    return 0
+
+
 def cmd_produce_sample(args: argparse.Namespace) -> int:
     from tailfill.dev.sample import produce_sample
 
@@ -297,12 +364,32 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tailfill", description="Kafka history + live tail into Iceberg, exactly once.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    b = sub.add_parser("broker", help="the embedded Kafka-protocol broker (tansu) on loopback")
-    b.add_argument("action", choices=("up", "down", "status"))
+    b = sub.add_parser("broker", help="the embedded Kafka-protocol broker (tansu) on loopback; its topics")
+    b.add_argument("action", choices=("up", "down", "status", "topics"),
+                   help="topics: list the topics (partitions, records); `topics create NAME --partitions N`")
+    b.add_argument("topic_action", nargs="?", choices=("create",), help=argparse.SUPPRESS)
+    b.add_argument("topic", nargs="?", help=argparse.SUPPRESS)
+    b.add_argument("--partitions", type=int, default=4, help="with topics create: the partition count (default 4)")
+    b.add_argument("--bootstrap-servers", help="with topics: another broker than the embedded one (host:port)")
     b.add_argument("--storage", choices=("s3", "memory"),
                    help="with up: s3 keeps topics across down/up on a local SeaweedFS (the first start's default), "
                         "memory loses them on down but reads faster (default: what the last up of this home chose)")
-    b.set_defaults(func=cmd_dev_service)
+    b.set_defaults(func=cmd_broker)
+
+    pl = sub.add_parser("pipelines", help="every pipeline: topic, table, committed offsets, lag, last run, validation")
+    pl.set_defaults(func=cmd_pipelines)
+
+    sh = sub.add_parser("show", help="a pipeline's settings (secrets masked), its table's schema and partition spec")
+    sh.add_argument("pipeline")
+    sh.set_defaults(func=cmd_show)
+
+    pv = sub.add_parser("preview", help="rows of a pipeline's table (or quarantine) as a text table")
+    pv.add_argument("pipeline")
+    pv.add_argument("--quarantine", action="store_true", help="the quarantine table's rows")
+    pv.add_argument("--limit", type=int, default=20, help="at most N rows (default 20)")
+    pv.add_argument("--where", help="a row filter, e.g. \"kind = 'view' and amount > 10\" (pyiceberg's syntax)")
+    pv.add_argument("--columns", help="comma-separated columns to show (default: all)")
+    pv.set_defaults(func=cmd_preview)
 
     r = sub.add_parser("registry", help="the development Schema Registry on loopback (demos and tests only)")
     r.add_argument("action", choices=("up", "down", "status"))

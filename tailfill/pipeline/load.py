@@ -141,6 +141,11 @@ def pipeline_file(name: str) -> Path:
     return settings().pipelines / f"{name}.yaml"
 
 
+def pipeline_files(folder: Path | None = None) -> list[Path]:
+    """The pipelines' YAML files in ``folder`` (default: ``settings.pipelines``), by name."""
+    return sorted((folder or settings().pipelines).glob("*.yaml"))
+
+
 def resolve_pipeline(name_or_path: str) -> PipelineConfig:
     """A pipeline by name (``pipelines/NAME.yaml``) or by path to its YAML file."""
     candidate = Path(name_or_path)
@@ -149,6 +154,6 @@ def resolve_pipeline(name_or_path: str) -> PipelineConfig:
     path = pipeline_file(name_or_path)
     if not path.exists():
         folder = settings().pipelines
-        known = sorted(p.stem for p in folder.glob("*.yaml"))
+        known = [p.stem for p in pipeline_files(folder)]
         raise ConfigError(f"no pipeline named {name_or_path!r} in {folder} (known: {', '.join(known) or 'none'})")
     return load_pipeline(path)
