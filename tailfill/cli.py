@@ -119,6 +119,30 @@ def cmd_preview(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    from tailfill.pipeline.load import load_pipeline, pipeline_file
+    from tailfill.run.scaffold import Request, propose
+
+    path = pipeline_file(args.name)
+    if path.exists() and not args.force:
+        raise ConfigError(f"{path} exists already (fix: another name, or --force to replace it)")
+    text = propose(Request(args.name, args.topic, args.format, args.bootstrap_servers, args.registry_url,
+                           args.subject, args.sample))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draft = path.with_name(f".{path.name}.draft")
+    draft.write_text(text)
+    try:
+        load_pipeline(draft)  # what init writes loads as it is
+    except ConfigError:
+        draft.unlink()
+        raise
+    draft.replace(path)
+    _say(text.rstrip())
+    _say(f"\nwrote {path}; next: `tailfill backfill {args.name}`, then `tailfill validate {args.name} --all` and "
+         f"`tailfill preview {args.name}`")
+    return 0
+
+
 def cmd_produce_sample(args: argparse.Namespace) -> int:
     from tailfill.dev.sample import produce_sample
 
@@ -375,6 +399,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with up: s3 keeps topics across down/up on a local SeaweedFS (the first start's default), "
                         "memory loses them on down but reads faster (default: what the last up of this home chose)")
     b.set_defaults(func=cmd_broker)
+
+    ini = sub.add_parser("init", help="write a first pipeline YAML for a topic, from a sample of its records "
+                                       "(json) or its registry subject")
+    ini.add_argument("name", help="the pipeline's name: pipelines/NAME.yaml (in $TAILFILL_PIPELINES)")
+    ini.add_argument("--topic", required=True)
+    ini.add_argument("--format", choices=("json", "avro", "protobuf", "json_schema"), default="json")
+    ini.add_argument("--bootstrap-servers", default="embedded", help="default: the embedded broker")
+    ini.add_argument("--registry-url", default="embedded", help="registry formats (default: the development registry)")
+    ini.add_argument("--subject", help="registry formats: the value subject (default: <topic>-value)")
+    ini.add_argument("--sample", type=int, default=1000, help="json: records to sample (default 1000)")
+    ini.add_argument("--force", action="store_true", help="replace an existing file")
+    ini.set_defaults(func=cmd_init)
 
     pl = sub.add_parser("pipelines", help="every pipeline: topic, table, committed offsets, lag, last run, validation")
     pl.set_defaults(func=cmd_pipelines)

@@ -2,23 +2,22 @@
 embedded broker keeps its topics when its storage is durable.
 
 :func:`start_object_store` starts ``weed server -s3`` detached, its data in a folder that outlives it,
-every listener on a free loopback port, and makes the bucket the broker writes to. The S3 endpoint
-takes any credentials (it is reachable from this machine only).
+every listener on a free loopback port, and makes the bucket the broker writes to. Its one identity is
+:data:`ACCESS_KEY`/:data:`SECRET_KEY` whatever the environment holds (it is reachable from this machine only).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from tailfill.errors import BrokerError
 
-ACCESS_KEY = SECRET_KEY = "tailfill-local"  # any pair: the local S3 server checks none
+ACCESS_KEY = SECRET_KEY = "tailfill-local"  # the local S3 server's admin identity (loopback only)
 REGION = "us-east-1"
 # Every listener `weed server -s3` opens that is not switched off below; each gets a free port.
 _PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
@@ -44,7 +43,8 @@ def start_object_store(data_dir: Path, log_path: Path, bucket: str, free_port, t
             "-volume.max=0", *(f"-{name}={port}" for name, port in ports.items())]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, env={**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+                                                             "AWS_SECRET_ACCESS_KEY": SECRET_KEY})
     endpoint = f"http://127.0.0.1:{ports['s3.port']}"
     try:
         _make_bucket(endpoint, bucket, proc, log_path, timeout)
@@ -57,16 +57,21 @@ def start_object_store(data_dir: Path, log_path: Path, bucket: str, free_port, t
 
 def _make_bucket(endpoint: str, bucket: str, proc: subprocess.Popen, log_path: Path, timeout: float) -> None:
     """Create ``bucket`` (an existing one is fine) as soon as the S3 server answers."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    client = boto3.client("s3", endpoint_url=endpoint, region_name=REGION, aws_access_key_id=ACCESS_KEY,
+                          aws_secret_access_key=SECRET_KEY)
     deadline = time.monotonic() + timeout
     while True:
         try:
-            urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{bucket}", method="PUT"), timeout=5).close()
+            client.create_bucket(Bucket=bucket)
             return
-        except urllib.error.HTTPError as exc:
-            if exc.code == 409:  # BucketAlreadyOwnedByYou: kept from an earlier start
-                return
-            problem = f"HTTP {exc.code}"
-        except OSError as exc:
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                return  # kept from an earlier start
+            problem = str(exc)
+        except BotoCoreError as exc:
             problem = str(exc)
         if proc.poll() is not None or time.monotonic() > deadline:
             raise BrokerError(f"the broker's S3 storage (SeaweedFS) did not start within {timeout:.0f}s ({problem}); "

@@ -30,11 +30,11 @@ REPO = Path(__file__).resolve().parents[2]
 TAILFILL = str(Path(sys.executable).parent / "tailfill")
 
 
-def values(bootstrap: str, topic: str, partitions: int, expected: int) -> list[bytes]:
+def values(bootstrap: str, topic: str, partitions: int, expected: int) -> list[bytes | None]:
     """Every value of ``topic`` (``expected`` of them, read from offset 0), sorted."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out: list[bytes] = []
+    out: list[bytes | None] = []
     try:
         for _ in range(240):
             if len(out) >= expected:
@@ -42,7 +42,7 @@ def values(bootstrap: str, topic: str, partitions: int, expected: int) -> list[b
             out += [m.value() for m in consumer.consume(10_000, 0.5) if m.error() is None]
     finally:
         consumer.close()
-    return sorted(out)
+    return sorted(out, key=lambda v: b"" if v is None else b"+" + v)  # a tombstone (None) first
 
 
 def processes(home: Path) -> list[int]:
