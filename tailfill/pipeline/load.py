@@ -24,6 +24,7 @@ from tailfill.formats.registry import format_class
 from tailfill.redact import register_model_secrets
 from tailfill.settings import settings
 from tailfill.values.partition_terms import parse_term
+from tailfill.values.paths import type_at
 from tailfill.values.schema import table_schema
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -105,15 +106,14 @@ def _column_problems(cfg: PipelineConfig, declared: pa.Schema | None) -> list[st
     columns come from a registry's schema, known (and checked) when the table is made."""
     out = []
     if declared is not None:
-        columns = set(declared.names)
-        unknown = sorted({e.column for e in cfg.expectations} - columns)
-        if unknown:
-            out.append(f"expectations: name unknown columns: {', '.join(unknown)} "
-                       f"(columns: {', '.join(sorted(columns))})")
         for e in cfg.expectations:
-            kind = declared.field(e.column).type if e.column in columns else None
-            numeric = kind is not None and (pa.types.is_integer(kind) or pa.types.is_floating(kind))
-            if kind is not None and (e.min is not None or e.max is not None) and not numeric:
+            try:
+                kind = type_at(declared, e.column)
+            except ValueError as exc:
+                out.append(f"expectations: on '{e.column}': {exc} (columns: {', '.join(declared.names)})")
+                continue
+            numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind)
+            if (e.min is not None or e.max is not None) and not numeric:
                 out.append(f"expectations: on '{e.column}': min/max need a number column, it holds {kind}")
     registry_key = cfg.format.key == "registry"
     known = declared if declared is not None else table_schema([], "raw" if registry_key else cfg.format.key)
@@ -121,11 +121,13 @@ def _column_problems(cfg: PipelineConfig, declared: pa.Schema | None) -> list[st
         term = parse_term(entry)
         if term.column == "kafka_key" and registry_key:
             continue  # the key's type comes from its registry schema: checked when the table is made
-        if term.column not in known.names:
+        try:
+            kind = type_at(known, term.column)
+        except ValueError as exc:
             if declared is not None:
-                out.append(f"target.partition_by: {entry!r} names no column (columns: {', '.join(known.names)})")
+                out.append(f"target.partition_by: {entry!r}: {exc} (columns: {', '.join(known.names)})")
             continue
-        if why := term.check_type(known.field(term.column).type):
+        if why := term.check_type(kind):
             out.append(f"target.partition_by: {entry!r}: {why}")
     return out
 

@@ -7,7 +7,7 @@ import json
 import uuid
 
 import pytest
-from helpers import assert_exactly_once, backfill, high_watermarks
+from helpers import assert_exactly_once, backfill, github_event, high_watermarks
 
 from tailfill.cli import main
 from tailfill.dev.format_samples import produce_format_sample
@@ -16,21 +16,9 @@ from tailfill.dev.sample import _SampleProducer
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.pipeline.load import load_pipeline
 from tailfill.proof.validate import validate
+from tailfill.source.topics import ensure_topic
 
 pytestmark = pytest.mark.integration
-
-
-def github_event(i: int) -> dict:
-    """A GitHub-style event: nested objects, a list of objects, a timestamp; ``org`` in every third one only."""
-    event = {"id": str(10_000 + i), "type": ("PushEvent", "WatchEvent")[i % 2], "public": i % 5 != 0,
-             "actor": {"id": i % 97, "login": f"user{i % 97}", "display_login": None},
-             "repo": {"id": i % 13, "name": f"org/repo{i % 13}"},
-             "payload": {"size": i % 4, "commits": [{"sha": f"{i:040x}", "message": f"change {i}",
-                                                     "distinct": True}] * (i % 3)},
-             "created_at": f"2026-01-0{1 + i % 3}T0{i % 10}:00:00Z", "score": i % 7 + (0.5 if i % 2 else 0)}
-    if i % 3 == 0:
-        event["org"] = {"id": 7, "login": "acme"}
-    return event
 
 
 @pytest.fixture
@@ -55,7 +43,8 @@ def test_init_samples_a_nested_json_topic_and_the_yaml_backfills_and_validates(s
         "id": "string", "type": "string", "public": "boolean",
         "actor": "struct<id: long, login: string>",  # display_login: only nulls, left out (a note says so)
         "repo": "struct<id: long, name: string>",
-        "payload": "struct<size: long, commits: list<struct<sha: string, message: string, distinct: boolean>>>",
+        "payload": "struct<size: long, pushed_at: timestamp, commits: list<struct<sha: string, message: string, "
+                   "distinct: boolean>>>",
         "created_at": "timestamp", "score": "double", "org": "struct<id: long, login: string>"}
     assert "actor.display_login: only nulls were seen: not declared" in (pipelines / "gh.yaml").read_text()
     assert cfg.source.partitions == 3 and cfg.target.partition_by == ("day(created_at)",)
@@ -92,8 +81,11 @@ def test_init_reads_an_avro_subject_and_the_yaml_backfills_and_validates(spark, 
         with open_pipeline(cfg) as pipeline:
             assert validate(pipeline, all_runs=True).success
 
-        assert main(["init", "missing", "--topic", "no-such-subject", "--format", "avro", "--bootstrap-servers",
+        bare = f"bare-{uuid.uuid4().hex[:8]}"  # a topic whose value subject was never registered
+        ensure_topic(broker.bootstrap_servers, bare, 1)
+        capsys.readouterr()
+        assert main(["init", "missing", "--topic", bare, "--format", "avro", "--bootstrap-servers",
                      broker.bootstrap_servers, "--registry-url", registry.url]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "no-such-subject" in err[0], err
+        assert len(err) == 1 and f"{bare}-value" in err[0], err
         assert not (pipelines / "missing.yaml").exists()

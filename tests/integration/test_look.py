@@ -30,15 +30,16 @@ def ingested(spark, make_pipeline, monkeypatch, tmp_path):
 
 
 def test_pipelines_lists_topic_table_position_lag_and_the_last_verdict(ingested, make_pipeline, capsys):
-    make_pipeline("never_run")
+    never_cfg = make_pipeline("never_run", target__table="never_events")  # its topic was never made either
     assert main(["pipelines"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:5] == ["pipeline", "topic", "table", "committed", "lag"]
     look = next(line for line in lines if line.startswith("look "))
     assert re.search(rf"{ingested.source.topic}\s+tailfill\.demo_events\s+2,000\s+0\s+backfill-\S+, complete "
                      r"\(all runs, ", look), look
-    never = next(line for line in lines if line.startswith("never_run "))
-    assert re.search(r"\(not made\)\s+0\s+0\s+no run yet, not validated yet", never), never
+    at = next(i for i, line in enumerate(lines) if line.startswith("never_run "))
+    assert re.search(r"tailfill\.never_events \(not made\)\s+\?\s+\?\s+no run yet, not validated yet", lines[at])
+    assert f"topic {never_cfg.source.topic!r} not found" in lines[at + 1]  # why there is no position
 
 
 def test_show_prints_settings_schema_and_spec(ingested, capsys):
