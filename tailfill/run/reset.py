@@ -42,7 +42,8 @@ def reset_targets(pipeline: Pipeline) -> ResetTargets:
     names = [f"{target.namespace}.{name}" for name in (target.table, target.quarantine_name)]
     tables = [n for n in names if pipeline.catalog.table_exists(tuple(n.split(".", 1)))]
     folders = [f for f in (pipeline.state.root, results_uri(cfg)) if _exists(pipeline.fs, f)]
-    local = [p for p in (checkpoint_root(cfg, "backfill").parent, gx_root(cfg)) if p.exists()]
+    on_fs = {fs_path(f) for f in folders}  # a local warehouse's validation folder is also its Data Docs' folder
+    local = [p for p in (checkpoint_root(cfg, "backfill").parent, gx_root(cfg)) if p.exists() and str(p) not in on_fs]
     return ResetTargets(tables, folders, local)
 
 

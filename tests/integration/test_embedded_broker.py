@@ -22,6 +22,7 @@ from tailfill.dev.sample import produce_sample
 from tailfill.errors import BrokerError
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.plumbing.detached import alive
+from tailfill.proof.reports import read_latest
 from tailfill.proof.validate import validate
 
 pytestmark = pytest.mark.integration
@@ -101,6 +102,8 @@ def test_reset_asks_first_then_gives_a_clean_start(spark, make_pipeline, monkeyp
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 4_000, 4, bad_every=500)
     backfill(spark, cfg)
     assert_exactly_once(cfg, high_watermarks(cfg))
+    with open_pipeline(cfg) as pipeline:
+        assert validate(pipeline, all_runs=True).success  # validation results and Data Docs to remove too
 
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)
     assert main(["reset", str(cfg.path)]) == 1  # nobody to ask: nothing removed
@@ -118,9 +121,11 @@ def test_reset_asks_first_then_gives_a_clean_start(spark, make_pipeline, monkeyp
     assert main(["reset", str(cfg.path)]) == 0
     out = capsys.readouterr().out
     assert f"table tailfill.{cfg.target.table} (its rows and files)" in out
+    assert f"_validation/{cfg.name}" in out
     with open_pipeline(cfg) as pipeline:
         assert pipeline.open_tables() is None
         assert pipeline.state.list("runs") == []
+        assert read_latest(pipeline) is None
     assert not (Path(cfg.checkpoint_location) / cfg.name).exists()
     assert main(["reset", str(cfg.path), "--yes"]) == 0
     assert "nothing to reset" in capsys.readouterr().out
