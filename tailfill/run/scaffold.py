@@ -16,10 +16,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 from confluent_kafka import TopicPartition as KTopicPartition
 
-from tailfill.config import EMBEDDED, FormatConfig, SchemaRegistryConfig, SourceConfig
+from tailfill.config import EMBEDDED, SourceConfig
 from tailfill.errors import ConfigError, SourceError
-from tailfill.formats.registry import format_of
-from tailfill.formats.schema_registry import RegistryClient
+from tailfill.pipeline.subject import subject_columns
 from tailfill.source.embedded import resolve_bootstrap, resolve_registry
 from tailfill.source.kafka import OwnedConsumer, consumer_config, list_partitions, watermarks
 from tailfill.values.infer import InferredField, infer_fields
@@ -118,9 +117,7 @@ def propose(req: Request) -> str:
 
 
 def _registry_columns(req: Request) -> pa.Schema:
-    registry = SchemaRegistryConfig(url=resolve_registry(req.registry_url), subject=req.subject)
-    fmt = FormatConfig(type=req.fmt, schema_registry=registry)
-    return format_of(fmt, req.topic, RegistryClient(registry)).new_table().columns
+    return subject_columns(req.fmt, req.topic, resolve_registry(req.registry_url), req.subject)
 
 
 def _json_block(fields: list[InferredField], notes: list[str], sampled: int) -> str:
