@@ -19,10 +19,9 @@ $(STAMP): pyproject.toml setup.py
 
 install: $(STAMP)
 
-## Run the main job on the embedded defaults: broker, sample data, backfill, tail, status.
+## Run the main job on the embedded defaults: broker, sample data, backfill, tail, status. The broker keeps
+## its topics (and the table its rows) in $TAILFILL_HOME, so a second demo adds to the first.
 demo: $(STAMP)
-	$(VENV)/bin/tailfill broker down >/dev/null
-	rm -rf .tailfill
 	$(VENV)/bin/tailfill demo; status=$$?; $(VENV)/bin/tailfill broker down; exit $$status
 
 ## Run the whole test suite in two xdist workers, then the timing tests (marker solo) alone: unit +

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from tailfill.config import PipelineConfig
-from tailfill.dev.broker import broker_down, broker_up
+from tailfill.dev.broker import broker_down, broker_up, describe_storage
 from tailfill.dev.registry import registry_down, registry_up
 from tailfill.errors import ConfigError, TailfillError
 from tailfill.offsets import PartitionOffsets
@@ -41,13 +41,106 @@ _DEV_SERVICES = {"broker": (broker_up, broker_down, broker_state, "bootstrap_ser
 def cmd_dev_service(args: argparse.Namespace) -> int:
     up, down, current, address, note = _DEV_SERVICES[args.command]
     if args.action == "up":
-        state = up()
+        state = up(storage=args.storage) if getattr(args, "storage", None) else up()
+        if args.command == "broker":
+            note = describe_storage(state) + "; "
         _say(f"{args.command} up: {state[address]} (pid {state['pid']}, {note}state in {settings().home})")
     elif args.action == "down":
         _say(f"{args.command} stopped" if down() else f"no {args.command} was running")
     else:
         state, name = current(), args.command
         _say(f"{name} running: {state[address]} (pid {state['pid']})" if state else f"no {name} running")
+    return 0
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    """``tailfill broker up|down|status``, and ``broker topics [create NAME --partitions N]``."""
+    if args.action != "topics":
+        if args.topic_action or args.topic:
+            raise ConfigError(f"`tailfill broker {args.action}` takes no more arguments "
+                              "(topics: `tailfill broker topics create NAME`)")
+        return cmd_dev_service(args)
+    from tailfill.source.topics import ensure_topic, list_topics
+
+    bootstrap = args.bootstrap_servers or resolve_bootstrap("embedded")
+    if args.topic_action == "create":
+        if not args.topic:
+            raise ConfigError("`tailfill broker topics create` needs the topic's name")
+        made = ensure_topic(bootstrap, args.topic, args.partitions)
+        what = f"created with {args.partitions} partitions" if made else "exists already"
+        _say(f"topic {args.topic} {what} on {bootstrap}")
+        return 0
+    topics = list_topics(bootstrap)
+    _say(f"{len(topics)} topic{'s' if len(topics) != 1 else ''} on {bootstrap}")
+    for t in topics:
+        _say(f"  {t.name:<40} {t.partitions:>3} partitions {t.records:>12,} records")
+    return 0
+
+
+def cmd_pipelines(args: argparse.Namespace) -> int:
+    from tailfill.pipeline.load import pipeline_files
+    from tailfill.run.overview import PIPELINES_HEADER, pipeline_line
+
+    files = pipeline_files()
+    if not files:
+        _say(f"no pipelines in {settings().pipelines} (fix: `tailfill init NAME --topic T`, or set TAILFILL_PIPELINES)")
+        return 0
+    _say(PIPELINES_HEADER)
+    code = 0
+    for path in files:
+        try:
+            with open_pipeline(str(path)) as pipeline:
+                _say(pipeline_line(pipeline))
+        except TailfillError as exc:
+            _say(f"{path.stem:<20} cannot be read: {exc}")
+            code = 1
+    return code
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from tailfill.run.overview import show_lines
+
+    with open_pipeline(args.pipeline) as pipeline:
+        for line in show_lines(pipeline):
+            _say(line)
+    return 0
+
+
+def cmd_preview(args: argparse.Namespace) -> int:
+    from tailfill.run.overview import format_rows, preview_rows
+
+    with open_pipeline(args.pipeline) as pipeline:
+        rows = preview_rows(pipeline, args.quarantine, args.limit, args.where)
+    if args.columns:
+        missing = [c for c in args.columns.split(",") if c not in rows.column_names]
+        if missing:
+            raise ConfigError(f"--columns: no column {', '.join(missing)} (columns: {', '.join(rows.column_names)})")
+        rows = rows.select(args.columns.split(","))
+    _say(format_rows(rows))
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from tailfill.pipeline.load import load_pipeline, pipeline_file
+    from tailfill.run.scaffold import Request, propose
+
+    path = pipeline_file(args.name)
+    if path.exists() and not args.force:
+        raise ConfigError(f"{path} exists already (fix: another name, or --force to replace it)")
+    text = propose(Request(args.name, args.topic, args.format, args.bootstrap_servers, args.registry_url,
+                           args.subject, args.sample))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draft = path.with_name(f".{path.name}.draft")
+    draft.write_text(text)
+    try:
+        load_pipeline(draft)  # what init writes loads as it is
+    except ConfigError:
+        draft.unlink()
+        raise
+    draft.replace(path)
+    _say(text.rstrip())
+    _say(f"\nwrote {path}; next: `tailfill backfill {args.name}`, then `tailfill validate {args.name} --all` and "
+         f"`tailfill preview {args.name}`")
     return 0
 
 
@@ -253,6 +346,29 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reset(args: argparse.Namespace) -> int:
+    from tailfill.run.reset import reset, reset_targets
+
+    with open_pipeline(args.pipeline) as pipeline:
+        targets = reset_targets(pipeline)
+        if not targets.lines():
+            _say(f"{pipeline.name}: nothing to reset (no table, state, validation or checkpoints yet)")
+            return 0
+        _say(f"reset {pipeline.name} removes (the topic stays as it is):")
+        for line in targets.lines():
+            _say(f"  {line}")
+        if not args.yes:
+            if not sys.stdin.isatty():
+                _say(f"not resetting {pipeline.name}: no terminal to ask (fix: --yes)")
+                return 1
+            if input(f"type {pipeline.name} to confirm: ").strip() != pipeline.name:
+                _say(f"not resetting {pipeline.name}")
+                return 1
+        reset(pipeline, targets)
+    _say(f"reset {pipeline.name}: done; the next backfill starts from the topic's beginning")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Broker up, sample history, backfill, more events, tail once, status."""
     ns = argparse.Namespace
@@ -296,9 +412,44 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tailfill", description="Kafka history + live tail into Iceberg, exactly once.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    b = sub.add_parser("broker", help="the embedded Kafka-protocol broker (tansu) on loopback")
-    b.add_argument("action", choices=("up", "down", "status"))
-    b.set_defaults(func=cmd_dev_service)
+    b = sub.add_parser("broker", help="the embedded Kafka-protocol broker (tansu) on loopback; its topics")
+    b.add_argument("action", choices=("up", "down", "status", "topics"),
+                   help="topics: list the topics (partitions, records); `topics create NAME --partitions N`")
+    b.add_argument("topic_action", nargs="?", choices=("create",), help=argparse.SUPPRESS)
+    b.add_argument("topic", nargs="?", help=argparse.SUPPRESS)
+    b.add_argument("--partitions", type=int, default=4, help="with topics create: the partition count (default 4)")
+    b.add_argument("--bootstrap-servers", help="with topics: another broker than the embedded one (host:port)")
+    b.add_argument("--storage", choices=("s3", "memory"),
+                   help="with up: s3 keeps topics across down/up on a local SeaweedFS (the first start's default), "
+                        "memory loses them on down but reads faster (default: what the last up of this home chose)")
+    b.set_defaults(func=cmd_broker)
+
+    ini = sub.add_parser("init", help="write a first pipeline YAML for a topic, from a sample of its records "
+                                       "(json) or its registry subject")
+    ini.add_argument("name", help="the pipeline's name: pipelines/NAME.yaml (in $TAILFILL_PIPELINES)")
+    ini.add_argument("--topic", required=True)
+    ini.add_argument("--format", choices=("json", "avro", "protobuf", "json_schema"), default="json")
+    ini.add_argument("--bootstrap-servers", default="embedded", help="default: the embedded broker")
+    ini.add_argument("--registry-url", default="embedded", help="registry formats (default: the development registry)")
+    ini.add_argument("--subject", help="registry formats: the value subject (default: <topic>-value)")
+    ini.add_argument("--sample", type=int, default=1000, help="json: records to sample (default 1000)")
+    ini.add_argument("--force", action="store_true", help="replace an existing file")
+    ini.set_defaults(func=cmd_init)
+
+    pl = sub.add_parser("pipelines", help="every pipeline: topic, table, committed offsets, lag, last run, validation")
+    pl.set_defaults(func=cmd_pipelines)
+
+    sh = sub.add_parser("show", help="a pipeline's settings (secrets masked), its table's schema and partition spec")
+    sh.add_argument("pipeline")
+    sh.set_defaults(func=cmd_show)
+
+    pv = sub.add_parser("preview", help="rows of a pipeline's table (or quarantine) as a text table")
+    pv.add_argument("pipeline")
+    pv.add_argument("--quarantine", action="store_true", help="the quarantine table's rows")
+    pv.add_argument("--limit", type=int, default=20, help="at most N rows (default 20)")
+    pv.add_argument("--where", help="a row filter, e.g. \"kind = 'view' and amount > 10\" (pyiceberg's syntax)")
+    pv.add_argument("--columns", help="comma-separated columns to show (default: all)")
+    pv.set_defaults(func=cmd_preview)
 
     r = sub.add_parser("registry", help="the development Schema Registry on loopback (demos and tests only)")
     r.add_argument("action", choices=("up", "down", "status"))
@@ -363,6 +514,11 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--expire-older-than", metavar="DURATION", help="e.g. 7d, 12h (default: the YAML's)")
     m.add_argument("--keep-last", type=int, metavar="N", help="snapshots always kept (default: the YAML's)")
     m.set_defaults(func=cmd_maintain)
+
+    rs = sub.add_parser("reset", help="drop a pipeline's tables, run state, validation and checkpoints (asks first)")
+    rs.add_argument("pipeline")
+    rs.add_argument("--yes", action="store_true", help="do not ask")
+    rs.set_defaults(func=cmd_reset)
 
     d = sub.add_parser("demo", help="broker up, sample data, backfill, tail, validate, status")
     d.add_argument("--pipeline", default="demo")

@@ -279,13 +279,16 @@ class TargetConfig(_Model):
     state_root: str | None = Field(
         default=None,
         description="Where the run state that processes share lives (tail health, stop requests, batch reports, "
-                    "lanes, failures): <state_root>/<pipeline>/. It must be on the warehouse's filesystem and "
-                    "reachable by every machine of the pipeline (null: <warehouse>/_tailfill).")
+                    "lanes, failures, the commit audit): <state_root>/<pipeline>/, and the validation results: "
+                    "<state_root>/_validation/<pipeline>/. It must be on the warehouse's filesystem and reachable by "
+                    "every machine of the pipeline (null: <warehouse>/_tailfill, <warehouse>/_validation). A warehouse "
+                    "that is a table bucket (S3 Tables, SeaweedFS's -tableBucket) needs it on an ordinary bucket.")
     partition_by: tuple[str, ...] = Field(
         default=(),
         description="Iceberg partition transforms of the data table's columns: identity(c), year(c), month(c), "
                     "day(c), hour(c), bucket(N, c), truncate(W, c), e.g. [\"day(created_at)\", "
-                    "\"bucket(16, user_id)\"]; empty: unpartitioned. A change evolves the spec for new data.")
+                    "\"bucket(16, user_id)\"]; c may be a struct's field (repo.id); empty: unpartitioned. A change "
+                    "evolves the spec for new data.")
 
     mode: Literal["append", "upsert"] = Field(
         default="append",
@@ -413,7 +416,7 @@ class TailConfig(_Model):
 class DataExpectation(_Model):
     """One data expectation on a column of the run's new rows (checked with Great Expectations)."""
 
-    column: str = Field(description="The column checked.")
+    column: str = Field(description="The column checked; a struct's field as a dotted path (repo.id).")
     not_null: bool = Field(default=False, description="No value may be null.")
     accepted_values: list[str | int | float | bool] | None = Field(
         default=None, description="Every value must be one of these.")

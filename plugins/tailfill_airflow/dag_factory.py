@@ -25,8 +25,7 @@ from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
 from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
-from tailfill.pipeline.load import load_pipeline
-from tailfill.settings import settings
+from tailfill.pipeline.load import load_pipeline, pipeline_files
 from tailfill_airflow.callbacks import deadline_missed, on_failure, on_retry
 from tailfill_airflow.causes import causes_first
 from tailfill_airflow.hooks import TailfillHook
@@ -430,7 +429,7 @@ def maintenance_dag(cfg: PipelineConfig) -> DAG:
 def build_dags(folder: Path | None = None) -> dict[str, DAG]:
     """Both DAGs for every ``*.yaml`` in the pipelines folder; a broken file is logged, not fatal."""
     dags: dict[str, DAG] = {}
-    for path in sorted((folder or settings().pipelines).glob("*.yaml")):
+    for path in pipeline_files(folder):
         try:
             cfg = load_pipeline(path)
         except ConfigError as exc:

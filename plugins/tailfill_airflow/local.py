@@ -13,7 +13,9 @@ by ``TAILFILL_AIRFLOW_DB`` (a SQLAlchemy URL), else a local Postgres
 (:class:`tailfill.dev.postgres.LocalPostgres`) kept in ``$AIRFLOW_HOME/postgres`` (``$AIRFLOW_HOME``
 defaults to ``.tailfill/airflow``), started on a free loopback port and stopped when Airflow stops,
 and the ``tailfill_spark`` pool with ``$TAILFILL_SPARK_SLOTS`` slots (4 unless set: the form's three
-backfill lanes beside one incremental run).
+backfill lanes beside one incremental run). When a pipeline reads the embedded broker, the broker of
+``$TAILFILL_HOME`` is started unless it runs (with its kept topics: the demo's events are there for the
+backfill form) and stopped with Airflow.
 """
 
 from __future__ import annotations
@@ -30,9 +32,13 @@ import threading
 import time
 from pathlib import Path
 
-from tailfill.dev.broker import free_port
+from tailfill.config import EMBEDDED
+from tailfill.dev.broker import broker_down, broker_up, describe_storage, free_port
+from tailfill.errors import TailfillError
+from tailfill.pipeline.load import load_pipeline, pipeline_files
 from tailfill.run import runtime, warm_spark
 from tailfill.settings import settings
+from tailfill.source.embedded import broker_state
 from tailfill_airflow.naming import SLOTS_ENV, SPARK_POOL, spark_slots
 
 REPO = Path(__file__).resolve().parents[2]
@@ -157,6 +163,7 @@ def main() -> None:
         print(f"Airflow UI: http://127.0.0.1:{args.port}  login {USER} / {PASSWORD}  (AIRFLOW_HOME={home})",
               flush=True)
         create_pool(airflow, env)
+        stack.callback(_embedded_broker_up())
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
         procs: list[subprocess.Popen] = []
         try:
@@ -175,6 +182,32 @@ def main() -> None:
             _stop_all(procs)
             if warm_spark.spark_server_down():
                 print("warm Spark server stopped", flush=True)
+
+
+def _uses_embedded_broker() -> bool:
+    """Whether a pipeline of the pipelines folder reads the embedded broker (files that do not load are skipped:
+    the DAG processor reports them)."""
+    for path in pipeline_files():
+        with contextlib.suppress(TailfillError):
+            if load_pipeline(path).source.bootstrap_servers == EMBEDDED:
+                return True
+    return False
+
+
+def _embedded_broker_up():
+    """Start the embedded broker of this home when a pipeline reads it and it is not running (its topics and port
+    are kept across restarts, so the demo's events are there for the backfill form); returns what stops it again
+    (nothing when this did not start it)."""
+    if broker_state() is not None or not _uses_embedded_broker():
+        return lambda: None
+    try:
+        state = broker_up()
+    except TailfillError as exc:  # pipelines on a real Kafka do not need it
+        print(f"embedded broker not started ({exc})", flush=True)
+        return lambda: None
+    print(f"embedded broker: {state['bootstrap_servers']} ({describe_storage(state)}); stopped with Airflow",
+          flush=True)
+    return broker_down
 
 
 def _warm_up(env: dict[str, str]) -> None:

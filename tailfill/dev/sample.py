@@ -11,10 +11,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import EllipsisType
 
-from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer
 
 from tailfill.errors import SourceError
+from tailfill.source.kafka_log import logged
+from tailfill.source.topics import ensure_topic
 
 KINDS = ("view", "click", "purchase", "refund")
 # One of each kind of bad record the quarantine must catch.
@@ -25,23 +26,6 @@ BAD_VALUES: tuple[bytes | None, ...] = (
     b'{"event_id": "wrong-type", "user_id": "not-a-number"}',  # wrong type
     b'["an", "array"]',  # not an object
 )
-
-
-def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Create ``topic`` with ``partitions`` partitions unless it exists."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    try:
-        existing = admin.list_topics(timeout=10).topics
-    except KafkaException as exc:
-        raise SourceError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
-    if topic in existing:
-        return
-    for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        try:
-            fut.result(timeout=10)
-        except KafkaException as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise SourceError(f"cannot create topic {topic!r} on {bootstrap}: {exc}") from exc
 
 
 def sample_event(run: str, i: int) -> dict:
@@ -61,8 +45,8 @@ class _SampleProducer:
     def __init__(self, bootstrap: str, topic: str, partitions: int, **settings):
         ensure_topic(bootstrap, topic, partitions)
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": False, "acks": "all",
-                                  **settings})
+        self.producer = Producer(logged({"bootstrap.servers": bootstrap, "enable.idempotence": False, "acks": "all",
+                                         **settings}))
         self.failures: list[str] = []
 
     def _delivered(self, err, _msg) -> None:

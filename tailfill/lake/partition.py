@@ -55,7 +55,7 @@ def split(table: pa.Table, terms: Sequence[PartitionTerm]) -> Iterator[tuple[tup
         if table.num_rows:
             yield (), table
         return
-    keys = pa.table({f"_p{i}": t.values(table[t.column]) for i, t in enumerate(terms)})
+    keys = pa.table({f"_p{i}": t.values_in(table) for i, t in enumerate(terms)})
     names = keys.column_names
     if keys.num_rows and all(pc.count_distinct(keys[n], mode="all").as_py() == 1 for n in names):
         yield tuple(keys[n][0].as_py() for n in names), table  # the common case: one partition

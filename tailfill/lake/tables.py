@@ -143,7 +143,7 @@ def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema | NewTab
                 if partition_by:
                     with tx.update_spec() as spec:
                         for term in parse_terms(partition_by):
-                            spec.add_field(term.column, term.iceberg())
+                            spec.add_field(term.column, term.iceberg(), term.field_name)
             return catalog.load_table(ident)
         except (TableAlreadyExistsError, CommitFailedException):
             table = catalog.load_table(ident)
@@ -191,7 +191,7 @@ def _evolve_spec_once(table: Table, partition_by: list[str]) -> None:
                     spec.remove_field(field.name)
             for term in parse_terms(partition_by):
                 if str(term) not in current:
-                    spec.add_field(term.column, term.iceberg())
+                    spec.add_field(term.column, term.iceberg(), term.field_name)
     except ValueError as exc:
         raise LakeError(f"cannot change the partition spec of {'.'.join(table.name())} from {current} to "
                         f"{partition_by}: {exc} (fix: restore target.partition_by)") from None

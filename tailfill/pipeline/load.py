@@ -25,6 +25,7 @@ from tailfill.formats.registry import format_class
 from tailfill.redact import register_model_secrets
 from tailfill.settings import settings
 from tailfill.values.partition_terms import parse_term
+from tailfill.values.paths import type_at
 from tailfill.values.schema import CHANGE_COLUMNS, table_schema
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -143,15 +144,14 @@ def _column_problems(cfg: PipelineConfig, declared: pa.Schema | None) -> list[st
     columns come from a registry's schema, known (and checked) when the table is made."""
     out = []
     if declared is not None:
-        columns = set(declared.names)
-        unknown = sorted({e.column for e in cfg.expectations} - columns)
-        if unknown:
-            out.append(f"expectations: name unknown columns: {', '.join(unknown)} "
-                       f"(columns: {', '.join(sorted(columns))})")
         for e in cfg.expectations:
-            kind = declared.field(e.column).type if e.column in columns else None
-            numeric = kind is not None and (pa.types.is_integer(kind) or pa.types.is_floating(kind))
-            if kind is not None and (e.min is not None or e.max is not None) and not numeric:
+            try:
+                kind = type_at(declared, e.column)
+            except ValueError as exc:
+                out.append(f"expectations: on '{e.column}': {exc} (columns: {', '.join(declared.names)})")
+                continue
+            numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind)
+            if (e.min is not None or e.max is not None) and not numeric:
                 out.append(f"expectations: on '{e.column}': min/max need a number column, it holds {kind}")
     registry_key = cfg.format.key == "registry"
     known = declared if declared is not None else table_schema([], "raw" if registry_key else cfg.format.key)
@@ -159,11 +159,13 @@ def _column_problems(cfg: PipelineConfig, declared: pa.Schema | None) -> list[st
         term = parse_term(entry)
         if term.column == "kafka_key" and registry_key:
             continue  # the key's type comes from its registry schema: checked when the table is made
-        if term.column not in known.names:
+        try:
+            kind = type_at(known, term.column)
+        except ValueError as exc:
             if declared is not None:
-                out.append(f"target.partition_by: {entry!r} names no column (columns: {', '.join(known.names)})")
+                out.append(f"target.partition_by: {entry!r}: {exc} (columns: {', '.join(known.names)})")
             continue
-        if why := term.check_type(known.field(term.column).type):
+        if why := term.check_type(kind):
             out.append(f"target.partition_by: {entry!r}: {why}")
     return out
 
@@ -179,6 +181,11 @@ def pipeline_file(name: str) -> Path:
     return settings().pipelines / f"{name}.yaml"
 
 
+def pipeline_files(folder: Path | None = None) -> list[Path]:
+    """The pipelines' YAML files in ``folder`` (default: ``settings.pipelines``), by name."""
+    return sorted((folder or settings().pipelines).glob("*.yaml"))
+
+
 def resolve_pipeline(name_or_path: str) -> PipelineConfig:
     """A pipeline by name (``pipelines/NAME.yaml``) or by path to its YAML file."""
     candidate = Path(name_or_path)
@@ -187,6 +194,6 @@ def resolve_pipeline(name_or_path: str) -> PipelineConfig:
     path = pipeline_file(name_or_path)
     if not path.exists():
         folder = settings().pipelines
-        known = sorted(p.stem for p in folder.glob("*.yaml"))
+        known = [p.stem for p in pipeline_files(folder)]
         raise ConfigError(f"no pipeline named {name_or_path!r} in {folder} (known: {', '.join(known) or 'none'})")
     return load_pipeline(path)

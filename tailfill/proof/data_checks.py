@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from tailfill.config import DataExpectation
 from tailfill.errors import ConfigError
+from tailfill.values.paths import column_at
 from tailfill.values.schema import FIELD_TYPES
 
 DATA_COLUMNS = ["check", "column", "evaluated", "unexpected", "unexpected_fraction", "allowed_fraction"]
@@ -56,7 +57,7 @@ class DataCheck:
 
 def expectation_columns(expectations: list[DataExpectation]) -> list[str]:
     """The columns the checks read (only these are scanned)."""
-    return sorted({e.column for e in expectations})
+    return sorted({e.column.split(".")[0] for e in expectations})  # a nested column is read with its struct
 
 
 def check_rows(rows: pa.Table, expectations: list[DataExpectation], expected_rows: int) -> list[DataCheck]:
@@ -64,7 +65,7 @@ def check_rows(rows: pa.Table, expectations: list[DataExpectation], expected_row
     out = [DataCheck("rows", "*", f"count = {expected_rows:,} (the run's committed rows)", max(expected_rows, 1),
                      abs(rows.num_rows - expected_rows), 0.0)]
     for e in expectations:
-        out += _checks(rows.column(e.column), e)
+        out += _checks(column_at(rows, e.column), e)  # a nested column (repo.id) too
     return out
 
 

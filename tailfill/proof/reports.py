@@ -21,7 +21,12 @@ from tailfill.settings import settings
 
 
 def results_uri(cfg: PipelineConfig) -> str:
-    """Where a pipeline's validation results live: ``<warehouse>/_validation/<pipeline>``."""
+    """Where a pipeline's validation results live: ``<warehouse>/_validation/<pipeline>``, or
+    ``<target.state_root>/_validation/<pipeline>`` when the state has a root of its own (a warehouse that is a
+    table bucket takes table paths only)."""
+    if cfg.target.state_root is not None:
+        base = cfg.target.state_root.rstrip("/")
+        return f"{base if base.startswith('s3://') else Path(base).absolute().as_uri()}/_validation/{cfg.name}"
     return f"{warehouse_uri(cfg.target)}/_validation/{cfg.name}"
 
 

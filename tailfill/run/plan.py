@@ -83,7 +83,8 @@ def check_not_behind(cfg: PipelineConfig, marks: Watermarks, ledger: Ledger) -> 
         raise SourceError(
             f"topic {cfg.source.topic!r} on {cfg.source.bootstrap_servers} went backwards: {'; '.join(behind)}. "
             "The broker lost data or the topic was created again; offsets from here would be new records under "
-            "old numbers (fix: find out what happened to the topic; to start over, ingest into a new table)")
+            f"old numbers (fix: find out what happened to the topic; to start over, `tailfill reset {cfg.name}` "
+            "or ingest into a new table)")
 
 
 def ensure_cutover(state: SourceState) -> PartitionOffsets:

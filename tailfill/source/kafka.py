@@ -24,6 +24,7 @@ from tailfill.config import EMBEDDED, SourceConfig
 from tailfill.errors import BrokerUnresponsive, ConfigError, ExpiredOffsetsError, SourceError
 from tailfill.offsets import OffsetRange, PartitionOffsets, TopicPartition
 from tailfill.redact import register_secret
+from tailfill.source.kafka_log import logged
 from tailfill.values.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
 
 METADATA_TIMEOUT_S = 10.0
@@ -71,7 +72,7 @@ def consumer_config(source: SourceConfig, **overrides: object) -> dict:
 
 
 def _consumer(conf: dict) -> Consumer:
-    return Consumer({**conf, "error_cb": _raise_fatal})
+    return Consumer(logged({**conf, "error_cb": _raise_fatal}))
 
 
 class OwnedConsumer:

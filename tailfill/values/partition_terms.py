@@ -16,13 +16,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailfill.errors import LakeError
+from tailfill.values.paths import PATH, column_at
 
 if TYPE_CHECKING:
     from pyiceberg.transforms import Transform
     from pyiceberg.types import PrimitiveType
 
-_ONE = re.compile(r"^\s*(identity|year|month|day|hour)\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$")
-_TWO = re.compile(r"^\s*(bucket|truncate)\(\s*(\d+)\s*,\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$")
+_ONE = re.compile(rf"^\s*(identity|year|month|day|hour)\(\s*({PATH})\s*\)\s*$")
+_TWO = re.compile(rf"^\s*(bucket|truncate)\(\s*(\d+)\s*,\s*({PATH})\s*\)\s*$")
 TIME_TRANSFORMS = ("year", "month", "day", "hour")
 _MICROS = {"day": 86_400_000_000, "hour": 3_600_000_000}
 
@@ -37,6 +38,17 @@ class PartitionTerm:
 
     def __str__(self) -> str:
         return f"{self.transform}({self.width}, {self.column})" if self.width else f"{self.transform}({self.column})"
+
+    @property
+    def field_name(self) -> str | None:
+        """The partition field's name for a nested column (``repo_id_bucket_8``); None: Iceberg's default."""
+        if "." not in self.column:
+            return None
+        return "_".join([self.column.replace(".", "_"), self.transform, *([str(self.width)] if self.width else [])])
+
+    def values_in(self, table: pa.Table) -> pa.Array:
+        """The partition values of ``table``'s rows (the column may be nested: ``repo.id``)."""
+        return self.values(column_at(table, self.column))
 
     def iceberg(self) -> Transform:
         """The pyiceberg transform."""
@@ -106,7 +118,7 @@ def parse_term(text: str) -> PartitionTerm:
             raise ValueError(f"{text!r}: the width must be at least 1")
         return PartitionTerm(m.group(1), m.group(3), width)
     raise ValueError(f"{text!r} is not a partition transform: write identity(col), year(col), month(col), day(col), "
-                     "hour(col), bucket(N, col) or truncate(W, col)")
+                     "hour(col), bucket(N, col) or truncate(W, col); col is a column or a struct's field (repo.id)")
 
 
 def parse_terms(entries: Sequence[str]) -> list[PartitionTerm]:

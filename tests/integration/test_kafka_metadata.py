@@ -9,9 +9,9 @@ import pytest
 from confluent_kafka import Producer
 from helpers import assert_exactly_once, backfill, high_watermarks, tables_of
 
-from tailfill.dev.sample import ensure_topic
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.proof.validate import validate
+from tailfill.source.topics import ensure_topic
 
 pytestmark = pytest.mark.integration
 

@@ -229,13 +229,40 @@ def test_maintain_without_a_maintenance_block_says_what_to_add(tmp_path):
     (["day(created_at)", "bucket(16 user_id)"], r"target\.partition_by: entry 1: 'bucket\(16 user_id\)' is not a "
                                                 r"partition transform"),
     (["day(kind)"], r"target\.partition_by: 'day\(kind\)': day\(\) needs a timestamp column, kind holds string"),
-    (["identity(user)"], r"target\.partition_by: 'identity\(user\)' names no column \(columns: kafka_topic"),
+    (["identity(user)"], r"target\.partition_by: 'identity\(user\)': no column 'user' \(columns: kafka_topic"),
+    (["bucket(8, kind.id)"], r"'bucket\(8, kind\.id\)': kind holds string, not a struct: 'kind\.id' cannot reach"),
+    (["bucket(8, repo.owner)"], r"'bucket\(8, repo\.owner\)': repo has no field 'owner' \(fields: id, name\)"),
+    (["day(repo.id)"], r"'day\(repo\.id\)': day\(\) needs a timestamp column, repo\.id holds int64"),
     (["truncate(4, amount)"], r"'truncate\(4, amount\)': truncate\(\) needs a string, long or binary column"),
 ])
 def test_a_bad_partition_by_entry_is_named(tmp_path, entries, problem):
-    path = write_variant(tmp_path, lambda d: d["target"].update(partition_by=entries))
+    def change(d):
+        d["format"]["fields"].append({"name": "repo", "type": "struct<id: long, name: string>"})
+        d["target"].update(partition_by=entries)
+
+    path = write_variant(tmp_path, change)
     with pytest.raises(ConfigError, match=problem):
         load_pipeline(path)
+
+
+def test_nested_columns_are_taken_in_partition_by_and_expectations(tmp_path):
+    def change(d):
+        d["format"]["fields"].append({"name": "repo", "type": "struct<id: long, created_at: timestamp>"})
+        d["target"].update(partition_by=["bucket(8, repo.id)", "day(repo.created_at)"])
+        d["expectations"].append({"column": "repo.id", "not_null": True, "min": 0})
+
+    cfg = load_pipeline(write_variant(tmp_path, change))
+    assert list(cfg.target.partition_by) == ["bucket(8, repo.id)", "day(repo.created_at)"]
+    assert cfg.expectations[-1].column == "repo.id"
+
+
+def test_an_expectation_on_a_missing_nested_field_is_named(tmp_path):
+    def change(d):
+        d["format"]["fields"].append({"name": "repo", "type": "struct<id: long>"})
+        d["expectations"].append({"column": "repo.name", "not_null": True})
+
+    with pytest.raises(ConfigError, match=r"expectations: on 'repo\.name': repo has no field 'name' \(fields: id\)"):
+        load_pipeline(write_variant(tmp_path, change))
 
 
 def test_partition_by_takes_every_transform_of_the_issue(tmp_path):

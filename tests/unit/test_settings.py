@@ -20,15 +20,17 @@ def test_defaults_when_nothing_is_set():
 def test_every_variable_is_read_into_its_field():
     s = settings({"TAILFILL_HOME": "/h", "TAILFILL_SPARK": "warm", "TAILFILL_SPARK_MASTER": "spark://m:7077",
                   "TAILFILL_SPARK_SLOTS": "6", "TAILFILL_FAULT_DIR": "/f", "TAILFILL_FAULT_SKIP": "2",
-                  "TAILFILL_BROKER_PORT": "9092", "TAILFILL_ON_FAILURE": "m:f"})
+                  "TAILFILL_BROKER_PORT": "9092", "TAILFILL_BROKER_STORAGE": "memory", "TAILFILL_ON_FAILURE": "m:f"})
     assert (s.home, s.spark_mode, s.spark_master, s.spark_slots) == (Path("/h"), "warm", "spark://m:7077", 6)
     assert (s.fault_dir, s.fault_skip, s.broker_port, s.on_failure) == (Path("/f"), 2, 9092, "m:f")
+    assert s.broker_storage == "memory" and settings({}).broker_storage is None
 
 
 @pytest.mark.parametrize(("name", "value", "says"), [
     ("TAILFILL_SPARK", "hot", "TAILFILL_SPARK='hot': use warm or submit"),
     ("TAILFILL_SPARK_SLOTS", "1", "TAILFILL_SPARK_SLOTS='1': the Spark pool needs at least 2 slots (fix: "),
     ("TAILFILL_BROKER_PORT", "ninety", "TAILFILL_BROKER_PORT='ninety': not a whole number (fix: "),
+    ("TAILFILL_BROKER_STORAGE", "disk", "TAILFILL_BROKER_STORAGE='disk': use one of s3, memory (or unset it)"),
 ])
 def test_a_bad_value_is_one_line_naming_the_variable(name, value, says):
     with pytest.raises(ConfigError) as err:

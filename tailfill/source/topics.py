@@ -1,0 +1,60 @@
+"""Topics on a broker: list them with their partitions and records, create one (``tailfill broker topics``,
+the sample producers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tailfill.config import SourceConfig
+from tailfill.errors import SourceError
+from tailfill.offsets import TopicPartition
+from tailfill.source.kafka import METADATA_TIMEOUT_S, consumer_config, watermarks
+from tailfill.source.kafka_log import logged
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    partitions: int
+    records: int  # offsets between each partition's earliest and end, summed
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient(logged({"bootstrap.servers": bootstrap}))
+
+
+def _topic_names(admin: AdminClient, bootstrap: str) -> dict:
+    try:
+        return admin.list_topics(timeout=METADATA_TIMEOUT_S).topics
+    except KafkaException as exc:
+        raise SourceError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+
+
+def list_topics(bootstrap: str) -> list[TopicInfo]:
+    """Every topic on ``bootstrap`` but the broker's internal ones, by name."""
+    out = []
+    for name, meta in sorted(_topic_names(_admin(bootstrap), bootstrap).items()):
+        if name.startswith("__"):
+            continue
+        parts = [TopicPartition(name, p) for p in sorted(meta.partitions)]
+        marks = watermarks(consumer_config(SourceConfig(bootstrap_servers=bootstrap, topic=name)), parts)
+        out.append(TopicInfo(name, len(parts), sum(marks.high[tp] - marks.low[tp] for tp in parts)))
+    return out
+
+
+def ensure_topic(bootstrap: str, topic: str, partitions: int) -> bool:
+    """Create ``topic`` with ``partitions`` partitions unless it exists; True if it was created."""
+    admin = _admin(bootstrap)
+    if topic in _topic_names(admin, bootstrap):
+        return False
+    for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        try:
+            fut.result(timeout=METADATA_TIMEOUT_S)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise SourceError(f"cannot create topic {topic!r} on {bootstrap}: {exc}") from exc
+            return False
+    return True
