@@ -41,6 +41,7 @@ class Watch:
     store: StateStore
     cancel: threading.Event | None
     log: Callable[[str], None]
+    sync: Callable[[], None] | None = None  # brings ``state`` up to date when the batches run elsewhere (Connect)
 
 
 def poll(query: StreamingQuery, watch: Watch) -> None:
@@ -49,6 +50,8 @@ def poll(query: StreamingQuery, watch: Watch) -> None:
     started, printed, printed_at, beat_at = time.monotonic(), -1, 0.0, 0.0
     try:
         while not query.awaitTermination(1.0):
+            if watch.sync is not None:
+                watch.sync()
             if watch.cancel is not None and watch.cancel.is_set():
                 state.stopping.set()
                 query.stop()  # at once, as a killed spark-submit would: an unfinished batch is replayed later
