@@ -21,9 +21,10 @@ install: $(STAMP)
 
 ## Run the main job on the embedded defaults: broker, sample data, backfill, tail, status.
 demo: $(STAMP)
-	$(VENV)/bin/tailfill broker down >/dev/null
+	$(VENV)/bin/tailfill broker down >/dev/null; $(VENV)/bin/tailfill connect-server down >/dev/null
 	rm -rf .tailfill
-	$(VENV)/bin/tailfill demo; status=$$?; $(VENV)/bin/tailfill broker down; exit $$status
+	$(VENV)/bin/tailfill demo; status=$$?; $(VENV)/bin/tailfill broker down; \
+	  $(VENV)/bin/tailfill connect-server down; exit $$status
 
 ## Run the whole test suite in two xdist workers, then the timing tests (marker solo) alone: unit +
 ## integration against real tansu, Spark, Iceberg, moto S3,

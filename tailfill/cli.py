@@ -239,6 +239,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     ns = argparse.Namespace
     steps: list[tuple[str, Callable[[], int]]] = [
         ("start the embedded broker", lambda: cmd_dev_service(ns(command="broker", action="up"))),
+        ("start this home's Spark Connect server (the jobs below run there: auto)",
+         lambda: cmd_dev_service(ns(command="connect-server", action="up"))),
         (f"produce {args.count:,} historical events",
          lambda: cmd_produce_sample(ns(pipeline=args.pipeline, count=args.count, bad_every=args.bad_every))),
         ("backfill history [earliest, cutover)",
@@ -258,7 +260,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if code != 0:
             _say(f"demo stopped at step {i} ({title}) with exit code {code}")
             return code
-    _say(f"\ndemo done. State is in {settings().home}; stop the broker with `tailfill broker down`.")
+    _say(f"\ndemo done. State is in {settings().home}; stop the broker and the Spark Connect server with "
+         "`tailfill broker down` and `tailfill connect-server down`.")
     return 0
 
 

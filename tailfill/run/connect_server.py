@@ -6,15 +6,17 @@ Tailfill's Spark settings. Its address is recorded in ``$TAILFILL_HOME/connect-s
 digests of the settings it was started with (``TAILFILL_*``, ``AWS_*``, Spark's, the pipeline's secrets:
 compared, never sent or printed). A job whose settings differ gets a new server when the running one is
 idle, else a one-line refusal naming the settings. The code never needs a new server: each job's
-session ships its own (:mod:`tailfill.run.connect_session`). Jobs of this home register themselves while
+session ships its own (:mod:`tailfill.run.spark_connect`). Jobs of this home register themselves while
 they run (``connect-jobs/``), which is how the server is known to be idle.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -26,7 +28,7 @@ from tailfill.errors import SparkServerError
 from tailfill.plumbing.detached import alive, running, stop_detached
 from tailfill.plumbing.durable import locked, write_whole
 from tailfill.run import runtime
-from tailfill.run.server_settings import differing_settings, job_env_digests
+from tailfill.run.server_settings import CLIENT_ONLY, differing_settings, job_env_digests
 from tailfill.settings import LOOPBACK, settings
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -40,8 +42,21 @@ def state_file(home: Path | None = None) -> Path:
 
 
 def server_state(home: Path | None = None) -> dict | None:
-    """The running local server's ``{pid, url, master, settings, …}``, or None."""
+    """The running local server's ``{pid, url, port, master, settings, …}``, or None. A server replaced or
+    restarted after its death takes the same port again when it is free."""
     return running(state_file(home))
+
+
+def serves(url: str, home: Path | None = None) -> bool:
+    """Whether ``url`` is the address of this home's local server (running or not): jobs sent there are
+    supervised like the local server's (a dead one is started again, on the same port)."""
+    from urllib.parse import urlsplit
+
+    path = state_file(home)
+    if not path.exists():
+        return False
+    parts = urlsplit(url.split(";")[0])
+    return parts.hostname in (LOOPBACK, "localhost") and parts.port == json.loads(path.read_text()).get("port")
 
 
 def _jobs_dir(home: Path) -> Path:
@@ -83,6 +98,7 @@ def connect_server_up(home: Path | None = None, env: Mapping[str, str] | None = 
     ours = server_env(env, home)
     digests = job_env_digests(ours, secrets)
     with locked(home / "connect-server.lock"):
+        port = _clear_dead(home)
         state = server_state(home)
         if state is not None and _answers(state["port"]):
             differs = differing_settings(digests, state["settings"])
@@ -96,8 +112,22 @@ def connect_server_up(home: Path | None = None, env: Mapping[str, str] | None = 
         else:
             why = "none running" if state is None else "the one recorded does not answer"
         if state is not None:
+            port = state["port"]
             stop_detached(state, state_file(home), grace_s=30.0)
-        return _start(home, ours, digests, why)
+        return _start(home, ours, digests, why, port)
+
+
+def _clear_dead(home: Path) -> int | None:
+    """Forget a recorded server whose JVM died, and end the Python workers it left behind (its process group);
+    returns its port (a new server takes it again, so that an address handed out stays right)."""
+    path = state_file(home)
+    if not path.exists() or server_state(home) is not None:
+        return None
+    recorded = json.loads(path.read_text())
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(recorded["pid"], signal.SIGKILL)
+    path.unlink(missing_ok=True)
+    return recorded.get("port")
 
 
 def connect_server_down(home: Path | None = None) -> bool:
@@ -109,8 +139,10 @@ def connect_server_down(home: Path | None = None) -> bool:
 
 def server_env(env: Mapping[str, str] | None, home: Path) -> dict[str, str]:
     """The environment of the server (and so of every job on it): the caller's, with Tailfill's Spark
-    environment and home on top; without ``PYTHONPATH`` (the code reaches it as artifacts)."""
-    base = {k: v for k, v in (env if env is not None else os.environ).items() if k != "PYTHONPATH"}
+    environment and home on top; without ``PYTHONPATH`` (the code reaches it as artifacts) and what a Connect
+    client sets in its own process."""
+    base = {k: v for k, v in (env if env is not None else os.environ).items()
+            if k != "PYTHONPATH" and k not in CLIENT_ONLY}
     return {**base, **runtime.spark_env(), "TAILFILL_HOME": str(home)}
 
 
@@ -146,6 +178,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((LOOPBACK, port))
+            return True
+        except OSError:
+            return False
+
+
 def _answers(port: int) -> bool:
     try:
         socket.create_connection((LOOPBACK, port), timeout=1.0).close()
@@ -154,12 +195,12 @@ def _answers(port: int) -> bool:
         return False
 
 
-def _start(home: Path, env: dict[str, str], digests: dict[str, str | None], why: str) -> dict:
+def _start(home: Path, env: dict[str, str], digests: dict[str, str | None], why: str, port: int | None) -> dict:
     log_path = home / "logs" / "connect-server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     workdir = home / "connect-server"  # never a checkout: Spark's Python workers put their folder on sys.path
     workdir.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = port if port and _bindable(port) else _free_port()
     started = time.time()
     with open(log_path, "ab") as log:
         log.write(f"tailfill: starting the local Spark Connect server ({why})\n".encode())

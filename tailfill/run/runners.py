@@ -200,10 +200,12 @@ class ConnectRunner:
         self.home = home or settings().home
 
     def submit(self, spec: JobSpec, on_line: OnLine) -> ConnectRun:
-        from tailfill.run.connect_server import connect_server_up
+        from tailfill.run.connect_server import connect_server_up, serves
 
-        url = self.remote or connect_server_up(self.home, self.env, self.secrets)["url"]
-        return ConnectRun(spec, url, on_line, self.home if self.remote is None else None)
+        if self.remote and not serves(self.remote, self.home):
+            return ConnectRun(spec, self.remote, on_line, None)
+        url = connect_server_up(self.home, self.env, self.secrets)["url"]
+        return ConnectRun(spec, url, on_line, self.home)
 
 
 class ConnectRun:
@@ -222,7 +224,7 @@ class ConnectRun:
         from contextlib import nullcontext
 
         from tailfill.run.connect_server import registered
-        from tailfill.run.connect_session import connect_session, redact_url
+        from tailfill.run.spark_connect import connect_session, redact_url
         from tailfill.run.spark_job import run_to_result
 
         with registered(self.local_home, self.spec.run_id) if self.local_home else nullcontext():
@@ -289,7 +291,7 @@ def _auto(remote: str | None, master: str | None, conf: Mapping[str, str] | None
           secrets: tuple[str, ...], cold: SparkSubmitRunner) -> tuple[Runner, str]:
     """The ``auto`` choice and its reason, in words."""
     from tailfill.run.connect_server import server_state
-    from tailfill.run.connect_session import redact_url
+    from tailfill.run.spark_connect import redact_url
 
     if remote:
         return ConnectRunner(remote, env, secrets), f"Spark Connect at {redact_url(remote)} (configured)"

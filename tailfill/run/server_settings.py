@@ -13,7 +13,10 @@ from collections.abc import Mapping
 
 MODE_ENV = "TAILFILL_SPARK"  # how jobs run when the caller does not say
 _SETTING_PREFIXES = ("TAILFILL_", "AWS_", "SPARK_", "PYSPARK_")
-_NOT_SETTINGS = frozenset({MODE_ENV, "TAILFILL_SPARK_REMOTE"})  # how to run, not what the job does
+# How to run, not what the job does; and what a Spark Connect client sets in its own process.
+CLIENT_ONLY = frozenset({"SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE",
+                         "SPARK_CONNECT_AUTHENTICATE_TOKEN"})
+_NOT_SETTINGS = frozenset({MODE_ENV, "TAILFILL_SPARK_REMOTE"}) | CLIENT_ONLY
 
 
 def digest(value: str | None) -> str | None:

@@ -28,20 +28,20 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from tailfill.errors import ErrorInfo, QueryFailed
+from tailfill.errors import ConnectServerError, ErrorInfo, QueryFailed
 from tailfill.lake.tables import Tables
 from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.durable import write_whole
 from tailfill.run import checkpoint
 from tailfill.run.batch import BatchHandler
 from tailfill.run.connect_batch import RemoteBatch, RemoteQuery, fold
-from tailfill.run.connect_session import foreach_batch, is_connect, session_cores
 from tailfill.run.contract import Event, IngestResult, Restarted
 from tailfill.run.pacing import pacer_for, watcher_pacer_for
 from tailfill.run.plan import IngestRequest
 from tailfill.run.poll import Watch, poll
 from tailfill.run.query_state import QueryState
 from tailfill.run.restarts import Failure, RestartPolicy
+from tailfill.run.spark_connect import first_line, foreach_batch, is_connect, server_gone, session_cores
 from tailfill.source.handoff import reported_failure
 from tailfill.state.store import clear_stop, report_file
 
@@ -156,9 +156,7 @@ def _attempts(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handl
             remote.forget()
         reported_failure(req.checkpoint / FAILURE_FILE)  # an earlier attempt's: not this one's
         try:
-            poll(start_query(spark, pipeline, req, handler, budget_file, cores), watch)
-            if remote is not None:
-                remote.sync()  # the batches committed since the last look
+            _watched(lambda: poll(start_query(spark, pipeline, req, handler, budget_file, cores), watch), req, remote)
             return len(causes), causes
         except StreamingQueryException as exc:
             if remote is not None:
@@ -178,6 +176,24 @@ def _attempts(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handl
             log(event.asstr())
             emit(event)
             time.sleep(decision.wait_seconds)
+
+
+def _watched(run: Callable[[], None], req: IngestRequest, remote: RemoteQuery | None) -> None:
+    """``run`` the query; over Connect, a server that went away is one line (:class:`ConnectServerError`)."""
+    if remote is None:
+        return run()
+    try:
+        run()
+        remote.sync()  # the batches committed since the last look
+    except StreamingQueryException:
+        raise
+    except Exception as exc:
+        if not server_gone(exc):
+            raise
+        raise ConnectServerError(f"[{req.label}] the Spark Connect server went away while the job ran "
+                                 f"({first_line(exc)}); {remote.state.tally.offsets:,} offsets committed "
+                                 "before") from None
+    return None
 
 
 def _failure(exc: StreamingQueryException, state: QueryState, req: IngestRequest) -> Failure:

@@ -7,7 +7,6 @@ killed mid-tail, and a server killed mid-job.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -25,7 +24,6 @@ from tailfill.errors import SparkServerError
 from tailfill.lake.ledger import read_ledger
 from tailfill.offsets import total
 from tailfill.pipeline.handle import open_pipeline
-from tailfill.plumbing.detached import alive
 from tailfill.run import connect_server
 from tailfill.run.contract import new_run_id
 from tailfill.run.planner import BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
@@ -86,3 +84,74 @@ def test_lanes_and_the_tail_run_on_one_connect_server_exactly_once(server_home, 
     assert sum(r.offsets for r in outcome.result.results) == 2_000
     assert_exactly_once(cfg, high_watermarks(cfg))
     assert connect_server.server_state(home)["pid"] == state["pid"]  # the same server throughout
+
+
+ORPHAN_STOPPED = ("its client has not renewed its lease", "since the session has timed out")
+
+
+def server_log(home: Path) -> str:
+    return (home / "logs" / "connect-server.log").read_text(errors="replace")
+
+
+def test_a_tail_whose_caller_is_killed_stops_on_the_server_and_the_next_run_resumes(server_home, connect_pipeline):
+    home, _ = server_home
+    cfg = connect_pipeline(tail__trigger="processing_time", tail__trigger_interval_seconds=2)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 4_000, cfg.source.partitions)
+    with open_pipeline(cfg) as pipeline:  # records the cutover
+        history = plan_backfill_lanes(pipeline, BackfillRequest(), lambda _lane: new_run_id("backfill")).specs
+    assert on_connect(history[0], lambda _line: None, home).code == 0
+    # An open-ended processing-time tail runs until stopped: only its caller going away ends it here.
+    caller = subprocess.Popen([TAILFILL, "tail", str(cfg.path), "--spark", "connect"], env=dict(os.environ),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, cfg.source.partitions)
+        wait_until(lambda: total(read_ledger(tables_of(cfg).data).committed) >= 6_000, "the tail's batches",
+                   timeout=300)
+    finally:
+        os.killpg(caller.pid, signal.SIGKILL)
+        caller.wait()
+    # The query outlives its client on the server: with records arriving, a batch soon finds the client's lease
+    # unrenewed and stops the query (a quiet one ends with its session).
+    deadline = time.monotonic() + 240
+    while not any(why in server_log(home) for why in ORPHAN_STOPPED):
+        assert time.monotonic() < deadline, "the server did not stop the orphaned query"
+        produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 100, cfg.source.partitions)
+        time.sleep(2)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 1_000, cfg.source.partitions)
+    done = subprocess.run([TAILFILL, "tail", str(cfg.path), "--once", "--spark", "connect"], env=dict(os.environ),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert SERVED_BY in done.stderr, done.stderr[-3000:]
+    assert_exactly_once(cfg, high_watermarks(cfg))
+
+
+def test_a_busy_server_with_other_settings_refuses_by_name_never_printing_the_secret(server_home):
+    home, state = server_home
+    secret = "s3cr3t-value-never-printed"
+    env = dict(os.environ, TAILFILL_KAFKA_PASSWORD=secret)
+    with connect_server.registered(home, "busy-run"), pytest.raises(SparkServerError) as refused:
+        connect_server.connect_server_up(home, env)  # while a job of this home runs on it
+    assert "TAILFILL_KAFKA_PASSWORD" in str(refused.value) and secret not in str(refused.value)
+    assert connect_server.server_state(home)["pid"] == state["pid"]  # not replaced under a running job
+    assert secret not in server_log(home) and secret not in connect_server.state_file(home).read_text()
+
+
+def test_a_server_that_dies_mid_job_fails_it_in_one_line_and_the_retry_resumes_on_a_new_one(
+        server_home, connect_pipeline):
+    home, _ = server_home
+    cfg = connect_pipeline(backfill__max_offsets_per_batch=1_000)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 20_000, cfg.source.partitions)
+    spec = plan_backfill_lanes(open_pipeline(cfg), BackfillRequest(), lambda _lane: new_run_id("backfill")).specs[0]
+    lines: list[str] = []
+    run = ConnectRunner(None, None, home=home).submit(spec, lines.append)
+    wait_until(lambda: total(read_ledger(tables_of(cfg).data).committed) > 0, "a first batch", timeout=300)
+    victim = connect_server.server_state(home)["pid"]
+    os.killpg(victim, signal.SIGKILL)  # the JVM and its Python workers, as a lost machine would
+    outcome = run.wait()
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    assert outcome.code == 2 and len(errors) == 1, lines[-30:]
+    assert "Spark Connect server went away" in errors[0] and "\n" not in errors[0], errors
+    retry = on_connect(spec, lines.append, home)
+    assert retry.code == 0, lines[-30:]
+    assert connect_server.server_state(home)["pid"] != victim  # a new server took the retry
+    assert_exactly_once(cfg, high_watermarks(cfg))

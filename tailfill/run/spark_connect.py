@@ -2,7 +2,7 @@
 
 The code archive (:func:`tailfill.run.runtime.code_archive`) is added under a name that carries its
 fingerprint (a session's artifacts cannot be replaced), and the data source is registered through
-:mod:`tailfill.run.connect_code`, so the server's Python needs tailfill's dependencies only. Each job
+:mod:`tailfill.run.spark_connect_code`, so the server's Python needs tailfill's dependencies only. Each job
 gets its own session, its operations tagged with the run id.
 """
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from tailfill.errors import SparkServerError
+from tailfill.errors import ConnectServerError
 from tailfill.run import runtime
-from tailfill.run.connect_code import Code, ShippedForeachBatch, register_by_value, shipped_data_source
+from tailfill.run.spark_connect_code import Code, ShippedForeachBatch, register_by_value, shipped_data_source
 from tailfill.settings import settings
 
 RETRIES = 3  # a server that went away fails the job within seconds, not after pyspark's ten minutes
@@ -48,7 +48,7 @@ def shipped_archive() -> Path:
 
 def connect_session(url: str, run_id: str | None = None) -> SparkSession:
     """A new session on the Connect server at ``url`` with Tailfill's code and data source; one line
-    (:class:`SparkServerError`) when the server cannot be reached."""
+    (:class:`ConnectServerError`) when the server cannot be reached."""
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
     try:
@@ -61,7 +61,7 @@ def connect_session(url: str, run_id: str | None = None) -> SparkSession:
         code = Code(archive)
         spark.dataSource.register(shipped_data_source(code))
     except Exception as exc:
-        raise SparkServerError(f"the Spark Connect server at {redact_url(url)} did not take a session: "
+        raise ConnectServerError(f"the Spark Connect server at {redact_url(url)} did not take a session: "
                                f"{first_line(exc)}") from None
     if run_id:
         spark.addTag(run_tag(run_id))
@@ -85,3 +85,15 @@ def first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     detail = next((ln.strip() for ln in text if "details =" in ln), text[0] if text else "")
     return f"{type(exc).__name__}: {detail}"
+
+
+def server_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` says the Connect server cannot be reached any more (not that a query failed on it)."""
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    if type(exc).__name__ == "RetriesExceeded":
+        return True
+    if not isinstance(exc, SparkConnectGrpcException):
+        return False
+    status = getattr(exc, "getGrpcStatusCode", lambda: None)()
+    return status is None or str(status).endswith(("UNAVAILABLE", "CANCELLED", "UNKNOWN"))
