@@ -3,8 +3,9 @@
 Over Connect, ``foreachBatch`` runs in a Python process on the server, not beside the poll loop. So
 :class:`RemoteBatch` (pickled to the server, built there on its first batch) makes the query's
 :class:`~tailfill.run.batch.BatchHandler` with its own state and pacer from the shipped config, and after
-every batch publishes a small record into the session's settings (``tailfill.query.<query>``): the
-step it is at and, when a batch fails, the failure as data. The batch reports go to the run state as
+every batch publishes a small record into the session's settings (``tailfill.query.<run>.<query>``):
+the step it is at, the latencies of the records committed so far (constant space) and, when a batch
+fails, the failure as data. The batch reports go to the run state as
 everywhere else; the client (:class:`RemoteQuery`) reads its tally from them.
 
 A client that goes away without stopping its query (SIGKILL) leaves the query running on the server.
@@ -18,13 +19,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tailfill.errors import ErrorInfo, JobCancelled
 from tailfill.run.plan import IngestRequest
 from tailfill.run.query_state import QueryState, Tally
 from tailfill.run.restarts import Failure
+from tailfill.values.freshness import LatencySample
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -117,7 +119,9 @@ class RemoteBatch:
         return self._handler
 
     def _publish(self, spark: SparkSession, handler: BatchHandler, failure: Failure | None) -> None:
-        record = {"step": handler.state.step, "at": time.time()}
+        latencies = handler.state.tally.latencies  # constant space: the run's latency quantiles
+        record = {"step": handler.state.step, "at": time.time(),
+                  "latencies": [list(latencies.seconds), list(latencies.weights)]}
         if failure is not None:
             record["failure"] = {"error": failure.error.to_dict(), "step": failure.step}
         spark.conf.set(record_key(self.req), json.dumps(record))
@@ -141,6 +145,9 @@ class RemoteQuery:
             return
         record = json.loads(raw)
         self.state.step = record.get("step", self.state.step)
+        if record.get("latencies"):
+            seconds, weights = record["latencies"]
+            self.state.tally = replace(self.state.tally, latencies=LatencySample(tuple(seconds), tuple(weights)))
         failure = record.get("failure")
         if failure is not None:
             self.state.failure = Failure(ErrorInfo.from_dict(failure["error"]), failure["step"])

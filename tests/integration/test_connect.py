@@ -82,6 +82,7 @@ def test_lanes_and_the_tail_run_on_one_connect_server_exactly_once(server_home, 
     assert outcome.code == 0 and outcome.result is not None, lines[-40:]
     assert sum(r.offsets for run in runs for r in run.result.results) == 6_000
     assert sum(r.offsets for r in outcome.result.results) == 2_000
+    assert all(r.freshness for r in outcome.result.results)  # the records' latencies, measured on the server
     assert_exactly_once(cfg, high_watermarks(cfg))
     assert connect_server.server_state(home)["pid"] == state["pid"]  # the same server throughout
 

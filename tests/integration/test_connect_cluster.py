@@ -40,12 +40,14 @@ def cluster_connect(spark_cluster, tmp_path_factory):
     conf = {"spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port),
             "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1", "spark.ui.enabled": "false",
             "spark.sql.session.timeZone": "UTC", "spark.python.worker.reuse": "true",
-            "spark.pyspark.python": python, "spark.executor.memory": "512m", "spark.default.parallelism": "2"}
+            "spark.pyspark.python": python, "spark.executor.memory": "512m", "spark.driver.memory": "1g",
+            "spark.default.parallelism": "2"}
     cmd = [runtime.spark_submit(), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
            "--master", spark_cluster.url]
     for key, value in conf.items():
         cmd += ["--conf", f"{key}={value}"]
-    env = {**spark_cluster.env, "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
+    env = {k: v for k, v in spark_cluster.env.items() if k != "SPARK_DAEMON_MEMORY"}  # the master's and workers'
+    env.update({"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python})
     with (folder / "server.log").open("ab") as log:
         server = subprocess.Popen([*cmd, "spark-internal"], env=env, cwd=folder, stdout=log, stderr=subprocess.STDOUT,
                                   start_new_session=True)
