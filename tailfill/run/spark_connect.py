@@ -97,3 +97,11 @@ def server_gone(exc: BaseException) -> bool:
         return False
     status = getattr(exc, "getGrpcStatusCode", lambda: None)()
     return status is None or str(status).endswith(("UNAVAILABLE", "CANCELLED", "UNKNOWN"))
+
+
+def query_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure Spark reported over Connect while the server is still there (a Python
+    worker that could not connect back while the query started, say): one for the restart policy."""
+    from pyspark.errors.exceptions.connect import SparkConnectException
+
+    return isinstance(exc, SparkConnectException) and not server_gone(exc)

@@ -41,7 +41,14 @@ from tailfill.run.plan import IngestRequest
 from tailfill.run.poll import Watch, poll
 from tailfill.run.query_state import QueryState
 from tailfill.run.restarts import Failure, RestartPolicy
-from tailfill.run.spark_connect import first_line, foreach_batch, is_connect, server_gone, session_cores
+from tailfill.run.spark_connect import (
+    first_line,
+    foreach_batch,
+    is_connect,
+    query_failed,
+    server_gone,
+    session_cores,
+)
 from tailfill.source.handoff import reported_failure
 from tailfill.state.store import clear_stop, report_file
 
@@ -158,7 +165,9 @@ def _attempts(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handl
         try:
             _watched(lambda: poll(start_query(spark, pipeline, req, handler, budget_file, cores), watch), req, remote)
             return len(causes), causes
-        except StreamingQueryException as exc:
+        except Exception as exc:
+            if not isinstance(exc, StreamingQueryException) and not (remote is not None and query_failed(exc)):
+                raise
             if remote is not None:
                 remote.sync()  # what the server's handler recorded of its failure
             failure = _failure(exc, state, req)
@@ -185,10 +194,8 @@ def _watched(run: Callable[[], None], req: IngestRequest, remote: RemoteQuery | 
     try:
         run()
         remote.sync()  # the batches committed since the last look
-    except StreamingQueryException:
-        raise
     except Exception as exc:
-        if not server_gone(exc):
+        if isinstance(exc, StreamingQueryException) or not server_gone(exc):
             raise
         raise ConnectServerError(f"[{req.label}] the Spark Connect server went away while the job ran "
                                  f"({first_line(exc)}); {remote.state.tally.offsets:,} offsets committed "
@@ -196,7 +203,7 @@ def _watched(run: Callable[[], None], req: IngestRequest, remote: RemoteQuery | 
     return None
 
 
-def _failure(exc: StreamingQueryException, state: QueryState, req: IngestRequest) -> Failure:
+def _failure(exc: Exception, state: QueryState, req: IngestRequest) -> Failure:
     """What failed: what the batch handler caught, else what the source's planning reported, else Spark's own
     failure, known by its text alone."""
     if state.failure is not None:

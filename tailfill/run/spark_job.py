@@ -20,7 +20,6 @@ from tailfill.pipeline.handle import open_pipeline
 from tailfill.redact import redact_text
 from tailfill.run.contract import IngestResult, JobResult, JobSpec
 from tailfill.run.plan import backfill_requests, source_state, tail_request
-from tailfill.run.spark_connect import is_connect
 from tailfill.run.spark_ingest import Emit, Log, run_ingest
 from tailfill.run.spark_prepare import warm_executors
 
@@ -29,9 +28,9 @@ def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log | No
         cancel: threading.Event | None = None) -> list[IngestResult]:
     """Run ``spec``; returns one :class:`IngestResult` per streaming query (run of adjacent slices, or the tail).
 
-    ``spark``: the session (tests and the warm Spark server share one), a Spark Connect session of the
-    job's own, or one being built for a new application (see ``spark_jobs/ingest.py``); the executors
-    of a new application or session are warmed while the first query starts. ``log`` takes the job's progress lines
+    ``spark``: the session (tests and the warm Spark server share one), or one being built for a new
+    application (see ``spark_jobs/ingest.py``), whose executors are warmed while the first query
+    starts; the broker and the table are read meanwhile. ``log`` takes the job's progress lines
     (default: stderr), ``emit`` its events (default: their lines on stdout); ``cancel``, once set, stops
     the job's query at once (see :func:`~tailfill.run.spark_ingest.run_ingest`).
     """
@@ -51,7 +50,7 @@ def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log | No
             requests = [tail_request(state, spec.cutover, spec.run_id, spec.once, spec.stop_after_seconds,
                                      spec.max_offsets_per_batch)]
         session = spark.result() if isinstance(spark, Future) else spark
-        if (isinstance(spark, Future) or is_connect(session)) and requests:  # a new application or session
+        if isinstance(spark, Future) and requests:
             warm_executors(session, pipeline.shipped)
         return [run_ingest(session, pipeline, tables, req, log, emit, cancel) for req in requests]
 
