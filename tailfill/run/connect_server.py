@@ -20,8 +20,8 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 from collections.abc import Mapping
-from contextlib import contextmanager
 from pathlib import Path
 
 from tailfill.errors import SparkServerError
@@ -63,11 +63,13 @@ def _jobs_dir(home: Path) -> Path:
     return home / "connect-jobs"
 
 
-def busy(home: Path) -> list[str]:
-    """Run ids of this home's jobs running on its local server now (their clients alive)."""
+def busy(home: Path, besides: Path | None = None) -> list[str]:
+    """Run ids of this home's jobs on its local server now (their clients alive), ``besides`` the caller's own."""
     found = []
     for path in _jobs_dir(home).glob("*.job"):
-        run_id, _, pid = path.stem.rpartition("-")
+        run_id, pid, _ = path.stem.rsplit("-", 2)
+        if path == besides:
+            continue
         if pid.isdigit() and alive(int(pid)):
             found.append(run_id)
         else:
@@ -75,25 +77,20 @@ def busy(home: Path) -> list[str]:
     return sorted(found)
 
 
-@contextmanager
-def registered(home: Path, run_id: str):
-    """Count a job of this process as running on the local server while the block runs."""
-    folder = _jobs_dir(home)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{run_id}-{os.getpid()}.job"
-    path.touch()
-    try:
-        yield
-    finally:
-        path.unlink(missing_ok=True)
+def job_file(home: Path, run_id: str) -> Path:
+    """Where a job of this process says it runs on the local server (:func:`connect_server_up` writes it under
+    the server's lock, so that no other job replaces the server between its start and the job's session)."""
+    return _jobs_dir(home) / f"{run_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}.job"
 
 
 def connect_server_up(home: Path | None = None, env: Mapping[str, str] | None = None,
-                      secrets: tuple[str, ...] = ()) -> dict:
+                      secrets: tuple[str, ...] = (), job: Path | None = None) -> dict:
     """The local server (started if none runs, or replaced if it runs other settings and is idle).
 
     ``env``: the caller's environment, ``secrets``: the pipeline's secret variables by name; a busy server
-    with other settings is refused with :class:`SparkServerError` naming them."""
+    with other settings is refused with :class:`SparkServerError` naming them. ``job`` (:func:`job_file`):
+    written before the lock is let go, so that the server counts as busy with the caller's job from then on
+    (the caller removes it when the job ends)."""
     home = home or settings().home
     ours = server_env(env, home)
     digests = job_env_digests(ours, secrets)
@@ -103,8 +100,8 @@ def connect_server_up(home: Path | None = None, env: Mapping[str, str] | None = 
         if state is not None and _answers(state["port"]):
             differs = differing_settings(digests, state["settings"])
             if not differs:
-                return state
-            jobs = busy(home)
+                return _taken(state, job)
+            jobs = busy(home, job)
             if jobs:
                 raise SparkServerError("the local Spark Connect server runs with other settings ("
                                        + ", ".join(differs) + f") and is busy with {', '.join(jobs)}")
@@ -114,7 +111,14 @@ def connect_server_up(home: Path | None = None, env: Mapping[str, str] | None = 
         if state is not None:
             port = state["port"]
             stop_detached(state, state_file(home), grace_s=30.0)
-        return _start(home, ours, digests, why, port)
+        return _taken(_start(home, ours, digests, why, port), job)
+
+
+def _taken(state: dict, job: Path | None) -> dict:
+    if job is not None:
+        job.parent.mkdir(parents=True, exist_ok=True)
+        job.touch()
+    return state
 
 
 def _clear_dead(home: Path) -> int | None:

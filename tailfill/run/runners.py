@@ -200,12 +200,17 @@ class ConnectRunner:
         self.home = home or settings().home
 
     def submit(self, spec: JobSpec, on_line: OnLine) -> ConnectRun:
-        from tailfill.run.connect_server import connect_server_up, serves
+        from tailfill.run.connect_server import connect_server_up, job_file, serves
 
         if self.remote and not serves(self.remote, self.home):
             return ConnectRun(spec, self.remote, on_line, None)
-        url = connect_server_up(self.home, self.env, self.secrets)["url"]
-        return ConnectRun(spec, url, on_line, self.home)
+        job = job_file(self.home, spec.run_id)  # the server is busy with this job from now on
+        try:
+            url = connect_server_up(self.home, self.env, self.secrets, job)["url"]
+        except BaseException:
+            job.unlink(missing_ok=True)
+            raise
+        return ConnectRun(spec, url, on_line, job)
 
 
 class ConnectRun:
@@ -213,35 +218,38 @@ class ConnectRun:
 
     stopping = "stopping its query on the Spark Connect server"
 
-    def __init__(self, spec: JobSpec, url: str, on_line: OnLine, local_home: Path | None):
-        self.spec, self.url, self.local_home = spec, url, local_home
+    def __init__(self, spec: JobSpec, url: str, on_line: OnLine, job: Path | None):
+        self.spec, self.url, self.job = spec, url, job  # job: the local server's note that it runs this job
         self.lines = _Lines(on_line)
         self.cancel = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"connect-{spec.run_id}", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        from contextlib import nullcontext
+        try:
+            self._session_run()
+        finally:
+            if self.job is not None:
+                self.job.unlink(missing_ok=True)
 
-        from tailfill.run.connect_server import registered
+    def _session_run(self) -> None:
         from tailfill.run.spark_connect import connect_session, redact_url
         from tailfill.run.spark_job import run_to_result
 
-        with registered(self.local_home, self.spec.run_id) if self.local_home else nullcontext():
-            try:
-                spark = connect_session(self.url, self.spec.run_id)
-            except SparkServerError as exc:
-                self.lines(f"error: {exc}")
-                self.lines(JobResult(error=ErrorInfo.of(exc)).line())
-                return
-            self.lines(f"{SERVED_BY} {redact_url(self.url)}, session {spark.session_id}, job {self.spec.run_id}")
-            try:
-                result = run_to_result(self.spec, spark, self.lines, lambda event: self.lines(event.line()),
-                                       self.cancel)
-                self.lines(result.line())
-            finally:
-                with contextlib.suppress(Exception):  # a server that went away has no session to release
-                    spark.stop()
+        try:
+            spark = connect_session(self.url, self.spec.run_id)
+        except SparkServerError as exc:
+            self.lines(f"error: {exc}")
+            self.lines(JobResult(error=ErrorInfo.of(exc)).line())
+            return
+        self.lines(f"{SERVED_BY} {redact_url(self.url)}, session {spark.session_id}, job {self.spec.run_id}")
+        try:
+            result = run_to_result(self.spec, spark, self.lines, lambda event: self.lines(event.line()),
+                                   self.cancel)
+            self.lines(result.line())
+        finally:
+            with contextlib.suppress(Exception):  # a server that went away has no session to release
+                spark.stop()
 
     def wait(self) -> Outcome:
         try:

@@ -130,8 +130,14 @@ def test_a_busy_server_with_other_settings_refuses_by_name_never_printing_the_se
     home, state = server_home
     secret = "s3cr3t-value-never-printed"
     env = dict(os.environ, TAILFILL_KAFKA_PASSWORD=secret)
-    with connect_server.registered(home, "busy-run"), pytest.raises(SparkServerError) as refused:
-        connect_server.connect_server_up(home, env)  # while a job of this home runs on it
+    running = connect_server.job_file(home, "busy-run")  # a job of this home runs on it
+    running.parent.mkdir(parents=True, exist_ok=True)
+    running.touch()
+    try:
+        with pytest.raises(SparkServerError) as refused:
+            connect_server.connect_server_up(home, env)
+    finally:
+        running.unlink()
     assert "TAILFILL_KAFKA_PASSWORD" in str(refused.value) and secret not in str(refused.value)
     assert connect_server.server_state(home)["pid"] == state["pid"]  # not replaced under a running job
     assert secret not in server_log(home) and secret not in connect_server.state_file(home).read_text()

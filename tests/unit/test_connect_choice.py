@@ -98,3 +98,18 @@ def test_a_batch_finding_its_clients_lease_unrenewed_is_cancelled_before_it_prep
         batch._check_lease(spark)
     pickled = batch.__getstate__()
     assert "_lease" not in pickled and "_handler" not in pickled  # what travels to the server
+
+
+def test_jobs_on_the_local_server_are_counted_by_live_client_and_the_callers_own_is_not(tmp_path):
+    import os
+
+    ours = connect_server.job_file(tmp_path, "backfill-20261124T1200-ab12")
+    other = connect_server.job_file(tmp_path, "tail-20261124T1200-cd34")
+    gone = connect_server._jobs_dir(tmp_path) / f"tail-old-{2 ** 22 + 7}-deadbeef.job"  # its client died
+    for path in (ours, other, gone):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    assert str(os.getpid()) in ours.name
+    assert connect_server.busy(tmp_path, besides=ours) == ["tail-20261124T1200-cd34"]
+    assert not gone.exists()  # forgotten
+    assert connect_server.busy(tmp_path) == ["backfill-20261124T1200-ab12", "tail-20261124T1200-cd34"]
