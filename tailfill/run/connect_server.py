@@ -52,11 +52,13 @@ def serves(url: str, home: Path | None = None) -> bool:
     supervised like the local server's (a dead one is started again, on the same port)."""
     from urllib.parse import urlsplit
 
-    path = state_file(home)
-    if not path.exists():
-        return False
+    home = home or settings().home
     parts = urlsplit(url.split(";")[0])
-    return parts.hostname in (LOOPBACK, "localhost") and parts.port == json.loads(path.read_text()).get("port")
+    if parts.hostname not in (LOOPBACK, "localhost") or not (home / "connect-server.lock").exists():
+        return False
+    with locked(home / "connect-server.lock"):  # not while another job replaces it (its file is gone meanwhile)
+        path = state_file(home)
+        return path.exists() and parts.port == json.loads(path.read_text()).get("port")
 
 
 def _jobs_dir(home: Path) -> Path:

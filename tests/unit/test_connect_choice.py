@@ -39,8 +39,10 @@ def test_auto_takes_a_configured_server_then_a_running_local_one_then_spark_subm
 
 
 def test_the_local_server_address_is_known_even_after_its_death(tmp_path):
+    assert not connect_server.serves("sc://127.0.0.1:4242", tmp_path)  # this home never had one
     path = connect_server.state_file(tmp_path)
     path.write_text(json.dumps({"pid": 2 ** 22 + 7, "url": "sc://127.0.0.1:4242", "port": 4242}))
+    (tmp_path / "connect-server.lock").touch()  # its supervisor's lock
     assert connect_server.serves("sc://127.0.0.1:4242", tmp_path)
     assert connect_server.serves("sc://localhost:4242/;user_id=a", tmp_path)
     assert not connect_server.serves("sc://127.0.0.1:4243", tmp_path)
