@@ -22,7 +22,8 @@ install: $(STAMP)
 ## Run the main job on the embedded defaults: broker, sample data, backfill, tail, status. The broker keeps
 ## its topics (and the table its rows) in $TAILFILL_HOME, so a second demo adds to the first.
 demo: $(STAMP)
-	$(VENV)/bin/tailfill demo; status=$$?; $(VENV)/bin/tailfill broker down; exit $$status
+	$(VENV)/bin/tailfill demo; status=$$?; $(VENV)/bin/tailfill broker down; \
+	  $(VENV)/bin/tailfill connect-server down; exit $$status
 
 ## Run the whole test suite in two xdist workers, then the timing tests (marker solo) alone: unit +
 ## integration against real tansu, Spark, Iceberg, moto S3,

@@ -35,11 +35,11 @@ from ingest_vs_consume import (
     PARTITIONS,
     consume_all,
     report_warm,
+    served_backfills,
     stage_times,
     timed_backfill,
     timed_consume,
     validate_all,
-    warm_backfills,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -135,10 +135,10 @@ def main() -> int:
         assert (naive_rows, naive_bad) == (produced["good"], produced["bad"]), (naive_rows, naive_bad, produced)
         print(f"  (b) naive script: {naive_s:.1f}s", flush=True)
 
-        launched, backfill_s = timed_backfill(path, home)
+        launched, backfill_s = timed_backfill(path, home, "--spark", "submit")
         batches, stages, first, last = stage_times(cfg)
         complete = validate_all(path, home)
-        up_s, warm = warm_backfills(spec, home)
+        up_s, warm = served_backfills(spec, home, "connect")
 
     a, b, c = events / consume_s, events / naive_s, events / backfill_s
     steady = last - first

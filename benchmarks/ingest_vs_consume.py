@@ -8,9 +8,10 @@ On the embedded broker, N sample events (~120 B of JSON, 4 partitions, 0.1% deli
   (c) ``tailfill backfill`` exactly as the CLI runs it: plan, ``spark-submit``, the demo pipeline's
       shipped settings; spark-submit's startup is reported apart from the steady state;
   (d) ``tailfill validate --all`` of that backfill in a fresh process (cold);
-  (e) ``tailfill backfill --spark warm`` of the same events into a new table of its own, twice: the
-      first job of a freshly started warm Spark server, then the next job (the server's own startup,
-      paid once and not per run, is printed apart); each validated.
+  (e) ``tailfill backfill --spark connect`` (and ``--spark warm`` with ``--servers connect,warm``) of the
+      same events into a new table of its own, twice: the first job of a freshly started long-lived
+      server, then the next job (the server's own startup, paid once and not per run, is printed
+      apart); each validated.
 
 Prints offsets/s for each, the ratios c/a, c/b, d/c and e/b, the per-stage time of the backfill's batches,
 and with ``--scale`` the same at 5N and the 5N/N cost. Nothing here is a test: it prints figures.
@@ -196,7 +197,7 @@ def validate_all(path: Path, home: Path) -> bool:
     return _tailfill(home, "validate", str(path), "--all").returncode == 0
 
 
-def run_once(events: int) -> Figures:
+def run_once(events: int, servers: tuple[str, ...] = ("connect",)) -> Figures:
     from tailfill.dev.broker import EmbeddedBroker
     from tailfill.dev.sample import produce_sample
     from tailfill.pipeline.load import load_pipeline
@@ -225,7 +226,7 @@ def run_once(events: int) -> Figures:
         assert naive_rows + naive_bad == events
         print(f"  (b) naive script: {naive_s:.1f}s", flush=True)
 
-        launched, backfill_s = timed_backfill(path, home)
+        launched, backfill_s = timed_backfill(path, home, "--spark", "submit")
         batches, stages, first, last = stage_times(cfg)
         print(f"  (c) tailfill backfill: {backfill_s:.1f}s", flush=True)
 
@@ -233,43 +234,55 @@ def run_once(events: int) -> Figures:
         check = validate_all(path, home)
         validate_s = time.perf_counter() - t0
         print(f"  (d) tailfill validate: {validate_s:.1f}s", flush=True)
-        up_s, warm = warm_backfills(spec, home)
+        up_s, warm = 0.0, []
+        for mode in servers:
+            mode_up_s, runs = served_backfills(spec, home, mode)
+            up_s, warm = up_s + mode_up_s, warm + runs
     return Figures(events, consume_s, naive_s, naive_rows, naive_bad, backfill_s,
                    startup_s=first - launched, steady_s=last - first, batches=batches, stages=stages,
                    validate_s=validate_s, complete=check, server_up_s=up_s, warm=warm)
 
 
-def warm_backfills(spec: dict, home: Path) -> tuple[float, list[WarmRun]]:
-    """Start the warm Spark server (seconds taken), then backfill ``spec``'s topic with ``--spark warm``
-    twice, each into a table of its own; the server is stopped afterwards."""
-    from tailfill.pipeline.load import load_pipeline
-    from tailfill.run.warm_spark import spark_server_down, spark_server_up
+SERVERS = {"warm": ("warm Spark server", "tailfill.run.warm_spark", "spark_server_up", "spark_server_down"),
+           "connect": ("Spark Connect server", "tailfill.run.connect_server", "connect_server_up",
+                       "connect_server_down")}
 
+
+def served_backfills(spec: dict, home: Path, mode: str) -> tuple[float, list[WarmRun]]:
+    """Start the long-lived server of ``mode`` (warm | connect; seconds taken), then backfill ``spec``'s topic
+    with ``--spark <mode>`` twice, each into a table of its own; the server is stopped afterwards."""
+    import importlib
+
+    from tailfill.pipeline.load import load_pipeline
+
+    title, module, up_name, down_name = SERVERS[mode]
+    server = importlib.import_module(module)
     t0 = time.perf_counter()
-    spark_server_up(home)
+    getattr(server, up_name)(home)
     up_s = time.perf_counter() - t0
-    print(f"  (e) warm Spark server up: {up_s:.1f}s", flush=True)
+    print(f"  ({mode}) {title} up: {up_s:.1f}s", flush=True)
     runs = []
     try:
         for i, label in enumerate(("first job of the server", "next job")):
             data = copy.deepcopy(spec)
-            data["name"] = f"{spec['name']}_warm{i}"
-            data["target"]["table"] = f"{data['target']['table']}_warm{i}"
+            data["name"] = f"{spec['name']}_{mode}{i}"
+            data["target"]["table"] = f"{data['target']['table']}_{mode}{i}"
             path = home / f"{data['name']}.yaml"
             path.write_text(yaml.safe_dump(data))
-            launched, seconds = timed_backfill(path, home, "--spark", "warm")
+            launched, seconds = timed_backfill(path, home, "--spark", mode)
             _, stages, first, last = stage_times(load_pipeline(path))
-            runs.append(WarmRun(label, seconds, first - launched, last - first, stages, validate_all(path, home)))
-            print(f"  (e) warm backfill, {label}: {seconds:.1f}s", flush=True)
+            runs.append(WarmRun(f"{mode}: {label}", seconds, first - launched, last - first, stages,
+                                validate_all(path, home)))
+            print(f"  ({mode}) backfill, {label}: {seconds:.1f}s", flush=True)
     finally:
-        spark_server_down(home)
+        getattr(server, down_name)(home)
     return up_s, runs
 
 
 def report_warm(events: int, naive_s: float, up_s: float, runs: list[WarmRun]) -> None:
     """The warm backfills' lines: end to end, startup (submit → first batch read), steady state, e/b."""
     b = events / naive_s
-    print(f"  (e) warm Spark server     {up_s:7.1f} s  to start (once, not per run)")
+    print(f"  (e) long-lived servers    {up_s:7.1f} s  to start (once, not per run)")
     for r in runs:
         e = events / r.seconds
         print(f"      {r.label:22s}{r.seconds:7.1f} s  {e:>10,.0f} offsets/s end to end; startup {r.startup_s:.1f} s, "
@@ -303,13 +316,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--scale", action="store_true", help="also run 5 × events and print the 5N/N cost")
+    parser.add_argument("--servers", default="connect",
+                        help="long-lived servers to run the backfill on as well, comma-separated: connect, warm")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     runs = [args.events, 5 * args.events] if args.scale else [args.events]
     figures = []
     for n in runs:
         print(f"run with {n:,} events", flush=True)
-        figures.append(run_once(n))
+        figures.append(run_once(n, tuple(m for m in args.servers.split(",") if m)))
         report(figures[-1])
     if args.scale:
         small, big = figures

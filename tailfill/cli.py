@@ -16,6 +16,8 @@ from tailfill.offsets import PartitionOffsets
 from tailfill.pipeline.handle import Pipeline, open_pipeline
 from tailfill.pipeline.load import env_names, resolve_pipeline
 from tailfill.redact import redact_text
+from tailfill.run.connect_server import connect_server_down, connect_server_up
+from tailfill.run.connect_server import server_state as connect_state
 from tailfill.run.contract import IngestResult, JobSpec, new_run_id, read_event
 from tailfill.run.planner import BackfillPlan, BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
 from tailfill.run.runners import Runner, choose_runner
@@ -31,9 +33,11 @@ def _say(line: str) -> None:
     print(redact_text(line), flush=True)
 
 
-# `tailfill broker|registry|spark-server up|down|status`: start, stop, read state; the state's address; a note on `up`.
+# `tailfill <service> up|down|status`: start, stop, read state; the state's address; a note on `up`.
 _DEV_SERVICES = {"broker": (broker_up, broker_down, broker_state, "bootstrap_servers", ""),
                  "registry": (registry_up, registry_down, registry_state, "url", "for demos and tests only; "),
+                 "connect-server": (connect_server_up, connect_server_down, connect_state, "url",
+                                    "jobs run there with --spark connect, or auto while it runs; "),
                  "spark-server": (spark_server_up, spark_server_down, server_state, "url",
                                   "jobs run there with --spark warm or TAILFILL_SPARK=warm; ")}
 
@@ -253,7 +257,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         specs = backfill_plan(pipeline, args).specs
     if not specs:
         return _summarise(pipeline, "backfill", 0, [])
-    runner = choose_runner(args.spark, args.master, conf, secrets=env_names(pipeline.cfg))
+    runner = choose_runner(args.spark, args.master, conf, secrets=env_names(pipeline.cfg), say=_show)
     with ThreadPoolExecutor(max_workers=len(specs)) as pool:  # lanes run side by side, as in the DAG
         runs = list(pool.map(lambda spec: _run(runner, spec), specs))
     code = next((c for c, _ in runs if c != 0), 0)
@@ -264,7 +268,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
     conf = parse_conf(args.conf)
     with open_pipeline(args.pipeline) as pipeline:
         plan = plan_tail(pipeline, TailRequest(args.once, getattr(args, "stop_after", None)), new_run_id("tail"))
-    code, results = _run(choose_runner(args.spark, args.master, conf, secrets=env_names(pipeline.cfg)), plan.spec)
+    runner = choose_runner(args.spark, args.master, conf, secrets=env_names(pipeline.cfg), say=_show)
+    code, results = _run(runner, plan.spec)
     return _summarise(pipeline, "tail", code, results)
 
 
@@ -374,6 +379,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     ns = argparse.Namespace
     steps: list[tuple[str, Callable[[], int]]] = [
         ("start the embedded broker", lambda: cmd_dev_service(ns(command="broker", action="up"))),
+        ("start this home's Spark Connect server (the jobs below run there: auto)",
+         lambda: cmd_dev_service(ns(command="connect-server", action="up"))),
         (f"produce {args.count:,} historical events",
          lambda: cmd_produce_sample(ns(pipeline=args.pipeline, count=args.count, bad_every=args.bad_every))),
         ("backfill history [earliest, cutover)",
@@ -393,7 +400,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if code != 0:
             _say(f"demo stopped at step {i} ({title}) with exit code {code}")
             return code
-    _say(f"\ndemo done. State is in {settings().home}; stop the broker with `tailfill broker down`.")
+    _say(f"\ndemo done. State is in {settings().home}; stop the broker and the Spark Connect server with "
+         "`tailfill broker down` and `tailfill connect-server down`.")
     return 0
 
 
@@ -403,9 +411,11 @@ def _spark_options(parser: argparse.ArgumentParser) -> None:
                                          "(default: $TAILFILL_SPARK_MASTER, else local[2])")
     parser.add_argument("--conf", action="append", metavar="KEY=VALUE",
                         help="a Spark setting for spark-submit (repeatable), e.g. spark.executor.memory=2g")
-    parser.add_argument("--spark", choices=("warm", "submit"),
-                        help="warm: on the long-lived Spark server (`tailfill spark-server`, started if need be); "
-                             "submit: a spark-submit of its own (default: $TAILFILL_SPARK, else submit)")
+    parser.add_argument("--spark", choices=("auto", "connect", "warm", "submit"),
+                        help="connect: on Spark Connect ($TAILFILL_SPARK_REMOTE, else this home's local server, "
+                             "started if need be); warm: on the home-made warm Spark server (`tailfill spark-server`); "
+                             "submit: a spark-submit of its own; auto: Connect when a server is configured or "
+                             "running, else spark-submit (default: $TAILFILL_SPARK, else auto)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -454,6 +464,10 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("registry", help="the development Schema Registry on loopback (demos and tests only)")
     r.add_argument("action", choices=("up", "down", "status"))
     r.set_defaults(func=cmd_dev_service)
+
+    cs = sub.add_parser("connect-server", help="this home's local Spark Connect server (Spark's own, on loopback)")
+    cs.add_argument("action", choices=("up", "down", "status"))
+    cs.set_defaults(func=cmd_dev_service)
 
     ss = sub.add_parser("spark-server", help="the warm Spark server: one long-lived driver that runs ingest jobs")
     ss.add_argument("action", choices=("up", "down", "status"))

@@ -164,6 +164,13 @@ class SparkServerError(TailfillError):
     fix = "see $TAILFILL_HOME/logs/spark-server.log; `tailfill spark-server down` then `up` starts a fresh one"
 
 
+class ConnectServerError(SparkServerError):
+    """A Spark Connect server could not be reached, or went away while a job ran on it."""
+
+    fix = ("run it again: what was committed stays and the retry resumes from the ledger, on a new local server "
+           "(see $TAILFILL_HOME/logs/connect-server.log) or on the remote one once it is back")
+
+
 class InjectedFault(TailfillError):
     """A failure a test asked for (see :mod:`tailfill.failpoints`)."""
 

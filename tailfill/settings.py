@@ -20,7 +20,7 @@ from tailfill.errors import ConfigError
 LOOPBACK = "127.0.0.1"
 DEFAULT_MASTER = "local[2]"
 DEFAULT_SPARK_SLOTS = 4  # three backfill lanes (the form's default) beside one incremental run
-SPARK_MODES = ("warm", "submit")
+SPARK_MODES = ("auto", "connect", "warm", "submit")
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,8 @@ class Settings:
 
     home: Path  # TAILFILL_HOME: local state (logs, caches, the embedded services' addresses); ./.tailfill
     pipelines: Path  # TAILFILL_PIPELINES: the folder of the pipelines' YAML files; ./pipelines
-    spark_mode: Literal["warm", "submit"]  # TAILFILL_SPARK: how jobs run when the caller does not say
+    spark_mode: Literal["auto", "connect", "warm", "submit"]  # TAILFILL_SPARK: how jobs run unless told; auto
+    spark_remote: str | None  # TAILFILL_SPARK_REMOTE: a Spark Connect server's sc://host:port (none: the local one)
     spark_master: str  # TAILFILL_SPARK_MASTER: local[2]
     spark_driver_host: str  # TAILFILL_SPARK_DRIVER_HOST: a host a cluster's executors reach; loopback
     spark_log_level: str  # TAILFILL_SPARK_LOG_LEVEL: ERROR
@@ -49,9 +50,12 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """The settings ``env`` (default: this process's environment) gives; ConfigError naming a bad one."""
         env = os.environ if env is None else env
-        mode = env.get("TAILFILL_SPARK") or "submit"
+        mode = env.get("TAILFILL_SPARK") or "auto"
         if mode not in SPARK_MODES:
-            raise ConfigError(f"TAILFILL_SPARK={mode!r}: use warm or submit")
+            raise ConfigError(f"TAILFILL_SPARK={mode!r}: use {', '.join(SPARK_MODES)}")
+        remote = env.get("TAILFILL_SPARK_REMOTE") or None
+        if remote is not None and not remote.startswith("sc://"):
+            raise ConfigError(f"TAILFILL_SPARK_REMOTE={remote!r}: not a Spark Connect address (fix: sc://host:port)")
         slots = env.get("TAILFILL_SPARK_SLOTS") or str(DEFAULT_SPARK_SLOTS)
         if not slots.isdigit() or int(slots) < 2:
             raise ConfigError(f"TAILFILL_SPARK_SLOTS={slots!r}: the Spark pool needs at least 2 slots (fix: set "
@@ -61,6 +65,7 @@ class Settings:
             home=Path(env.get("TAILFILL_HOME") or ".tailfill").absolute(),
             pipelines=Path(env.get("TAILFILL_PIPELINES") or "pipelines").absolute(),
             spark_mode=mode,  # type: ignore[arg-type]
+            spark_remote=remote,
             spark_master=env.get("TAILFILL_SPARK_MASTER") or DEFAULT_MASTER,
             spark_driver_host=env.get("TAILFILL_SPARK_DRIVER_HOST") or LOOPBACK,
             spark_log_level=env.get("TAILFILL_SPARK_LOG_LEVEL") or "ERROR",

@@ -86,6 +86,21 @@ class TailfillHook(BaseHook):
             master = f"{conn.conn_type}://{conn.host or ''}"
         return f"{master}:{conn.port}" if conn.port else master
 
+    def connect_url(self, conn_id: str = "spark_connect_default") -> str | None:
+        """The ``sc://`` address of the Spark Connect connection ``conn_id``, as the Spark provider's
+        ``SparkConnectHook`` builds it (host, port, user id, token, SSL); None when it is not defined. Its
+        token goes to the secrets maskers."""
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        try:
+            conn = self.get_connection(conn_id)
+        except Exception:  # not defined: Airflow says so in its own words; Tailfill's own choice applies
+            return None
+        if conn.password:
+            mask_secret(conn.password)
+            register_secret(conn.password)
+        return SparkConnectHook(conn_id).get_connection_url()
+
     def job_env(self) -> dict[str, str]:
         """Environment for the pipeline's ``spark-submit``: state, Spark runtime, credentials."""
         env = {"TAILFILL_HOME": str(settings().home), **runtime.spark_env()}

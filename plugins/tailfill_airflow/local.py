@@ -3,7 +3,8 @@
     PYTHONPATH=plugins .venv/bin/python -m tailfill_airflow.local [--port 8080]
 
 Starts Airflow's components one by one (not ``airflow standalone``) with this project's DAGs and
-plugins, the ``spark_default`` connection on ``local[2]``, and the simple auth manager with the
+plugins, the ``spark_default`` connection on ``local[2]``, this home's Spark Connect server with the
+``spark_connect_default`` connection to it (ingest jobs run there), and the simple auth manager with the
 login ``admin`` / ``admin``. Nothing listens beyond loopback: the API server binds 127.0.0.1, and
 the task and trigger log servers, which Airflow's scheduler and triggerer would bind on every
 interface (``serve_logs`` has no host setting), are started here on 127.0.0.1 instead, with the
@@ -37,6 +38,8 @@ from tailfill.dev.broker import broker_down, broker_up, describe_storage, free_p
 from tailfill.errors import TailfillError
 from tailfill.pipeline.load import load_pipeline, pipeline_files
 from tailfill.run import runtime, warm_spark
+from tailfill.run.connect_server import connect_server_down, connect_server_up
+from tailfill.run.server_settings import MODE_ENV
 from tailfill.settings import settings
 from tailfill.source.embedded import broker_state
 from tailfill_airflow.naming import SLOTS_ENV, SPARK_POOL, spark_slots
@@ -80,8 +83,9 @@ def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None,
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "TAILFILL_PIPELINES": env.get("TAILFILL_PIPELINES", str(REPO / "pipelines")),
         SLOTS_ENV: str(spark_slots(env)),
-        # Ingest jobs run on the warm Spark server (started by the first, stopped with Airflow).
-        warm_spark.MODE_ENV: env.get(warm_spark.MODE_ENV, "warm"),
+        # Ingest jobs run on this home's Spark Connect server (started with Airflow, stopped with it), reached
+        # through the spark_connect_default connection (:func:`connect_up`).
+        MODE_ENV: env.get(MODE_ENV, "auto"),
         **runtime.spark_env(),
     })
     for key in ("WORKER", "TRIGGER"):  # kept when the caller chose them (a test that asks these servers)
@@ -165,13 +169,15 @@ def main() -> None:
         create_pool(airflow, env)
         stack.callback(_embedded_broker_up())
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        if env[MODE_ENV] in ("auto", "connect"):
+            env.update(connect_up(env))
         procs: list[subprocess.Popen] = []
         try:
             for key in ("WORKER", "TRIGGER"):
                 port = env[f"AIRFLOW__LOGGING__{key}_LOG_SERVER_PORT"]
                 procs.append(_start([sys.executable, "-m", "tailfill_airflow.local", "--serve-logs", port], env))
             procs += [_start([airflow, *component], env) for component in COMPONENTS]
-            if env[warm_spark.MODE_ENV] == "warm":  # so that the first run finds it warm too
+            if env[MODE_ENV] == "warm":  # so that the first run finds it warm too
                 threading.Thread(target=_warm_up, args=(env,), name="warm-spark-up", daemon=True).start()
             while all(p.poll() is None for p in procs):  # one component gone: stop the others too
                 time.sleep(1)
@@ -182,6 +188,21 @@ def main() -> None:
             _stop_all(procs)
             if warm_spark.spark_server_down():
                 print("warm Spark server stopped", flush=True)
+            if connect_server_down():
+                print("Spark Connect server stopped", flush=True)
+
+
+def connect_up(env: dict[str, str]) -> dict[str, str]:
+    """Start this home's Spark Connect server with the tasks' environment; the ``spark_connect_default``
+    connection that points at it (empty when it could not start: tasks then choose for themselves)."""
+    try:
+        state = connect_server_up(env=env)
+    except Exception as exc:  # auto runs the jobs through spark-submit then, and says so in each task's log
+        print(f"Spark Connect server not started ({exc})", flush=True)
+        return {}
+    print(f"Spark Connect server up: {state['url']} (pid {state['pid']})", flush=True)
+    return {"AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps(
+        {"conn_type": "spark_connect", "host": runtime.LOOPBACK, "port": state["port"]})}
 
 
 def _uses_embedded_broker() -> bool:

@@ -124,8 +124,10 @@ class QuarantineLink(BaseOperatorLink):
 
 class TailfillSubmitOperator(BaseOperator):
     """The ingest job of one pipeline (``pipeline``: the path of its YAML), run where Tailfill's one runner
-    choice puts it (:func:`tailfill.run.runners.choose_runner`, as ``tailfill backfill|tail`` does): on the
-    warm Spark server when ``TAILFILL_SPARK=warm`` and it can take the job, else through ``spark-submit``.
+    choice puts it (:func:`tailfill.run.runners.choose_runner`, as ``tailfill backfill|tail`` does): by default
+    (``auto``) on the Spark Connect server of the ``spark_connect`` connection ``connect_conn_id`` (the Spark
+    provider's ``SparkConnectHook`` reads it) when it is defined, else on this home's local Connect server when
+    it runs, else through ``spark-submit``; the task log says which and why.
 
     The master is the ``spark_default`` connection's (``conn_id``, read by :class:`TailfillHook`);
     ``conf`` (optional) is laid over Tailfill's Spark settings, as ``tailfill backfill --conf`` does;
@@ -142,7 +144,7 @@ class TailfillSubmitOperator(BaseOperator):
 
     def __init__(self, *, pipeline: str, application_args: Any = None, conf: dict[str, Any] | None = None,
                  planned_offsets: Any = None, name: str | None = None, conn_id: str = "spark_default",
-                 **kwargs: Any):
+                 connect_conn_id: str = "spark_connect_default", **kwargs: Any):
         super().__init__(**kwargs)
         self.pipeline = pipeline
         self.application_args = application_args if application_args is not None else []
@@ -150,6 +152,7 @@ class TailfillSubmitOperator(BaseOperator):
         self.planned_offsets = planned_offsets
         self.name = name
         self.conn_id = conn_id
+        self.connect_conn_id = connect_conn_id
         self._run: Any = None  # the job while it runs (tailfill.run.runners.JobRun)
         self._output: JobOutput | None = None
         self._output_file: Path | None = None
@@ -190,7 +193,8 @@ class TailfillSubmitOperator(BaseOperator):
         env = {**os.environ, **runtime.shipped_code_env(), **hook.job_env()}
         runner = choose_runner(settings().spark_mode, hook.spark_master(self.conn_id), self.conf, env=env,
                                secrets=env_names(cfg), submit_env_=env, name=self.name,
-                               proceed=lambda: not self._stopped)  # never fall back once Airflow stopped us
+                               proceed=lambda: not self._stopped,  # never fall back once Airflow stopped us
+                               remote=hook.connect_url(self.connect_conn_id), say=lambda line: log.info("%s", line))
         log.info("%s: run %s, %s; full job output in %s", cfg.name, spec.run_id,
                  f"{planned:,} offsets planned" if planned is not None else "open-ended", self._output_file)
 
@@ -214,7 +218,7 @@ class TailfillSubmitOperator(BaseOperator):
         failure: JobFailed | None = None
         with self._output_file.open("w") as self._out:
             try:
-                with watcher:
+                with watcher, hook.credentials_exported():  # a Connect job's client side runs in this process
                     self._run = runner.submit(spec, self.observe_line)
                     outcome = self._run.wait()
                     if outcome.code != 0:

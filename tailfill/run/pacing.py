@@ -20,8 +20,8 @@ from tailfill.run.tail_health import TailPace, mark_stopped, read_tail
 from tailfill.run.tuning import tail_batch_offsets
 from tailfill.source.handoff import Budget
 from tailfill.source.kafka import OwnedConsumer, watermarks
-from tailfill.state.records import BatchReport
-from tailfill.state.store import write_health
+from tailfill.state.records import BatchReport, TailHealth
+from tailfill.state.store import read_health, write_health
 from tailfill.values.freshness import Freshness
 
 KEEP_UP_WARNING_EVERY_S = 60.0
@@ -125,19 +125,66 @@ class TailPacer:
         write_health(self.state, self.pace.heartbeat(caught_up))
 
     def note(self) -> str:
-        h = self.pace.health
-        parts = [f"freshness {h.freshness} (objective p95 ≤ {h.freshness_objective_seconds:g}s)"] if h.freshness else []
-        if h.backlog is not None:
-            parts.append(f"backlog {h.backlog:,} offsets")
-        return "; ".join(parts)
+        return health_note(self.pace.health)
 
     def warnings(self) -> list[str]:
-        problem = self.pace.health.keep_up_problem()
-        return [problem] if problem else []
+        return health_warnings(self.pace.health)
 
     def stopped(self) -> None:
         self.consumer.close()
         mark_stopped(self.state)  # no tail running any more: nothing for a backfill to yield to
+
+
+class WatchedTailPacer:
+    """The tail's pacer as its watcher sees it when the batches are sized elsewhere (on a Spark Connect server,
+    by a :class:`TailPacer` there): it beats the published health between batches, and reads it."""
+
+    def __init__(self, pipeline: Pipeline, req: IngestRequest):
+        self.req, self.state = req, pipeline.state
+
+    def first_budget(self) -> Budget:
+        return Budget(self.req.max_offsets_per_batch)
+
+    def after_batch(self, report: BatchReport) -> tuple[Budget, float]:
+        raise NotImplementedError("the tail's batches are sized where they run")
+
+    def heartbeat(self, caught_up: bool) -> None:
+        health = read_health(self.state)
+        if health is not None:
+            write_health(self.state, health.beat(caught_up))
+
+    def note(self) -> str:
+        health = read_health(self.state)
+        return health_note(health) if health is not None else ""
+
+    def warnings(self) -> list[str]:
+        health = read_health(self.state)
+        return health_warnings(health) if health is not None else []
+
+    def stopped(self) -> None:
+        mark_stopped(self.state)
+
+
+def health_note(h: TailHealth) -> str:
+    """The tail's freshness and backlog, for its progress line."""
+    parts = [f"freshness {h.freshness} (objective p95 ≤ {h.freshness_objective_seconds:g}s)"] if h.freshness else []
+    if h.backlog is not None:
+        parts.append(f"backlog {h.backlog:,} offsets")
+    return "; ".join(parts)
+
+
+def health_warnings(h: TailHealth) -> list[str]:
+    problem = h.keep_up_problem()
+    return [problem] if problem else []
+
+
+def watcher_pacer_for(pipeline: Pipeline, req: IngestRequest, cores: int, stopping: threading.Event,
+                      log: Callable[[str], None]) -> Pacer:
+    """The pacer of a query whose batches run elsewhere, as its watcher uses it: the governor's first budget
+    for a bounded request, the tail's published health for an unbounded one."""
+    if req.end is None:
+        return WatchedTailPacer(pipeline, req)
+    return BackfillPacer(pipeline, req, cores, stopping, log)
 
 
 def pacer_for(pipeline: Pipeline, req: IngestRequest, cores: int, stopping: threading.Event,

@@ -44,6 +44,7 @@ class Watch:
     store: StateStore
     cancel: threading.Event | None
     log: Callable[[str], None]
+    sync: Callable[[], None] | None = None  # brings ``state`` up to date when the batches run elsewhere (Connect)
 
 
 def poll(query: StreamingQuery, watch: Watch) -> None:
@@ -67,9 +68,11 @@ def poll(query: StreamingQuery, watch: Watch) -> None:
 def _watch(query: StreamingQuery, watch: Watch) -> None:
     req, state = watch.req, watch.state
     started, printed, printed_at, beat_at = time.monotonic(), -1, 0.0, 0.0
-    stall = StallWatch(req.stall_timeout_seconds, state.last_end)
+    stall = StallWatch(req.stall_timeout_seconds, (state.tally.batches, state.last_end))
     try:
         while not query.awaitTermination(1.0):
+            if watch.sync is not None:
+                watch.sync()
             if watch.cancel is not None and watch.cancel.is_set():
                 state.stopping.set()
                 query.stop()  # at once, as a killed spark-submit would: an unfinished batch is replayed later
@@ -87,8 +90,8 @@ def _watch(query: StreamingQuery, watch: Watch) -> None:
                 watch.log(f"[{req.label}] stopped between batches as asked (tailfill stop-tail)")
                 continue
             status = query.status
-            stuck = stall.stuck(state.last_end, busy=bool(status.get("isTriggerActive") or
-                                                          status.get("isDataAvailable")))
+            stuck = stall.stuck((state.tally.batches, state.last_end),  # a batch committed (here or on Connect)
+                                busy=bool(status.get("isTriggerActive") or status.get("isDataAvailable")))
             if stuck is not None and not state.stopping.is_set():
                 state.stopping.set()
                 query.stop()
@@ -109,21 +112,22 @@ def _watch(query: StreamingQuery, watch: Watch) -> None:
 
 
 class StallWatch:
-    """When a query last showed life: a batch ended, or it was idle (no data waiting, no batch in flight).
+    """When a query last showed life: a batch ended (its ``progress`` value changed), or it was idle (no data
+    waiting, no batch in flight).
 
     ``stuck`` answers how long it has been busy without a batch ending, once that passes ``timeout_s`` (None:
     never, as for requests without a stall timeout).
     """
 
-    def __init__(self, timeout_s: float | None, last_end: float, now: Callable[[], float] = time.monotonic):
+    def __init__(self, timeout_s: float | None, progress: object, now: Callable[[], float] = time.monotonic):
         self.timeout_s, self.now = timeout_s, now
-        self.last_end, self.alive_at = last_end, now()
+        self.progress, self.alive_at = progress, now()
 
-    def stuck(self, last_end: float, busy: bool) -> float | None:
-        """Seconds busy without a batch ending, if more than the timeout; else None."""
+    def stuck(self, progress: object, busy: bool) -> float | None:
+        """Seconds busy without progress, if more than the timeout; else None."""
         now = self.now()
-        if last_end != self.last_end or not busy:
-            self.last_end, self.alive_at = last_end, now
+        if progress != self.progress or not busy:
+            self.progress, self.alive_at = progress, now
             return None
         quiet = now - self.alive_at
         return quiet if self.timeout_s is not None and quiet > self.timeout_s else None

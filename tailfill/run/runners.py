@@ -2,14 +2,16 @@
 
 A :class:`Runner` submits a spec and hands back a :class:`JobRun` to wait for, or to kill; every line
 the job prints (its events among them) goes to the caller's ``on_line`` as it comes, secrets redacted.
-Backends: :class:`SparkSubmitRunner` (a ``spark-submit`` of its own: a new application) and
-:class:`WarmServerRunner` (the long-lived Spark server of this home, :mod:`tailfill.run.warm_spark`);
-Spark Connect would be a third. :func:`choose_runner` makes the one decision, warm or cold, for the
-CLI and the Airflow operator alike: a job that cannot run warm runs cold, saying why.
+Backends: :class:`SparkSubmitRunner` (a ``spark-submit`` of its own: a new application),
+:class:`ConnectRunner` (a session on a Spark Connect server: a cluster's ``sc://`` endpoint or this
+home's local one, :mod:`tailfill.run.connect_server`) and :class:`WarmServerRunner` (the home-made
+long-lived Spark server, :mod:`tailfill.run.warm_spark`). :func:`choose_runner` makes the one decision
+for the CLI and the Airflow operator alike, and ``auto`` says which it took and why.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import threading
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from tailfill.errors import SparkServerError
+from tailfill.errors import ErrorInfo, SparkServerError
 from tailfill.plumbing.detached import alive
 from tailfill.redact import redact_text
 from tailfill.run import runtime
@@ -36,6 +38,7 @@ from tailfill.run.warm_spark import (
 from tailfill.settings import settings
 
 OnLine = Callable[[str], None]
+SERVED_BY = "Spark Connect:"  # the first line of a job run over Spark Connect
 
 
 @dataclass(frozen=True)
@@ -186,14 +189,125 @@ class WarmFirst:
         return self.cold.submit(spec, on_line)
 
 
+class ConnectRunner:
+    """Spark Connect: the server at ``remote`` (``sc://…``), else this home's local server (started if none runs,
+    :mod:`tailfill.run.connect_server`). The job's client side (planning reads, the poll and restart loops) runs
+    in this process; its batches run on the server, Tailfill's code shipped to it with the session."""
+
+    def __init__(self, remote: str | None = None, env: Mapping[str, str] | None = None, secrets: tuple[str, ...] = (),
+                 home: Path | None = None):
+        self.remote, self.env, self.secrets = remote, env, secrets
+        self.home = home or settings().home
+
+    def submit(self, spec: JobSpec, on_line: OnLine) -> ConnectRun:
+        from tailfill.run.connect_server import connect_server_up, job_file, serves
+
+        if self.remote and not serves(self.remote, self.home):
+            return ConnectRun(spec, self.remote, on_line, None)
+        job = job_file(self.home, spec.run_id)  # the server is busy with this job from now on
+        try:
+            url = connect_server_up(self.home, self.env, self.secrets, job)["url"]
+        except BaseException:
+            job.unlink(missing_ok=True)
+            raise
+        return ConnectRun(spec, url, on_line, job)
+
+
+class ConnectRun:
+    """A job whose client runs in a thread of this process, on a Spark Connect session of its own."""
+
+    stopping = "stopping its query on the Spark Connect server"
+
+    def __init__(self, spec: JobSpec, url: str, on_line: OnLine, job: Path | None):
+        self.spec, self.url, self.job = spec, url, job  # job: the local server's note that it runs this job
+        self.lines = _Lines(on_line)
+        self.cancel = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"connect-{spec.run_id}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._session_run()
+        finally:
+            if self.job is not None:
+                self.job.unlink(missing_ok=True)
+
+    def _session_run(self) -> None:
+        from tailfill.run.spark_connect import connect_session, redact_url
+        from tailfill.run.spark_job import run_to_result
+
+        try:
+            spark = connect_session(self.url, self.spec.run_id)
+        except SparkServerError as exc:
+            self.lines(f"error: {exc}")
+            self.lines(JobResult(error=ErrorInfo.of(exc)).line())
+            return
+        self.lines(f"{SERVED_BY} {redact_url(self.url)}, session {spark.session_id}, job {self.spec.run_id}")
+        try:
+            result = run_to_result(self.spec, spark, self.lines, lambda event: self.lines(event.line()),
+                                   self.cancel)
+            self.lines(result.line())
+        finally:
+            with contextlib.suppress(Exception):  # a server that went away has no session to release
+                spark.stop()
+
+    def wait(self) -> Outcome:
+        try:
+            while self.thread.is_alive():
+                self.thread.join(0.5)
+        except KeyboardInterrupt:  # Ctrl-C: stop the query (its batches so far stay), then say so
+            self.kill()
+            self.thread.join(60)
+            raise
+        result = self.lines.result
+        if result is None:
+            self.lines(f"error: the job on the Spark Connect server at {self.url} ended without a result")
+            return Outcome(1, None)
+        return Outcome(2 if result.error else 0, result)
+
+    def kill(self) -> None:
+        self.cancel.set()
+
+
 def choose_runner(mode: str | None = None, master: str | None = None, conf: Mapping[str, str] | None = None,
                   env: Mapping[str, str] | None = None, secrets: tuple[str, ...] = (),
                   submit_env_: Mapping[str, str] | None = None, name: str | None = None,
-                  proceed: Callable[[], bool] = lambda: True) -> Runner:
-    """Where a job runs: warm (``mode`` ``warm``, default ``TAILFILL_SPARK``) when the server can take it, else
-    ``spark-submit``. ``env``: the caller's environment (the settings a warm job is compared by);
+                  proceed: Callable[[], bool] = lambda: True, remote: str | None = None,
+                  say: OnLine | None = None) -> Runner:
+    """Where a job runs (``mode``, default ``TAILFILL_SPARK``): ``connect`` (the Spark Connect server at
+    ``remote``, default ``TAILFILL_SPARK_REMOTE``, else this home's local one), ``warm`` (the warm Spark server
+    when it can take the job, else ``spark-submit``), ``submit``, or ``auto``: Connect when a server is
+    configured or this home's local one runs, else ``spark-submit``; ``say`` gets one line saying which and
+    why. ``env``: the caller's environment (the settings a long-lived server's job is compared by);
     ``submit_env_``: a ``spark-submit``'s whole environment (default: this process's, with Tailfill's)."""
     cold = SparkSubmitRunner(master, conf, submit_env_, name)
-    if (mode or settings().spark_mode) != "warm":
+    mode = mode or settings().spark_mode
+    remote = remote or settings().spark_remote
+    if mode == "connect":
+        return ConnectRunner(remote, env, secrets)
+    if mode == "warm":
+        return WarmFirst(WarmServerRunner(env, secrets), cold, proceed)
+    if mode == "submit":
         return cold
-    return WarmFirst(WarmServerRunner(env, secrets), cold, proceed)
+    runner, why = _auto(remote, master, conf, env, secrets, cold)
+    if say is not None:
+        say(f"Spark: {why}")
+    return runner
+
+
+def _auto(remote: str | None, master: str | None, conf: Mapping[str, str] | None, env: Mapping[str, str] | None,
+          secrets: tuple[str, ...], cold: SparkSubmitRunner) -> tuple[Runner, str]:
+    """The ``auto`` choice and its reason, in words."""
+    from tailfill.run.connect_server import server_state
+    from tailfill.run.spark_connect import redact_url
+
+    if remote:
+        return ConnectRunner(remote, env, secrets), f"Spark Connect at {redact_url(remote)} (configured)"
+    why = why_cold(master, conf)
+    if why is not None:
+        return cold, f"spark-submit: {why}"
+    state = server_state()
+    if state is not None:
+        return ConnectRunner(None, env, secrets), f"Spark Connect, this home's local server at {state['url']} (running)"
+    return cold, ("spark-submit: no Spark Connect server configured (TAILFILL_SPARK_REMOTE, an Airflow spark_connect "
+                  "connection) or running for this home (`tailfill connect-server up` starts one)")

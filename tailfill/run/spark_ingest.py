@@ -28,18 +28,27 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from tailfill.errors import ErrorInfo, QueryEnded, QueryFailed, QueryStalled
+from tailfill.errors import ConnectServerError, ErrorInfo, QueryEnded, QueryFailed, QueryStalled
 from tailfill.lake.tables import Tables
 from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.durable import write_whole
 from tailfill.run import checkpoint
 from tailfill.run.batch import BatchHandler
+from tailfill.run.connect_batch import RemoteBatch, RemoteQuery, fold
 from tailfill.run.contract import Event, IngestResult, Restarted
-from tailfill.run.pacing import pacer_for
+from tailfill.run.pacing import pacer_for, watcher_pacer_for
 from tailfill.run.plan import IngestRequest
 from tailfill.run.poll import Watch, poll
-from tailfill.run.query_state import QueryState, Tally
+from tailfill.run.query_state import QueryState
 from tailfill.run.restarts import Failure, RestartPolicy
+from tailfill.run.spark_connect import (
+    first_line,
+    foreach_batch,
+    is_connect,
+    query_failed,
+    server_gone,
+    session_cores,
+)
 from tailfill.source.handoff import reported_failure
 from tailfill.state.store import clear_stop, report_file
 
@@ -70,18 +79,20 @@ def _open_checkpoint(req: IngestRequest, log: Log) -> None:
         {"start": req.start.to_dict(), "end": req.end.to_dict() if req.end else None}))
 
 
-def start_query(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handler: BatchHandler) -> StreamingQuery:
-    """The request's streaming query, started: ``tailfill_kafka`` ranges into ``handler``."""
+def start_query(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handler: Callable,
+                budget_file: Path, cores: int) -> StreamingQuery:
+    """The request's streaming query, started: ``tailfill_kafka`` ranges into ``handler`` (``foreachBatch``),
+    ``cores`` consumers reading each batch, the batches' budget read from ``budget_file``."""
     cfg = pipeline.resolved
     reader = (
         spark.readStream.format("tailfill_kafka")
         .option("source", cfg.source.model_dump_json())
         .option("startingOffsets", req.start.to_json())
         .option("maxOffsetsPerTrigger", str(req.max_offsets_per_batch))
-        .option("budgetFile", str(handler.budget_file))
+        .option("budgetFile", str(budget_file))
         .option("failureFile", str(req.checkpoint / FAILURE_FILE))
         .option("output", "ranges")
-        .option("tasks", str(spark.sparkContext.defaultParallelism))  # one consumer per core reads the batch
+        .option("tasks", str(cores))  # one consumer per core reads the batch
     )
     if req.end is not None:
         reader = reader.option("endingOffsets", req.end.to_json())
@@ -110,21 +121,24 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
     emit = emit or (lambda event: print(event.line(), flush=True))
     reports = report_file(pipeline.state, req.run_id, req.name)
     _open_checkpoint(req, log)
-    tally = Tally()
-    for report in reports.read():  # an earlier try of the same run: its batches count as done
-        tally = tally.after(report)
-    state = QueryState(tally)
-    pacer = pacer_for(pipeline, req, spark.sparkContext.defaultParallelism, state.stopping,
-                      lambda line: log(f"[{req.label}] {line}"))
-    handler = BatchHandler(req, pipeline.shipped, pipeline.committer(tables), reports, pacer,
-                           req.checkpoint / BUDGET_FILE, state)
-    pacer.first_budget().write(handler.budget_file)
+    state = QueryState(fold(reports))  # an earlier try of the same run: its batches count as done
+    cores, budget_file = session_cores(spark), req.checkpoint / BUDGET_FILE
+    qlog = lambda line: log(f"[{req.label}] {line}")  # noqa: E731
+    if is_connect(spark):  # the batches run in the server's foreachBatch worker, sized by its own pacer
+        remote = RemoteQuery(spark, req, reports, state)
+        pacer = watcher_pacer_for(pipeline, req, cores, state.stopping, qlog)
+        handler = foreach_batch(spark, RemoteBatch(req, pipeline.shipped, cores, str(budget_file)))
+    else:
+        remote = None
+        pacer = pacer_for(pipeline, req, cores, state.stopping, qlog)
+        handler = BatchHandler(req, pipeline.shipped, pipeline.committer(tables), reports, pacer, budget_file, state)
+    pacer.first_budget().write(budget_file)
     if req.end is None:
         clear_stop(pipeline.state)  # a stop asked of an earlier tail is not for this one
     started = time.monotonic()
     try:
-        restarts, causes = _attempts(spark, pipeline, req, handler, Watch(req, state, pacer, pipeline.state, cancel,
-                                                                          log), emit)
+        watch = Watch(req, state, pacer, pipeline.state, cancel, log, remote.sync if remote else None)
+        restarts, causes = _attempts(spark, pipeline, req, handler, watch, emit, budget_file, cores, remote)
     finally:
         pacer.stopped()
     shutil.rmtree(req.checkpoint, ignore_errors=True)  # finished: the ledger holds everything it did
@@ -134,8 +148,8 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
     return result
 
 
-def _attempts(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handler: BatchHandler, watch: Watch,
-              emit: Emit) -> tuple[int, list[str]]:
+def _attempts(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handler: Callable, watch: Watch,
+              emit: Emit, budget_file: Path, cores: int, remote: RemoteQuery | None) -> tuple[int, list[str]]:
     """Run the query until it completes, restarting it from its checkpoint as the restart policy says; returns
     how many restarts it took and their causes. Raises :class:`~tailfill.errors.QueryFailed` when the policy
     says stop (the failure's class, ``retryable`` and fix are the error's)."""
@@ -145,11 +159,18 @@ def _attempts(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handl
     while True:
         before = state.tally.batches
         state.new_attempt()
+        if remote is not None:
+            remote.forget()
         reported_failure(req.checkpoint / FAILURE_FILE)  # an earlier attempt's: not this one's
         try:
-            poll(start_query(spark, pipeline, req, handler), watch)
+            _watched(lambda: poll(start_query(spark, pipeline, req, handler, budget_file, cores), watch), req, remote)
             return len(causes), causes
-        except (StreamingQueryException, QueryEnded, QueryStalled) as exc:
+        except Exception as exc:
+            if not isinstance(exc, StreamingQueryException | QueryEnded | QueryStalled) and not (
+                    remote is not None and query_failed(exc)):
+                raise
+            if remote is not None:
+                remote.sync()  # what the server's handler recorded of its failure
             failure = _failure(exc, state, req)
             failure = Failure(failure.error, failure.step, advanced=state.tally.batches > before)
             causes.append(str(failure.error))
@@ -165,6 +186,22 @@ def _attempts(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handl
             log(event.asstr())
             emit(event)
             time.sleep(decision.wait_seconds)
+
+
+def _watched(run: Callable[[], None], req: IngestRequest, remote: RemoteQuery | None) -> None:
+    """``run`` the query; over Connect, a server that went away is one line (:class:`ConnectServerError`)."""
+    if remote is None:
+        return run()
+    try:
+        run()
+        remote.sync()  # the batches committed since the last look
+    except Exception as exc:
+        if isinstance(exc, StreamingQueryException) or not server_gone(exc):
+            raise
+        raise ConnectServerError(f"[{req.label}] the Spark Connect server went away while the job ran "
+                                 f"({first_line(exc)}); {remote.state.tally.offsets:,} offsets committed "
+                                 "before") from None
+    return None
 
 
 def _failure(exc: Exception, state: QueryState, req: IngestRequest) -> Failure:

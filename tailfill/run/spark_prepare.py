@@ -22,6 +22,7 @@ from tailfill.errors import ErrorInfo
 from tailfill.lake.prepare import PREPARED_SCHEMA, PreparedRange, failed, from_arrow, to_arrow
 from tailfill.offsets import OffsetRange
 from tailfill.pipeline.executor import executor_context
+from tailfill.run.spark_connect import session_cores
 
 
 def prepare_batch(ranges: DataFrame, shipped: str, run_id: str, data_location: str, quarantine_location: str,
@@ -54,7 +55,7 @@ def warm_executors(spark: SparkSession, shipped: str) -> threading.Thread:
     are reused (``spark.python.worker.reuse``), so the warm ones take the batch. A failure here is
     only reported: the batch itself will meet (and report) whatever caused it.
     """
-    tasks = spark.sparkContext.defaultParallelism
+    tasks = session_cores(spark)
 
     def warm(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:

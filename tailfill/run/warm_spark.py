@@ -12,7 +12,6 @@ pyspark here.
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import os
@@ -28,38 +27,16 @@ from tailfill.plumbing.detached import running, stop_detached
 from tailfill.plumbing.durable import locked
 from tailfill.run import runtime
 from tailfill.run.contract import JobSpec
+from tailfill.run.server_settings import MODE_ENV, differing_settings, digest, job_env_digests  # noqa: F401
 from tailfill.settings import settings
 
-MODE_ENV = "TAILFILL_SPARK"  # warm | submit: how jobs run when the caller does not say
 SERVED_BY = "warm Spark server:"  # the first line of a job the server runs
-_SETTING_PREFIXES = ("TAILFILL_", "AWS_", "SPARK_", "PYSPARK_")
-_NOT_SETTINGS = frozenset({MODE_ENV})  # how to run, not what the job does
 START_TIMEOUT_S = 180.0  # a JVM and a session on a busy 2-core machine
 
 
 def state_file(home: Path | None = None) -> Path:
     """The warm Spark server's address file: ``$TAILFILL_HOME/spark-server.json``."""
     return (home or settings().home) / "spark-server.json"
-
-
-def digest(value: str | None) -> str | None:
-    """A setting's value as it is compared (never sent or printed): a short sha256, None when unset."""
-    return None if value is None else hashlib.sha256(value.encode()).hexdigest()[:16]
-
-
-def job_env_digests(env: Mapping[str, str], extra: tuple[str, ...] = ()) -> dict[str, str | None]:
-    """Digests of the settings in ``env`` that reach a job: Tailfill's, AWS's, Spark's, and ``extra``
-    (the pipeline's secrets by name)."""
-    names = {n for n in env if n.startswith(_SETTING_PREFIXES) and n not in _NOT_SETTINGS} | set(extra)
-    return {n: digest(env.get(n)) for n in sorted(names)}
-
-
-def differing_settings(theirs: Mapping[str, str | None], ours: Mapping[str, str | None]) -> list[str]:
-    """Names of the settings whose digests differ between a job (``theirs``) and the server (``ours``).
-
-    ``ours`` holds every setting of the server's prefixes; a name only the job names (a secret) is
-    compared against its absence."""
-    return sorted(n for n in set(theirs) | set(ours) if theirs.get(n) != ours.get(n))
 
 
 def server_state(home: Path | None = None) -> dict | None:

@@ -514,7 +514,8 @@ def test_an_impossible_range_fails_before_spark_with_one_line_in_headless_chromi
     wait_for_text(browser, shot, "impossible-range", "asked up to 500,000", f"the broker's end is {high:,}")
 
 
-STOPPING = ("cancelling its job on the warm Spark server", "killing its spark-submit")  # on_kill's line
+STOPPING = ("cancelling its job on the warm Spark server", "killing its spark-submit",
+            "stopping its query on the Spark Connect server")  # on_kill's line
 
 
 def test_marking_a_run_failed_while_its_tail_runs_stops_it_with_one_line(airflow, pipeline, backfill_run):

@@ -99,7 +99,7 @@ class _Clock:
 @pytest.mark.parametrize("busy", [True, False])
 def test_a_query_is_stuck_only_when_busy_without_a_batch_ending_for_longer_than_the_timeout(busy):
     clock = _Clock()
-    watch = StallWatch(60, last_end=100.0, now=clock)
+    watch = StallWatch(60, progress=100.0, now=clock)
     clock.now = 59
     assert watch.stuck(100.0, busy=busy) is None
     clock.now = 61
@@ -108,7 +108,7 @@ def test_a_query_is_stuck_only_when_busy_without_a_batch_ending_for_longer_than_
 
 def test_a_batch_ending_or_an_idle_moment_starts_the_count_again():
     clock = _Clock()
-    watch = StallWatch(60, last_end=100.0, now=clock)
+    watch = StallWatch(60, progress=100.0, now=clock)
     clock.now = 50
     assert watch.stuck(150.0, busy=True) is None  # a batch ended
     clock.now = 100
@@ -122,7 +122,7 @@ def test_a_batch_ending_or_an_idle_moment_starts_the_count_again():
 
 def test_requests_without_a_stall_timeout_never_stall():
     clock = _Clock()
-    watch = StallWatch(None, last_end=0.0, now=clock)
+    watch = StallWatch(None, progress=0.0, now=clock)
     clock.now = 10_000
     assert watch.stuck(0.0, busy=True) is None
 

@@ -13,7 +13,7 @@ from tailfill.settings import settings
 def test_defaults_when_nothing_is_set():
     s = settings({})
     assert (s.home, s.pipelines) == (Path(".tailfill").absolute(), Path("pipelines").absolute())
-    assert (s.spark_mode, s.spark_master, s.spark_driver_host, s.spark_slots) == ("submit", "local[2]", "127.0.0.1", 4)
+    assert (s.spark_mode, s.spark_master, s.spark_driver_host, s.spark_slots) == ("auto", "local[2]", "127.0.0.1", 4)
     assert (s.fault_dir, s.fault_skip, s.broker_port, s.on_failure) == (None, 0, None, None)
 
 
@@ -27,7 +27,8 @@ def test_every_variable_is_read_into_its_field():
 
 
 @pytest.mark.parametrize(("name", "value", "says"), [
-    ("TAILFILL_SPARK", "hot", "TAILFILL_SPARK='hot': use warm or submit"),
+    ("TAILFILL_SPARK", "hot", "TAILFILL_SPARK='hot': use auto, connect, warm, submit"),
+    ("TAILFILL_SPARK_REMOTE", "127.0.0.1:15002", "TAILFILL_SPARK_REMOTE='127.0.0.1:15002': not a Spark Connect "),
     ("TAILFILL_SPARK_SLOTS", "1", "TAILFILL_SPARK_SLOTS='1': the Spark pool needs at least 2 slots (fix: "),
     ("TAILFILL_BROKER_PORT", "ninety", "TAILFILL_BROKER_PORT='ninety': not a whole number (fix: "),
     ("TAILFILL_BROKER_STORAGE", "disk", "TAILFILL_BROKER_STORAGE='disk': use one of s3, memory (or unset it)"),

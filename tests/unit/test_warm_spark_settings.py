@@ -39,7 +39,7 @@ def test_extra_spark_settings_or_another_master_need_a_new_application():
 def test_one_runner_choice_from_the_environment_or_the_caller_and_a_typo_is_named(monkeypatch):
     from tailfill.run.runners import SparkSubmitRunner, WarmFirst, choose_runner
 
-    monkeypatch.delenv("TAILFILL_SPARK", raising=False)
+    monkeypatch.setenv("TAILFILL_SPARK", "submit")
     assert isinstance(choose_runner(), SparkSubmitRunner)
     assert isinstance(choose_runner("warm"), WarmFirst)  # the caller's word wins
     monkeypatch.setenv("TAILFILL_SPARK", "warm")
@@ -48,7 +48,7 @@ def test_one_runner_choice_from_the_environment_or_the_caller_and_a_typo_is_name
         "spark://h:7077", {"spark.executor.memory": "2g"})
     assert isinstance(choose_runner("submit"), SparkSubmitRunner)
     monkeypatch.setenv("TAILFILL_SPARK", "hot")
-    with pytest.raises(ConfigError, match="TAILFILL_SPARK='hot': use warm or submit"):
+    with pytest.raises(ConfigError, match="TAILFILL_SPARK='hot': use auto, connect, warm, submit"):
         choose_runner()
 
 

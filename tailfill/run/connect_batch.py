@@ -1,0 +1,157 @@
+"""The batch handler of a query run over Spark Connect, and the client's view of it.
+
+Over Connect, ``foreachBatch`` runs in a Python process on the server, not beside the poll loop. So
+:class:`RemoteBatch` (pickled to the server, built there on its first batch) makes the query's
+:class:`~tailfill.run.batch.BatchHandler` with its own state and pacer from the shipped config, and after
+every batch publishes a small record into the session's settings (``tailfill.query.<run>.<query>``):
+the step it is at, the latencies of the records committed so far (constant space) and, when a batch
+fails, the failure as data. The batch reports go to the run state as
+everywhere else; the client (:class:`RemoteQuery`) reads its tally from them.
+
+A client that goes away without stopping its query (SIGKILL) leaves the query running on the server.
+The client therefore renews a lease in the session's settings every second; a batch that finds the lease
+not renewed for :data:`LEASE_S` seconds fails at once with :class:`~tailfill.errors.JobCancelled` before
+it prepares anything, so nothing past the committed ledger is written and the next run resumes there. A
+quiet query (no batch to run) is ended by the server when the session expires.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from tailfill.errors import ErrorInfo, JobCancelled
+from tailfill.run.plan import IngestRequest
+from tailfill.run.query_state import QueryState, Tally
+from tailfill.run.restarts import Failure
+from tailfill.values.freshness import LatencySample
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from tailfill.run.batch import BatchHandler
+    from tailfill.state.store import ReportLog
+
+LEASE_S = 20.0  # a batch finding its client's lease older than this (server's clock) is cancelled
+KEY_PREFIX = "tailfill.query."
+
+
+def record_key(req: IngestRequest) -> str:
+    """The session setting a query's handler publishes into."""
+    return f"{KEY_PREFIX}{req.run_id}.{req.name}"
+
+
+def lease_key(req: IngestRequest) -> str:
+    """The session setting the client renews while it watches the query."""
+    return f"{record_key(req)}.lease"
+
+
+def fold(reports: ReportLog) -> Tally:
+    """The tally of everything the query's run committed so far, from its batch reports."""
+    tally = Tally()
+    for report in reports.read():
+        tally = tally.after(report)
+    return tally
+
+
+@dataclass
+class RemoteBatch:
+    """``foreachBatch`` of one request over Connect: built into a :class:`BatchHandler` on the server."""
+
+    req: IngestRequest
+    shipped: str  # the pipeline's resolved config
+    cores: int
+    budget_file: str
+
+    def __post_init__(self) -> None:
+        self._handler: BatchHandler | None = None
+        self._lease: tuple[str | None, float] = (None, 0.0)  # the last lease value seen, and when (our clock)
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()
+
+    def __call__(self, ranges: DataFrame, batch_id: int) -> None:
+        spark = ranges.sparkSession
+        self._check_lease(spark)
+        handler = self._handler or self._build()
+        try:
+            handler(ranges, batch_id)
+        except BaseException:
+            failure = handler.state.failure
+            self._publish(spark, handler, failure)
+            raise
+        self._publish(spark, handler, None)
+
+    def _check_lease(self, spark: SparkSession) -> None:
+        value = spark.conf.get(lease_key(self.req), None)
+        seen, at = self._lease
+        now = time.monotonic()
+        if value != seen or seen is None:
+            self._lease = (value, now)
+            return
+        if now - at > LEASE_S:
+            raise JobCancelled(f"[{self.req.label}] cancelled on the Spark Connect server: its client has not "
+                               f"renewed its lease for {now - at:.0f}s (it went away)")
+
+    def _build(self) -> BatchHandler:
+        from pathlib import Path
+
+        from tailfill.config import PipelineConfig
+        from tailfill.pipeline.handle import Pipeline
+        from tailfill.run.batch import BatchHandler
+        from tailfill.run.pacing import pacer_for
+        from tailfill.state.store import report_file
+
+        pipeline = Pipeline(PipelineConfig.from_json(self.shipped))
+        tables = pipeline.open_tables()
+        reports = report_file(pipeline.state, self.req.run_id, self.req.name)
+        state = QueryState(fold(reports))
+        pacer = pacer_for(pipeline, self.req, self.cores, state.stopping,
+                          lambda line: print(f"[{self.req.label}] {line}", flush=True))
+        self._handler = BatchHandler(self.req, self.shipped, pipeline.committer(tables), reports, pacer,
+                                     Path(self.budget_file), state)
+        return self._handler
+
+    def _publish(self, spark: SparkSession, handler: BatchHandler, failure: Failure | None) -> None:
+        latencies = handler.state.tally.latencies  # constant space: the run's latency quantiles
+        record = {"step": handler.state.step, "at": time.time(),
+                  "latencies": [list(latencies.seconds), list(latencies.weights)]}
+        if failure is not None:
+            record["failure"] = {"error": failure.error.to_dict(), "step": failure.step}
+        spark.conf.set(record_key(self.req), json.dumps(record))
+
+
+class RemoteQuery:
+    """The client's side of a query over Connect: renews the lease, and refreshes the query state it shares
+    with the poll and restart loops from the batch reports and the handler's record."""
+
+    def __init__(self, spark: SparkSession, req: IngestRequest, reports: ReportLog, state: QueryState):
+        self.spark, self.req, self.reports, self.state = spark, req, reports, state
+        self.beats = 0
+
+    def sync(self) -> None:
+        """Renew the lease; bring the shared state up to what the server has committed and recorded."""
+        self.beats += 1
+        self.spark.conf.set(lease_key(self.req), f"{self.beats}")
+        self.state.tally = fold(self.reports)
+        raw = self.spark.conf.get(record_key(self.req), None)
+        if not raw:
+            return
+        record = json.loads(raw)
+        self.state.step = record.get("step", self.state.step)
+        if record.get("latencies"):
+            seconds, weights = record["latencies"]
+            self.state.tally = replace(self.state.tally, latencies=LatencySample(tuple(seconds), tuple(weights)))
+        failure = record.get("failure")
+        if failure is not None:
+            self.state.failure = Failure(ErrorInfo.from_dict(failure["error"]), failure["step"])
+
+    def forget(self) -> None:
+        """A new attempt: the last attempt's failure record is no longer this one's."""
+        self.spark.conf.unset(record_key(self.req))

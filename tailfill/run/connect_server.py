@@ -1,0 +1,230 @@
+"""The local Spark Connect server of a Tailfill home: started on demand, supervised, stopped. No pyspark here.
+
+It is Spark's own server class from the pyspark wheel (``SparkConnectServer``, started with
+``spark-submit --class``), bound to loopback on a free port, on :func:`tailfill.run.runtime.master` with
+Tailfill's Spark settings. Its address is recorded in ``$TAILFILL_HOME/connect-server.json`` with the
+digests of the settings it was started with (``TAILFILL_*``, ``AWS_*``, Spark's, the pipeline's secrets:
+compared, never sent or printed). A job whose settings differ gets a new server when the running one is
+idle, else a one-line refusal naming the settings. The code never needs a new server: each job's
+session ships its own (:mod:`tailfill.run.spark_connect`). Jobs of this home register themselves while
+they run (``connect-jobs/``), which is how the server is known to be idle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from tailfill.errors import SparkServerError
+from tailfill.plumbing.detached import alive, running, stop_detached
+from tailfill.plumbing.durable import locked, write_whole
+from tailfill.run import runtime
+from tailfill.run.server_settings import CLIENT_ONLY, differing_settings, job_env_digests
+from tailfill.settings import LOOPBACK, settings
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+START_TIMEOUT_S = 180.0  # a JVM on a busy 2-core machine
+SESSION_TIMEOUT = "60s"  # a session nobody talks to (its client was killed) ends, and its queries with it
+
+
+def state_file(home: Path | None = None) -> Path:
+    """The local Connect server's address file: ``$TAILFILL_HOME/connect-server.json``."""
+    return (home or settings().home) / "connect-server.json"
+
+
+def server_state(home: Path | None = None) -> dict | None:
+    """The running local server's ``{pid, url, port, master, settings, …}``, or None. A server replaced or
+    restarted after its death takes the same port again when it is free."""
+    return running(state_file(home))
+
+
+def serves(url: str, home: Path | None = None) -> bool:
+    """Whether ``url`` is the address of this home's local server (running or not): jobs sent there are
+    supervised like the local server's (a dead one is started again, on the same port)."""
+    from urllib.parse import urlsplit
+
+    home = home or settings().home
+    parts = urlsplit(url.split(";")[0])
+    if parts.hostname not in (LOOPBACK, "localhost") or not (home / "connect-server.lock").exists():
+        return False
+    with locked(home / "connect-server.lock"):  # not while another job replaces it (its file is gone meanwhile)
+        path = state_file(home)
+        return path.exists() and parts.port == json.loads(path.read_text()).get("port")
+
+
+def _jobs_dir(home: Path) -> Path:
+    return home / "connect-jobs"
+
+
+def busy(home: Path, besides: Path | None = None) -> list[str]:
+    """Run ids of this home's jobs on its local server now (their clients alive), ``besides`` the caller's own."""
+    found = []
+    for path in _jobs_dir(home).glob("*.job"):
+        run_id, pid, _ = path.stem.rsplit("-", 2)
+        if path == besides:
+            continue
+        if pid.isdigit() and alive(int(pid)):
+            found.append(run_id)
+        else:
+            path.unlink(missing_ok=True)
+    return sorted(found)
+
+
+def job_file(home: Path, run_id: str) -> Path:
+    """Where a job of this process says it runs on the local server (:func:`connect_server_up` writes it under
+    the server's lock, so that no other job replaces the server between its start and the job's session)."""
+    return _jobs_dir(home) / f"{run_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}.job"
+
+
+def connect_server_up(home: Path | None = None, env: Mapping[str, str] | None = None,
+                      secrets: tuple[str, ...] = (), job: Path | None = None) -> dict:
+    """The local server (started if none runs, or replaced if it runs other settings and is idle).
+
+    ``env``: the caller's environment, ``secrets``: the pipeline's secret variables by name; a busy server
+    with other settings is refused with :class:`SparkServerError` naming them. ``job`` (:func:`job_file`):
+    written before the lock is let go, so that the server counts as busy with the caller's job from then on
+    (the caller removes it when the job ends)."""
+    home = home or settings().home
+    ours = server_env(env, home)
+    digests = job_env_digests(ours, secrets)
+    with locked(home / "connect-server.lock"):
+        port = _clear_dead(home)
+        state = server_state(home)
+        if state is not None and _answers(state["port"]):
+            differs = differing_settings(digests, state["settings"])
+            if not differs:
+                return _taken(state, job)
+            jobs = busy(home, job)
+            if jobs:
+                raise SparkServerError("the local Spark Connect server runs with other settings ("
+                                       + ", ".join(differs) + f") and is busy with {', '.join(jobs)}")
+            why = f"settings differ: {', '.join(differs)}"
+        else:
+            why = "none running" if state is None else "the one recorded does not answer"
+        if state is not None:
+            port = state["port"]
+            stop_detached(state, state_file(home), grace_s=30.0)
+        return _taken(_start(home, ours, digests, why, port), job)
+
+
+def _taken(state: dict, job: Path | None) -> dict:
+    if job is not None:
+        job.parent.mkdir(parents=True, exist_ok=True)
+        job.touch()
+    return state
+
+
+def _clear_dead(home: Path) -> int | None:
+    """Forget a recorded server whose JVM died, and end the Python workers it left behind (its process group);
+    returns its port (a new server takes it again, so that an address handed out stays right)."""
+    path = state_file(home)
+    if not path.exists() or server_state(home) is not None:
+        return None
+    recorded = json.loads(path.read_text())
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(recorded["pid"], signal.SIGKILL)
+    path.unlink(missing_ok=True)
+    return recorded.get("port")
+
+
+def connect_server_down(home: Path | None = None) -> bool:
+    """Stop the local server (queries running on it stop: what they committed stays); True if one ran."""
+    home = home or settings().home
+    with locked(home / "connect-server.lock"):
+        return stop_detached(server_state(home), state_file(home), grace_s=30.0)
+
+
+def server_env(env: Mapping[str, str] | None, home: Path) -> dict[str, str]:
+    """The environment of the server (and so of every job on it): the caller's, with Tailfill's Spark
+    environment and home on top; without ``PYTHONPATH`` (the code reaches it as artifacts) and what a Connect
+    client sets in its own process."""
+    base = {k: v for k, v in (env if env is not None else os.environ).items()
+            if k != "PYTHONPATH" and k not in CLIENT_ONLY}
+    return {**base, **runtime.spark_env(), "TAILFILL_HOME": str(home)}
+
+
+def server_command(port: int) -> list[str]:
+    """``spark-submit`` of Spark's Connect server on loopback ``port`` with Tailfill's Spark settings."""
+    conf = {
+        **runtime.spark_conf(),
+        "spark.connect.grpc.binding.address": LOOPBACK,
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.connect.session.manager.defaultSessionTimeout": SESSION_TIMEOUT,
+        "spark.default.parallelism": str(master_cores(runtime.master())),
+        "spark.pyspark.python": runtime.driver_python(),
+        "spark.sql.streaming.stopActiveRunOnRestart": "true",
+    }
+    cmd = [runtime.spark_submit(), "--class", SERVER_CLASS, "--name", "tailfill-connect",
+           "--master", runtime.master()]
+    for key, value in conf.items():
+        cmd += ["--conf", f"{key}={value}"]
+    return [*cmd, "spark-internal"]
+
+
+def master_cores(master: str) -> int:
+    """Cores of a ``local[N]`` master (``local[*]``: this machine's); 2 for any other."""
+    match = re.fullmatch(r"local\[(\d+|\*)(?:,\d+)?\]", master)
+    if not match:
+        return 2
+    return (os.cpu_count() or 2) if match.group(1) == "*" else int(match.group(1))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((LOOPBACK, port))
+            return True
+        except OSError:
+            return False
+
+
+def _answers(port: int) -> bool:
+    try:
+        socket.create_connection((LOOPBACK, port), timeout=1.0).close()
+        return True
+    except OSError:
+        return False
+
+
+def _start(home: Path, env: dict[str, str], digests: dict[str, str | None], why: str, port: int | None) -> dict:
+    log_path = home / "logs" / "connect-server.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    workdir = home / "connect-server"  # never a checkout: Spark's Python workers put their folder on sys.path
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = port if port and _bindable(port) else _free_port()
+    started = time.time()
+    with open(log_path, "ab") as log:
+        log.write(f"tailfill: starting the local Spark Connect server ({why})\n".encode())
+        log.flush()
+        proc = subprocess.Popen(server_command(port), env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SparkServerError(f"the local Spark Connect server exited with code {proc.returncode} before "
+                                   f"serving (see {log_path})")
+        if _answers(port):
+            state = {"pid": proc.pid, "url": f"sc://{LOOPBACK}:{port}", "port": port, "master": runtime.master(),
+                     "settings": digests, "started_because": why, "started_at": started,
+                     "ready_s": round(time.time() - started, 1), "log": str(log_path)}
+            write_whole(state_file(home), json.dumps(state))
+            return state
+        time.sleep(0.2)
+    proc.kill()
+    raise SparkServerError(f"the local Spark Connect server did not serve within {START_TIMEOUT_S:.0f}s "
+                           f"(see {log_path})")

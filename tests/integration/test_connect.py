@@ -1,0 +1,164 @@
+"""Jobs on Spark Connect: this home's local server (Spark's own, supervised by Tailfill), exactly once.
+
+One local server per module (a JVM of its own), on a free loopback port, stopped at the end. Runs are
+told apart by their run ids; every offset must land exactly once through lanes side by side, a caller
+killed mid-tail, and a server killed mid-job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from helpers import assert_exactly_once, high_watermarks, tables_of, wait_until
+
+from tailfill.dev.sample import produce_sample
+from tailfill.errors import SparkServerError
+from tailfill.lake.ledger import read_ledger
+from tailfill.offsets import total
+from tailfill.pipeline.handle import open_pipeline
+from tailfill.run import connect_server
+from tailfill.run.contract import new_run_id
+from tailfill.run.planner import BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
+from tailfill.run.runners import SERVED_BY, ConnectRunner, Outcome
+
+pytestmark = pytest.mark.integration
+
+TAILFILL = str(Path(sys.executable).parent / "tailfill")
+
+
+def on_connect(spec, on_line, home, env=None) -> Outcome:
+    """Run ``spec`` on the local Connect server of ``home``."""
+    return ConnectRunner(None, env, home=home).submit(spec, on_line).wait()
+
+
+@pytest.fixture(scope="module")
+def server_home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("connect") / "home"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TAILFILL_HOME", str(home))
+        state = connect_server.connect_server_up(home)
+        try:
+            yield home, state
+        finally:
+            connect_server.connect_server_down(home)
+
+
+@pytest.fixture
+def connect_pipeline(server_home, make_pipeline, monkeypatch):
+    """Make a pipeline whose state lives in the server's home."""
+    home, _ = server_home
+    monkeypatch.setenv("TAILFILL_HOME", str(home))
+
+    def make(**changes):
+        name = f"sc_{uuid.uuid4().hex[:6]}"
+        return make_pipeline(name=name, target__table=name, **changes)
+
+    return make
+
+
+def test_lanes_and_the_tail_run_on_one_connect_server_exactly_once(server_home, connect_pipeline):
+    home, state = server_home
+    cfg = connect_pipeline()
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 6_000, cfg.source.partitions, bad_every=500)
+    run_id = new_run_id("backfill")
+    specs = plan_backfill_lanes(open_pipeline(cfg), BackfillRequest(slices=2, lanes=2), lambda _lane: run_id).specs
+    lines: list[str] = []
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two lanes at once, as the backfill DAG runs them
+        runs = list(pool.map(lambda spec: on_connect(spec, lines.append, home), specs))
+    assert [run.code for run in runs] == [0, 0], lines[-40:]
+    served = [ln for ln in lines if ln.startswith(SERVED_BY)]
+    assert len(served) == 2 and all(state["url"] in ln for ln in served), served
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, cfg.source.partitions, bad_every=500)
+    tail = plan_tail(open_pipeline(cfg), TailRequest(once=True), new_run_id("tail")).spec
+    outcome = on_connect(tail, lines.append, home)
+    assert outcome.code == 0 and outcome.result is not None, lines[-40:]
+    assert sum(r.offsets for run in runs for r in run.result.results) == 6_000
+    assert sum(r.offsets for r in outcome.result.results) == 2_000
+    assert all(r.freshness for r in outcome.result.results)  # the records' latencies, measured on the server
+    assert_exactly_once(cfg, high_watermarks(cfg))
+    assert connect_server.server_state(home)["pid"] == state["pid"]  # the same server throughout
+
+
+ORPHAN_STOPPED = ("its client has not renewed its lease", "since the session has timed out")
+
+
+def server_log(home: Path) -> str:
+    return (home / "logs" / "connect-server.log").read_text(errors="replace")
+
+
+def test_a_tail_whose_caller_is_killed_stops_on_the_server_and_the_next_run_resumes(server_home, connect_pipeline):
+    home, _ = server_home
+    cfg = connect_pipeline(tail__trigger="processing_time", tail__trigger_interval_seconds=2)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 4_000, cfg.source.partitions)
+    with open_pipeline(cfg) as pipeline:  # records the cutover
+        history = plan_backfill_lanes(pipeline, BackfillRequest(), lambda _lane: new_run_id("backfill")).specs
+    assert on_connect(history[0], lambda _line: None, home).code == 0
+    # An open-ended processing-time tail runs until stopped: only its caller going away ends it here.
+    caller = subprocess.Popen([TAILFILL, "tail", str(cfg.path), "--spark", "connect"], env=dict(os.environ),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, cfg.source.partitions)
+        wait_until(lambda: total(read_ledger(tables_of(cfg).data).committed) >= 6_000, "the tail's batches",
+                   timeout=300)
+    finally:
+        os.killpg(caller.pid, signal.SIGKILL)
+        caller.wait()
+    # The query outlives its client on the server: with records arriving, a batch soon finds the client's lease
+    # unrenewed and stops the query (a quiet one ends with its session).
+    deadline = time.monotonic() + 240
+    while not any(why in server_log(home) for why in ORPHAN_STOPPED):
+        assert time.monotonic() < deadline, "the server did not stop the orphaned query"
+        produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 100, cfg.source.partitions)
+        time.sleep(2)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 1_000, cfg.source.partitions)
+    done = subprocess.run([TAILFILL, "tail", str(cfg.path), "--once", "--spark", "connect"], env=dict(os.environ),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert SERVED_BY in done.stderr, done.stderr[-3000:]
+    assert_exactly_once(cfg, high_watermarks(cfg))
+
+
+def test_a_busy_server_with_other_settings_refuses_by_name_never_printing_the_secret(server_home):
+    home, state = server_home
+    secret = "s3cr3t-value-never-printed"
+    env = dict(os.environ, TAILFILL_KAFKA_PASSWORD=secret)
+    running = connect_server.job_file(home, "busy-run")  # a job of this home runs on it
+    running.parent.mkdir(parents=True, exist_ok=True)
+    running.touch()
+    try:
+        with pytest.raises(SparkServerError) as refused:
+            connect_server.connect_server_up(home, env)
+    finally:
+        running.unlink()
+    assert "TAILFILL_KAFKA_PASSWORD" in str(refused.value) and secret not in str(refused.value)
+    assert connect_server.server_state(home)["pid"] == state["pid"]  # not replaced under a running job
+    assert secret not in server_log(home) and secret not in connect_server.state_file(home).read_text()
+
+
+def test_a_server_that_dies_mid_job_fails_it_in_one_line_and_the_retry_resumes_on_a_new_one(
+        server_home, connect_pipeline):
+    home, _ = server_home
+    cfg = connect_pipeline(backfill__max_offsets_per_batch=1_000)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 20_000, cfg.source.partitions)
+    spec = plan_backfill_lanes(open_pipeline(cfg), BackfillRequest(), lambda _lane: new_run_id("backfill")).specs[0]
+    lines: list[str] = []
+    run = ConnectRunner(None, None, home=home).submit(spec, lines.append)
+    wait_until(lambda: total(read_ledger(tables_of(cfg).data).committed) > 0, "a first batch", timeout=300)
+    victim = connect_server.server_state(home)["pid"]
+    os.killpg(victim, signal.SIGKILL)  # the JVM and its Python workers, as a lost machine would
+    outcome = run.wait()
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    assert outcome.code == 2 and len(errors) == 1, lines[-30:]
+    assert "Spark Connect server went away" in errors[0] and "\n" not in errors[0], errors
+    retry = on_connect(spec, lines.append, home)
+    assert retry.code == 0, lines[-30:]
+    assert connect_server.server_state(home)["pid"] != victim  # a new server took the retry
+    assert_exactly_once(cfg, high_watermarks(cfg))
