@@ -66,6 +66,13 @@ class JobOutput:
         return error.message if self.result is not None and self.result.error is error else str(error)
 
 
+def restart_record(event: Restarted, try_number: int, at: float) -> dict:
+    """One restart of a job's query as the lane record keeps it (its cause redacted, on one line)."""
+    return {"try": try_number, "at": round(at, 3), "label": event.label, "failures": event.failures,
+            "tolerated": event.tolerated, "step": event.step, "cause": " ".join(redact_text(str(event.error)).split()),
+            "wait_seconds": event.wait_seconds}
+
+
 def fix_for(error: ErrorInfo | None) -> str:
     """The fix to suggest for ``error``, unless its message already names one."""
     if error is None:

@@ -416,10 +416,9 @@ def maintenance_dag(cfg: PipelineConfig) -> DAG:
 
             with _opened(cfg) as pipeline:
                 result = run_upkeep(pipeline, maintenance_settings(cfg))
-            for t in result.asdict()["tables"]:
-                log.info("%s: compaction %s, expiry %s, orphans %s", t["table"], t["compaction"], t["expiry"],
-                         t["orphans"])
-            return result.asdict()  # an XCom: plain JSON
+            for line in result.asstr().splitlines():
+                log.info("%s", line.strip())
+            return result.asdict() | {"summary": result.asstr()}  # an XCom: plain JSON, and the run tab's text
 
         maintain()
     return dag

@@ -157,6 +157,9 @@ class LaneRecord(_Plain):
     ended_at: float | None = None
     cause: str | None = None
     tries: dict[str, float] = field(default_factory=dict)  # each try's number (as text) → when it started
+    # the job's own restarts of its queries, every try's: {"try", "at", "failures", "tolerated", "step", "cause",
+    # "wait_seconds"}
+    restarts: list[dict] = field(default_factory=list)
 
     def merged(self, **changes) -> LaneRecord:
         return replace(self, **changes)

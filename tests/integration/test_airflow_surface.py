@@ -1,0 +1,173 @@
+"""What the Tailfill tab and pages say of runs that never start a lane, on a real local Airflow.
+
+Three pipelines, none of which starts Spark: ``gone`` reads a broker that is not there (its preflight
+fails), ``missing`` a topic the broker does not have, ``quiet`` an empty topic (its backfill and tail
+have nothing to do; its upkeep finds empty tables). Each run's tab must name what happened — the
+failed task and its cause, "nothing to do", what the upkeep did — link only pages that exist, and the
+live-offsets page must answer a broken source with its cause in the page, never a bare 500. The pages
+are read through the REST token and in headless Chromium, inside the Airflow UI's tab.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import urllib.parse
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from airflow_server import FINISHED, AirflowServer
+from airflow_ui import login, wait_for_tab, wait_for_text
+
+from tailfill.dev.broker import free_port
+from tailfill.dev.sample import ensure_topic
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "pipelines" / "demo.yaml"
+GONE, MISSING, QUIET = "gone", "missing", "quiet"
+
+
+@pytest.fixture(scope="module")
+def surface_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("airflow-surface")
+
+
+@pytest.fixture(scope="module")
+def pipelines(broker, surface_dir) -> dict[str, dict]:
+    """The three pipelines' YAML (the demo's, unscheduled), in one folder."""
+    folder = surface_dir / "pipelines"
+    folder.mkdir()
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens there
+    quiet_topic = f"t-quiet-{uuid.uuid4().hex[:8]}"
+    ensure_topic(broker.bootstrap_servers, quiet_topic, 4)
+    out = {}
+    for name, servers, topic in ((GONE, dead, "t-gone"), (MISSING, broker.bootstrap_servers,
+                                                          f"t-missing-{uuid.uuid4().hex[:8]}"),
+                                 (QUIET, broker.bootstrap_servers, quiet_topic)):
+        data = yaml.safe_load(DEMO.read_text())
+        data["name"] = name
+        data["source"]["bootstrap_servers"] = servers
+        data["source"]["topic"] = topic
+        data["tail"]["schedule"] = None
+        data["maintenance"]["schedule"] = None
+        (folder / f"{name}.yaml").write_text(yaml.safe_dump(data))
+        out[name] = data
+    return out
+
+
+@pytest.fixture(scope="module")
+def airflow(pipelines, surface_dir, postgres):
+    database = f"airflow_{uuid.uuid4().hex[:8]}"
+    postgres.create_databases(database)
+    env = dict(os.environ, TAILFILL_HOME=str(surface_dir / "home"), TAILFILL_PIPELINES=str(surface_dir / "pipelines"),
+               TAILFILL_AIRFLOW_DB=postgres.url(database))
+    with AirflowServer(surface_dir / "airflow", env=env) as server:
+        for dag_id in (f"{GONE}_backfill", f"{QUIET}_backfill", f"{QUIET}_incremental", f"{QUIET}_maintenance"):
+            server.wait_for_dag(dag_id)
+        yield server
+
+
+def finished(airflow: AirflowServer, dag_id: str, conf: dict | None = None, timeout: float = 240) -> tuple[str, str]:
+    """Trigger ``dag_id`` and wait until its run ends: ``(run id, state)``."""
+    run_id = airflow.trigger_dag(dag_id, conf)
+    deadline = time.monotonic() + timeout
+    while (state := airflow.dag_run(dag_id, run_id)["state"]) not in FINISHED:
+        assert time.monotonic() < deadline, airflow.describe_run(dag_id, run_id)
+        time.sleep(2)
+    return run_id, state
+
+
+def run_tab(airflow: AirflowServer, dag_id: str, run_id: str) -> str:
+    """The run's Tailfill tab (``/tailfill/run/<dag>/<run>``) through the REST token; every link on it answers."""
+    url = f"{airflow.url}/tailfill/run/{dag_id}/{urllib.parse.quote(run_id, safe='')}"
+    status, body = airflow.get_text(url)
+    assert status == 200, (status, body[:2000])
+    assert "laneNone" not in body and "No lane has started yet." not in body, body
+    for href in re.findall(r'href="([^"]+)"', body):
+        target = urllib.parse.urljoin(url, href)
+        if "/tailfill/" in target:  # the plugin's pages (the Airflow UI's are a single-page app)
+            code, text = airflow.get_text(target)
+            assert code not in (404, 500), (target, code, text[:500])
+    return body
+
+
+def text_of(body: str) -> str:
+    """A page's text as a reader sees it (no style, no tags, HTML entities read)."""
+    import html
+
+    body = re.sub(r"<style>.*?</style>", "", body, flags=re.S)
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body)))
+
+
+def test_a_failed_preflight_names_its_cause_on_the_run_tab(airflow, pipelines, browser, shot):
+    dag = f"{GONE}_backfill"
+    run_id, state = finished(airflow, dag)
+    assert state == "failed"
+    states = {t["task_id"]: (t["state"], t["try_number"]) for t in airflow.task_instances(dag, run_id)}
+    assert states["preflight"] == ("failed", 1), states  # the broker's absence is not retried
+    text = text_of(run_tab(airflow, dag, run_id))
+    servers = pipelines[GONE]["source"]["bootstrap_servers"]
+    assert f"FAILED at preflight (try 1): preflight of {GONE} (backfill) failed:" in text, text
+    assert servers in text and "Failed tries" in text, text
+    assert "completeness report" not in text and "Spark job output" not in text, text  # no lane: no lane links
+
+    login(browser, airflow)
+    browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/plugin/tailfill_run")
+    wait_for_tab(browser, shot, "failed-preflight-run-tab", "FAILED at preflight (try 1)", servers)
+    browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/tasks/preflight/plugin/tailfill_lane")
+    wait_for_tab(browser, shot, "failed-preflight-task-tab", "FAILED at preflight (try 1)")
+
+
+@pytest.mark.parametrize("name, cause", [(GONE, "cannot reach Kafka at"), (MISSING, "not found on")])
+def test_the_live_offsets_page_answers_a_broken_source_with_its_cause(airflow, pipelines, name, cause, browser,
+                                                                        shot):
+    url = f"{airflow.url}/tailfill/pipeline/{name}_backfill"
+    status, body = airflow.get_text(url, timeout=60)
+    text = text_of(body)
+    assert status == 503, (status, text[:1000])
+    assert "the live offsets cannot be read" in text and "SourceError:" in text and cause in text, text
+    assert pipelines[name]["source"]["topic"] in text and "Fix: check that the brokers" in text, text
+    assert "Internal Server Error" not in text, text
+
+    login(browser, airflow)
+    browser.get(url)
+    wait_for_text(browser, shot, f"live-offsets-{name}", "the live offsets cannot be read", cause)
+
+
+def test_nothing_to_do_runs_say_so_and_start_no_spark(airflow, pipelines, browser, shot):
+    backfill, incremental = f"{QUIET}_backfill", f"{QUIET}_incremental"
+    run_id, state = finished(airflow, backfill)
+    assert state == "success", airflow.describe_run(backfill, run_id)
+    states = {t["task_id"]: t["state"] for t in airflow.task_instances(backfill, run_id)}
+    assert states["ingest_slice"] == "skipped", states
+    text = text_of(run_tab(airflow, backfill, run_id))
+    assert "Nothing to do: every offset of the requested range is committed already" in text, text
+
+    tail_id, state = finished(airflow, incremental)
+    assert state == "success", airflow.describe_run(incremental, tail_id)
+    text = text_of(run_tab(airflow, incremental, tail_id))
+    assert "Nothing new since the committed position: no Spark job was started" in text, text
+
+    login(browser, airflow)
+    browser.get(f"{airflow.url}/dags/{backfill}/runs/{run_id}/plugin/tailfill_run")
+    wait_for_tab(browser, shot, "nothing-to-backfill", "Nothing to do", "live offsets")
+    browser.get(f"{airflow.url}/dags/{incremental}/runs/{tail_id}/tasks/tune/plugin/tailfill_lane")
+    wait_for_tab(browser, shot, "nothing-to-tail", "Nothing new since the committed position")
+
+
+def test_a_maintenance_run_shows_what_it_did(airflow, pipelines, browser, shot):
+    dag = f"{QUIET}_maintenance"
+    run_id, state = finished(airflow, dag)
+    assert state == "success", airflow.describe_run(dag, run_id)
+    text = text_of(run_tab(airflow, dag, run_id))
+    assert "Maintenance done" in text, text
+    assert re.search(r"compacted \d+ files into \d+", text) or "never made" in text, text
+
+    login(browser, airflow)
+    browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/plugin/tailfill_run")
+    wait_for_tab(browser, shot, "maintenance-run-tab", "Maintenance done")

@@ -1,0 +1,79 @@
+"""A run without a lane says what happened: the task that failed and why, nothing to do, the upkeep's result."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "plugins"))
+from tailfill_airflow.naming import BACKFILL, INCREMENTAL, MAINTENANCE  # noqa: E402
+from tailfill_airflow.outcome import TaskState, run_outcome  # noqa: E402
+from tailfill_airflow.views import run_links  # noqa: E402
+
+from tailfill.state.records import FailureRecord  # noqa: E402
+
+
+def tasks(**states: str) -> list[TaskState]:
+    return [TaskState(task_id, -1, state, 1) for task_id, state in states.items()]
+
+
+def failure(task_id: str, error: str, will_retry: bool = False, try_number: int = 1) -> FailureRecord:
+    return FailureRecord(at=1.0, dag_id="d_backfill", run_id="r", task_id=task_id, map_index=-1,
+                         try_number=try_number, error=error, will_retry=will_retry)
+
+
+def no_value(task_id: str):
+    raise AssertionError(f"{task_id}'s value was not needed")
+
+
+def test_a_failed_preflight_names_its_cause_and_fix():
+    cause = "preflight of d (backfill) failed: topic 't' not found on 127.0.0.1:9 (fix: create the topic)"
+    out = run_outcome(BACKFILL, tasks(preflight="failed", plan="upstream_failed"), [failure("preflight", cause)],
+                      no_value)
+    assert (out.cls, out.task_id, out.running) == ("bad", "preflight", False)
+    assert out.text == f"FAILED at preflight (try 1): {cause}"
+
+
+def test_a_failed_plan_without_a_record_points_at_its_log():
+    out = run_outcome(BACKFILL, tasks(preflight="success", plan="failed"), [], no_value)
+    assert out.text.startswith("FAILED at plan (try 1): no cause was recorded") and out.task_id == "plan"
+
+
+def test_a_try_that_airflow_retries_shows_its_cause_and_keeps_refreshing():
+    out = run_outcome(INCREMENTAL, tasks(preflight="up_for_retry"),
+                      [failure("preflight", "catalog down", will_retry=True)], no_value)
+    assert out.running and out.cls == "bad" and "Airflow will try it again: catalog down" in out.text
+
+
+def test_nothing_to_backfill_and_nothing_new_to_tail_say_so():
+    out = run_outcome(BACKFILL, tasks(preflight="success", plan="success"), [], lambda task_id: [])
+    assert out.cls == "good" and out.text.startswith("Nothing to do: every offset of the requested range")
+    out = run_outcome(INCREMENTAL, tasks(preflight="success", tune="success"), [], lambda task_id: None)
+    assert out.cls == "good" and out.text.startswith("Nothing new since the committed position")
+
+
+def test_a_run_still_planning_refreshes():
+    out = run_outcome(BACKFILL, tasks(preflight="success", plan="running"), [], no_value)
+    assert out.running and out.cls == "muted" and out.text == "plan is running: no lane has started yet"
+    out = run_outcome(BACKFILL, [], [], no_value)  # not even scheduled yet
+    assert out.running and out.text.startswith("preflight is waiting")
+
+
+def test_maintenance_shows_what_it_compacted_and_expired():
+    summary = ("maintenance of d (target file 1 B) in 1.0s\n  ns.t: compacted 4 files into 1; expired 2 snapshots")
+    out = run_outcome(MAINTENANCE, tasks(maintain="success"), [],
+                      lambda task_id: {"tables": [{"table": "ns.t"}], "seconds": 1.0, "summary": summary})
+    assert out.text == "Maintenance done in 1.0s"
+    assert out.details == ["maintenance of d (target file 1 B) in 1.0s", "ns.t: compacted 4 files into 1; "
+                           "expired 2 snapshots"]
+    out = run_outcome(MAINTENANCE, tasks(maintain="failed"), [failure("maintain", "catalog: refused")], no_value)
+    assert out.text == "FAILED at maintain (try 1): catalog: refused"
+
+
+def test_links_name_only_lanes_that_started():
+    links = run_links("d_backfill", "r", [])
+    assert "laneNone" not in links and "report/" not in links and "output/" not in links
+    assert "pipeline/d_backfill" in links and "quarantine/d_backfill" in links
+    links = run_links("d_backfill", "r", [(0, "slice 1 of 2"), (1, "slice 2 of 2")])
+    assert "report/d_backfill/r/0" in links and "output/d_backfill/r/1" in links
