@@ -7,12 +7,14 @@ __all__ = ["frame_text", "login", "page_text", "wait_for_tab", "wait_for_text"]
 
 
 def login(browser, airflow) -> None:
-    """Log in through the simple auth manager's page."""
+    """Log in through the simple auth manager's page (the UI redirects to it: a lookup during that
+    navigation is tried again)."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    wait = WebDriverWait(browser, 45)
+    wait = WebDriverWait(browser, 45, ignored_exceptions=(WebDriverException,))
     browser.get(airflow.url + "/")
     wait.until(ec.visibility_of_element_located((By.NAME, "username"))).send_keys("admin")
     browser.find_element(By.NAME, "password").send_keys("admin")

@@ -27,7 +27,7 @@ from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
 from tailfill.pipeline.load import load_pipeline
 from tailfill.settings import settings
-from tailfill_airflow.callbacks import deadline_missed, on_failure, on_retry
+from tailfill_airflow.callbacks import deadline_missed, objective_missed, on_failure, on_retry
 from tailfill_airflow.causes import causes_first
 from tailfill_airflow.hooks import TailfillHook
 from tailfill_airflow.naming import (
@@ -170,6 +170,25 @@ def tune_tail(cfg: PipelineConfig, airflow_run_id: str) -> dict | None:
             "pending": plan.pending}
 
 
+def objective_of_run(cfg: PipelineConfig, tail_run_id: str) -> dict:
+    """The tail run's batches against the freshness objective; missed: a warning recorded and alerted, or the
+    task failed (``tail.on_missed_objective``). Returns the check for the report's XCom."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tailfill.state.store import run_reports
+    from tailfill_airflow.objective import check_objective
+
+    check = check_objective(cfg.tail.freshness_seconds, run_reports(_opened(cfg).state, tail_run_id))
+    line = check.asstr()
+    if check.met:
+        log.info("%s", line)
+    elif cfg.tail.on_missed_objective == "fail":
+        raise AirflowFailException(f"{line}; tail.on_missed_objective: fail")
+    else:
+        objective_missed(get_current_context(), line)
+    return check.asdict()
+
+
 # --- user-facing docs ---------------------------------------------------------------------------
 
 PREFLIGHT_DOC = """Checks the broker, topic, catalog, warehouse, Spark and disk before any Spark work.
@@ -191,7 +210,9 @@ cap from measured throughput. With nothing waiting, the run stops here (no Spark
 downstream tasks are skipped."""
 TAIL_DOC = """`spark-submit` of the tail from the committed position to the broker's current end, in
 capped micro-batches. Progress, links and failure causes as for a backfill lane."""
-REPORT_DOC = """The run's summary: offsets, rows, batch cap and why, and the completeness report."""
+REPORT_DOC = """The run's summary: offsets, rows, batch cap and why, the completeness report, and the
+freshness objective: a run whose batches missed it warns (recorded, on the run's tab, sent to the alerting
+hook) or fails, as `tail.on_missed_objective` says."""
 
 
 def _backfill_doc(cfg: PipelineConfig) -> str:
@@ -383,8 +404,10 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
                      tuned["run_id"], f"{checked['offsets']:,}", f"{checked['rows']:,}",
                      f"{checked['quarantined']:,}", tuned["tuning"]["max_offsets_per_batch"],
                      tuned["tuning"]["reason"], checked["report"])
+            objective = objective_of_run(cfg, tuned["run_id"])
             return {"tuning": tuned["tuning"], **checked, "freshness": freshness,
-                    "freshness_objective_seconds": cfg.tail.freshness_seconds, "tail_health": lines}
+                    "freshness_objective_seconds": cfg.tail.freshness_seconds, "objective": objective,
+                    "tail_health": lines}
 
         tuned = tune()
         tail = TailfillSubmitOperator(task_id="tail", pipeline=str(cfg.path), name=f"tailfill-{cfg.name}-tail",

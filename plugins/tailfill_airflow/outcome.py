@@ -46,8 +46,8 @@ class Outcome:
 
 def latest_failure(failures: list[FailureRecord], task_id: str, map_index: int = -1) -> FailureRecord | None:
     """The last failure recorded for one task of a run (``failures``: the run's, oldest first)."""
-    mine = [f for f in failures if f.task_id == task_id and (f.map_index if f.map_index is not None else -1)
-            == map_index]
+    mine = [f for f in failures if not f.warning and f.task_id == task_id
+            and (f.map_index if f.map_index is not None else -1) == map_index]
     return mine[-1] if mine else None
 
 

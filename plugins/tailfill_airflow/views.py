@@ -40,6 +40,7 @@ from tailfill.state.records import FailureRecord
 from tailfill.state.store import StateStore, read_failures, read_lane, run_exists, run_reports
 from tailfill.values.freshness import Freshness
 from tailfill_airflow.naming import BACKFILL, INCREMENTAL, MAINTENANCE, split_dag_id, tailfill_run_id
+from tailfill_airflow.objective import check_objective
 from tailfill_airflow.outcome import Outcome, read_run_tasks, read_xcom, run_outcome
 from tailfill_airflow.progress import progress
 
@@ -204,6 +205,9 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
                f"<p><b>{done:,}</b>{f' of {planned:,}' if planned else ''} offsets: {stored:,} rows + "
                f"{quarantined:,} quarantined in {len(lanes)} lane(s); "
                f"{sum(p['rows_per_s'] for p in lanes):,.0f} rows/s together.</p>")
+    if kind == INCREMENTAL:
+        check = check_objective(pipeline.cfg.tail.freshness_seconds, run_reports(pipeline.state, lanes[0]["run_id"]))
+        summary += f'<p class="{"good" if check.met else "bad"} objective">{html.escape(check.asstr())}</p>'
     running = any(p["state"] == "running" for p in lanes)
     return _page(f"{dag_id} · {run_id}", summary + _lane_rows(lanes, freshness=kind != BACKFILL) + tries + links,
                  refresh=running)
@@ -230,10 +234,10 @@ def _failure_rows(failures: list[FailureRecord]) -> str:
         f"<tr><td class=l>{html.escape(time.strftime('%H:%M:%S', time.gmtime(f.at)))}</td>"
         f"<td class=l>{html.escape(f.task_id or 'the run')}"
         f"{'' if f.map_index in (None, -1) else f'[{f.map_index}]'}</td><td>{f.try_number or '-'}</td>"
-        f"<td class=l>{'retried' if f.will_retry else 'failed'}</td>"
+        f"<td class=l>{'warning' if f.warning else 'retried' if f.will_retry else 'failed'}</td>"
         f"<td class=\"l bad\">{html.escape(redact_text(f.error))}</td></tr>" for f in failures)
-    return ("<h3>Failed tries</h3><table class=failures><tr><th>at (UTC)</th><th>task</th><th>try</th><th>then</th>"
-            f"<th>cause</th></tr>{rows}</table>")
+    return ("<h3>Failed tries and warnings</h3><table class=failures><tr><th>at (UTC)</th><th>task</th>"
+            f"<th>try</th><th>then</th><th>cause</th></tr>{rows}</table>")
 
 
 def run_links(dag_id: str, run_id: str, lanes: list[tuple[int, str]], docs: bool = True,

@@ -182,3 +182,4 @@ class FailureRecord(_Plain):
     try_number: int | None
     error: str
     will_retry: bool = False  # a try that failed with retries left (alerted too: an outage that recovers is seen)
+    warning: bool = False  # not a failure: a run that went on, with something to look at (a missed objective)

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from airflow_server import FINISHED, AirflowServer
 from airflow_ui import login, wait_for_tab, wait_for_text
+from alert_hook import alerts
 
 from tailfill.dev.broker import free_port
 from tailfill.dev.sample import ensure_topic
@@ -54,6 +55,7 @@ def pipelines(broker, surface_dir) -> dict[str, dict]:
         data["source"]["bootstrap_servers"] = servers
         data["source"]["topic"] = topic
         data["tail"]["schedule"] = None
+        data["tail"]["freshness_seconds"] = 1  # a tail run that starts Spark misses it: the warning is seen
         data["maintenance"]["schedule"] = None
         (folder / f"{name}.yaml").write_text(yaml.safe_dump(data))
         out[name] = data
@@ -65,7 +67,9 @@ def airflow(pipelines, surface_dir, postgres):
     database = f"airflow_{uuid.uuid4().hex[:8]}"
     postgres.create_databases(database)
     env = dict(os.environ, TAILFILL_HOME=str(surface_dir / "home"), TAILFILL_PIPELINES=str(surface_dir / "pipelines"),
-               TAILFILL_AIRFLOW_DB=postgres.url(database))
+               TAILFILL_AIRFLOW_DB=postgres.url(database), TAILFILL_ON_FAILURE="alert_hook:record",
+               TAILFILL_TEST_ALERTS=str(surface_dir / "alerts.jsonl"),
+               PYTHONPATH=os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p))
     with AirflowServer(surface_dir / "airflow", env=env) as server:
         for dag_id in (f"{GONE}_backfill", f"{QUIET}_backfill", f"{QUIET}_incremental", f"{QUIET}_maintenance"):
             server.wait_for_dag(dag_id)
@@ -104,7 +108,7 @@ def text_of(body: str) -> str:
     return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body)))
 
 
-def test_a_failed_preflight_names_its_cause_on_the_run_tab(airflow, pipelines, browser, shot):
+def test_a_failed_preflight_names_its_cause_on_the_run_tab(airflow, pipelines, surface_dir, browser, shot):
     dag = f"{GONE}_backfill"
     run_id, state = finished(airflow, dag)
     assert state == "failed"
@@ -113,8 +117,10 @@ def test_a_failed_preflight_names_its_cause_on_the_run_tab(airflow, pipelines, b
     text = text_of(run_tab(airflow, dag, run_id))
     servers = pipelines[GONE]["source"]["bootstrap_servers"]
     assert f"FAILED at preflight (try 1): preflight of {GONE} (backfill) failed:" in text, text
-    assert servers in text and "Failed tries" in text, text
+    assert servers in text and "Failed tries and warnings" in text, text
     assert "completeness report" not in text and "Spark job output" not in text, text  # no lane: no lane links
+    [alert] = [a for a in alerts(surface_dir / "alerts.jsonl") if a["dag_id"] == dag and a["run_id"] == run_id]
+    assert alert["task_id"] == "preflight" and servers in alert["error"], alert  # the alerting hook was called
 
     login(browser, airflow)
     browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/plugin/tailfill_run")
@@ -171,3 +177,44 @@ def test_a_maintenance_run_shows_what_it_did(airflow, pipelines, browser, shot):
     login(browser, airflow)
     browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/plugin/tailfill_run")
     wait_for_tab(browser, shot, "maintenance-run-tab", "Maintenance done")
+
+
+def test_a_restart_and_a_missed_objective_of_the_tail_show_on_its_tabs(airflow, pipelines, surface_dir, browser,
+                                                                       shot):
+    """The tail's first batch fails once (an injected fault) and its query starts again from the checkpoint:
+    the run tab and the tail's tab count the restart and name its cause; the try's output is linked. Its
+    batches miss the 1 s freshness objective: the run succeeds (``on_missed_objective: warn``) with the
+    warning on its tab, in the report's XCom and sent to the alerting hook."""
+    from tailfill.dev.sample import produce_sample
+
+    dag = f"{QUIET}_incremental"
+    produce_sample(pipelines[QUIET]["source"]["bootstrap_servers"], pipelines[QUIET]["source"]["topic"], 300, 4)
+    fault = Path(os.environ["TAILFILL_FAULT_DIR"]) / "fail-before-commit"
+    fault.write_text("1")
+    try:
+        run_id, state = finished(airflow, dag, timeout=600)
+    finally:
+        fault.write_text("0")
+    assert state == "success", airflow.describe_run(dag, run_id)
+    text = text_of(run_tab(airflow, dag, run_id))
+    assert "finished, try 1, 1 restart" in text and "last restart (try 1," in text, text
+    assert "InjectedFault" in text, text
+
+    url = f"{airflow.url}/tailfill/batches/{dag}/{urllib.parse.quote(run_id, safe='')}/-1"
+    status, body = airflow.get_text(url)
+    assert status == 200 and "Restarts of the job's queries" in body, body[:3000]
+    [output] = re.findall(r'href="([^"]+\?try=1)"', body)
+    status, out = airflow.get_text(urllib.parse.urljoin(url, output))
+    assert status == 200 and "spark-submit-try1.log" in out.splitlines()[0] and "TAILFILL_RESTART" in out, out[:500]
+
+    objective = airflow.xcom(dag, run_id, "report")["objective"]
+    assert objective["met"] is False and objective["missed"] >= 1 and objective["objective_seconds"] == 1, objective
+    assert "freshness objective p95 ≤ 1s MISSED by" in text and "warning" in text, text
+    [alert] = [a for a in alerts(surface_dir / "alerts.jsonl") if a["run_id"] == run_id]
+    assert alert["task_id"] == "report" and alert["warning"] and "MISSED" in alert["error"], alert
+
+    login(browser, airflow)
+    browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/tasks/tail/plugin/tailfill_lane")
+    wait_for_tab(browser, shot, "tail-restart", "1 restart", "Restarts of the job's queries", "InjectedFault")
+    browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/plugin/tailfill_run")
+    wait_for_tab(browser, shot, "missed-objective", "MISSED by", "Failed tries and warnings")

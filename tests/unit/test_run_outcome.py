@@ -77,3 +77,43 @@ def test_links_name_only_lanes_that_started():
     assert "pipeline/d_backfill" in links and "quarantine/d_backfill" in links
     links = run_links("d_backfill", "r", [(0, "slice 1 of 2"), (1, "slice 2 of 2")])
     assert "report/d_backfill/r/0" in links and "output/d_backfill/r/1" in links
+
+
+def test_a_lane_counts_its_restarts_and_names_the_last_cause():
+    from tailfill_airflow.causes import restart_record
+    from tailfill_airflow.views import _lane_rows
+
+    from tailfill.errors import ErrorInfo
+    from tailfill.run.contract import Restarted
+
+    error = ErrorInfo("PythonException", "Python worker failed to connect back", retryable=True, fix="retry")
+    event = Restarted(label="slice 1", failures=1, tolerated=3, step="prepare", error=error, wait_seconds=2.0)
+    restarts = [restart_record(event, 1, 60.0), restart_record(event, 2, 120.0)]
+    assert restarts[0] | {"cause": ""} == {"try": 1, "at": 60.0, "label": "slice 1", "failures": 1, "tolerated": 3,
+                                          "step": "prepare", "cause": "", "wait_seconds": 2.0}
+    assert "Python worker failed to connect back" in restarts[0]["cause"]
+    lane = {"label": "slice 1", "state": "finished", "try_number": 2, "percent": 100.0, "offsets_done": 10,
+            "offsets_planned": 10, "rows_per_s": 5.0, "eta_s": None, "batches": 1, "restarts": restarts}
+    rows = _lane_rows([lane], freshness=False)
+    assert "finished, try 2, 2 restarts" in rows
+    assert "last restart (try 2, 00:02:00 UTC, at prepare): " in rows and "failed to connect back" in rows
+
+
+def test_the_freshness_objective_is_missed_by_any_batch_above_it():
+    from tailfill_airflow.objective import check_objective
+
+    from tailfill.state.records import BatchReport
+
+    def batch(p95: float | None) -> BatchReport:
+        fresh = {"p50": 1.0, "p95": p95, "max": p95, "records": 10} if p95 is not None else None
+        return BatchReport(batch_id=0, at=0.0, seconds=1.0, offsets=10, records=10, rows=10, quarantined=0,
+                           freshness=fresh)
+
+    met = check_objective(60, [batch(12.0), batch(None), batch(59.9)])
+    assert met.met and met.asdict() == {"objective_seconds": 60, "batches": 2, "missed": 0, "worst_p95": 59.9,
+                                        "met": True}
+    missed = check_objective(60, [batch(12.0), batch(381.0)])
+    assert not missed.met and missed.missed == 1
+    assert missed.asstr().startswith("freshness objective p95 ≤ 60s MISSED by 1 of 2 batch(es) (worst batch p95 "
+                                     "381.0s) (fix: run the incremental DAG more often")
+    assert check_objective(60, []).asstr() == "freshness objective p95 ≤ 60s: no batch measured in this run"
