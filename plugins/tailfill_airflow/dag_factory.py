@@ -27,6 +27,7 @@ from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
 from tailfill.pipeline.load import load_pipeline
 from tailfill.settings import settings
+from tailfill.state.store import read_lane
 from tailfill_airflow.callbacks import deadline_missed, objective_missed, on_failure, on_retry
 from tailfill_airflow.causes import causes_first
 from tailfill_airflow.hooks import TailfillHook
@@ -118,6 +119,7 @@ def _validate(cfg: PipelineConfig, run_id: str) -> dict:
     with _opened(cfg) as pipeline:
         result = validate(pipeline, run_id=run_id)
         totals = table_totals(pipeline)
+        lane = read_lane(pipeline.state, run_id)  # the ingest's tries and restarts
     verdict = "complete" if result.success else "INCOMPLETE"
     log.info("validation of %s: %s (%s offsets) report %s", run_id, verdict, result.offsets_checked, report)
     if not result.success:
@@ -126,7 +128,18 @@ def _validate(cfg: PipelineConfig, run_id: str) -> dict:
     summary = {"run_id": run_id, "offsets": result.offsets_checked, "rows": result.rows,
                "quarantined": result.quarantined, "report": report, "data_docs": docs, **totals}
     get_current_context()["outlet_events"][table_asset(cfg)].extra = {"pipeline": cfg.name, **summary}
-    return summary | {"partitions": result.partitions}
+    return summary | {"verdict": "COMPLETE", "ranges": result.covered(), "partitions": result.partitions,
+                      "restarts": len(lane.restarts) if lane else 0,
+                      "ingest_tries": lane.try_number if lane and lane.try_number else 1}
+
+
+def merged_ranges(results: list[dict]) -> dict:
+    """The ``ranges`` of several validations (``{"topic": {"0": [[s, e]]}}``), merged per partition."""
+    from tailfill.offsets import OffsetRange, merge, ranges_to_dict
+
+    return ranges_to_dict(merge(OffsetRange(topic, int(part), start, end) for r in results
+                                for topic, parts in r.get("ranges", {}).items()
+                                for part, spans in parts.items() for start, end in spans))
 
 
 # --- the planning tasks: thin adapters of tailfill.run.planner -----------------------------------
@@ -143,7 +156,7 @@ def plan_lanes(cfg: PipelineConfig, params: Mapping[str, Any], airflow_run_id: s
         plan = plan_backfill_lanes(pipeline, BackfillRequest.from_params(params),
                                    lambda lane: tailfill_run_id(cfg.name, BACKFILL, airflow_run_id, lane))
     for line in plan.lines:
-        log.info(line)
+        (log.warning if line.startswith("warning:") else log.info)(line)
     log.info(lanes_at_once(len(plan.specs)))
     out = []
     for lane, spec in enumerate(plan.specs):
@@ -326,10 +339,12 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
             for r in results:
                 log.info("%s: run %s, %s offsets (%s rows, %s quarantined) complete, report %s", r["label"],
                          r["run_id"], f"{r['offsets']:,}", f"{r['rows']:,}", f"{r['quarantined']:,}", r["report"])
-            out = {"offsets": sum(r["offsets"] for r in results), "lanes": len(results),
-                   "rows": sum(r["rows"] for r in results), "quarantined": sum(r["quarantined"] for r in results)}
-            log.info("backfill of %s: %s offsets in %s lanes, all complete", cfg.name, f"{out['offsets']:,}",
-                     out["lanes"])
+            out = {"verdict": "COMPLETE" if results else "NOTHING_TO_DO", "offsets": sum(r["offsets"] for r in results),
+                   "lanes": len(results), "rows": sum(r["rows"] for r in results),
+                   "quarantined": sum(r["quarantined"] for r in results), "ranges": merged_ranges(results),
+                   "restarts": sum(r.get("restarts", 0) for r in results)}
+            log.info("backfill of %s: %s offsets in %s lanes, %s", cfg.name, f"{out['offsets']:,}", out["lanes"],
+                     "all complete" if results else "nothing to do")
             return out
 
         lanes = plan()

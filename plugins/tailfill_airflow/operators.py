@@ -40,7 +40,7 @@ from tailfill.redact import redact_text
 from tailfill.run import runtime
 from tailfill.settings import settings
 from tailfill.state.store import StateStore, read_lane, run_reports, write_lane
-from tailfill_airflow.causes import JobOutput, committed_summary, headline, restart_record
+from tailfill_airflow.causes import JobOutput, committed_summary, fix_for, headline, push_failure, restart_record
 from tailfill_airflow.hooks import TailfillHook
 from tailfill_airflow.naming import lane_label
 from tailfill_airflow.progress import Progress, ProgressWatcher
@@ -236,7 +236,11 @@ class TailfillSubmitOperator(BaseOperator):
                     self._exit_stopped(cfg, spec, label)
                 failure = self._failure(cfg, spec, label, outcome.code if self._run is not None else exc)
         if failure is not None:
-            write_lane(store, spec.run_id, cause=str(failure).splitlines()[0])
+            first = str(failure).splitlines()[0]
+            write_lane(store, spec.run_id, cause=first)
+            error = self._output.error
+            push_failure(ti, f"ingest of {cfg.name} ({label})", error.error_class if error else type(failure).__name__,
+                         first, fix_for(error) or None, error.retryable if error else True)
             raise failure from None
         if self._stopped:  # the job ended well, but Airflow changed the task's state meanwhile: report nothing
             self._exit_stopped(cfg, spec, label)

@@ -122,3 +122,14 @@ def read_xcom(dag_id: str, run_id: str, task_id: str, key: str = "return_value",
     with create_session() as session:
         row = session.scalars(query.limit(1)).first()
         return XComModel.deserialize_value(row) if row is not None else None
+
+
+def read_run_state(dag_id: str, run_id: str) -> str | None:
+    """The DAG run's state (``running``, ``success``, ``failed``, …); None for a run Airflow does not know."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        state = session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+    return getattr(state, "value", state)

@@ -41,7 +41,7 @@ from tailfill.state.store import StateStore, read_failures, read_lane, run_exist
 from tailfill.values.freshness import Freshness
 from tailfill_airflow.naming import BACKFILL, INCREMENTAL, MAINTENANCE, split_dag_id, tailfill_run_id
 from tailfill_airflow.objective import check_objective
-from tailfill_airflow.outcome import Outcome, read_run_tasks, read_xcom, run_outcome
+from tailfill_airflow.outcome import Outcome, read_run_state, read_run_tasks, read_xcom, run_outcome
 from tailfill_airflow.progress import progress
 
 if TYPE_CHECKING:
@@ -208,9 +208,11 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     if kind == INCREMENTAL:
         check = check_objective(pipeline.cfg.tail.freshness_seconds, run_reports(pipeline.state, lanes[0]["run_id"]))
         summary += f'<p class="{"good" if check.met else "bad"} objective">{html.escape(check.asstr())}</p>'
-    running = any(p["state"] == "running" for p in lanes)
+    # until the run ends: its lanes run, then their validations give the verdict
+    going = any(p["state"] == "running" for p in lanes) or (
+        cls == "muted" and read_run_state(dag_id, run_id) not in ("success", "failed"))
     return _page(f"{dag_id} · {run_id}", summary + _lane_rows(lanes, freshness=kind != BACKFILL) + tries + links,
-                 refresh=running)
+                 refresh=going)
 
 
 def task_log_link(dag_id: str, run_id: str, task_id: str, text: str = "its log") -> str:

@@ -119,6 +119,9 @@ def test_a_failed_preflight_names_its_cause_on_the_run_tab(airflow, pipelines, s
     assert f"FAILED at preflight (try 1): preflight of {GONE} (backfill) failed:" in text, text
     assert servers in text and "Failed tries and warnings" in text, text
     assert "completeness report" not in text and "Spark job output" not in text, text  # no lane: no lane links
+    failure = airflow.xcom(dag, run_id, "preflight", key="failure")  # for automation: cause and fix as data
+    assert failure["what"] == f"preflight of {GONE} (backfill)" and servers in failure["cause"], failure
+    assert failure["retryable"] is False and failure["fix"], failure
     [alert] = [a for a in alerts(surface_dir / "alerts.jsonl") if a["dag_id"] == dag and a["run_id"] == run_id]
     assert alert["task_id"] == "preflight" and servers in alert["error"], alert  # the alerting hook was called
 
@@ -207,7 +210,11 @@ def test_a_restart_and_a_missed_objective_of_the_tail_show_on_its_tabs(airflow, 
     status, out = airflow.get_text(urllib.parse.urljoin(url, output))
     assert status == 200 and "spark-submit-try1.log" in out.splitlines()[0] and "TAILFILL_RESTART" in out, out[:500]
 
-    objective = airflow.xcom(dag, run_id, "report")["objective"]
+    report = airflow.xcom(dag, run_id, "report")
+    topic = pipelines[QUIET]["source"]["topic"]
+    assert (report["verdict"], report["offsets"], report["restarts"]) == ("COMPLETE", 300, 1), report
+    assert sum(end - start for spans in report["ranges"][topic].values() for start, end in spans) == 300, report
+    objective = report["objective"]
     assert objective["met"] is False and objective["missed"] >= 1 and objective["objective_seconds"] == 1, objective
     assert "freshness objective p95 ≤ 1s MISSED by" in text and "warning" in text, text
     [alert] = [a for a in alerts(surface_dir / "alerts.jsonl") if a["run_id"] == run_id]
@@ -218,3 +225,29 @@ def test_a_restart_and_a_missed_objective_of_the_tail_show_on_its_tabs(airflow, 
     wait_for_tab(browser, shot, "tail-restart", "1 restart", "Restarts of the job's queries", "InjectedFault")
     browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/plugin/tailfill_run")
     wait_for_tab(browser, shot, "missed-objective", "MISSED by", "Failed tries and warnings")
+
+
+def rest_example() -> str:
+    """The REST example of docs/airflow.md, as its readers copy it."""
+    text = (REPO / "docs" / "airflow.md").read_text()
+    block = text.split("<!-- rest-example:", 1)[1]
+    return block.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.parametrize("name, expected", [
+    (QUIET, r"^success: NOTHING_TO_DO, 0 offsets, ranges \{\}$"),
+    (GONE, r"^failed at preflight: preflight of gone \(backfill\) failed: .*cannot reach Kafka at .* \(fix: .+\)$"),
+])
+def test_the_documented_rest_example_reads_the_verdict_or_the_failure(airflow, pipelines, tmp_path, name, expected):
+    import subprocess
+    import sys
+
+    from tailfill_airflow.local import PASSWORD, USER
+
+    script = tmp_path / "rest_example.py"
+    script.write_text(rest_example())
+    env = dict(os.environ, AIRFLOW_URL=airflow.url, DAG=f"{name}_backfill", AIRFLOW_USER=USER,
+               AIRFLOW_PASSWORD=PASSWORD)
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.match(expected, done.stdout.strip()), done.stdout
