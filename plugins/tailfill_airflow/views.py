@@ -12,7 +12,13 @@ Airflow's auth manager whether the user may read that DAG (the UI's session cook
   turned into the plugin's);
 - ``/tailfill/docs/<dag>/<path>``: the pipeline's Great Expectations Data Docs;
 - ``/tailfill/output/<dag>/<run>/<map index>``: the ``spark-submit`` output of the latest try;
-- ``/tailfill/pipeline/<dag>``: the pipeline's live offsets (earliest, cutover, committed, lag).
+- ``/tailfill/pipeline/<dag>``: the pipeline's live offsets (earliest, cutover, committed, lag);
+- ``/tailfill/quarantine/<dag>`` and ``/tailfill/table/<dag>``: counts per partition, and the quarantined
+  records or the table's first rows;
+- ``/tailfill/spark-server-log/<dag>``: the end of the warm Spark server's log.
+
+A page that cannot read its source (a broker down, a topic missing, the catalog unreachable) answers
+with the cause and its fix in the page.
 
 Pages are plain HTML with a refresh while a run is going; nothing here changes any state.
 """
@@ -261,6 +267,7 @@ def run_links(dag_id: str, run_id: str, lanes: list[tuple[int, str]], docs: bool
     per_lane = "".join(f"<li>{html.escape(label)}: {lane(i)}</li>" for i, label in lanes)
     pipeline = " · ".join(((a(f"docs/{dag}/index.html", "Data Docs"),) if docs else ())
                           + (a(f"quarantine/{dag}", "quarantined records and counts per partition"),
+                             a(f"table/{dag}", "table preview"),
                              a(f"pipeline/{dag}", "live offsets"))
                           + ((a(f"spark-server-log/{dag}", "warm Spark server log"),) if server_log else ()))
     return f'<h3>Links</h3><ul class="links">{per_lane}<li>{pipeline}</li></ul>'
@@ -427,6 +434,15 @@ async def unexpected_error(request: Request, exc: Exception) -> HTMLResponse:
 
 
 QUARANTINE_ROWS = 500  # the most recent quarantined records a page lists
+PREVIEW_ROWS = 50  # the rows the table preview shows
+
+
+def _counts_table(counts: dict) -> str:
+    head = "<tr><th>partition</th><th>committed offsets</th><th>rows</th><th>quarantined</th></tr>"
+    rows = "".join(f"<tr><td class=l>{html.escape(str(tp))}</td><td>{c['committed']:,}</td><td>{c['rows']:,}</td>"
+                   f"<td>{c['quarantined']:,}</td></tr>" for tp, c in counts.items())
+    return (f"<h3>Counts per partition</h3><table class=counts>{head}"
+            f"{rows or '<tr><td colspan=4>none</td></tr>'}</table>")
 
 
 @app.get("/quarantine/{dag_id}", response_class=HTMLResponse, dependencies=[_authorized()])
@@ -439,20 +455,55 @@ def quarantine_page(dag_id: str) -> HTMLResponse:
             counts, records = table_contents(pipeline, QUARANTINE_ROWS)
     except TailfillError as exc:
         return problem_page(f"{cfg.name} · quarantine", "the tables cannot be read", exc)
-    head = "<tr><th>partition</th><th>committed offsets</th><th>rows</th><th>quarantined</th></tr>"
-    rows = "".join(f"<tr><td class=l>{html.escape(str(tp))}</td><td>{c['committed']:,}</td><td>{c['rows']:,}</td>"
-                   f"<td>{c['quarantined']:,}</td></tr>" for tp, c in counts.items())
     listed = "".join(
         f"<tr><td class=l>{html.escape(r['kafka_topic'])}[{r['kafka_partition']}]</td><td>{r['kafka_offset']:,}</td>"
         f"<td class=l>{html.escape(redact_text(r['error'] or ''))}</td>"
         f"<td class=l>{html.escape(r['run_id'] or '')}</td>"
         f"<td class=l><code>{html.escape(_preview(r['kafka_value']))}</code></td></tr>" for r in records)
     total_bad = sum(c["quarantined"] for c in counts.values())
-    body = (f"<h3>Counts per partition</h3><table>{head}{rows}</table>"
+    body = (f'{_counts_table(counts)}<p><a href="../table/{quote(dag_id)}">the table\'s first rows</a></p>'
             f"<h3>Quarantined records ({total_bad:,}; the {min(total_bad, QUARANTINE_ROWS):,} latest offsets "
             f"listed)</h3><table><tr><th>partition</th><th>offset</th><th>error</th><th>run</th><th>raw value</th>"
             f"</tr>{listed or '<tr><td colspan=5>none</td></tr>'}</table>")
     return _page(f"{cfg.name} · {cfg.target.namespace}.{cfg.target.table} · quarantine", body)
+
+
+@app.get("/table/{dag_id}", response_class=HTMLResponse, dependencies=[_authorized()])
+def table_page(dag_id: str) -> HTMLResponse:
+    """The table's counts per partition and its first rows, every column."""
+    pipeline, _ = pipeline_of(dag_id)
+    cfg = pipeline.cfg
+    title = f"{cfg.name} · {cfg.target.namespace}.{cfg.target.table} · preview"
+    try:
+        with pipeline:
+            counts, _ = table_contents(pipeline, 0)
+            columns, rows = table_preview(pipeline, PREVIEW_ROWS)
+    except TailfillError as exc:
+        return problem_page(title, "the table cannot be read", exc)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td class=l>{html.escape(_cell(r[c]))}</td>" for c in columns) + "</tr>"
+                   for r in rows)
+    stored = sum(c["rows"] for c in counts.values())
+    return _page(title, f'{_counts_table(counts)}<p><a href="../quarantine/{quote(dag_id)}">quarantined records</a>'
+                        f"</p><h3>First rows ({min(stored, len(rows)):,} of {stored:,})</h3>"
+                        f"<table class=preview><tr>{head}</tr>{body or '<tr><td>none</td></tr>'}</table>")
+
+
+def table_preview(pipeline: Pipeline, limit: int) -> tuple[list[str], list[dict]]:
+    """The data table's columns and its first ``limit`` rows as stored (none while it was never made)."""
+    tables = pipeline.open_tables()  # as they are: a page changes nothing
+    if tables is None:
+        return [], []
+    tables.data.refresh()
+    arrow = tables.data.scan(limit=limit).to_arrow()
+    return arrow.column_names, arrow.to_pylist()
+
+
+def _cell(value: object, size: int = 80) -> str:
+    if isinstance(value, bytes):
+        return _preview(value, size)
+    text = "(null)" if value is None else str(value)
+    return text if len(text) <= size else text[:size] + " …"
 
 
 def table_contents(pipeline: Pipeline, limit: int) -> tuple[dict, list[dict]]:
@@ -476,6 +527,8 @@ def table_contents(pipeline: Pipeline, limit: int) -> tuple[dict, list[dict]]:
             counts.setdefault(tp, {"committed": 0, "rows": 0, "quarantined": 0})[column] = row["count_all"]
     for tp, ranges in by_partition(read_ledger(data).committed).items():
         counts.setdefault(tp, {"committed": 0, "rows": 0, "quarantined": 0})["committed"] = total(ranges)
+    if limit <= 0:
+        return dict(sorted(counts.items())), []
     bad = quarantine.scan().to_arrow()
     if bad.num_rows > limit:
         bad = bad.take(pc.select_k_unstable(bad, k=limit, sort_keys=[("kafka_offset", "descending")]))
