@@ -31,6 +31,7 @@ from tailfill.state.store import read_lane
 from tailfill_airflow.callbacks import deadline_missed, objective_missed, on_failure, on_retry
 from tailfill_airflow.causes import causes_first
 from tailfill_airflow.hooks import TailfillHook
+from tailfill_airflow.lineage import emit_lineage
 from tailfill_airflow.naming import (
     BACKFILL,
     INCREMENTAL,
@@ -128,6 +129,7 @@ def _validate(cfg: PipelineConfig, run_id: str) -> dict:
     summary = {"run_id": run_id, "offsets": result.offsets_checked, "rows": result.rows,
                "quarantined": result.quarantined, "report": report, "data_docs": docs, **totals}
     get_current_context()["outlet_events"][table_asset(cfg)].extra = {"pipeline": cfg.name, **summary}
+    emit_lineage(cfg, result.rows, result.quarantined)
     return summary | {"verdict": "COMPLETE", "ranges": result.covered(), "partitions": result.partitions,
                       "restarts": len(lane.restarts) if lane else 0,
                       "ingest_tries": lane.try_number if lane and lane.try_number else 1}

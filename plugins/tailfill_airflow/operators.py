@@ -42,6 +42,7 @@ from tailfill.settings import settings
 from tailfill.state.store import StateStore, read_lane, run_reports, write_lane
 from tailfill_airflow.causes import JobOutput, committed_summary, fix_for, headline, push_failure, restart_record
 from tailfill_airflow.hooks import TailfillHook
+from tailfill_airflow.lineage import emit_lineage
 from tailfill_airflow.naming import lane_label
 from tailfill_airflow.progress import Progress, ProgressWatcher
 
@@ -247,6 +248,7 @@ class TailfillSubmitOperator(BaseOperator):
         result = self._output.result
         if result is not None:
             ti.xcom_push(key=RESULT_KEY, value=[asdict(r) for r in result.results])
+            emit_lineage(cfg, sum(r.rows for r in result.results), sum(r.quarantined for r in result.results))
 
     # --- stopped from outside -------------------------------------------------------------------
 

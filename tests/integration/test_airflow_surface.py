@@ -10,6 +10,7 @@ are read through the REST token and in headless Chromium, inside the Airflow UI'
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "pipelines" / "demo.yaml"
 GONE, MISSING, QUIET = "gone", "missing", "quiet"
+RUNS: dict[str, str] = {}  # run ids the later tests look at
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +71,9 @@ def airflow(pipelines, surface_dir, postgres):
     env = dict(os.environ, TAILFILL_HOME=str(surface_dir / "home"), TAILFILL_PIPELINES=str(surface_dir / "pipelines"),
                TAILFILL_AIRFLOW_DB=postgres.url(database), TAILFILL_ON_FAILURE="alert_hook:record",
                TAILFILL_TEST_ALERTS=str(surface_dir / "alerts.jsonl"),
+               AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps({"type": "file", "append": True,
+                                                           "log_file_path": str(surface_dir / "lineage.jsonl")}),
+               AIRFLOW__OPENLINEAGE__NAMESPACE="tailfill-tests",
                PYTHONPATH=os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p))
     with AirflowServer(surface_dir / "airflow", env=env) as server:
         for dag_id in (f"{GONE}_backfill", f"{QUIET}_backfill", f"{QUIET}_incremental", f"{QUIET}_maintenance"):
@@ -199,6 +204,7 @@ def test_a_restart_and_a_missed_objective_of_the_tail_show_on_its_tabs(airflow, 
     finally:
         fault.write_text("0")
     assert state == "success", airflow.describe_run(dag, run_id)
+    RUNS["tail"] = run_id
     text = text_of(run_tab(airflow, dag, run_id))
     assert "finished, try 1, 1 restart" in text and "last restart (try 1," in text, text
     assert "InjectedFault" in text, text
@@ -266,3 +272,33 @@ def test_the_documented_rest_example_reads_the_verdict_or_the_failure(airflow, p
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert re.match(expected, done.stdout.strip()), done.stdout
+
+
+def test_openlineage_events_name_the_topic_and_the_table_with_schema_and_rows(airflow, pipelines, surface_dir):
+    """The tail run's ingest and validate tasks each attribute the Kafka topic (input) and the Iceberg table
+    (output, with its schema and the 300 rows) to their run, through the OpenLineage provider's file transport."""
+    assert "tail" in RUNS, "needs the tail run of test_a_restart_and_a_missed_objective_of_the_tail_show_on_its_tabs"
+    path = surface_dir / "lineage.jsonl"
+    deadline = time.monotonic() + 60  # the provider emits from a worker of its own
+    while True:
+        events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+        mine = {}
+        for e in events:
+            job = e.get("job", {}).get("name", "")
+            if job.startswith(f"{QUIET}_incremental.") and e.get("outputs"):
+                mine.setdefault(job.removeprefix(f"{QUIET}_incremental."), []).append(e)
+        if {"tail", "validate"} <= set(mine) or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert {"tail", "validate"} <= set(mine), sorted({e.get("job", {}).get("name") for e in events})
+    source = pipelines[QUIET]["source"]
+    for task in ("tail", "validate"):
+        event = mine[task][-1]  # the latest run of the task: this one
+        [source_ds] = event["inputs"]
+        assert (source_ds["namespace"], source_ds["name"]) == (f"kafka://{source['bootstrap_servers']}",
+                                                              source["topic"]), event
+        [table] = event["outputs"]
+        assert (table["namespace"], table["name"]) == ("iceberg://tailfill", "tailfill.demo_events"), table
+        fields = {f["name"]: f["type"] for f in table["facets"]["schema"]["fields"]}
+        assert {"event_id", "user_id", "kafka_offset"} <= set(fields) and fields["event_id"] == "string", fields
+        assert table["outputFacets"]["outputStatistics"]["rowCount"] == 300, table
