@@ -328,9 +328,10 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
             with causes_first(f"planning the backfill of {cfg.name}"):
                 return plan_lanes(cfg, get_current_context()["params"], _airflow_run_id())
 
-        @task(doc_md=VALIDATE_DOC, outlets=[table_asset(cfg)], map_index_template="{{ lane_label }}", **RETRIES)
+        # The lane's label from its argument, rendered before the task runs: shown while it runs and if it fails.
+        @task(doc_md=VALIDATE_DOC, outlets=[table_asset(cfg)],
+              map_index_template="{{ task.op_kwargs['lane']['label'] }}", **RETRIES)
         def validate_slice(lane: dict) -> dict:
-            get_current_context()["lane_label"] = lane["label"]  # type: ignore[typeddict-unknown-key]
             return _validate(cfg, lane["run_id"]) | {"slices": lane["slices"], "label": lane["label"]}
 
         @task(trigger_rule="none_failed", doc_md=SUMMARY_DOC)  # also when nothing was to backfill

@@ -302,3 +302,51 @@ def test_openlineage_events_name_the_topic_and_the_table_with_schema_and_rows(ai
         fields = {f["name"]: f["type"] for f in table["facets"]["schema"]["fields"]}
         assert {"event_id", "user_id", "kafka_offset"} <= set(fields) and fields["event_id"] == "string", fields
         assert table["outputFacets"]["outputStatistics"]["rowCount"] == 300, table
+
+
+def test_a_garbage_from_in_the_trigger_form_fails_the_plan_with_one_line_on_the_run_tab(airflow, pipelines, browser,
+                                                                                         shot):
+    """The form's From gets a word that is no offsets: the plan fails at once (no retry, no traceback), and the
+    run's tab names the field, what is wrong and the fix."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    dag = f"{QUIET}_backfill"
+    wait = WebDriverWait(browser, 45)
+    login(browser, airflow)
+    before = {r["dag_run_id"] for r in airflow.dag_runs(dag)}
+    browser.get(f"{airflow.url}/dags/{dag}")
+    wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))).click()
+    start = wait.until(ec.visibility_of_element_located((By.NAME, "element_from_offsets")))
+    start.click()
+    start.send_keys(Keys.CONTROL, "a")
+    start.send_keys("yesterday", Keys.TAB)
+    wait.until(lambda d: start.get_attribute("value") == "yesterday")
+    shot("trigger-form-garbage-from")
+    submit = browser.find_element(By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]")
+    wait.until(lambda d: submit.is_enabled())
+    submit.click()
+    deadline = time.monotonic() + 30
+    while not (new := [r for r in airflow.dag_runs(dag) if r["dag_run_id"] not in before]):
+        assert time.monotonic() < deadline, "no new dag run after submitting the trigger form"
+        time.sleep(1)
+    run_id = new[0]["dag_run_id"]
+    deadline = time.monotonic() + 240
+    while airflow.dag_run(dag, run_id)["state"] not in FINISHED:
+        assert time.monotonic() < deadline, airflow.describe_run(dag, run_id)
+        time.sleep(2)
+    states = {t["task_id"]: (t["state"], t["try_number"]) for t in airflow.task_instances(dag, run_id)}
+    assert states["plan"] == ("failed", 1), states
+    line = f"FAILED at plan (try 1): planning the backfill of {QUIET} failed: From (from_offsets): offsets are not " \
+           "valid JSON"
+    text = text_of(run_tab(airflow, dag, run_id))
+    assert line in text and "(fix: `earliest`, or offsets as a JSON object" in text, text
+    plan = next(t for t in airflow.task_instances(dag, run_id) if t["task_id"] == "plan")
+    errors = [row for row in airflow.task_log(plan, max_lines=10_000).splitlines() if " error " in row]
+    assert errors and "failed: From (from_offsets): offsets are not valid JSON" in errors[0], errors
+    assert "ValueError" not in "\n".join(errors) and "JSONDecodeError" not in "\n".join(errors), errors
+
+    browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/plugin/tailfill_run")
+    wait_for_tab(browser, shot, "garbage-from-run-tab", "FAILED at plan (try 1)", "From (from_offsets)")
