@@ -127,6 +127,10 @@ def causes_first(what: str) -> Iterator[None]:
         log.error(line)
         from airflow.sdk import get_current_context
 
-        push_failure(get_current_context()["ti"], what, type(exc).__name__, cause,
-                     None if "(fix:" in cause else exc.fix, exc.retryable)
+        try:
+            ti = get_current_context()["ti"]
+        except RuntimeError:  # not in a task (a test, a script): the line is the whole report
+            ti = None
+        if ti is not None:
+            push_failure(ti, what, type(exc).__name__, cause, None if "(fix:" in cause else exc.fix, exc.retryable)
         raise (AirflowException if exc.retryable else AirflowFailException)(line) from None

@@ -56,8 +56,9 @@ def test_the_run_tab_links_each_lane_and_the_pipeline_pages_under_the_plugin():
     assert hrefs[:3] == [f"http://af.example:8080/sub/tailfill/{p}/demo_backfill/{run}/0"
                          for p in ("report", "batches", "output")]
     assert hrefs[3] == f"http://af.example:8080/sub/tailfill/report/demo_backfill/{run}/1"
-    assert hrefs[-3:] == ["http://af.example:8080/sub/tailfill/docs/demo_backfill/index.html",
+    assert hrefs[-4:] == ["http://af.example:8080/sub/tailfill/docs/demo_backfill/index.html",
                           "http://af.example:8080/sub/tailfill/quarantine/demo_backfill",
+                          "http://af.example:8080/sub/tailfill/table/demo_backfill",
                           "http://af.example:8080/sub/tailfill/pipeline/demo_backfill"]
     assert "slice 1 of 2 (10 offsets): " in body and "file://" not in body
     tail = run_links("demo_incremental", "r", [(-1, "tail")])  # one Spark task, not mapped
