@@ -117,3 +117,26 @@ def test_the_freshness_objective_is_missed_by_any_batch_above_it():
     assert missed.asstr().startswith("freshness objective p95 ≤ 60s MISSED by 1 of 2 batch(es) (worst batch p95 "
                                      "381.0s) (fix: run the incremental DAG more often")
     assert check_objective(60, []).asstr() == "freshness objective p95 ≤ 60s: no batch measured in this run"
+
+
+def test_a_missed_objective_fails_the_report_when_the_pipeline_says_fail(home, tmp_path, monkeypatch):
+    """``tail.on_missed_objective: fail``: the report task fails naming the objective, the batches and the fix."""
+    import pytest
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tailfill.pipeline.load import load_pipeline
+    from tailfill.state.records import BatchReport
+    from tailfill.state.store import StateStore, report_file
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    from tailfill_airflow.dag_factory import objective_of_run
+
+    cfg = load_pipeline(REPO / "pipelines" / "demo.yaml")
+    cfg = cfg.model_copy(update={"tail": cfg.tail.model_copy(update={"on_missed_objective": "fail"})})
+    late = {"p50": 400.0, "p95": 950.0, "max": 990.0, "records": 10}
+    report_file(StateStore.of(cfg), "tail-1", "q0").append(
+        BatchReport(batch_id=0, at=1.0, seconds=1.0, offsets=10, records=10, rows=10, quarantined=0, freshness=late))
+    with pytest.raises(AirflowFailException, match=r"^freshness objective p95 ≤ 900s MISSED by 1 of 1 batch\(es\) "
+                                                   r"\(worst batch p95 950\.0s\) \(fix: .*tail.on_missed_objective: "
+                                                   r"fail$"):
+        objective_of_run(cfg, "tail-1")
