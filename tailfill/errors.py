@@ -119,6 +119,8 @@ class ChangeStreamError(TailfillError):
 class PreflightError(TailfillError):
     """A pipeline is not ready to run; the message says what to fix."""
 
+    fix = "fix what the failed check names (the broker, topic, catalog, warehouse, Spark or disk), then run again"
+
 
 class IngestError(TailfillError):
     """An ingest run stopped; the message names the cause."""

@@ -277,12 +277,17 @@ def ranges_between(start: PartitionOffsets, end: PartitionOffsets) -> list[Offse
     return out
 
 
-def ranges_to_json(ranges: Iterable[OffsetRange]) -> str:
-    """Compact JSON ``{"topic": {"0": [[start, end], ...]}}`` for snapshot summaries."""
+def ranges_to_dict(ranges: Iterable[OffsetRange]) -> dict[str, dict[str, list[list[int]]]]:
+    """``{"topic": {"0": [[start, end], ...]}}``, sorted: ranges as plain JSON data."""
     out: dict[str, dict[str, list[list[int]]]] = {}
     for r in sorted(ranges):
         out.setdefault(r.topic, {}).setdefault(str(r.partition), []).append([r.start, r.end])
-    return json.dumps(out, sort_keys=True, separators=(",", ":"))
+    return out
+
+
+def ranges_to_json(ranges: Iterable[OffsetRange]) -> str:
+    """Compact JSON ``{"topic": {"0": [[start, end], ...]}}`` for snapshot summaries."""
+    return json.dumps(ranges_to_dict(ranges), sort_keys=True, separators=(",", ":"))
 
 
 def ranges_from_json(text: str | None) -> list[OffsetRange]:

@@ -234,3 +234,37 @@ def arm_fault():
     yield arm
     for path in armed:
         path.unlink(missing_ok=True)
+
+
+# --- headless Chromium for the Airflow UI tests (helpers in tests/airflow_ui.py) -------------------
+
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "e2e-screenshots"
+
+
+@pytest.fixture
+def browser(tmp_path):
+    """Headless Chromium via chromedriver; the driver, the browser and its helpers are gone afterwards."""
+    from browser import chromium
+
+    with chromium(tmp_path) as driver:
+        yield driver
+
+
+@pytest.fixture
+def shot(browser, request):
+    """``shot(name)``: a screenshot kept as a test artefact (``build/e2e-screenshots/<test>/<name>.png``),
+    checked not blank."""
+    taken: list[Path] = []
+    folder = SCREENSHOTS / request.node.name
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def take(name: str) -> Path:
+        path = folder / f"{name}.png"
+        assert browser.save_screenshot(str(path)), f"screenshot {path} failed"
+        taken.append(path)
+        print(f"screenshot: {path}")
+        return path
+
+    yield take
+    for path in taken:
+        assert path.stat().st_size > 10_000, f"{path} looks empty"

@@ -6,7 +6,8 @@ the error's first line — for an ingest task, the cause and its fix), records t
 pipeline's shared run state (``failures/`` under its state root, :mod:`tailfill.state.store`) and,
 when ``$TAILFILL_ON_FAILURE`` names a
 ``module:function``, calls it with the context and that record (alerting: mail, chat, pager).
-``deadline_missed`` is the incremental DAG's deadline alert (``tail.run_deadline_seconds``, run by
+``objective_missed`` records and alerts a tail run that missed its freshness objective (a warning: the run
+goes on). ``deadline_missed`` is the incremental DAG's deadline alert (``tail.run_deadline_seconds``, run by
 Airflow's triggerer): a run still going that long after it was queued is recorded the same way.
 """
 
@@ -55,6 +56,17 @@ def _failed(context: Any, will_retry: bool) -> None:
     log.error("%s %s of %s (try %s): %s", "FAILED, WILL RETRY:" if will_retry else "FAILED", where,
               record["run_id"], record["try_number"], record["error"])
     _record(context, record)
+
+
+def objective_missed(context: Any, message: str) -> dict:
+    """A run that went on but missed the tail's freshness objective (``tail.on_missed_objective: warn``):
+    logged as a warning, recorded (the run's tab shows it) and sent to the alerting hook."""
+    ti = context["ti"]
+    record = {"at": round(time.time(), 3), "dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id,
+              "map_index": ti.map_index, "try_number": ti.try_number, "error": message, "warning": True}
+    log.warning("WARNING %s of %s: %s", record["task_id"], record["run_id"], message)
+    _record(context, record)
+    return record
 
 
 async def deadline_missed(interval_seconds: float, context: dict | None = None) -> dict:

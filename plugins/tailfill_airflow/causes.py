@@ -14,6 +14,7 @@ import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from tailfill.errors import ErrorInfo, TailfillError
 from tailfill.offsets import merge
@@ -66,6 +67,13 @@ class JobOutput:
         return error.message if self.result is not None and self.result.error is error else str(error)
 
 
+def restart_record(event: Restarted, try_number: int, at: float) -> dict:
+    """One restart of a job's query as the lane record keeps it (its cause redacted, on one line)."""
+    return {"try": try_number, "at": round(at, 3), "label": event.label, "failures": event.failures,
+            "tolerated": event.tolerated, "step": event.step, "cause": " ".join(redact_text(str(event.error)).split()),
+            "wait_seconds": event.wait_seconds}
+
+
 def fix_for(error: ErrorInfo | None) -> str:
     """The fix to suggest for ``error``, unless its message already names one."""
     if error is None:
@@ -95,6 +103,15 @@ def headline(what: str, output: JobOutput, returncode: int | str | None) -> str:
     return f"{what} failed (exit {returncode}): {cause}" + (f" (fix: {fix})" if fix else "")
 
 
+FAILURE_KEY = "failure"  # the XCom of a failed try: what failed, the cause, the fix
+
+
+def push_failure(ti: Any, what: str, error_class: str, cause: str, fix: str | None, retryable: bool) -> None:
+    """A failed try's cause and fix as the task's ``failure`` XCom (for automation through the REST API)."""
+    ti.xcom_push(key=FAILURE_KEY, value={"what": what, "error_class": error_class, "cause": cause, "fix": fix,
+                                         "retryable": retryable, "try_number": getattr(ti, "try_number", None)})
+
+
 @contextlib.contextmanager
 def causes_first(what: str) -> Iterator[None]:
     """Around a worker-side task (preflight, plan, tune): a Tailfill error becomes one line, cause and
@@ -105,6 +122,15 @@ def causes_first(what: str) -> Iterator[None]:
     try:
         yield
     except TailfillError as exc:
-        line = f"{what} failed: {redact_text(str(exc).splitlines()[0])}"
+        cause = redact_text(str(exc).splitlines()[0])
+        line = f"{what} failed: {cause}"
         log.error(line)
+        from airflow.sdk import get_current_context
+
+        try:
+            ti = get_current_context()["ti"]
+        except RuntimeError:  # not in a task (a test, a script): the line is the whole report
+            ti = None
+        if ti is not None:
+            push_failure(ti, what, type(exc).__name__, cause, None if "(fix:" in cause else exc.fix, exc.retryable)
         raise (AirflowException if exc.retryable else AirflowFailException)(line) from None

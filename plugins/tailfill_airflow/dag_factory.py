@@ -26,9 +26,11 @@ from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
 from tailfill.pipeline.load import load_pipeline, pipeline_files
-from tailfill_airflow.callbacks import deadline_missed, on_failure, on_retry
+from tailfill.state.store import read_lane
+from tailfill_airflow.callbacks import deadline_missed, objective_missed, on_failure, on_retry
 from tailfill_airflow.causes import causes_first
 from tailfill_airflow.hooks import TailfillHook
+from tailfill_airflow.lineage import emit_lineage
 from tailfill_airflow.naming import (
     BACKFILL,
     INCREMENTAL,
@@ -117,6 +119,7 @@ def _validate(cfg: PipelineConfig, run_id: str) -> dict:
     with _opened(cfg) as pipeline:
         result = validate(pipeline, run_id=run_id)
         totals = table_totals(pipeline)
+        lane = read_lane(pipeline.state, run_id)  # the ingest's tries and restarts
     verdict = "complete" if result.success else "INCOMPLETE"
     log.info("validation of %s: %s (%s offsets) report %s", run_id, verdict, result.offsets_checked, report)
     if not result.success:
@@ -127,7 +130,19 @@ def _validate(cfg: PipelineConfig, run_id: str) -> dict:
     if result.state:  # a keyed table: what the run's merges did, and the state's key
         summary |= {"key": list(cfg.target.key), "changes": result.state["run_counts"]}
     get_current_context()["outlet_events"][table_asset(cfg)].extra = {"pipeline": cfg.name, **summary}
-    return summary | {"partitions": result.partitions}
+    emit_lineage(cfg, result.rows, result.quarantined)
+    return summary | {"verdict": "COMPLETE", "ranges": result.covered(), "partitions": result.partitions,
+                      "restarts": len(lane.restarts) if lane else 0,
+                      "ingest_tries": lane.try_number if lane and lane.try_number else 1}
+
+
+def merged_ranges(results: list[dict]) -> dict:
+    """The ``ranges`` of several validations (``{"topic": {"0": [[s, e]]}}``), merged per partition."""
+    from tailfill.offsets import OffsetRange, merge, ranges_to_dict
+
+    return ranges_to_dict(merge(OffsetRange(topic, int(part), start, end) for r in results
+                                for topic, parts in r.get("ranges", {}).items()
+                                for part, spans in parts.items() for start, end in spans))
 
 
 # --- the planning tasks: thin adapters of tailfill.run.planner -----------------------------------
@@ -144,7 +159,7 @@ def plan_lanes(cfg: PipelineConfig, params: Mapping[str, Any], airflow_run_id: s
         plan = plan_backfill_lanes(pipeline, BackfillRequest.from_params(params),
                                    lambda lane: tailfill_run_id(cfg.name, BACKFILL, airflow_run_id, lane))
     for line in plan.lines:
-        log.info(line)
+        (log.warning if line.startswith("warning:") else log.info)(line)
     log.info(lanes_at_once(len(plan.specs)))
     out = []
     for lane, spec in enumerate(plan.specs):
@@ -171,6 +186,25 @@ def tune_tail(cfg: PipelineConfig, airflow_run_id: str) -> dict | None:
             "pending": plan.pending}
 
 
+def objective_of_run(cfg: PipelineConfig, tail_run_id: str) -> dict:
+    """The tail run's batches against the freshness objective; missed: a warning recorded and alerted, or the
+    task failed (``tail.on_missed_objective``). Returns the check for the report's XCom."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tailfill.state.store import run_reports
+    from tailfill_airflow.objective import check_objective
+
+    check = check_objective(cfg.tail.freshness_seconds, run_reports(_opened(cfg).state, tail_run_id))
+    line = check.asstr()
+    if check.met:
+        log.info("%s", line)
+    elif cfg.tail.on_missed_objective == "fail":
+        raise AirflowFailException(f"{line}; tail.on_missed_objective: fail")
+    else:
+        objective_missed(get_current_context(), line)
+    return check.asdict()
+
+
 # --- user-facing docs ---------------------------------------------------------------------------
 
 PREFLIGHT_DOC = """Checks the broker, topic, catalog, warehouse, Spark and disk before any Spark work.
@@ -192,7 +226,9 @@ cap from measured throughput. With nothing waiting, the run stops here (no Spark
 downstream tasks are skipped."""
 TAIL_DOC = """`spark-submit` of the tail from the committed position to the broker's current end, in
 capped micro-batches. Progress, links and failure causes as for a backfill lane."""
-REPORT_DOC = """The run's summary: offsets, rows, batch cap and why, and the completeness report."""
+REPORT_DOC = """The run's summary: offsets, rows, batch cap and why, the completeness report, and the
+freshness objective: a run whose batches missed it warns (recorded, on the run's tab, sent to the alerting
+hook) or fails, as `tail.on_missed_objective` says."""
 
 
 def _backfill_doc(cfg: PipelineConfig) -> str:
@@ -293,9 +329,10 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
             with causes_first(f"planning the backfill of {cfg.name}"):
                 return plan_lanes(cfg, get_current_context()["params"], _airflow_run_id())
 
-        @task(doc_md=VALIDATE_DOC, outlets=[table_asset(cfg)], map_index_template="{{ lane_label }}", **RETRIES)
+        # The lane's label from its argument, rendered before the task runs: shown while it runs and if it fails.
+        @task(doc_md=VALIDATE_DOC, outlets=[table_asset(cfg)],
+              map_index_template="{{ task.op_kwargs['lane']['label'] }}", **RETRIES)
         def validate_slice(lane: dict) -> dict:
-            get_current_context()["lane_label"] = lane["label"]  # type: ignore[typeddict-unknown-key]
             return _validate(cfg, lane["run_id"]) | {"slices": lane["slices"], "label": lane["label"]}
 
         @task(trigger_rule="none_failed", doc_md=SUMMARY_DOC)  # also when nothing was to backfill
@@ -306,10 +343,12 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
             for r in results:
                 log.info("%s: run %s, %s offsets (%s rows, %s quarantined) complete, report %s", r["label"],
                          r["run_id"], f"{r['offsets']:,}", f"{r['rows']:,}", f"{r['quarantined']:,}", r["report"])
-            out = {"offsets": sum(r["offsets"] for r in results), "lanes": len(results),
-                   "rows": sum(r["rows"] for r in results), "quarantined": sum(r["quarantined"] for r in results)}
-            log.info("backfill of %s: %s offsets in %s lanes, all complete", cfg.name, f"{out['offsets']:,}",
-                     out["lanes"])
+            out = {"verdict": "COMPLETE" if results else "NOTHING_TO_DO", "offsets": sum(r["offsets"] for r in results),
+                   "lanes": len(results), "rows": sum(r["rows"] for r in results),
+                   "quarantined": sum(r["quarantined"] for r in results), "ranges": merged_ranges(results),
+                   "restarts": sum(r.get("restarts", 0) for r in results)}
+            log.info("backfill of %s: %s offsets in %s lanes, %s", cfg.name, f"{out['offsets']:,}", out["lanes"],
+                     "all complete" if results else "nothing to do")
             return out
 
         lanes = plan()
@@ -384,8 +423,10 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
                      tuned["run_id"], f"{checked['offsets']:,}", f"{checked['rows']:,}",
                      f"{checked['quarantined']:,}", tuned["tuning"]["max_offsets_per_batch"],
                      tuned["tuning"]["reason"], checked["report"])
+            objective = objective_of_run(cfg, tuned["run_id"])
             return {"tuning": tuned["tuning"], **checked, "freshness": freshness,
-                    "freshness_objective_seconds": cfg.tail.freshness_seconds, "tail_health": lines}
+                    "freshness_objective_seconds": cfg.tail.freshness_seconds, "objective": objective,
+                    "tail_health": lines}
 
         tuned = tune()
         tail = TailfillSubmitOperator(task_id="tail", pipeline=str(cfg.path), name=f"tailfill-{cfg.name}-tail",
@@ -417,10 +458,9 @@ def maintenance_dag(cfg: PipelineConfig) -> DAG:
 
             with _opened(cfg) as pipeline:
                 result = run_upkeep(pipeline, maintenance_settings(cfg))
-            for t in result.asdict()["tables"]:
-                log.info("%s: compaction %s, expiry %s, orphans %s", t["table"], t["compaction"], t["expiry"],
-                         t["orphans"])
-            return result.asdict()  # an XCom: plain JSON
+            for line in result.asstr().splitlines():
+                log.info("%s", line.strip())
+            return result.asdict() | {"summary": result.asstr()}  # an XCom: plain JSON, and the run tab's text
 
         maintain()
     return dag

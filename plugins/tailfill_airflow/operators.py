@@ -24,6 +24,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -39,8 +40,9 @@ from tailfill.redact import redact_text
 from tailfill.run import runtime
 from tailfill.settings import settings
 from tailfill.state.store import StateStore, read_lane, run_reports, write_lane
-from tailfill_airflow.causes import JobOutput, committed_summary, headline
+from tailfill_airflow.causes import JobOutput, committed_summary, fix_for, headline, push_failure, restart_record
 from tailfill_airflow.hooks import TailfillHook
+from tailfill_airflow.lineage import emit_lineage
 from tailfill_airflow.naming import lane_label
 from tailfill_airflow.progress import Progress, ProgressWatcher
 
@@ -159,6 +161,9 @@ class TailfillSubmitOperator(BaseOperator):
         self._out: Any = None  # the open output file
         self._state: StateStore | None = None  # the pipeline's shared run state, while the task runs
         self._stopped = False  # Airflow sent SIGTERM: the task's state was changed from outside
+        self._restarts: list[dict] = []  # this try's restarts of the job's queries (lane record format)
+        self._try_number = 0
+        self._watcher: ProgressWatcher | None = None
 
     # --- what the job prints --------------------------------------------------------------------
 
@@ -172,6 +177,10 @@ class TailfillSubmitOperator(BaseOperator):
         own = self._output.observe(line)
         if own:
             log.info("%s", line)
+        if len(self._output.restarts) > len(self._restarts):  # the job restarted a query: on the lane's page now
+            self._restarts.append(restart_record(self._output.restarts[-1], self._try_number, time.time()))
+            if self._watcher is not None:
+                self._watcher.poll(force=True)
         return own
 
     # --- execute ----------------------------------------------------------------------------------
@@ -198,21 +207,25 @@ class TailfillSubmitOperator(BaseOperator):
         log.info("%s: run %s, %s; full job output in %s", cfg.name, spec.run_id,
                  f"{planned:,} offsets planned" if planned is not None else "open-ended", self._output_file)
 
+        earlier = read_lane(store, spec.run_id)  # a retry: the batches and restarts of the tries before stay theirs
+        before = [r for r in (earlier.restarts if earlier else []) if r.get("try") != ti.try_number]
+        self._try_number = ti.try_number
+
         def publish(p: Progress) -> None:
             if self._stopped:  # Airflow no longer takes this try's XComs or label
                 p = replace(p, state="stopped")
             log.info("progress %s: %s", label, p.asstr())
             ended = None if p.state == "running" else p.updated_at
-            write_lane(store, spec.run_id, state=p.state, ended_at=ended)
+            write_lane(store, spec.run_id, state=p.state, ended_at=ended, restarts=before + self._restarts)
             if not self._stopped:
                 ti.xcom_push(key=PROGRESS_KEY, value=p.asdict())
                 _show_in_grid(ti, f"{label} · {p.asstr()}")
 
-        watcher = ProgressWatcher(store, spec.run_id, planned, publish)
-        earlier = read_lane(store, spec.run_id)  # a retry: the batches of the tries before stay theirs
+        watcher = self._watcher = ProgressWatcher(store, spec.run_id, planned, publish)
         tries = {**(earlier.tries if earlier else {}), str(ti.try_number): watcher.started_at}
         write_lane(store, spec.run_id, label=label, planned=planned, started_at=watcher.started_at,
-                   try_number=ti.try_number, tries=tries, cause=None, state="running", ended_at=None)
+                   try_number=ti.try_number, tries=tries, cause=None, state="running", ended_at=None,
+                   restarts=before)
         self._note_sigterm()
         self._output_file.parent.mkdir(parents=True, exist_ok=True)
         failure: JobFailed | None = None
@@ -228,13 +241,18 @@ class TailfillSubmitOperator(BaseOperator):
                     self._exit_stopped(cfg, spec, label)
                 failure = self._failure(cfg, spec, label, outcome.code if self._run is not None else exc)
         if failure is not None:
-            write_lane(store, spec.run_id, cause=str(failure).splitlines()[0])
+            first = str(failure).splitlines()[0]
+            write_lane(store, spec.run_id, cause=first)
+            error = self._output.error
+            push_failure(ti, f"ingest of {cfg.name} ({label})", error.error_class if error else type(failure).__name__,
+                         first, fix_for(error) or None, error.retryable if error else True)
             raise failure from None
         if self._stopped:  # the job ended well, but Airflow changed the task's state meanwhile: report nothing
             self._exit_stopped(cfg, spec, label)
         result = self._output.result
         if result is not None:
             ti.xcom_push(key=RESULT_KEY, value=[asdict(r) for r in result.results])
+            emit_lineage(cfg, sum(r.rows for r in result.results), sum(r.quarantined for r in result.results))
 
     # --- stopped from outside -------------------------------------------------------------------
 

@@ -12,7 +12,13 @@ Airflow's auth manager whether the user may read that DAG (the UI's session cook
   turned into the plugin's);
 - ``/tailfill/docs/<dag>/<path>``: the pipeline's Great Expectations Data Docs;
 - ``/tailfill/output/<dag>/<run>/<map index>``: the ``spark-submit`` output of the latest try;
-- ``/tailfill/pipeline/<dag>``: the pipeline's live offsets (earliest, cutover, committed, lag).
+- ``/tailfill/pipeline/<dag>``: the pipeline's live offsets (earliest, cutover, committed, lag);
+- ``/tailfill/quarantine/<dag>`` and ``/tailfill/table/<dag>``: counts per partition, and the quarantined
+  records or the table's first rows;
+- ``/tailfill/spark-server-log/<dag>``: the end of the warm Spark server's log.
+
+A page that cannot read its source (a broker down, a topic missing, the catalog unreachable) answers
+with the cause and its fix in the page.
 
 Pages are plain HTML with a refresh while a run is going; nothing here changes any state.
 """
@@ -20,28 +26,34 @@ Pages are plain HTML with a refresh while a run is going; nothing here changes a
 from __future__ import annotations
 
 import html
+import logging
 import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
 
+from tailfill.errors import TailfillError
 from tailfill.pipeline.handle import Pipeline
 from tailfill.pipeline.load import load_pipeline
 from tailfill.redact import redact_text
 from tailfill.run.runtime import log_dir
 from tailfill.settings import settings
-from tailfill.state.store import StateStore, read_lane, run_exists, run_reports
+from tailfill.state.records import FailureRecord
+from tailfill.state.store import StateStore, read_failures, read_lane, run_exists, run_reports
 from tailfill.values.freshness import Freshness
-from tailfill_airflow.naming import BACKFILL, MAINTENANCE, split_dag_id, tailfill_run_id
+from tailfill_airflow.naming import BACKFILL, INCREMENTAL, MAINTENANCE, split_dag_id, tailfill_run_id
+from tailfill_airflow.objective import check_objective
+from tailfill_airflow.outcome import Outcome, read_run_state, read_run_tasks, read_xcom, run_outcome
 from tailfill_airflow.progress import progress
 
 if TYPE_CHECKING:
     from tailfill.proof.result import ValidationResult
 
+log = logging.getLogger(__name__)
 MAX_LANES = 1024
 STYLE = """<style>body{font:14px system-ui,sans-serif;margin:16px;color:#222}table{border-collapse:collapse}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}td.l{text-align:left}
@@ -96,7 +108,7 @@ def lane_progress(store: StateStore, tf_run: str) -> dict:
     started = lane.started_at if lane and lane.started_at is not None else time.time()
     out = progress(reports, lane.planned if lane else None, started, now=ended or time.time(), state=state).asdict()
     return {"label": (lane.label if lane else None) or tf_run, "run_id": tf_run,
-            "try_number": lane.try_number if lane else None,
+            "try_number": lane.try_number if lane else None, "restarts": lane.restarts if lane else [],
             "cause": redact_text(lane.cause) if lane and lane.cause else None, **out}
 
 
@@ -120,29 +132,74 @@ def _lane_rows(lanes: list[dict], freshness: bool = True) -> str:
         fresh = str(Freshness.from_dict(p["freshness"])) if p.get("freshness") else ""
         planned = f"/{p['offsets_planned']:,}" if p["offsets_planned"] else ""
         cls = ' class="bad"' if p["state"] == "failed" else ""
-        state = p["state"] + (f", try {p['try_number']}" if p.get("try_number") else "")
+        state = p["state"] + (f", try {p['try_number']}" if p.get("try_number") else "") + restart_count(p)
         rows.append(f"<tr><td class=l>{html.escape(p['label'])}</td><td{cls}>{html.escape(state)}</td>"
                     f"<td class=l>{_bar(p)} {p['percent'] if p['percent'] is not None else '-'}%</td>"
                     f"<td>{p['offsets_done']:,}{planned}</td><td>{p['rows_per_s']:,.0f}</td>"
                     f"<td>{p['eta_s'] if p['eta_s'] is not None else '-'}</td><td>{p['batches']}</td>"
                     + (f"<td>{html.escape(fresh) or '-'}</td>" if freshness else "") + "</tr>")
+        if p.get("restarts"):
+            last = p["restarts"][-1]
+            rows.append(f'<tr><td colspan=8 class="l restarts">last restart (try {last["try"]}, '
+                        f'{time.strftime("%H:%M:%S", time.gmtime(last["at"]))} UTC, at {html.escape(last["step"])}): '
+                        f'{html.escape(last["cause"])}</td></tr>')
         if p.get("cause"):
             rows.append(f'<tr><td colspan=8 class="l bad">{html.escape(p["cause"])}</td></tr>')
     return f"<table>{head}{''.join(rows)}</table>"
 
 
-@app.get("/run/{dag_id}/{run_id}", response_class=HTMLResponse, dependencies=[_authorized()])
-def run_page(dag_id: str, run_id: str) -> HTMLResponse:
-    pipeline, kind = pipeline_of(dag_id)
+def restart_count(p: dict) -> str:
+    """``, N restarts`` of a lane: the job's restarts of its queries, in every try."""
+    n = len(p.get("restarts") or ())
+    return f", {n} restart{'s' if n != 1 else ''}" if n else ""
+
+
+def _restart_rows(restarts: list[dict], output: str) -> str:
+    """A lane's restarts, each linked to its try's job output (``output``: the lane's output page)."""
+    if not restarts:
+        return ""
+    rows = "".join(
+        f"<tr><td>{r['try']}</td><td class=l>{time.strftime('%H:%M:%S', time.gmtime(r['at']))}</td>"
+        f"<td>{r['failures']}/{r['tolerated']}</td><td class=l>{html.escape(r['step'])}</td>"
+        f"<td class=l>{html.escape(r['cause'])}</td><td>{r['wait_seconds']:g}</td>"
+        f'<td class=l><a href="{output}?try={r["try"]}" target="_blank" rel="noopener">output of try {r["try"]}</a>'
+        "</td></tr>"
+        for r in restarts)
+    return ("<h3>Restarts of the job's queries</h3><table class=restarts><tr><th>try</th><th>at (UTC)</th>"
+            "<th>failures/tolerated</th><th>step</th><th>cause</th><th>wait s</th><th>Spark output</th></tr>"
+            f"{rows}</table>")
+
+
+def run_lanes(pipeline: Pipeline, kind: str, run_id: str) -> list[tuple[int, dict]]:
+    """The lanes of a run that have started, with their map index (-1: the tail); none for upkeep."""
     lanes = []
-    for index in range(MAX_LANES if kind == BACKFILL else 1):
+    for index in range(MAX_LANES if kind == BACKFILL else 1 if kind == INCREMENTAL else 0):
         tf_run = lane_run_id(pipeline.name, kind, run_id, index)
         if not run_exists(pipeline.state, tf_run):
             break
-        lanes.append(lane_progress(pipeline.state, tf_run))
-    links = run_links(dag_id, run_id, [p["label"] for p in lanes] if kind == BACKFILL else [])
+        lanes.append((index if kind == BACKFILL else -1, lane_progress(pipeline.state, tf_run)))
+    return lanes
+
+
+def run_failures(store: StateStore, dag_id: str, run_id: str) -> list[FailureRecord]:
+    """The failures the run's tasks recorded (retried tries included), oldest first."""
+    return [f for f in read_failures(store) if f.dag_id == dag_id and f.run_id == run_id]
+
+
+@app.get("/run/{dag_id}/{run_id}", response_class=HTMLResponse, dependencies=[_authorized()])
+def run_page(dag_id: str, run_id: str) -> HTMLResponse:
+    pipeline, kind = pipeline_of(dag_id)
+    indexed = run_lanes(pipeline, kind, run_id)
+    lanes = [p for _, p in indexed]
+    failures = run_failures(pipeline.state, dag_id, run_id)
+    links = run_links(dag_id, run_id, [(i, p["label"]) for i, p in indexed], docs=data_docs_site(pipeline).is_dir(),
+                      server_log=bool(indexed) and spark_server_log().is_file())
+    tries = _failure_rows(failures)
     if not lanes:
-        return _page(f"{dag_id} · {run_id}", "<p>No lane has started yet.</p>" + links, refresh=True)
+        outcome = run_outcome(kind, read_run_tasks(dag_id, run_id), failures,
+                              lambda task_id: read_xcom(dag_id, run_id, task_id))
+        return _page(f"{dag_id} · {run_id}", _outcome_html(outcome, dag_id, run_id) + tries + links,
+                     refresh=outcome.running)
     from tailfill.proof.reports import read_result
 
     done = sum(p["offsets_done"] for p in lanes)
@@ -154,14 +211,48 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
                f"<p><b>{done:,}</b>{f' of {planned:,}' if planned else ''} offsets: {stored:,} rows + "
                f"{quarantined:,} quarantined in {len(lanes)} lane(s); "
                f"{sum(p['rows_per_s'] for p in lanes):,.0f} rows/s together.</p>")
-    running = any(p["state"] == "running" for p in lanes)
-    return _page(f"{dag_id} · {run_id}", summary + _lane_rows(lanes, freshness=kind != BACKFILL) + links,
-                 refresh=running)
+    if kind == INCREMENTAL:
+        check = check_objective(pipeline.cfg.tail.freshness_seconds, run_reports(pipeline.state, lanes[0]["run_id"]))
+        summary += f'<p class="{"good" if check.met else "bad"} objective">{html.escape(check.asstr())}</p>'
+    # until the run ends: its lanes run, then their validations give the verdict
+    going = any(p["state"] == "running" for p in lanes) or (
+        cls == "muted" and read_run_state(dag_id, run_id) not in ("success", "failed"))
+    return _page(f"{dag_id} · {run_id}", summary + _lane_rows(lanes, freshness=kind != BACKFILL) + tries + links,
+                 refresh=going)
 
 
-def run_links(dag_id: str, run_id: str, labels: list[str]) -> str:
-    """The run's links: each lane's report, progress and job output (``labels``: a backfill's lanes in
-    map index order; none: the run's one Spark task), then the pipeline's Data Docs, quarantine and offsets."""
+def task_log_link(dag_id: str, run_id: str, task_id: str, text: str = "its log") -> str:
+    """A link from a run's page (``/tailfill/run/<dag>/<run>``) to a task's log in the Airflow UI."""
+    href = f"../../../dags/{quote(dag_id)}/runs/{quote(run_id, safe='')}/tasks/{quote(task_id)}"
+    return f'<a href="{href}" target="_blank" rel="noopener">{html.escape(text)}</a>'
+
+
+def _outcome_html(outcome: Outcome, dag_id: str, run_id: str) -> str:
+    log = f" ({task_log_link(dag_id, run_id, outcome.task_id)})" if outcome.task_id else ""
+    details = "".join(f"<li>{html.escape(line)}</li>" for line in outcome.details)
+    return (f'<p class="{outcome.cls} outcome"><b>{html.escape(outcome.text)}</b>{log}</p>'
+            + (f"<ul>{details}</ul>" if details else ""))
+
+
+def _failure_rows(failures: list[FailureRecord]) -> str:
+    """The run's failed tries, each with its task, try, whether Airflow retried it, and its cause."""
+    if not failures:
+        return ""
+    rows = "".join(
+        f"<tr><td class=l>{html.escape(time.strftime('%H:%M:%S', time.gmtime(f.at)))}</td>"
+        f"<td class=l>{html.escape(f.task_id or 'the run')}"
+        f"{'' if f.map_index in (None, -1) else f'[{f.map_index}]'}</td><td>{f.try_number or '-'}</td>"
+        f"<td class=l>{'warning' if f.warning else 'retried' if f.will_retry else 'failed'}</td>"
+        f"<td class=\"l bad\">{html.escape(redact_text(f.error))}</td></tr>" for f in failures)
+    return ("<h3>Failed tries and warnings</h3><table class=failures><tr><th>at (UTC)</th><th>task</th>"
+            f"<th>try</th><th>then</th><th>cause</th></tr>{rows}</table>")
+
+
+def run_links(dag_id: str, run_id: str, lanes: list[tuple[int, str]], docs: bool = True,
+              server_log: bool = False) -> str:
+    """The run's links: each started lane's report, progress and job output (``lanes``: map index and label;
+    the tail's index is -1), then the pipeline's Data Docs (``docs``: once a validation made them), quarantine
+    and offsets, and the warm Spark server's log (``server_log``: when there is one)."""
     dag, run = quote(dag_id), quote(run_id, safe="")
 
     def a(path: str, text: str) -> str:
@@ -173,11 +264,12 @@ def run_links(dag_id: str, run_id: str, labels: list[str]) -> str:
                           (("report", "completeness report"), ("batches", "progress and batch reports"),
                            ("output", "Spark job output")))
 
-    per_lane = ("".join(f"<li>{html.escape(label)}: {lane(i)}</li>" for i, label in enumerate(labels))
-                if labels else f"<li>{lane(-1)}</li>")
-    pipeline = " · ".join((a(f"docs/{dag}/index.html", "Data Docs"),
-                           a(f"quarantine/{dag}", "quarantined records and counts per partition"),
-                           a(f"pipeline/{dag}", "live offsets")))
+    per_lane = "".join(f"<li>{html.escape(label)}: {lane(i)}</li>" for i, label in lanes)
+    pipeline = " · ".join(((a(f"docs/{dag}/index.html", "Data Docs"),) if docs else ())
+                          + (a(f"quarantine/{dag}", "quarantined records and counts per partition"),
+                             a(f"table/{dag}", "table preview"),
+                             a(f"pipeline/{dag}", "live offsets"))
+                          + ((a(f"spark-server-log/{dag}", "warm Spark server log"),) if server_log else ()))
     return f'<h3>Links</h3><ul class="links">{per_lane}<li>{pipeline}</li></ul>'
 
 
@@ -198,11 +290,10 @@ def verdict(results: list[ValidationResult | None]) -> tuple[str, str]:
 def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
     """A lane's tab; for a task that is not a lane, what the run or the pipeline has to show."""
     pipeline, kind = pipeline_of(dag_id)
-    if kind == MAINTENANCE:  # maintain runs no Spark lane: the pipeline's offsets
-        return pipeline_page(dag_id)
-    if kind == BACKFILL and map_index_of(map_index) < 0:  # preflight, plan, summary: every lane of the run
-        return run_page(dag_id, run_id)
     tf_run = lane_run_id(pipeline.name, kind, run_id, map_index)
+    if kind == MAINTENANCE or (kind == BACKFILL and map_index_of(map_index) < 0) \
+            or not run_exists(pipeline.state, tf_run):  # not a lane, or one not started: what the run did
+        return run_page(dag_id, run_id)
     p = lane_progress(pipeline.state, tf_run)
     lane = read_lane(pipeline.state, tf_run)
     head = ("<tr><th>try</th><th>batch</th><th>committed at (UTC)</th><th>offsets</th><th>rows</th>"
@@ -212,7 +303,15 @@ def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
             f"<td>{r.rows:,}</td><td>{r.quarantined:,}</td><td>{r.seconds:.1f}</td><td>{r.commit_ms:.0f}</td>"
             f"<td class=l>{html.escape(', '.join(map(str, r.committed)) or 'replay: already committed')}</td></tr>"
             for r in run_reports(pipeline.state, tf_run)]
-    body = (f"<p class=muted>run {html.escape(tf_run)}</p>{_lane_rows([p], freshness=kind != BACKFILL)}<h3>Batches</h3>"
+    index = map_index_of(map_index)
+    tries = [f for f in run_failures(pipeline.state, dag_id, run_id) if f.task_id in ("ingest_slice", "tail")
+             and (f.map_index if f.map_index is not None else -1) == index]
+    here = f"{quote(dag_id)}/{quote(run_id, safe='')}/{index}"  # relative to /tailfill/batches/<dag>/<run>/<index>
+    links = (f'<p><a href="../../../output/{here}" target="_blank" rel="noopener">Spark job output (latest try)</a>'
+             + (f' · <a href="../../../spark-server-log/{quote(dag_id)}" target="_blank" rel="noopener">the warm '
+                "Spark server's log</a>" if spark_server_log().is_file() else "") + "</p>")
+    body = (f"<p class=muted>run {html.escape(tf_run)}</p>{_lane_rows([p], freshness=kind != BACKFILL)}"
+            f"{_restart_rows(p['restarts'], f'../../../output/{here}')}{_failure_rows(tries)}{links}<h3>Batches</h3>"
             f"<table>{head}{''.join(rows) or '<tr><td colspan=9>none committed yet</td></tr>'}</table>")
     return _page(f"{p['label']} · progress", body, refresh=p["state"] == "running")
 
@@ -242,12 +341,18 @@ def served_docs_links(report: str, dag_id: str) -> str:
     return _LOCAL_DOCS.sub(lambda m: f'href="../../../docs/{quote(dag_id)}/{m[1]}"', report)
 
 
-@app.get("/docs/{dag_id}/{path:path}", dependencies=[_authorized()])
-def data_docs(dag_id: str, path: str) -> FileResponse:
+def data_docs_site(pipeline: Pipeline) -> Path:
+    """The folder of the pipeline's Great Expectations Data Docs (there once a validation made them)."""
     from tailfill.proof.reports import gx_root
 
-    cfg = pipeline_of(dag_id)[0].cfg
-    site = (gx_root(cfg) / "gx" / "uncommitted" / "data_docs" / "local_site").resolve()
+    return (gx_root(pipeline.cfg) / "gx" / "uncommitted" / "data_docs" / "local_site").resolve()
+
+
+@app.get("/docs/{dag_id}/{path:path}", dependencies=[_authorized()])
+def data_docs(dag_id: str, path: str) -> FileResponse:
+    pipeline = pipeline_of(dag_id)[0]
+    cfg = pipeline.cfg
+    site = data_docs_site(pipeline)
     file = (site / (path or "index.html")).resolve()
     if not file.is_relative_to(site) or not file.is_file():
         raise HTTPException(404, f"no Data Docs page {path!r} for {cfg.name} (validate a run first)")
@@ -255,13 +360,42 @@ def data_docs(dag_id: str, path: str) -> FileResponse:
 
 
 @app.get("/output/{dag_id}/{run_id}/{map_index}", response_class=PlainTextResponse, dependencies=[_authorized()])
-def job_output(dag_id: str, run_id: str, map_index: str) -> PlainTextResponse:
+def job_output(dag_id: str, run_id: str, map_index: str, try_number: int | None = Query(None, alias="try")) \
+        -> PlainTextResponse:
+    """The job output of a lane's latest try (``?try=N``: of that try)."""
     pipeline, kind = pipeline_of(dag_id)
     folder = log_dir(pipeline.name, lane_run_id(pipeline.name, kind, run_id, map_index))
     tries = sorted(folder.glob("spark-submit-try*.log"), key=lambda f: int(f.stem.removeprefix("spark-submit-try")))
+    if try_number is not None:
+        tries = [f for f in tries if f.stem == f"spark-submit-try{try_number}"]
     if not tries:
-        raise HTTPException(404, f"no spark-submit output in {folder}")
+        raise HTTPException(404, f"no spark-submit output{'' if try_number is None else f' of try {try_number}'} "
+                                 f"in {folder}")
     return PlainTextResponse(f"# {tries[-1]}\n" + redact_text(Path(tries[-1]).read_text(errors="replace")))
+
+
+SERVER_LOG_BYTES = 256 * 1024  # the end of the warm Spark server's log a page shows
+
+
+def spark_server_log() -> Path:
+    """The warm Spark server's log (``$TAILFILL_HOME/logs/spark-server.log``), shared by every pipeline."""
+    return settings().home / "logs" / "spark-server.log"
+
+
+@app.get("/spark-server-log/{dag_id}", response_class=PlainTextResponse, dependencies=[_authorized()])
+def server_log(dag_id: str) -> PlainTextResponse:
+    """The end of the warm Spark server's log: where Spark's own failures (a Python worker that could not
+    connect back) are told in full."""
+    pipeline_of(dag_id)  # one of Tailfill's DAGs
+    path = spark_server_log()
+    if not path.is_file():
+        raise HTTPException(404, f"no warm Spark server log at {path} (no job ran on the warm server)")
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        f.seek(max(0, size - SERVER_LOG_BYTES))
+        text = f.read().decode(errors="replace")
+    shown = "" if size <= SERVER_LOG_BYTES else f" (its last {SERVER_LOG_BYTES:,} of {size:,} bytes)"
+    return PlainTextResponse(f"# {path}{shown}\n" + redact_text(text))
 
 
 @app.get("/pipeline/{dag_id}", response_class=HTMLResponse, dependencies=[_authorized()])
@@ -270,13 +404,45 @@ def pipeline_page(dag_id: str) -> HTMLResponse:
 
     pipeline, _ = pipeline_of(dag_id)
     cfg = pipeline.cfg
-    with pipeline:
-        ctx = live_context(pipeline)
-    return _page(f"{cfg.name}: {cfg.source.topic} → {cfg.target.namespace}.{cfg.target.table}",
-                 f"<pre>{html.escape(ctx['text'])}</pre>")
+    title = f"{cfg.name}: {cfg.source.topic} → {cfg.target.namespace}.{cfg.target.table}"
+    try:
+        with pipeline:
+            ctx = live_context(pipeline)
+    except TailfillError as exc:
+        return problem_page(title, "the live offsets cannot be read", exc)
+    return _page(title, f"<pre>{html.escape(ctx['text'])}</pre>")
+
+
+def problem_page(title: str, what: str, exc: BaseException, status: int = 503) -> HTMLResponse:
+    """A page that could not be made: what, the cause (its first line, secrets redacted) and its fix."""
+    cause = redact_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    fix = getattr(exc, "fix", None) if "(fix:" not in cause else None
+    body = (f'<p class="bad problem"><b>{html.escape(what)}</b>: {html.escape(type(exc).__name__)}: '
+            f"{html.escape(cause)}</p>" + (f"<p>Fix: {html.escape(str(fix))}.</p>" if fix else "")
+            + "<p class=muted>This page reloads every 30 s.</p>")
+    page = _page(title, body)
+    page.status_code = status
+    page.headers["Refresh"] = "30"
+    return page
+
+
+@app.exception_handler(Exception)
+async def unexpected_error(request: Request, exc: Exception) -> HTMLResponse:
+    """Any other failure of a page: its cause in the page, not a bare ``Internal Server Error``."""
+    log.exception("Tailfill page %s failed", request.url.path)
+    return problem_page(f"Tailfill: {request.url.path}", "this page could not be made", exc, status=500)
 
 
 QUARANTINE_ROWS = 500  # the most recent quarantined records a page lists
+PREVIEW_ROWS = 50  # the rows the table preview shows
+
+
+def _counts_table(counts: dict) -> str:
+    head = "<tr><th>partition</th><th>committed offsets</th><th>rows</th><th>quarantined</th></tr>"
+    rows = "".join(f"<tr><td class=l>{html.escape(str(tp))}</td><td>{c['committed']:,}</td><td>{c['rows']:,}</td>"
+                   f"<td>{c['quarantined']:,}</td></tr>" for tp, c in counts.items())
+    return (f"<h3>Counts per partition</h3><table class=counts>{head}"
+            f"{rows or '<tr><td colspan=4>none</td></tr>'}</table>")
 
 
 @app.get("/quarantine/{dag_id}", response_class=HTMLResponse, dependencies=[_authorized()])
@@ -284,22 +450,60 @@ def quarantine_page(dag_id: str) -> HTMLResponse:
     """The table's counts per partition, and the quarantined records: offsets, error, run, raw value."""
     pipeline, _ = pipeline_of(dag_id)
     cfg = pipeline.cfg
-    with pipeline:
-        counts, records = table_contents(pipeline, QUARANTINE_ROWS)
-    head = "<tr><th>partition</th><th>committed offsets</th><th>rows</th><th>quarantined</th></tr>"
-    rows = "".join(f"<tr><td class=l>{html.escape(str(tp))}</td><td>{c['committed']:,}</td><td>{c['rows']:,}</td>"
-                   f"<td>{c['quarantined']:,}</td></tr>" for tp, c in counts.items())
+    try:
+        with pipeline:
+            counts, records = table_contents(pipeline, QUARANTINE_ROWS)
+    except TailfillError as exc:
+        return problem_page(f"{cfg.name} · quarantine", "the tables cannot be read", exc)
     listed = "".join(
         f"<tr><td class=l>{html.escape(r['kafka_topic'])}[{r['kafka_partition']}]</td><td>{r['kafka_offset']:,}</td>"
         f"<td class=l>{html.escape(redact_text(r['error'] or ''))}</td>"
         f"<td class=l>{html.escape(r['run_id'] or '')}</td>"
         f"<td class=l><code>{html.escape(_preview(r['kafka_value']))}</code></td></tr>" for r in records)
     total_bad = sum(c["quarantined"] for c in counts.values())
-    body = (f"<h3>Counts per partition</h3><table>{head}{rows}</table>"
+    body = (f'{_counts_table(counts)}<p><a href="../table/{quote(dag_id)}">the table\'s first rows</a></p>'
             f"<h3>Quarantined records ({total_bad:,}; the {min(total_bad, QUARANTINE_ROWS):,} latest offsets "
             f"listed)</h3><table><tr><th>partition</th><th>offset</th><th>error</th><th>run</th><th>raw value</th>"
             f"</tr>{listed or '<tr><td colspan=5>none</td></tr>'}</table>")
     return _page(f"{cfg.name} · {cfg.target.namespace}.{cfg.target.table} · quarantine", body)
+
+
+@app.get("/table/{dag_id}", response_class=HTMLResponse, dependencies=[_authorized()])
+def table_page(dag_id: str) -> HTMLResponse:
+    """The table's counts per partition and its first rows, every column."""
+    pipeline, _ = pipeline_of(dag_id)
+    cfg = pipeline.cfg
+    title = f"{cfg.name} · {cfg.target.namespace}.{cfg.target.table} · preview"
+    try:
+        with pipeline:
+            counts, _ = table_contents(pipeline, 0)
+            columns, rows = table_preview(pipeline, PREVIEW_ROWS)
+    except TailfillError as exc:
+        return problem_page(title, "the table cannot be read", exc)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td class=l>{html.escape(_cell(r[c]))}</td>" for c in columns) + "</tr>"
+                   for r in rows)
+    stored = sum(c["rows"] for c in counts.values())
+    return _page(title, f'{_counts_table(counts)}<p><a href="../quarantine/{quote(dag_id)}">quarantined records</a>'
+                        f"</p><h3>First rows ({min(stored, len(rows)):,} of {stored:,})</h3>"
+                        f"<table class=preview><tr>{head}</tr>{body or '<tr><td>none</td></tr>'}</table>")
+
+
+def table_preview(pipeline: Pipeline, limit: int) -> tuple[list[str], list[dict]]:
+    """The data table's columns and its first ``limit`` rows as stored (none while it was never made)."""
+    tables = pipeline.open_tables()  # as they are: a page changes nothing
+    if tables is None:
+        return [], []
+    tables.data.refresh()
+    arrow = tables.data.scan(limit=limit).to_arrow()
+    return arrow.column_names, arrow.to_pylist()
+
+
+def _cell(value: object, size: int = 80) -> str:
+    if isinstance(value, bytes):
+        return _preview(value, size)
+    text = "(null)" if value is None else str(value)
+    return text if len(text) <= size else text[:size] + " …"
 
 
 def table_contents(pipeline: Pipeline, limit: int) -> tuple[dict, list[dict]]:
@@ -323,6 +527,8 @@ def table_contents(pipeline: Pipeline, limit: int) -> tuple[dict, list[dict]]:
             counts.setdefault(tp, {"committed": 0, "rows": 0, "quarantined": 0})[column] = row["count_all"]
     for tp, ranges in by_partition(read_ledger(data).committed).items():
         counts.setdefault(tp, {"committed": 0, "rows": 0, "quarantined": 0})["committed"] = total(ranges)
+    if limit <= 0:
+        return dict(sorted(counts.items())), []
     bad = quarantine.scan().to_arrow()
     if bad.num_rows > limit:
         bad = bad.take(pc.select_k_unstable(bad, k=limit, sort_keys=[("kafka_offset", "descending")]))

@@ -66,10 +66,11 @@ class GxRunner:
     """
 
     def __init__(self, root: Path):
+        # Its INFO (some 200 lines at import alone) drowns task logs: quiet before the first import.
+        logging.getLogger("great_expectations").setLevel(logging.WARNING)
         import great_expectations as gx
 
         self.gx = gx
-        logging.getLogger("great_expectations").setLevel(logging.WARNING)  # its INFO drowns task logs
         root.mkdir(parents=True, exist_ok=True)
         from great_expectations.data_context.types.base import ProgressBarsConfig
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
+from tailfill.offsets import OffsetRange, merge, ranges_to_dict
+
 
 @dataclass
 class ValidationResult:
@@ -41,6 +43,11 @@ class ValidationResult:
     @property
     def quarantined(self) -> int:
         return sum(p["quarantined"] for p in self.partitions)
+
+    def covered(self) -> dict[str, dict[str, list[list[int]]]]:
+        """The offset ranges the validated runs committed, merged per partition (``{"topic": {"0": [[s, e]]}}``)."""
+        return ranges_to_dict(merge(OffsetRange(r["topic"], r["partition"], r["start"], r["end"])
+                                    for r in self.ranges))
 
     @property
     def html(self) -> str | None:

@@ -149,7 +149,7 @@ def check_bounds(state: SourceState, start: PartitionOffsets | None, end: Partit
             if end[tp] > marks.high[tp] and tp not in marks.unconfirmed]
     if past:
         raise ConfigError(f"backfill bounds past the end of topic {topic!r} on {state.cfg.source.bootstrap_servers}: "
-                          f"{'; '.join(past)} (fix: give To at most the broker's end, or leave it empty to "
+                          f"{'; '.join(past)} (fix: give To at most the broker's end, or `cutover` to "
                           "backfill up to the cutover)")
 
 

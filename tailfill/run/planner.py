@@ -20,7 +20,7 @@ from tailfill.errors import ConfigError
 from tailfill.offsets import OffsetRange, PartitionOffsets, ranges_between, subtract, total
 from tailfill.pipeline.handle import Pipeline
 from tailfill.run.contract import JobSpec, Slice, new_run_id
-from tailfill.run.plan import SourceState, ensure_cutover, plan_backfill, source_state, tail_start
+from tailfill.run.plan import SourceState, check_bounds, ensure_cutover, plan_backfill, source_state, tail_start
 from tailfill.run.tuning import Tuning, tuned_max_offsets
 
 OnCommitted = Literal["skip", "fail"]
@@ -42,11 +42,21 @@ class BackfillRequest:
         """The backfill DAG's form: ``from_offsets``/``to_offsets`` (``earliest``/``cutover`` or offsets JSON),
         ``slices``, ``max_parallel_slices``, ``max_offsets_per_second``, ``committed_ranges``."""
         start, end = params.get("from_offsets", "earliest"), params.get("to_offsets", "cutover")
-        return cls(start=None if start in (None, "", "earliest") else PartitionOffsets.from_json(start),
-                   end=None if end in (None, "", "cutover") else PartitionOffsets.from_json(end),
+        return cls(start=None if start in (None, "", "earliest") else _offsets("From", "from_offsets", start),
+                   end=None if end in (None, "", "cutover") else _offsets("To", "to_offsets", end),
                    slices=params.get("slices"), lanes=params.get("max_parallel_slices") or 1,
                    max_offsets_per_second=params.get("max_offsets_per_second"),
                    on_committed=params.get("committed_ranges") or "skip")
+
+
+def _offsets(title: str, param: str, text: str) -> PartitionOffsets:
+    """A form field's offsets JSON; a clear one-line error naming the field when it is not."""
+    try:
+        return PartitionOffsets.from_json(str(text))
+    except (ValueError, TypeError, AttributeError) as exc:
+        keyword = "earliest" if param == "from_offsets" else "cutover"
+        raise ConfigError(f"{title} ({param}): {exc} (fix: `{keyword}`, or offsets as a JSON object like "
+                          '{"<topic>": {"0": 1000, "1": 1000}})') from None
 
 
 @dataclass(frozen=True)
@@ -98,9 +108,16 @@ def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
     state = source_state(pipeline, pipeline.provision_tables())
     start = request.start or state.marks.low
     end = request.end or ensure_cutover(state)
+    check_bounds(state, start, end)  # From after To, unknown partitions, past the broker's end: one line each
     lines = [f"earliest {state.marks.low.to_dict()}, cutover {(state.cutover or end).to_dict()}, committed "
              f"{sum(r.size for r in state.ledger.committed):,} offsets; this run covers "
              f"[{start.to_dict()}, {end.to_dict()})"]
+    cutover = state.cutover or end
+    past_cutover = [f"{tp} to {end[tp]:,} (cutover {cutover[tp]:,})" for tp in sorted(end)
+                    if tp in cutover and end[tp] > cutover[tp]]
+    if request.end is not None and past_cutover:
+        lines.append(f"warning: To passes the cutover on {'; '.join(past_cutover)}: the offsets after the cutover "
+                     "are the tail's too; each lands once whoever commits it first")
     overlap = _overlap(state, start, end)
     if overlap and request.on_committed == "fail":
         raise ConfigError(f"requested range overlaps committed offsets in {', '.join(map(str, overlap))} "
@@ -112,9 +129,12 @@ def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
         return BackfillPlan([], tuning, [*lines, "nothing to backfill: every offset of the range is committed"])
     lines.append(f"max offsets per batch: {tuning.max_offsets_per_batch} ({tuning.reason})")
     rate = request.max_offsets_per_second or cfg.backfill.max_offsets_per_second
+    blocks = lanes_of(todo, request.lanes)
+    if len(blocks) < request.lanes:
+        lines.append(f"lanes: {request.lanes} asked, {len(blocks)} used: there are {len(todo)} slice(s) to run")
     specs = [JobSpec(cfg.path or cfg.name, "backfill", run_id(lane), tuple(block),
                      max_offsets_per_batch=tuning.max_offsets_per_batch, max_offsets_per_second=rate)
-             for lane, block in enumerate(lanes_of(todo, request.lanes))]
+             for lane, block in enumerate(blocks)]
     return BackfillPlan(specs, tuning, lines)
 
 

@@ -159,6 +159,9 @@ class LaneRecord(_Plain):
     ended_at: float | None = None
     cause: str | None = None
     tries: dict[str, float] = field(default_factory=dict)  # each try's number (as text) → when it started
+    # the job's own restarts of its queries, every try's: {"try", "at", "failures", "tolerated", "step", "cause",
+    # "wait_seconds"}
+    restarts: list[dict] = field(default_factory=list)
 
     def merged(self, **changes) -> LaneRecord:
         return replace(self, **changes)
@@ -181,3 +184,4 @@ class FailureRecord(_Plain):
     try_number: int | None
     error: str
     will_retry: bool = False  # a try that failed with retries left (alerted too: an outage that recovers is seen)
+    warning: bool = False  # not a failure: a run that went on, with something to look at (a missed objective)

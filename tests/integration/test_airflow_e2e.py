@@ -26,7 +26,7 @@ import pytest
 import sqlalchemy
 import yaml
 from airflow_server import FINISHED, AirflowServer
-from browser import chromium
+from airflow_ui import login, wait_for_tab, wait_for_text
 from fault_outcomes import prove
 from helpers import assert_exactly_once, high_watermarks
 
@@ -39,7 +39,6 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "pipelines" / "demo.yaml"
-SCREENSHOTS = REPO / "build" / "e2e-screenshots"
 
 NAME = "e2e"
 BACKFILL, INCREMENTAL = f"{NAME}_backfill", f"{NAME}_incremental"
@@ -247,74 +246,6 @@ def asset_events(airflow: AirflowServer, uri: str) -> list[dict]:
                            params={"asset_id": assets[0]["id"], "order_by": "timestamp"})["asset_events"]
 
 
-# --- the UI in headless Chromium ---------------------------------------------------------------
-
-
-@pytest.fixture
-def browser(tmp_path):
-    """Headless Chromium via chromedriver; the driver, the browser and its helpers are gone afterwards."""
-    with chromium(tmp_path) as driver:
-        yield driver
-
-
-@pytest.fixture
-def shot(browser, request):
-    """``shot(name)``: a screenshot kept as a test artefact (``build/e2e-screenshots/<test>/<name>.png``),
-    checked not blank."""
-    taken: list[Path] = []
-    folder = SCREENSHOTS / request.node.name
-    folder.mkdir(parents=True, exist_ok=True)
-
-    def take(name: str) -> Path:
-        path = folder / f"{name}.png"
-        assert browser.save_screenshot(str(path)), f"screenshot {path} failed"
-        taken.append(path)
-        print(f"screenshot: {path}")
-        return path
-
-    yield take
-    for path in taken:
-        assert path.stat().st_size > 10_000, f"{path} looks empty"
-
-
-def login(browser, airflow) -> None:
-    """Log in through the simple auth manager's page."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    wait = WebDriverWait(browser, 45)
-    browser.get(airflow.url + "/")
-    wait.until(ec.visibility_of_element_located((By.NAME, "username"))).send_keys("admin")
-    browser.find_element(By.NAME, "password").send_keys("admin")
-    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    wait.until(lambda d: "/auth/login" not in d.current_url)
-
-
-def page_text(browser) -> str:
-    from selenium.webdriver.common.by import By
-
-    return browser.find_element(By.TAG_NAME, "body").text
-
-
-def wait_for_text(browser, shot, name: str, *texts: str, timeout: float = 60) -> str:
-    """Wait until the page shows every one of ``texts``, then screenshot it as ``name``.
-
-    On timeout the screenshot is taken all the same and the error quotes what the page showed.
-    """
-    from selenium.common.exceptions import TimeoutException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    try:
-        WebDriverWait(browser, timeout).until(lambda d: all(t in page_text(d) for t in texts))
-    except TimeoutException:
-        path = shot(f"{name}-timeout")
-        raise AssertionError(f"{browser.current_url} did not show {texts} within {timeout:.0f} s (see {path}):\n"
-                             f"{page_text(browser)[:3000]}") from None
-    shot(name)
-    return page_text(browser)
-
-
 def test_trigger_form_and_grid_in_headless_chromium(airflow, pipeline, browser, shot):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -401,40 +332,6 @@ def test_lane_links_progress_and_proof_in_headless_chromium(airflow, pipeline, b
     assert f"{pipeline.source.topic}[0]" in text and "malformed" in text.lower(), text[:2000]
     browser.get(f"{airflow.url}/dags/{BACKFILL}/runs/{run_id}/tasks/ingest_slice/mapped")  # the lanes list
     wait_for_text(browser, shot, "lanes-labelled", label)
-
-
-def frame_text(browser, *texts: str) -> str | None:
-    """The text of the first iframe of the page (a plugin tab) showing every one of ``texts``, or None."""
-    from selenium.common.exceptions import WebDriverException
-    from selenium.webdriver.common.by import By
-
-    for frame in browser.find_elements(By.TAG_NAME, "iframe"):
-        try:
-            browser.switch_to.frame(frame)
-            text = page_text(browser)
-            if all(t in text for t in texts):
-                return text
-        except WebDriverException:
-            continue
-        finally:
-            browser.switch_to.default_content()
-    return None
-
-
-def wait_for_tab(browser, shot, name: str, *texts: str, timeout: float = 60) -> str:
-    """Wait until a plugin tab (an iframe of the Airflow UI) shows every one of ``texts``; screenshot the page."""
-    from selenium.common.exceptions import TimeoutException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    try:
-        text = WebDriverWait(browser, timeout).until(lambda d: frame_text(d, *texts))
-    except TimeoutException:
-        path = shot(f"{name}-timeout")
-        frames = frame_text(browser) or "(no iframe)"
-        raise AssertionError(f"{browser.current_url}: no tab showed {texts} within {timeout:.0f} s (see {path}):\n"
-                             f"{page_text(browser)[:1500]}\n--- iframe:\n{frames[:1500]}") from None
-    shot(name)
-    return text
 
 
 def _loopback(addr: str) -> bool:

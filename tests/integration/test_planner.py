@@ -109,3 +109,32 @@ def test_the_cli_runs_its_lanes_side_by_side_and_reads_back_each_jobs_result(mak
     assert len(parts) == 2, out  # one row per lane, from each job's TAILFILL_RESULT document
     assert sum(int(p[-5].replace(",", "")) for p in parts) == 2_000  # the offsets column
     assert cli.main(["validate", cfg.path, "--all"]) == 0
+
+
+def test_the_forms_bad_bounds_fail_with_one_line_and_what_the_plan_changes_is_said(make_pipeline, dag_factory, caplog):
+    """A garbage From, a From after the cutover, a To past the cutover, more lanes than slices: each one line."""
+    cfg = make_pipeline()
+    topic = cfg.source.topic
+    produce_sample(cfg.source.bootstrap_servers, topic, 400, 4)
+    params = {"from_offsets": "earliest", "to_offsets": "cutover", "slices": 2, "max_parallel_slices": 1,
+              "max_offsets_per_second": None, "committed_ranges": "skip"}
+    with pytest.raises(ConfigError, match=r"^From \(from_offsets\): offsets are not valid JSON .*\(fix: `earliest`"):
+        dag_factory.plan_lanes(cfg, params | {"from_offsets": "yesterday"}, "manual__1")
+    with pytest.raises(ConfigError, match=r"^To \(to_offsets\): offsets must be a JSON object"):
+        dag_factory.plan_lanes(cfg, params | {"to_offsets": "[1, 2]"}, "manual__1")
+    dag_factory.plan_lanes(cfg, params | {"to_offsets": f'{{"{topic}": {{"0": 0}}}}'}, "manual__0")  # no cutover
+    plan = dag_factory.plan_lanes(cfg, params, "manual__1")  # records the cutover at the end: 100 per partition
+    assert len(plan) == 1
+    with pytest.raises(ConfigError, match=r"^backfill bounds: a start after its end: .*\[0\] from 150 to 100 "
+                                          r"\(fix: swap From and To\)"):
+        dag_factory.plan_lanes(cfg, params | {"from_offsets": f'{{"{topic}": {{"0": 150}}}}'}, "manual__2")
+
+    produce_sample(cfg.source.bootstrap_servers, topic, 400, 4)  # the broker's end moves past the cutover
+    caplog.clear()
+    lanes = dag_factory.plan_lanes(cfg, params | {"to_offsets": f'{{"{topic}": {{"0": 150}}}}', "slices": 1,
+                                                  "max_parallel_slices": 5}, "manual__3")
+    assert len(lanes) == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(w.startswith(f"warning: To passes the cutover on {topic}[0] to 150 (cutover 100)") for w in warnings), \
+        warnings
+    assert any("lanes: 5 asked, 1 used: there are 1 slice(s) to run" in r.getMessage() for r in caplog.records)

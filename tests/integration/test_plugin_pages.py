@@ -29,3 +29,15 @@ def test_the_quarantine_page_counts_every_partition_and_lists_the_newest_bad_rec
     assert counts == {TopicPartition(topic, p): {"committed": 100, "rows": 90, "quarantined": 10} for p in range(2)}
     assert [(r["kafka_offset"], r["run_id"]) for r in records] == [(90, "r1"), (90, "r1"), (80, "r1")]
     assert all(r["error"].startswith("malformed JSON") and r["kafka_value"] == b"{not json" for r in records)
+
+
+def test_the_table_preview_shows_the_first_rows_with_every_column(make_pipeline):
+    from tailfill_airflow.views import table_preview
+
+    cfg = make_pipeline()
+    assert table_preview(open_pipeline(cfg), 5) == ([], [])  # never made: nothing, and nothing made
+    topic = cfg.source.topic
+    commit_sample_batch(open_pipeline(cfg), "r1", 0, [OffsetRange(topic, 0, 0, 40)], bad_every=10)
+    columns, rows = table_preview(open_pipeline(cfg), 5)
+    assert {"event_id", "user_id", "kafka_topic", "kafka_partition", "kafka_offset"} <= set(columns), columns
+    assert len(rows) == 5 and all(r["kafka_topic"] == topic and r["event_id"] for r in rows), rows

@@ -49,17 +49,19 @@ def test_the_run_tab_links_each_lane_and_the_pipeline_pages_under_the_plugin():
     from tailfill_airflow.views import run_links
 
     page = "http://af.example:8080/sub/tailfill/run/demo_backfill/manual__2026-11-24T00:00:00+00:00"
-    body = run_links("demo_backfill", "manual__2026-11-24T00:00:00+00:00", ["slice 1 of 2 (10 offsets)", "slice 2"])
+    body = run_links("demo_backfill", "manual__2026-11-24T00:00:00+00:00",
+                     [(0, "slice 1 of 2 (10 offsets)"), (1, "slice 2")])
     hrefs = [urljoin(page, h.split('"')[0]) for h in body.split('href="')[1:]]
     run = "manual__2026-11-24T00%3A00%3A00%2B00%3A00"
     assert hrefs[:3] == [f"http://af.example:8080/sub/tailfill/{p}/demo_backfill/{run}/0"
                          for p in ("report", "batches", "output")]
     assert hrefs[3] == f"http://af.example:8080/sub/tailfill/report/demo_backfill/{run}/1"
-    assert hrefs[-3:] == ["http://af.example:8080/sub/tailfill/docs/demo_backfill/index.html",
+    assert hrefs[-4:] == ["http://af.example:8080/sub/tailfill/docs/demo_backfill/index.html",
                           "http://af.example:8080/sub/tailfill/quarantine/demo_backfill",
+                          "http://af.example:8080/sub/tailfill/table/demo_backfill",
                           "http://af.example:8080/sub/tailfill/pipeline/demo_backfill"]
     assert "slice 1 of 2 (10 offsets): " in body and "file://" not in body
-    tail = run_links("demo_incremental", "r", [])  # one Spark task, not mapped
+    tail = run_links("demo_incremental", "r", [(-1, "tail")])  # one Spark task, not mapped
     assert 'href="../../report/demo_incremental/r/-1"' in tail
 
 

@@ -1,0 +1,84 @@
+"""The Airflow UI in headless Chromium for the end-to-end tests (with the ``browser`` and ``shot`` fixtures of
+``tests/conftest.py``): logging in, and waiting for a page or a plugin tab (an iframe) to show some text."""
+
+from __future__ import annotations
+
+__all__ = ["frame_text", "login", "page_text", "wait_for_tab", "wait_for_text"]
+
+
+def login(browser, airflow) -> None:
+    """Log in through the simple auth manager's page (the UI redirects to it: a lookup during that
+    navigation is tried again)."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 45, ignored_exceptions=(WebDriverException,))
+    browser.get(airflow.url + "/")
+    wait.until(ec.visibility_of_element_located((By.NAME, "username"))).send_keys("admin")
+    browser.find_element(By.NAME, "password").send_keys("admin")
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: "/auth/login" not in d.current_url)
+
+
+def page_text(browser) -> str:
+    from selenium.webdriver.common.by import By
+
+    return browser.find_element(By.TAG_NAME, "body").text
+
+
+def wait_for_text(browser, shot, name: str, *texts: str, timeout: float = 60) -> str:
+    """Wait until the page shows every one of ``texts``, then screenshot it as ``name``.
+
+    On timeout the screenshot is taken all the same and the error quotes what the page showed.
+    """
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        WebDriverWait(browser, timeout).until(lambda d: all(t in page_text(d) for t in texts))
+    except TimeoutException:
+        path = shot(f"{name}-timeout")
+        raise AssertionError(f"{browser.current_url} did not show {texts} within {timeout:.0f} s (see {path}):\n"
+                             f"{page_text(browser)[:3000]}") from None
+    shot(name)
+    return page_text(browser)
+
+
+
+
+def frame_text(browser, *texts: str) -> str | None:
+    """The text of the first iframe of the page (a plugin tab) showing every one of ``texts``, or None."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+
+    for frame in browser.find_elements(By.TAG_NAME, "iframe"):
+        try:
+            browser.switch_to.frame(frame)
+            text = page_text(browser)
+            if all(t in text for t in texts):
+                return text
+        except WebDriverException:
+            continue
+        finally:
+            browser.switch_to.default_content()
+    return None
+
+
+def wait_for_tab(browser, shot, name: str, *texts: str, timeout: float = 60) -> str:
+    """Wait until a plugin tab (an iframe of the Airflow UI) shows every one of ``texts``; screenshot the page."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        text = WebDriverWait(browser, timeout).until(lambda d: frame_text(d, *texts))
+    except TimeoutException:
+        path = shot(f"{name}-timeout")
+        frames = frame_text(browser) or "(no iframe)"
+        raise AssertionError(f"{browser.current_url}: no tab showed {texts} within {timeout:.0f} s (see {path}):\n"
+                             f"{page_text(browser)[:1500]}\n--- iframe:\n{frames[:1500]}") from None
+    shot(name)
+    return text
+
+

@@ -1,0 +1,352 @@
+"""What the Tailfill tab and pages say of runs that never start a lane, on a real local Airflow.
+
+Three pipelines, none of which starts Spark: ``gone`` reads a broker that is not there (its preflight
+fails), ``missing`` a topic the broker does not have, ``quiet`` an empty topic (its backfill and tail
+have nothing to do; its upkeep finds empty tables). Each run's tab must name what happened — the
+failed task and its cause, "nothing to do", what the upkeep did — link only pages that exist, and the
+live-offsets page must answer a broken source with its cause in the page, never a bare 500. The pages
+are read through the REST token and in headless Chromium, inside the Airflow UI's tab.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import urllib.parse
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from airflow_server import FINISHED, AirflowServer
+from airflow_ui import login, wait_for_tab, wait_for_text
+from alert_hook import alerts
+
+from tailfill.dev.broker import free_port
+from tailfill.dev.sample import ensure_topic
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "pipelines" / "demo.yaml"
+GONE, MISSING, QUIET = "gone", "missing", "quiet"
+RUNS: dict[str, str] = {}  # run ids the later tests look at
+
+
+@pytest.fixture(scope="module")
+def surface_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("airflow-surface")
+
+
+@pytest.fixture(scope="module")
+def pipelines(broker, surface_dir) -> dict[str, dict]:
+    """The three pipelines' YAML (the demo's, unscheduled), in one folder."""
+    folder = surface_dir / "pipelines"
+    folder.mkdir()
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens there
+    quiet_topic = f"t-quiet-{uuid.uuid4().hex[:8]}"
+    ensure_topic(broker.bootstrap_servers, quiet_topic, 4)
+    out = {}
+    for name, servers, topic in ((GONE, dead, "t-gone"), (MISSING, broker.bootstrap_servers,
+                                                          f"t-missing-{uuid.uuid4().hex[:8]}"),
+                                 (QUIET, broker.bootstrap_servers, quiet_topic)):
+        data = yaml.safe_load(DEMO.read_text())
+        data["name"] = name
+        data["source"]["bootstrap_servers"] = servers
+        data["source"]["topic"] = topic
+        data["tail"]["schedule"] = None
+        data["tail"]["freshness_seconds"] = 1  # a tail run that starts Spark misses it: the warning is seen
+        data["maintenance"]["schedule"] = None
+        (folder / f"{name}.yaml").write_text(yaml.safe_dump(data))
+        out[name] = data
+    return out
+
+
+@pytest.fixture(scope="module")
+def airflow(pipelines, surface_dir, postgres):
+    database = f"airflow_{uuid.uuid4().hex[:8]}"
+    postgres.create_databases(database)
+    env = dict(os.environ, TAILFILL_HOME=str(surface_dir / "home"), TAILFILL_PIPELINES=str(surface_dir / "pipelines"),
+               TAILFILL_AIRFLOW_DB=postgres.url(database), TAILFILL_ON_FAILURE="alert_hook:record",
+               TAILFILL_TEST_ALERTS=str(surface_dir / "alerts.jsonl"),
+               AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps({"type": "file", "append": True,
+                                                           "log_file_path": str(surface_dir / "lineage.jsonl")}),
+               AIRFLOW__OPENLINEAGE__NAMESPACE="tailfill-tests",
+               PYTHONPATH=os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p))
+    with AirflowServer(surface_dir / "airflow", env=env) as server:
+        for dag_id in (f"{GONE}_backfill", f"{QUIET}_backfill", f"{QUIET}_incremental", f"{QUIET}_maintenance"):
+            server.wait_for_dag(dag_id)
+        yield server
+
+
+def finished(airflow: AirflowServer, dag_id: str, conf: dict | None = None, timeout: float = 240) -> tuple[str, str]:
+    """Trigger ``dag_id`` and wait until its run ends: ``(run id, state)``."""
+    run_id = airflow.trigger_dag(dag_id, conf)
+    deadline = time.monotonic() + timeout
+    while (state := airflow.dag_run(dag_id, run_id)["state"]) not in FINISHED:
+        assert time.monotonic() < deadline, airflow.describe_run(dag_id, run_id)
+        time.sleep(2)
+    return run_id, state
+
+
+def run_tab(airflow: AirflowServer, dag_id: str, run_id: str) -> str:
+    """The run's Tailfill tab (``/tailfill/run/<dag>/<run>``) through the REST token; every link on it answers."""
+    url = f"{airflow.url}/tailfill/run/{dag_id}/{urllib.parse.quote(run_id, safe='')}"
+    status, body = airflow.get_text(url)
+    assert status == 200, (status, body[:2000])
+    assert "laneNone" not in body and "No lane has started yet." not in body, body
+    for href in re.findall(r'href="([^"]+)"', body):
+        target = urllib.parse.urljoin(url, href)
+        if "/tailfill/" in target:  # the plugin's pages (the Airflow UI's are a single-page app)
+            code, text = airflow.get_text(target)
+            assert code not in (404, 500), (target, code, text[:500])
+    return body
+
+
+def text_of(body: str) -> str:
+    """A page's text as a reader sees it (no style, no tags, HTML entities read)."""
+    import html
+
+    body = re.sub(r"<style>.*?</style>", "", body, flags=re.S)
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body)))
+
+
+def test_a_failed_preflight_names_its_cause_on_the_run_tab(airflow, pipelines, surface_dir, browser, shot):
+    dag = f"{GONE}_backfill"
+    run_id, state = finished(airflow, dag)
+    assert state == "failed"
+    states = {t["task_id"]: (t["state"], t["try_number"]) for t in airflow.task_instances(dag, run_id)}
+    assert states["preflight"] == ("failed", 1), states  # the broker's absence is not retried
+    text = text_of(run_tab(airflow, dag, run_id))
+    servers = pipelines[GONE]["source"]["bootstrap_servers"]
+    assert f"FAILED at preflight (try 1): preflight of {GONE} (backfill) failed:" in text, text
+    assert servers in text and "Failed tries and warnings" in text, text
+    assert "completeness report" not in text and "Spark job output" not in text, text  # no lane: no lane links
+    failure = airflow.xcom(dag, run_id, "preflight", key="failure")  # for automation: cause and fix as data
+    assert failure["what"] == f"preflight of {GONE} (backfill)" and servers in failure["cause"], failure
+    assert failure["retryable"] is False and failure["fix"], failure
+    [alert] = [a for a in alerts(surface_dir / "alerts.jsonl") if a["dag_id"] == dag and a["run_id"] == run_id]
+    assert alert["task_id"] == "preflight" and servers in alert["error"], alert  # the alerting hook was called
+
+    login(browser, airflow)
+    browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/plugin/tailfill_run")
+    wait_for_tab(browser, shot, "failed-preflight-run-tab", "FAILED at preflight (try 1)", servers)
+    browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/tasks/preflight/plugin/tailfill_lane")
+    wait_for_tab(browser, shot, "failed-preflight-task-tab", "FAILED at preflight (try 1)")
+
+
+@pytest.mark.parametrize("name, cause", [(GONE, "cannot reach Kafka at"), (MISSING, "not found on")])
+def test_the_live_offsets_page_answers_a_broken_source_with_its_cause(airflow, pipelines, name, cause, browser,
+                                                                        shot):
+    url = f"{airflow.url}/tailfill/pipeline/{name}_backfill"
+    status, body = airflow.get_text(url, timeout=60)
+    text = text_of(body)
+    assert status == 503, (status, text[:1000])
+    assert "the live offsets cannot be read" in text and "SourceError:" in text and cause in text, text
+    assert pipelines[name]["source"]["topic"] in text and "Fix: check that the brokers" in text, text
+    assert "Internal Server Error" not in text, text
+
+    login(browser, airflow)
+    browser.get(url)
+    wait_for_text(browser, shot, f"live-offsets-{name}", "the live offsets cannot be read", cause)
+
+
+def test_nothing_to_do_runs_say_so_and_start_no_spark(airflow, pipelines, browser, shot):
+    backfill, incremental = f"{QUIET}_backfill", f"{QUIET}_incremental"
+    run_id, state = finished(airflow, backfill)
+    assert state == "success", airflow.describe_run(backfill, run_id)
+    states = {t["task_id"]: t["state"] for t in airflow.task_instances(backfill, run_id)}
+    assert states["ingest_slice"] == "skipped", states
+    text = text_of(run_tab(airflow, backfill, run_id))
+    assert "Nothing to do: every offset of the requested range is committed already" in text, text
+
+    tail_id, state = finished(airflow, incremental)
+    assert state == "success", airflow.describe_run(incremental, tail_id)
+    text = text_of(run_tab(airflow, incremental, tail_id))
+    assert "Nothing new since the committed position: no Spark job was started" in text, text
+
+    login(browser, airflow)
+    browser.get(f"{airflow.url}/dags/{backfill}/runs/{run_id}/plugin/tailfill_run")
+    wait_for_tab(browser, shot, "nothing-to-backfill", "Nothing to do", "live offsets")
+    browser.get(f"{airflow.url}/dags/{incremental}/runs/{tail_id}/tasks/tune/plugin/tailfill_lane")
+    wait_for_tab(browser, shot, "nothing-to-tail", "Nothing new since the committed position")
+
+
+def test_a_maintenance_run_shows_what_it_did(airflow, pipelines, browser, shot):
+    dag = f"{QUIET}_maintenance"
+    run_id, state = finished(airflow, dag)
+    assert state == "success", airflow.describe_run(dag, run_id)
+    text = text_of(run_tab(airflow, dag, run_id))
+    assert "Maintenance done" in text, text
+    assert re.search(r"compacted \d+ files into \d+", text) or "never made" in text, text
+
+    login(browser, airflow)
+    browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/plugin/tailfill_run")
+    wait_for_tab(browser, shot, "maintenance-run-tab", "Maintenance done")
+
+
+def test_a_restart_and_a_missed_objective_of_the_tail_show_on_its_tabs(airflow, pipelines, surface_dir, browser,
+                                                                       shot):
+    """The tail's first batch fails once (an injected fault) and its query starts again from the checkpoint:
+    the run tab and the tail's tab count the restart and name its cause; the try's output is linked. Its
+    batches miss the 1 s freshness objective: the run succeeds (``on_missed_objective: warn``) with the
+    warning on its tab, in the report's XCom and sent to the alerting hook."""
+    from tailfill.dev.sample import produce_sample
+
+    dag = f"{QUIET}_incremental"
+    produce_sample(pipelines[QUIET]["source"]["bootstrap_servers"], pipelines[QUIET]["source"]["topic"], 300, 4)
+    fault = Path(os.environ["TAILFILL_FAULT_DIR"]) / "fail-before-commit"
+    fault.write_text("1")
+    try:
+        run_id, state = finished(airflow, dag, timeout=600)
+    finally:
+        fault.write_text("0")
+    assert state == "success", airflow.describe_run(dag, run_id)
+    RUNS["tail"] = run_id
+    text = text_of(run_tab(airflow, dag, run_id))
+    assert "finished, try 1, 1 restart" in text and "last restart (try 1," in text, text
+    assert "InjectedFault" in text, text
+
+    url = f"{airflow.url}/tailfill/batches/{dag}/{urllib.parse.quote(run_id, safe='')}/-1"
+    status, body = airflow.get_text(url)
+    assert status == 200 and "Restarts of the job's queries" in body, body[:3000]
+    [output] = re.findall(r'href="([^"]+\?try=1)"', body)
+    status, out = airflow.get_text(urllib.parse.urljoin(url, output))
+    assert status == 200 and "spark-submit-try1.log" in out.splitlines()[0] and "TAILFILL_RESTART" in out, out[:500]
+
+    report = airflow.xcom(dag, run_id, "report")
+    topic = pipelines[QUIET]["source"]["topic"]
+    assert (report["verdict"], report["offsets"], report["restarts"]) == ("COMPLETE", 300, 1), report
+    assert sum(end - start for spans in report["ranges"][topic].values() for start, end in spans) == 300, report
+    objective = report["objective"]
+    assert objective["met"] is False and objective["missed"] >= 1 and objective["objective_seconds"] == 1, objective
+    assert "freshness objective p95 ≤ 1s MISSED by" in text and "warning" in text, text
+    [alert] = [a for a in alerts(surface_dir / "alerts.jsonl") if a["run_id"] == run_id]
+    assert alert["task_id"] == "report" and alert["warning"] and "MISSED" in alert["error"], alert
+
+    validate = next(t for t in airflow.task_instances(dag, run_id) if t["task_id"] == "validate")
+    path = (f"/api/v2/dags/{dag}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances/validate/logs/"
+            f"{validate['try_number']}")
+    entries = airflow.request("GET", path, params={"map_index": -1, "full_content": "true"})["content"]
+    chatter = [e for e in entries if isinstance(e, dict) and str(e.get("logger", "")).startswith("great_expectations")
+               and e.get("level") == "info"]
+    assert not chatter, f"{len(chatter)} INFO lines of Great Expectations in the validate log: {chatter[:3]}"
+
+    status, body = airflow.get_text(f"{airflow.url}/tailfill/table/{QUIET}_backfill")  # the table preview
+    text = text_of(body)
+    assert status == 200 and "First rows (50 of 300)" in text and "event_id" in text and topic in text, text[:2000]
+
+    login(browser, airflow)
+    browser.get(f"{airflow.url}/tailfill/table/{QUIET}_backfill")
+    wait_for_text(browser, shot, "table-preview", "Counts per partition", "First rows (50 of 300)")
+    browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/tasks/tail/plugin/tailfill_lane")
+    wait_for_tab(browser, shot, "tail-restart", "1 restart", "Restarts of the job's queries", "InjectedFault")
+    browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/plugin/tailfill_run")
+    wait_for_tab(browser, shot, "missed-objective", "MISSED by", "Failed tries and warnings")
+
+
+def rest_example() -> str:
+    """The REST example of docs/airflow.md, as its readers copy it."""
+    text = (REPO / "docs" / "airflow.md").read_text()
+    block = text.split("<!-- rest-example:", 1)[1]
+    return block.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.parametrize("name, expected", [
+    (QUIET, r"^success: NOTHING_TO_DO, 0 offsets, ranges \{\}$"),
+    (GONE, r"^failed at preflight: preflight of gone \(backfill\) failed: cannot reach Kafka at .* \(fix: fix what "
+           r"the failed check names .*\)$"),
+])
+def test_the_documented_rest_example_reads_the_verdict_or_the_failure(airflow, pipelines, tmp_path, name, expected):
+    import subprocess
+    import sys
+
+    from tailfill_airflow.local import PASSWORD, USER
+
+    script = tmp_path / "rest_example.py"
+    script.write_text(rest_example())
+    env = dict(os.environ, AIRFLOW_URL=airflow.url, DAG=f"{name}_backfill", AIRFLOW_USER=USER,
+               AIRFLOW_PASSWORD=PASSWORD)
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.match(expected, done.stdout.strip()), done.stdout
+
+
+def test_openlineage_events_name_the_topic_and_the_table_with_schema_and_rows(airflow, pipelines, surface_dir):
+    """The tail run's ingest and validate tasks each attribute the Kafka topic (input) and the Iceberg table
+    (output, with its schema and the 300 rows) to their run, through the OpenLineage provider's file transport."""
+    assert "tail" in RUNS, "needs the tail run of test_a_restart_and_a_missed_objective_of_the_tail_show_on_its_tabs"
+    path = surface_dir / "lineage.jsonl"
+    deadline = time.monotonic() + 60  # the provider emits from a worker of its own
+    while True:
+        events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+        mine = {}
+        for e in events:
+            job = e.get("job", {}).get("name", "")
+            if job.startswith(f"{QUIET}_incremental.") and e.get("outputs"):
+                mine.setdefault(job.removeprefix(f"{QUIET}_incremental."), []).append(e)
+        if {"tail", "validate"} <= set(mine) or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert {"tail", "validate"} <= set(mine), sorted({e.get("job", {}).get("name") for e in events})
+    source = pipelines[QUIET]["source"]
+    for task in ("tail", "validate"):
+        event = mine[task][-1]  # the latest run of the task: this one
+        [source_ds] = event["inputs"]
+        assert (source_ds["namespace"], source_ds["name"]) == (f"kafka://{source['bootstrap_servers']}",
+                                                              source["topic"]), event
+        [table] = event["outputs"]
+        assert (table["namespace"], table["name"]) == ("iceberg://tailfill", "tailfill.demo_events"), table
+        fields = {f["name"]: f["type"] for f in table["facets"]["schema"]["fields"]}
+        assert {"event_id", "user_id", "kafka_offset"} <= set(fields) and fields["event_id"] == "string", fields
+        assert table["outputFacets"]["outputStatistics"]["rowCount"] == 300, table
+
+
+def test_a_garbage_from_in_the_trigger_form_fails_the_plan_with_one_line_on_the_run_tab(airflow, pipelines, browser,
+                                                                                         shot):
+    """The form's From gets a word that is no offsets: the plan fails at once (no retry, no traceback), and the
+    run's tab names the field, what is wrong and the fix."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    dag = f"{QUIET}_backfill"
+    wait = WebDriverWait(browser, 45)
+    login(browser, airflow)
+    before = {r["dag_run_id"] for r in airflow.dag_runs(dag)}
+    browser.get(f"{airflow.url}/dags/{dag}")
+    wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))).click()
+    start = wait.until(ec.visibility_of_element_located((By.NAME, "element_from_offsets")))
+    start.click()
+    start.send_keys(Keys.CONTROL, "a")
+    start.send_keys("yesterday", Keys.TAB)
+    wait.until(lambda d: start.get_attribute("value") == "yesterday")
+    shot("trigger-form-garbage-from")
+    submit = browser.find_element(By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]")
+    wait.until(lambda d: submit.is_enabled())
+    submit.click()
+    deadline = time.monotonic() + 30
+    while not (new := [r for r in airflow.dag_runs(dag) if r["dag_run_id"] not in before]):
+        assert time.monotonic() < deadline, "no new dag run after submitting the trigger form"
+        time.sleep(1)
+    run_id = new[0]["dag_run_id"]
+    deadline = time.monotonic() + 240
+    while airflow.dag_run(dag, run_id)["state"] not in FINISHED:
+        assert time.monotonic() < deadline, airflow.describe_run(dag, run_id)
+        time.sleep(2)
+    states = {t["task_id"]: (t["state"], t["try_number"]) for t in airflow.task_instances(dag, run_id)}
+    assert states["plan"] == ("failed", 1), states
+    line = f"FAILED at plan (try 1): planning the backfill of {QUIET} failed: From (from_offsets): offsets are not " \
+           "valid JSON"
+    text = text_of(run_tab(airflow, dag, run_id))
+    assert line in text and "(fix: `earliest`, or offsets as a JSON object" in text, text
+    plan = next(t for t in airflow.task_instances(dag, run_id) if t["task_id"] == "plan")
+    errors = [row for row in airflow.task_log(plan, max_lines=10_000).splitlines() if " error " in row]
+    assert errors and "failed: From (from_offsets): offsets are not valid JSON" in errors[0], errors
+    assert "ValueError" not in "\n".join(errors) and "JSONDecodeError" not in "\n".join(errors), errors
+
+    browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/plugin/tailfill_run")
+    wait_for_tab(browser, shot, "garbage-from-run-tab", "FAILED at plan (try 1)", "From (from_offsets)")
