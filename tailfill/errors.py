@@ -53,8 +53,8 @@ class BrokerUnresponsive(SourceError):
     """
 
     infrastructure: ClassVar[bool] = True
-    fix = ("check the broker: it is unreachable, or reachable but answering nothing (its log, its CPU); the run "
-           "restarts with patience and resumes where it stopped once the broker answers")
+    fix = ("check that the brokers in source.bootstrap_servers are up, reachable and answering (their log, their "
+           "CPU); a run restarts with patience and resumes where it stopped once they answer")
 
 
 class ExpiredOffsetsError(SourceError):

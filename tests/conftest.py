@@ -268,3 +268,21 @@ def shot(browser, request):
     yield take
     for path in taken:
         assert path.stat().st_size > 10_000, f"{path} looks empty"
+
+
+@pytest.fixture(scope="module")
+def connect_leaves_no_trace():
+    """A Spark Connect client in this process turns pyspark's Connect mode on for the whole process
+    (``SPARK_CONNECT_MODE_ENABLED``: classic DataFrames then build Connect expressions) and may put Tailfill's
+    shipped archive on ``sys.path``. Undone after the module, so the next module's classic session works."""
+    import importlib
+
+    env, path, before = dict(os.environ), list(sys.path), set(sys.modules)
+    yield
+    os.environ.clear()
+    os.environ.update(env)
+    sys.path[:] = path
+    for name in set(sys.modules) - before:
+        if ".zip" in str(getattr(sys.modules[name], "__file__", "") or ""):
+            del sys.modules[name]
+    importlib.invalidate_caches()

@@ -126,8 +126,10 @@ def list_partitions(conf: dict, topic: str, consumer: OwnedConsumer | None = Non
         try:
             md = consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
         except KafkaException as exc:
-            if (unanswered := _unanswered(exc, conf, "metadata request", f"topic {topic!r}")) is not None:
-                raise unanswered from None
+            if (err := _no_answer(exc)) is not None:
+                raise BrokerUnresponsive(
+                    f"cannot reach Kafka at {conf['bootstrap.servers']} to read metadata of topic {topic!r}: no answer "
+                    f"within {METADATA_TIMEOUT_S:.0f}s ({err.str()})") from None
             raise SourceError(
                 f"cannot reach Kafka at {conf['bootstrap.servers']} to read metadata of topic {topic!r}: {exc}"
             ) from exc
@@ -169,8 +171,10 @@ def watermarks(conf: dict, partitions: list[TopicPartition], probe_timeout_s: fl
                     KTopicPartition(tp.topic, tp.partition), timeout=METADATA_TIMEOUT_S
                 )
             except KafkaException as exc:
-                if (unanswered := _unanswered(exc, conf, "offsets request (ListOffsets)", str(tp))) is not None:
-                    raise unanswered from None
+                if (err := _no_answer(exc)) is not None:
+                    raise BrokerUnresponsive(
+                        f"the broker at {conf['bootstrap.servers']} answered no offsets request (ListOffsets) for {tp} "
+                        f"within {METADATA_TIMEOUT_S:.0f}s: {err.str()}") from None
                 raise SourceError(f"cannot read offsets of {tp} from {conf['bootstrap.servers']}: {exc}") from exc
         probe = {tp: hi for tp, (lo, hi) in listed.items() if hi > lo}
         high = {tp: hi for tp, (_, hi) in listed.items()}
@@ -347,14 +351,15 @@ def _transient(err: KafkaError) -> bool:
     return not err.fatal() and err.code() in _TRANSIENT
 
 
-def _unanswered(exc: KafkaException, conf: dict, request: str, what: str) -> BrokerUnresponsive | None:
-    """``exc`` as :class:`BrokerUnresponsive` when it says the broker did not answer (down, unreachable, timed
-    out, or no metadata yet, so the partition is unknown locally); None for any other error."""
+# What librdkafka answers for a request the broker did not answer: down, unreachable, timed out, no metadata yet (so
+# the partition is unknown locally), or the client torn down mid-request.
+_NO_ANSWER = _TRANSIENT | {KafkaError._UNKNOWN_PARTITION, KafkaError._DESTROY_BROKER}
+
+
+def _no_answer(exc: KafkaException) -> KafkaError | None:
+    """The error of ``exc`` when it says the broker did not answer; None for any other error."""
     err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-    if err is None or err.fatal() or err.code() not in _TRANSIENT | {KafkaError._UNKNOWN_PARTITION}:
-        return None
-    return BrokerUnresponsive(f"the broker at {conf['bootstrap.servers']} answered no {request} for {what} "
-                              f"within {METADATA_TIMEOUT_S:.0f}s: {err.str()}")
+    return err if err is not None and not err.fatal() and err.code() in _NO_ANSWER else None
 
 
 def _check_idle(conf: dict, live: dict, waited: float, idle_timeout_s: float, lost: str | None) -> None:

@@ -29,7 +29,7 @@ from tailfill.run.contract import new_run_id
 from tailfill.run.planner import BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
 from tailfill.run.runners import SERVED_BY, ConnectRunner, Outcome
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("connect_leaves_no_trace")]
 
 TAILFILL = str(Path(sys.executable).parent / "tailfill")
 

@@ -26,7 +26,7 @@ from tailfill.dev.sample import produce_sample
 from tailfill.run import runtime
 from tailfill.run.runners import SERVED_BY
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("connect_leaves_no_trace")]
 
 TAILFILL = str(Path(sys.executable).parent / "tailfill")
 

@@ -160,9 +160,11 @@ def test_the_demo_runs_twice_in_one_home(tmp_path):
                                   env=env, capture_output=True, text=True, timeout=1200, cwd=tmp_path)
             outputs.append(done.stdout)
             assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-            subprocess.run([TAILFILL, "broker", "down"], env=env, check=True, timeout=60)
+            for service in ("broker", "connect-server"):  # as `make demo` ends
+                subprocess.run([TAILFILL, service, "down"], env=env, check=True, timeout=120)
     finally:
-        subprocess.run([TAILFILL, "broker", "down"], env=env, timeout=60)
+        for service in ("broker", "connect-server"):
+            subprocess.run([TAILFILL, service, "down"], env=env, timeout=120)
     assert "COMPLETE (4,000 offsets checked" in outputs[0]
     assert "COMPLETE (8,000 offsets checked" in outputs[1]  # the first demo's events were kept
     assert processes(tmp_path / "home") == []
