@@ -116,7 +116,10 @@ def _keep(home: Path, port: int, storage: str) -> None:
 
 
 def _port_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` now: as tansu binds, so the closed connections of the broker that
+    had it (TIME_WAIT for a minute) do not count."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
             return True
