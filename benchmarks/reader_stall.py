@@ -28,7 +28,7 @@ from tailfill.dev.broker import EmbeddedBroker
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import SourceError
 from tailfill.offsets import OffsetRange
-from tailfill.source.kafka import read_ranges
+from tailfill.source.kafka import OwnedConsumer, read_ranges
 
 TOPIC, PARTITIONS, PER_PARTITION, SLICE = "stall", 4, 2_000, 500
 
@@ -50,8 +50,18 @@ class PausingConsumer(Consumer):
         self.pause(partitions)
 
 
-def stalled_read(conf: dict, consumer: Consumer, ranges: list[OffsetRange], idle_s: float) -> bool:
-    """One batch's read on the shared ``consumer``. True when it stalled."""
+class OwnedPausing(OwnedConsumer):
+    """Tailfill's owned consumer, made a :class:`PausingConsumer`."""
+
+    def get(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = PausingConsumer(self.conf)
+        return self._consumer
+
+
+def stalled_read(conf: dict, consumer: OwnedConsumer, ranges: list[OffsetRange], idle_s: float) -> bool:
+    """One batch's read on the shared ``consumer`` (replaced by its owner after a failed read, as the executors'
+    is). True when it stalled."""
     try:
         rows = sum(b.num_rows for b in read_ranges(conf, ranges, idle_timeout_s=idle_s, consumer=consumer,
                                                    with_markers=False))
@@ -63,15 +73,12 @@ def stalled_read(conf: dict, consumer: Consumer, ranges: list[OffsetRange], idle
 
 def trial(name: str, conf: dict, reads: int, idle_s: float, seed: int) -> str:
     rnd = random.Random(seed)
-    kind = PausingConsumer if name == "pause/resume" else Consumer
+    kind = OwnedPausing if name == "pause/resume" else OwnedConsumer
     consumer, stalls, started = kind(conf), 0, time.monotonic()
     for _ in range(reads):
         start = rnd.choice(range(0, PER_PARTITION, SLICE))
         ranges = [OffsetRange(TOPIC, p, start, start + SLICE) for p in range(PARTITIONS)]
-        if stalled_read(conf, consumer, ranges, idle_s):  # as the reader does after an error: a fresh consumer
-            stalls += 1
-            consumer.close()
-            consumer = kind(conf)
+        stalls += stalled_read(conf, consumer, ranges, idle_s)
         time.sleep(rnd.random() / 2)
     consumer.close()
     return f"{name:>14}: {stalls:3d} of {reads} reads stalled (> {idle_s:g}s without a record)  " \
