@@ -138,8 +138,9 @@ class StateMerger:
             self.index.follow(self.fs, json.loads(state.properties.get(INDEX_PROP, "[]")))
             plan = self._plan(rows, data_uri) if rows.num_rows else MergePlan()
         segment_uri = deletes = entries = None
-        if plan.upserts:
+        if plan.upserts or plan.entries or plan.deletes:  # all three files go under data/, which a new table lacks
             make_dirs(self.fs, f"{state.location().rstrip('/')}/data")
+        if plan.upserts:
             pq.write_table(_state_rows(rows.take(plan.upserts), state), fs_path(data_uri), filesystem=self.fs,
                            **PARQUET_OPTIONS)
         if plan.entries:
