@@ -16,9 +16,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tailfill.values.partition_terms import parse_term
-from tailfill.values.schema import field_type
+from tailfill.values.schema import RESERVED_PREFIX, field_type
 
-RESERVED_PREFIX = "kafka_"
 EMBEDDED = "embedded"  # bootstrap_servers of the local broker started by `tailfill broker up`
 # librdkafka settings that carry secrets: passwords, client secrets, JAAS configs, inline PEM keys.
 SECRET_HINTS = ("password", "secret", "jaas", "ssl.key.pem", "ssl.keystore.key")
@@ -338,7 +337,7 @@ class TargetConfig(_Model):
 
     @model_validator(mode="after")
     def _keyed_settings(self) -> TargetConfig:
-        if self.mode == "upsert" and not self.key:
+        if self.keyed and not self.key:
             raise ValueError("mode: upsert needs key: the columns that identify a row (e.g. key: [order_id])")
         if self.mode == "append":
             given = [n for n in ("key", "version_by", "state_table") if getattr(self, n)]
@@ -347,6 +346,12 @@ class TargetConfig(_Model):
         if len(set(self.key)) != len(self.key):
             raise ValueError(f"key names a column twice: {list(self.key)}")
         return self
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the target is keyed (``mode: upsert``): each key's latest row in a state table beside the change
+        log."""
+        return self.mode == "upsert"
 
     @property
     def quarantine_name(self) -> str:

@@ -35,8 +35,11 @@ UPSERT_OPS = ("r", "c", "u")
 KAFKA_KEY = "kafka_key"
 
 
-def with_change_columns(schema: pa.Schema) -> pa.Schema:
-    """A data table's schema with the change columns before the raw value (or at the end, without one)."""
+def with_change_columns(schema: pa.Schema | None) -> pa.Schema | None:
+    """A data table's schema with the change columns before the raw value (or at the end, without one); None (no
+    schema known) stays None."""
+    if schema is None:
+        return None
     fields = [f for f in schema if f.name not in CHANGE_COLUMNS.names]
     at = next((i for i, f in enumerate(fields) if f.name == VALUE_FIELD.name), len(fields))
     return pa.schema([*fields[:at], *CHANGE_COLUMNS, *fields[at:]])
@@ -57,8 +60,7 @@ class ChangeFormat(Format):
         return []  # the inner format's rules, and load.keyed_problems, check the block
 
     def declared_columns(self, fmt: FormatConfig) -> pa.Schema | None:  # type: ignore[override]
-        declared = self.inner.declared_columns(fmt)
-        return with_change_columns(declared) if declared is not None else None
+        return with_change_columns(self.inner.declared_columns(fmt))
 
     def new_table(self) -> NewTable:
         new = self.inner.new_table()
@@ -74,7 +76,7 @@ class ChangeDecoder:
     def __init__(self, inner: Decoder, key: tuple[str, ...], envelope: str, fields: list[FieldSpec]):
         self.inner, self.key_columns, self.envelope = inner, key, envelope
         self.key = inner.key
-        self.rows_schema = with_change_columns(inner.rows_schema) if inner.rows_schema is not None else None
+        self.rows_schema = with_change_columns(inner.rows_schema)
         self.specs = {f.name: f for f in fields}
         self.value_keys = [k for k in key if k != KAFKA_KEY]
 

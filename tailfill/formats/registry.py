@@ -47,6 +47,6 @@ def pipeline_format(cfg: PipelineConfig, registry: RegistryClient | None = None)
     """The format a pipeline's records are read with: its ``format`` block's, read as changes of keys when the
     target is keyed (``target.mode: upsert``)."""
     fmt = format_of(cfg.format, cfg.source.topic, registry)
-    if cfg.target.mode == "upsert":
+    if cfg.target.keyed:
         return ChangeFormat(fmt, cfg.target.key, cfg.format.envelope)
     return fmt

@@ -22,11 +22,12 @@ from typing import ClassVar, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tailfill.config import RESERVED_PREFIX, FormatConfig
+from tailfill.config import FormatConfig
 from tailfill.errors import RegistryError, SchemaChangeError
 from tailfill.formats.base import Decoded, Format, NewTable, Rows
 from tailfill.formats.evolve import canon, conflicts, missing_required, required_properties
 from tailfill.formats.schema_registry import RegisteredSchema, RegistryClient
+from tailfill.values.schema import RESERVED_PREFIX
 
 MAGIC = 0
 HEADER = 5  # magic byte + 4-byte big-endian schema id

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from functools import reduce
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, GreaterThanOrEqual, LessThan, Or
 
-from tailfill.offsets import OffsetRange
+from tailfill.offsets import OffsetRange, merge
 from tailfill.plumbing.warehouse import fs_path, make_dirs
 
 # zstd, and a small dictionary page: a column of unique values (ids, the raw value) gives up on its
@@ -79,6 +81,28 @@ def in_range(table: pa.Table, r: OffsetRange) -> pa.ChunkedArray:
     )
 
 
+def in_any(table: pa.Table, ranges: Sequence[OffsetRange]) -> pa.ChunkedArray:
+    """Boolean mask of the rows of ``table`` whose Kafka coordinates lie in one of ``ranges`` (none: no row)."""
+    mask = None
+    for r in ranges:
+        m = in_range(table, r)
+        mask = m if mask is None else pc.or_(mask, m)
+    return mask if mask is not None else pa.chunked_array([pa.repeat(False, table.num_rows)])
+
+
+def range_filter(windows: Sequence[OffsetRange] | None) -> BooleanExpression:
+    """An Iceberg row filter selecting the offsets in ``windows`` (None: everything; empty: nothing), by partition
+    and offset only (a table holds one topic)."""
+    if windows is None:
+        return AlwaysTrue()
+    terms = [
+        And(EqualTo("kafka_partition", r.partition),
+            And(GreaterThanOrEqual("kafka_offset", r.start), LessThan("kafka_offset", r.end)))
+        for r in merge(windows)
+    ]
+    return reduce(Or, terms) if terms else EqualTo("kafka_partition", -1)
+
+
 def rows_in(fs: pafs.FileSystem, files: Sequence[str], ranges: list[OffsetRange]) -> int:
     """How many rows of ``files`` have their Kafka offset in ``ranges`` (only the coordinates are read)."""
     count = 0
@@ -95,10 +119,7 @@ def rewrite_files(fs: pafs.FileSystem, files: Sequence[str], keep: list[OffsetRa
     out = []
     for uri in files:
         table = pq.read_table(fs_path(uri), filesystem=fs)
-        mask = pa.array([False] * table.num_rows)
-        for r in keep:
-            mask = pc.or_(mask, in_range(table, r))
-        kept = table.filter(mask)
+        kept = table.filter(in_any(table, keep))
         if kept.num_rows:
             new_uri = new_file_uri(location, run_id)
             make_dirs(fs, f"{location.rstrip('/')}/data")

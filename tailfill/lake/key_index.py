@@ -67,18 +67,10 @@ def encode_keys(table: pa.Table, columns: Sequence[str]) -> list[str]:
     """The canonical text of each row's key (``columns`` of ``table``), as :func:`encode_key` gives it."""
     if all(pa.types.is_integer(table.schema.field(c).type) for c in columns) and not any(
             table.column(c).null_count for c in columns):  # integers: the same text, built by Arrow
-        parts = [pc.cast(table.column(c), pa.string()) for c in columns]
-        return pc.binary_join_element_wise("[", *_between(parts), "]", "").to_pylist()
+        joined = pc.binary_join_element_wise(*(pc.cast(table.column(c), pa.string()) for c in columns), ",")
+        return pc.binary_join_element_wise("[", joined, "]", "").to_pylist()
     values = [table.column(c).to_pylist() for c in columns]
     return [encode_key(v) for v in zip(*values, strict=True)]
-
-
-def _between(parts: list) -> list:
-    """``parts`` with a comma between each two."""
-    out: list = []
-    for p in parts:
-        out += [",", p] if out else [p]
-    return out
 
 
 class KeyIndex:

@@ -25,27 +25,26 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.expressions import And, BooleanExpression, EqualTo, GreaterThanOrEqual, LessThan, Or
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
 from tailfill import failpoints
 from tailfill.errors import ChangeStreamError, CommitConflictError
 from tailfill.lake.commit import Committer
-from tailfill.lake.files import PARQUET_OPTIONS, in_range, new_file_uri
+from tailfill.lake.files import PARQUET_OPTIONS, in_any, new_file_uri, range_filter
 from tailfill.lake.key_index import Applied, KeyIndex, Version, encode_keys, paused_gc, segment
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, DEFAULT_NAME_MAPPING, CommitResult, commit_attempts, read_ledger
 from tailfill.lake.partition import data_file
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.row_delta import RowDelta, write_position_deletes
-from tailfill.offsets import OffsetRange, intersect_all, merge, ranges_from_json, ranges_to_json, subtract
+from tailfill.offsets import OffsetRange, merge, ranges_from_json, ranges_to_json, subtract
 from tailfill.plumbing.warehouse import fs_path, make_dirs
 from tailfill.values.schema import CDC_OP, DELETE_OP
 
@@ -53,7 +52,6 @@ APPLIED_PROP = "tailfill.applied-ranges"  # the change-log offsets the state ref
 INDEX_PROP = "tailfill.key-index"  # the key index's segments, in order (JSON list of URIs)
 COUNTS_PROP = "tailfill.keyed-counts"  # every change merged so far: inserted, updated, deleted, superseded
 LIVE_PROP = "tailfill.live-rows"  # rows the state holds (no data read to know it)
-KEY_PROP = "tailfill.key"  # the key columns (JSON list), set when the state table is made
 SUMMARY_MERGED = "tailfill.merged-ranges"  # in a state snapshot's summary: the offsets this merge applied
 COUNT_NAMES = ("changes", "inserted", "updated", "deleted", "superseded")
 
@@ -138,10 +136,11 @@ class StateMerger:
         data_uri = new_file_uri(state.location(), run_id)  # the merge's data file, if any row wins
         with paused_gc():
             self.index.follow(self.fs, json.loads(state.properties.get(INDEX_PROP, "[]")))
-            plan = self._plan(rows, data_uri) if rows.num_rows else MergePlan(MergeCounts())
+            plan = self._plan(rows, data_uri) if rows.num_rows else MergePlan()
         segment_uri = deletes = entries = None
-        if plan.upserts:
+        if plan.upserts or plan.entries or plan.deletes:  # all three files go under data/, which a new table lacks
             make_dirs(self.fs, f"{state.location().rstrip('/')}/data")
+        if plan.upserts:
             pq.write_table(_state_rows(rows.take(plan.upserts), state), fs_path(data_uri), filesystem=self.fs,
                            **PARQUET_OPTIONS)
         if plan.entries:
@@ -185,10 +184,10 @@ class StateMerger:
         versions = rows.column(self.version_by).to_pylist() if self.version_by else offsets
         ops = rows.column(CDC_OP).to_pylist()
         last = self._last_change(rows, keys)
-        plan = MergePlan(counts=MergeCounts(changes=len(keys), superseded=len(keys) - len(last)))
+        plan = MergePlan()
         inserted = updated = deleted = superseded = 0
         for key, i in last.items():
-            at = self._version(i, versions, parts, offsets)
+            at = Version(versions[i], parts[i], offsets[i])
             now = self.index.get(key)
             if now is not None:
                 self._same_partition(key, now.at.partition, parts[i])
@@ -209,8 +208,8 @@ class StateMerger:
                 plan.entries.append((key, Applied(at, data_uri, len(plan.upserts))))
                 plan.upserts.append(i)
                 plan.live += 1
-        plan.counts = replace(plan.counts, inserted=inserted, updated=updated, deleted=deleted,
-                              superseded=plan.counts.superseded + superseded)
+        plan.counts = MergeCounts(changes=len(keys), inserted=inserted, updated=updated, deleted=deleted,
+                                  superseded=len(keys) - len(last) + superseded)
         return plan
 
     def _last_change(self, rows: pa.Table, keys: list[str]) -> dict[str, int]:
@@ -237,10 +236,6 @@ class StateMerger:
         order = order.sort_by([("version", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
         return dict(zip(order.column("key").to_pylist(), order.column("at").to_pylist(), strict=True))
 
-    @staticmethod
-    def _version(i: int, versions: list, parts: list, offsets: list) -> Version:
-        return Version(versions[i], parts[i], offsets[i])
-
     def _same_partition(self, key: str, was: int, now: int) -> None:
         if was != now and self.version_by is None:
             raise ChangeStreamError(f"key {key} has changes in partitions {was} and {now} of the topic: their order "
@@ -254,7 +249,7 @@ class StateMerger:
         gap = subtract(read_ledger(changes_table).committed, applied_ranges(self.state))
         if not gap:
             return MergeCounts()
-        rows = changes_table.scan(row_filter=in_ranges(gap)).to_arrow()
+        rows = changes_table.scan(row_filter=range_filter(gap)).to_arrow()
         return self.merge(run_id, batch_id, rows, gap)
 
 
@@ -262,7 +257,7 @@ class StateMerger:
 class MergePlan:
     """A merge decided: the rows that win (by index in the batch), the rows they replace, the index entries."""
 
-    counts: MergeCounts
+    counts: MergeCounts = field(default_factory=MergeCounts)
     upserts: list[int] = field(default_factory=list)
     deletes: list[tuple[str, int]] = field(default_factory=list)  # (data file, position) to delete
     entries: list[tuple[str, Applied]] = field(default_factory=list)
@@ -273,11 +268,8 @@ def _rows_in(table: pa.Table, ranges: list[OffsetRange]) -> pa.Table:
     """The rows of ``table`` whose offsets lie in ``ranges``, ordered by partition and offset."""
     if table.num_rows == 0:
         return table
-    mask = None
-    for r in ranges:
-        m = in_range(table, r)
-        mask = m if mask is None else pc.or_(mask, m)
-    return table.filter(mask).sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
+    rows = table.filter(in_any(table, ranges))
+    return rows.sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
 
 
 def _state_rows(rows: pa.Table, state: Table) -> pa.Table:
@@ -286,16 +278,6 @@ def _state_rows(rows: pa.Table, state: Table) -> pa.Table:
     columns = [rows.column(f.name).cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
                for f in schema]
     return pa.Table.from_arrays(columns, schema=pa.schema([f.with_nullable(True) for f in schema]))
-
-
-def in_ranges(ranges: Sequence[OffsetRange]) -> BooleanExpression:
-    """A row filter: the Kafka coordinates lie in one of ``ranges`` (one topic's)."""
-    terms = [And(EqualTo("kafka_partition", r.partition),
-                 And(GreaterThanOrEqual("kafka_offset", r.start), LessThan("kafka_offset", r.end))) for r in ranges]
-    out = terms[0]
-    for t in terms[1:]:
-        out = Or(out, t)
-    return out
 
 
 @dataclass(frozen=True)
@@ -316,11 +298,11 @@ class KeyedCommitter(Committer):
         result, seconds = super().commit(run_id, batch_id, prepared)
         failpoints.maybe_fail("before-state-merge")
         started, cpu = time.perf_counter(), time.process_time()
-        ranges = [p.marker.range for p in prepared]
-        ledger = read_ledger(self.tables.data)
         files = [f for p in prepared for f in p.data_files]
         rows = _read(self.fs, files)
-        counts += self.merger.merge(run_id, batch_id, rows, intersect_all(ranges, ledger.committed))
+        # Every range of the batch is in the ledger now (committed by this batch, or skipped as committed before):
+        # the merge takes them all, and skips what the state applied already.
+        counts += self.merger.merge(run_id, batch_id, rows, [p.marker.range for p in prepared])
         merge_s = time.perf_counter() - started + catch_up_s
         merge_cpu = time.process_time() - cpu + catch_up_cpu  # this process's CPU: what other load cannot inflate
         self.last_merge.update(counts.to_dict(), merge_seconds=round(merge_s, 4), merge_cpu_seconds=round(merge_cpu, 4))

@@ -1,7 +1,8 @@
 """Merge-on-read for keyed tables: Iceberg v2 position delete files, and the one snapshot that adds them.
 
 pyiceberg 0.12 writes no delete files (its ``delete``/``upsert`` rewrite whole data files), so this module
-holds everything Tailfill needs for them, and the only use of pyiceberg's private API in Tailfill:
+holds everything Tailfill needs for them, and most of its use of pyiceberg's private API (the rest: the schema
+check :mod:`tailfill.lake.partition` imports):
 
 - :func:`write_position_deletes`: a position delete file (``file_path``, ``pos``; the spec's reserved field
   ids; sorted), and :func:`delete_file_entry`, its manifest entry with full (untruncated) ``file_path``
@@ -69,15 +70,13 @@ def write_position_deletes(fs: pafs.FileSystem, uri: str, file_paths: Sequence[s
     return delete_file_entry(uri, footer, size)
 
 
-def delete_file_entry(uri: str, footer: pq.FileMetaData, size: int, spec_id: int = 0,
-                      partition: Record | None = None) -> DataFile:
-    """The manifest entry of a position delete file (unpartitioned unless ``partition`` says otherwise)."""
+def delete_file_entry(uri: str, footer: pq.FileMetaData, size: int) -> DataFile:
+    """The manifest entry of a position delete file (unpartitioned: spec 0)."""
     stats = data_file_statistics_from_parquet_metadata(
         footer, compute_statistics_plan(POS_DELETE_SCHEMA, FULL_METRICS), parquet_path_to_id_mapping(POS_DELETE_SCHEMA))
     return DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=uri, file_format=FileFormat.PARQUET,
-                              partition=partition if partition is not None else Record(), file_size_in_bytes=size,
-                              sort_order_id=None, spec_id=spec_id, equality_ids=None, key_metadata=None,
-                              **stats.to_serialized_dict())
+                              partition=Record(), file_size_in_bytes=size, sort_order_id=None, spec_id=0,
+                              equality_ids=None, key_metadata=None, **stats.to_serialized_dict())
 
 
 class _DeleteManifestWriterV2(ManifestWriterV2):

@@ -41,6 +41,7 @@ from tailfill.values.partition_terms import parse_terms
 from tailfill.values.schema import QUARANTINE_SCHEMA
 
 CATALOG_OPEN_ATTEMPTS = 5
+KEY_PROP = "tailfill.key"  # a state table's key columns (JSON list), set when it is made
 
 
 def catalog_properties(target: TargetConfig) -> dict[str, str]:
@@ -252,7 +253,7 @@ def provision_state_table(catalog: Catalog, target: TargetConfig, data: Table) -
     ident = (target.namespace, target.state_name)
 
     def new_state_table() -> tuple[pa.Schema, dict[str, str]]:
-        return data.schema().as_arrow(), {"tailfill.key": json.dumps(list(target.key))}
+        return data.schema().as_arrow(), {KEY_PROP: json.dumps(list(target.key))}
 
     try:
         state = _ensure(catalog, ident, new_state_table)
@@ -263,7 +264,7 @@ def provision_state_table(catalog: Catalog, target: TargetConfig, data: Table) -
         where = f"{target.namespace} at {warehouse_uri(target)}"
         raise LakeError(redact_text(f"cannot create or load the state table {target.state_name} in {where}: "
                                     f"{exc}")) from exc
-    recorded = json.loads(state.properties.get("tailfill.key", "[]"))
+    recorded = json.loads(state.properties.get(KEY_PROP, "[]"))
     if recorded != list(target.key):
         raise LakeError(f"the state table {'.'.join(ident)} is keyed by {recorded}, the pipeline by "
                         f"{list(target.key)}: restore target.key, or drop the state table to rebuild it")

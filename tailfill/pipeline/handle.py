@@ -112,7 +112,7 @@ class Pipeline:
     @property
     def keyed(self) -> bool:
         """Whether the target is keyed (``target.mode: upsert``): a state table beside the change log."""
-        return self.cfg.target.mode == "upsert"
+        return self.cfg.target.keyed
 
     def open_state_table(self) -> Table | None:
         """A keyed pipeline's state table as it is now (None: never made, or not keyed). Changes nothing."""

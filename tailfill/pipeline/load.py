@@ -102,8 +102,8 @@ def format_problems(cfg: PipelineConfig) -> list[str]:
     if problems:
         return problems
     declared = kind.declared_columns(cfg.format)
-    if cfg.target.mode == "upsert":
-        declared = with_change_columns(declared) if declared is not None else None
+    if cfg.target.keyed:
+        declared = with_change_columns(declared)
         problems = keyed_problems(cfg, declared)
     elif cfg.format.envelope != "none":
         problems = [f"format.envelope: {cfg.format.envelope} needs a keyed target (target.mode: upsert)"]

@@ -26,9 +26,15 @@ def s3_credentials(target: TargetConfig) -> tuple[str, str]:
 
 def warehouse_uri(target: TargetConfig) -> str:
     """The warehouse as a URI pyiceberg understands (``file:///…`` or ``s3://…``)."""
-    if target.warehouse.startswith("s3://"):
-        return target.warehouse.rstrip("/")
-    return Path(target.warehouse).absolute().as_uri()
+    return location_uri(target.warehouse)
+
+
+def location_uri(location: str) -> str:
+    """A local path or ``s3://`` location as a URI: ``s3://…`` as it is (no trailing slash), else ``file:///…``
+    (the path made absolute)."""
+    if location.startswith("s3://"):
+        return location.rstrip("/")
+    return Path(location).absolute().as_uri()
 
 
 def filesystem(target: TargetConfig) -> pafs.FileSystem:

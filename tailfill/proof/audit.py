@@ -13,19 +13,18 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import reduce
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.conversions import from_bytes
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, GreaterThanOrEqual, LessThan, Or
 from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 from pyiceberg.table import DataScan, FileScanTask, Table
 
 from tailfill.lake.audit_log import AuditLog, all_batch_summaries
 from tailfill.lake.batch_summary import BatchSummary
-from tailfill.offsets import OffsetRange, TopicPartition, intersect_all, merge
+from tailfill.lake.files import range_filter
+from tailfill.offsets import OffsetRange, TopicPartition, intersect_all
 from tailfill.proof.completeness import Offsets
 from tailfill.values.schema import COORDINATES
 
@@ -36,18 +35,6 @@ def committed_batches(audit: AuditLog, table: Table, run_id: str | None = None) 
     table.refresh()
     batches = [BatchSummary.from_properties(s) for s in all_batch_summaries(audit, table)]
     return [b for b in batches if run_id is None or b.run_id == run_id]
-
-
-def range_filter(windows: list[OffsetRange] | None) -> BooleanExpression:
-    """An Iceberg row filter selecting the offsets in ``windows`` (None: everything)."""
-    if windows is None:
-        return AlwaysTrue()
-    terms = [
-        And(EqualTo("kafka_partition", r.partition),
-            And(GreaterThanOrEqual("kafka_offset", r.start), LessThan("kafka_offset", r.end)))
-        for r in merge(windows)
-    ]
-    return reduce(Or, terms) if terms else EqualTo("kafka_partition", -1)
 
 
 READERS = 4  # files read at once when looking for the damaged ones

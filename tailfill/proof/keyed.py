@@ -16,12 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.table import Table
 
-from tailfill.lake.files import in_range
+from tailfill.lake.files import in_any, range_filter
 from tailfill.lake.key_index import Version, encode_keys
-from tailfill.lake.keyed import MergeCounts, applied_ranges, in_ranges, merges_by_run, state_counts
+from tailfill.lake.keyed import MergeCounts, applied_ranges, merges_by_run, state_counts
 from tailfill.lake.ledger import read_ledger
 from tailfill.offsets import OffsetRange, intersect_all, merge, subtract, total
 from tailfill.values.schema import CDC_OP, DELETE_OP
@@ -62,7 +61,7 @@ def check_state(changes: Table, state: Table, key: Sequence[str], version_by: st
         out.problems.append(f"the state {_name(state)} lags the change log by {total(lag):,} offsets "
                             f"({', '.join(map(str, lag[:5]))}); the pipeline's next batch catches it up")
     columns = [*key, CDC_OP, "kafka_topic", "kafka_partition", "kafka_offset", *([version_by] if version_by else [])]
-    rows = changes.scan(row_filter=in_ranges(applied), selected_fields=tuple(dict.fromkeys(columns))).to_arrow() \
+    rows = changes.scan(row_filter=range_filter(applied), selected_fields=tuple(dict.fromkeys(columns))).to_arrow() \
         if applied else pa.table({c: [] for c in columns})
     counts = out.counts
     if counts.get("changes", 0) != rows.num_rows:
@@ -76,7 +75,7 @@ def check_state(changes: Table, state: Table, key: Sequence[str], version_by: st
     touched = None
     if within is not None:
         mine = intersect_all(merge(within), applied)
-        touched = set(encode_keys(rows.filter(_mask(rows, mine)), key)) if mine else set()
+        touched = set(encode_keys(rows.filter(in_any(rows, mine)), key)) if mine else set()
     held = state.scan(selected_fields=(*key, "kafka_partition", "kafka_offset")).to_arrow()
     out.live_rows = held.num_rows
     seen: dict[str, tuple[int, int]] = {}
@@ -118,13 +117,6 @@ def _fold(rows: pa.Table, key: Sequence[str], version_by: str | None) -> dict[st
         if j is None or Version(versions[i], parts[i], offsets[i]) > Version(versions[j], parts[j], offsets[j]):
             last[k] = i
     return {k: (parts[i], offsets[i]) for k, i in last.items() if ops[i] != DELETE_OP}
-
-
-def _mask(rows: pa.Table, ranges: list[OffsetRange]) -> pa.ChunkedArray:
-    mask = in_range(rows, ranges[0])
-    for r in ranges[1:]:
-        mask = pc.or_(mask, in_range(rows, r))
-    return mask
 
 
 def _where(at: tuple[int, int] | None) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from tailfill.config import PipelineConfig
 from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.durable import write_whole
-from tailfill.plumbing.warehouse import fs_path, make_dirs, warehouse_uri
+from tailfill.plumbing.warehouse import fs_path, location_uri, make_dirs, warehouse_uri
 from tailfill.proof.result import ValidationResult
 from tailfill.redact import redact_data
 from tailfill.settings import settings
@@ -25,8 +25,7 @@ def results_uri(cfg: PipelineConfig) -> str:
     ``<target.state_root>/_validation/<pipeline>`` when the state has a root of its own (a warehouse that is a
     table bucket takes table paths only)."""
     if cfg.target.state_root is not None:
-        base = cfg.target.state_root.rstrip("/")
-        return f"{base if base.startswith('s3://') else Path(base).absolute().as_uri()}/_validation/{cfg.name}"
+        return f"{location_uri(cfg.target.state_root.rstrip('/'))}/_validation/{cfg.name}"
     return f"{warehouse_uri(cfg.target)}/_validation/{cfg.name}"
 
 

@@ -60,12 +60,12 @@ def _compact_once(state: Table, fs: pafs.FileSystem, key: tuple[str, ...], targe
         raise LakeError(f"cannot compact {name}: it holds {rows.num_rows:,} live rows but its key index "
                         f"{index.live():,}; `tailfill validate --all` names the keys that differ")
     uris = write_rolling(fs, state.location(), rows, target_bytes)
+    new_files = [data_file(state.io, state.metadata, uri, Record()) for uri in uris]  # each footer read once
     entries = []
     keys = encode_keys(rows, key)
     at = 0
-    for uri in uris:
-        with fs.open_input_file(fs_path(uri)) as f:
-            n = pq.read_metadata(f).num_rows
+    for uri, new in zip(uris, new_files, strict=True):
+        n = new.record_count
         for pos in range(n):
             applied = index.get(keys[at + pos])
             if applied is None or applied.file is None:
@@ -76,7 +76,6 @@ def _compact_once(state: Table, fs: pafs.FileSystem, key: tuple[str, ...], targe
     entries += [(k, a) for k, a in index.keys.items() if a.file is None]  # tombstones carry over
     base = new_file_uri(state.location(), "keyindex-base")
     pq.write_table(segment(entries), fs_path(base), filesystem=fs)
-    new_files = [data_file(state.io, state.metadata, uri, Record()) for uri in uris]
     with state.transaction() as tx:
         with tx.update_snapshot(snapshot_properties={MAINTENANCE_SUMMARY: "compaction"}).overwrite() as overwrite:
             for f in old:

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-METADATA_PREFIX = "kafka_"
+from tailfill.values.paths import NAME
+from tailfill.values.schema import RESERVED_PREFIX
+
+PLAIN_NAME = re.compile(rf"^{NAME}$")
 
 
 @dataclass
@@ -108,7 +110,7 @@ def type_text(kind: Kind, path: str, notes: list[str]) -> str | None:
     if kind.name == "struct":
         parts = []
         for name, sub in kind.fields.items():
-            if not NAME.match(name):
+            if not PLAIN_NAME.match(name):
                 notes.append(f"{path}.{name}: not a plain identifier: not declared")
                 continue
             text = type_text(sub, f"{path}.{name}", notes)
@@ -132,8 +134,8 @@ def infer_fields(records: list[dict]) -> tuple[list[InferredField], list[str]]:
             present[name] = present.get(name, 0) + (value is not None)
     fields, notes = [], []
     for name, kind in kinds.items():
-        if not NAME.match(name) or name.startswith(METADATA_PREFIX):
-            notes.append(f"{name}: not a plain identifier, or the Kafka metadata's prefix {METADATA_PREFIX}: "
+        if not PLAIN_NAME.match(name) or name.startswith(RESERVED_PREFIX):
+            notes.append(f"{name}: not a plain identifier, or the Kafka metadata's prefix {RESERVED_PREFIX}: "
                          "not declared")
             continue
         text = type_text(kind, name, notes)

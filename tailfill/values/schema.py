@@ -39,6 +39,7 @@ RAW_SCHEMA = pa.schema(
 METADATA_FIELDS = [RAW_SCHEMA.field(n) for n in ("kafka_topic", "kafka_partition", "kafka_offset",
                                                   "kafka_timestamp", "kafka_key", "kafka_headers")]
 COORDINATES = ("kafka_topic", "kafka_partition", "kafka_offset")
+RESERVED_PREFIX = "kafka_"  # the Kafka metadata columns' prefix, which no declared field may take
 VALUE_FIELD = RAW_SCHEMA.field("kafka_value")
 QUARANTINE_SCHEMA = pa.schema([*METADATA_FIELDS, VALUE_FIELD, pa.field("error", pa.string()),
                                pa.field("run_id", pa.string())])
