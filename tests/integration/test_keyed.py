@@ -13,6 +13,7 @@ import subprocess
 import threading
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,20 @@ def test_debezium_stream_lands_as_the_fold_of_its_changes(cdc):
     assert status[1] == (f"  all merges: {counts.changes:,} changes = {counts.inserted:,} inserted + "
                          f"{counts.updated:,} updated + {counts.deleted:,} deleted + {counts.superseded:,} superseded")
     assert status[2].startswith("  latest run run-a: ")
+
+
+def test_a_first_batch_that_only_deletes_writes_into_a_fresh_state_table(cdc):
+    """Keys created and deleted within the table's first batch: no winning row, only the index and the deletes."""
+    pipeline = cdc()
+    stream = change_stream(600, 100, partitions=1)
+    gone = {c.order_id for c in stream if c.op == "tombstone"} - set(fold(stream))
+    kept = [c for c in stream if c.order_id in gone]
+    changes = [replace(c, offset=i) for i, c in enumerate(kept)]  # their own contiguous offsets
+    assert changes and not fold(changes)
+    ingest(pipeline, changes, [[OffsetRange(pipeline.cfg.source.topic, 0, 0, len(changes))]], "run-d")
+
+    assert_state_is_the_fold(pipeline, changes)
+    assert state_counts(pipeline.open_state_table()).changes == len(changes)
 
 
 def test_unwrapped_events_and_bad_changes_are_quarantined_and_counted(cdc):
