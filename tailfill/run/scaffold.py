@@ -46,19 +46,19 @@ def _sample_values(source: SourceConfig, count: int) -> tuple[int, list[bytes | 
     try:
         parts = list_partitions(conf, source.topic, owned)
         marks = watermarks(conf, parts, consumer=owned)
-        wanted = {tp: min(marks.high[tp] - marks.low[tp], -(-count // len(parts))) for tp in parts}
+        wanted = {tp.partition: min(marks.high[tp] - marks.low[tp], -(-count // len(parts))) for tp in parts}
         total = sum(wanted.values())
         if total == 0:
             raise SourceError(f"topic {source.topic!r} on {source.bootstrap_servers} has no records to sample "
                               "(fix: produce some first, or write format.fields by hand)")
         consumer = owned.get()
-        consumer.assign([KTopicPartition(tp.topic, tp.partition, marks.low[tp]) for tp in parts if wanted[tp]])
+        consumer.assign([KTopicPartition(tp.topic, tp.partition, marks.low[tp]) for tp in parts
+                         if wanted[tp.partition]])
         got: dict[int, list] = {tp.partition: [] for tp in parts}
         deadline = time.monotonic() + 60
         while sum(len(v) for v in got.values()) < total and time.monotonic() < deadline:
             for m in consumer.consume(1000, 0.5):
-                if m.error() is None and len(got[m.partition()]) < wanted[next(t for t in parts
-                                                                              if t.partition == m.partition())]:
+                if m.error() is None and len(got[m.partition()]) < wanted[m.partition()]:
                     got[m.partition()].append(m.value())
         return len(parts), [v for values in got.values() for v in values]
     finally:
