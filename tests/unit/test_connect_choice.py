@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
 
 import pytest
 
@@ -151,3 +153,29 @@ def test_the_client_reads_the_reports_again_only_after_the_handler_published_or_
     remote.forget()  # a new attempt
     remote.sync()
     assert len(reads) == 4
+
+
+def _plainly_bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def test_a_replaced_local_server_keeps_its_port_over_the_last_ones_closed_connections():
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        served, _ = listener.accept()
+        served.close()  # the server's side closes first: its end of the connection waits in TIME_WAIT on the port
+        client.close()
+    deadline = time.monotonic() + 2.0
+    while _plainly_bindable(port) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _plainly_bindable(port)  # a bind without SO_REUSEADDR is refused: the port looked taken
+    assert connect_server._port(port) == port
