@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from confluent_kafka import TopicPartition as KTopicPartition
 
-from tailfill.config import EMBEDDED, SourceConfig
+from tailfill.config import EMBEDDED, PIPELINE_NAME, SourceConfig
 from tailfill.errors import ConfigError, SourceError
 from tailfill.pipeline.subject import subject_columns
 from tailfill.source.embedded import resolve_bootstrap, resolve_registry
@@ -94,8 +94,9 @@ def _day_column(candidates: list[str]) -> str | None:
 
 def propose(req: Request) -> str:
     """The YAML text of a first pipeline for ``req`` (reads the topic, and the registry for a registry format)."""
-    if not re.match(r"^[A-Za-z][A-Za-z0-9_]*$", req.name):
-        raise ConfigError(f"pipeline name {req.name!r}: use letters, digits and underscores, starting with a letter")
+    if not re.match(PIPELINE_NAME, req.name):
+        raise ConfigError(f"pipeline name {req.name!r}: use lower-case letters, digits and underscores, starting with "
+                          f"a letter (fix: e.g. {table_name(req.name)})")
     source = SourceConfig(bootstrap_servers=resolve_bootstrap(req.bootstrap_servers), topic=req.topic)
     if req.fmt == "json":
         partitions, values = _sample_values(source, req.sample)
