@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from tailfill.values.partition_terms import parse_term
 from tailfill.values.schema import RESERVED_PREFIX, field_type
 
+PIPELINE_NAME = r"^[a-z][a-z0-9_]*$"  # a pipeline's name: its DAGs' and run state's names are made from it
 EMBEDDED = "embedded"  # bootstrap_servers of the local broker started by `tailfill broker up`
 # librdkafka settings that carry secrets: passwords, client secrets, JAAS configs, inline PEM keys.
 SECRET_HINTS = ("password", "secret", "jaas", "ssl.key.pem", "ssl.keystore.key")
@@ -487,7 +488,7 @@ class MaintenanceConfig(_Model):
 class PipelineConfig(_Model):
     """One pipeline: where records come from, how they are parsed, where they land."""
 
-    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")] = Field(
+    name: Annotated[str, Field(pattern=PIPELINE_NAME)] = Field(
         description="The pipeline's name (lower case, digits, _): its DAGs are <name>_backfill, "
                     "<name>_incremental and <name>_maintenance, its run state <state root>/<name>/.")
     source: SourceConfig = Field(description="The Kafka topic and how to read it.")

@@ -20,16 +20,9 @@ from pathlib import Path
 
 from tailfill.dev.object_store import ACCESS_KEY, REGION, SECRET_KEY, start_object_store
 from tailfill.errors import BrokerError
-from tailfill.plumbing.detached import running, stop_detached
+from tailfill.plumbing.detached import free_port, port_free, running, stop_detached
 from tailfill.settings import settings
 from tailfill.source.embedded import broker_state, state_file
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tansu_binary() -> str:
@@ -115,18 +108,6 @@ def _keep(home: Path, port: int, storage: str) -> None:
     (home / "broker" / "kept.json").write_text(json.dumps({"port": port, "storage": storage}))
 
 
-def _port_free(port: int) -> bool:
-    """Whether a server could listen on ``port`` now: as tansu binds, so the closed connections of the broker that
-    had it (TIME_WAIT for a minute) do not count."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
 def _store_file(home: Path) -> Path:
     return home / "broker" / "seaweedfs.json"
 
@@ -159,7 +140,7 @@ def broker_up(home: Path | None = None, port: int | None = None, storage: str | 
     if storage not in STORAGES:
         raise BrokerError(f"broker storage {storage!r}: use one of {', '.join(STORAGES)}")
     port = port or settings().broker_port or kept.get("port") or free_port()
-    if not _port_free(port):
+    if not port_free(port):  # as tansu binds: the last broker's TIME_WAIT connections do not count
         raise BrokerError(f"cannot start the embedded broker on 127.0.0.1:{port} (the port it keeps in {home}): "
                           "another process listens there (fix: stop that process, or set TAILFILL_BROKER_PORT)")
     env = _storage_env(home) if storage == "s3" else {}

@@ -27,12 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from tailfill.dev.avro_compat import backward_problems as avro_backward
-from tailfill.dev.broker import free_port
 from tailfill.dev.json_schema_compat import backward_problems as json_backward
 from tailfill.dev.protobuf_compat import backward_problems as protobuf_backward
 from tailfill.dev.protobuf_compat import parse_file
 from tailfill.errors import RegistryError
-from tailfill.plumbing.detached import stop_detached
+from tailfill.plumbing.detached import free_port, stop_detached
 from tailfill.settings import settings
 from tailfill.source.embedded import registry_state, registry_state_file
 

@@ -1,13 +1,36 @@
 """Detached local processes (the embedded broker, the development registry, the warm Spark server):
-the state file each records when it is up, whether it is alive, and stopping it."""
+the state file each records when it is up, whether it is alive, stopping it, and the loopback ports they
+listen on."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import time
 from pathlib import Path
+
+from tailfill.settings import LOOPBACK
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def port_free(port: int) -> bool:
+    """Whether a server could listen on 127.0.0.1:``port`` now: bound as servers bind (``SO_REUSEADDR``), so the
+    closed connections of the last process that listened there (TIME_WAIT for a minute) do not count."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((LOOPBACK, port))
+            return True
+        except OSError:
+            return False
 
 
 def alive(pid: int) -> bool:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 LEASE_S = 20.0  # a batch finding its client's lease older than this (server's clock) is cancelled
 KEY_PREFIX = "tailfill.query."
+_UNSEEN = object()  # a record no sync has read yet
 
 
 def record_key(req: IngestRequest) -> str:
@@ -134,13 +135,22 @@ class RemoteQuery:
     def __init__(self, spark: SparkSession, req: IngestRequest, reports: ReportLog, state: QueryState):
         self.spark, self.req, self.reports, self.state = spark, req, reports, state
         self.beats = 0
+        self._seen: object = _UNSEEN  # the record as the last sync read it
 
-    def sync(self) -> None:
-        """Renew the lease; bring the shared state up to what the server has committed and recorded."""
+    def sync(self, force: bool = False) -> None:
+        """Renew the lease; bring the shared state up to what the server has committed and recorded.
+
+        The handler publishes its record after every batch, committed or failed, and after that batch's
+        report: while the record is what the last sync read, no batch ended since, and the reports are not
+        listed again. ``force``: read them anyway (once the query has ended, whatever its record says).
+        """
         self.beats += 1
         self.spark.conf.set(lease_key(self.req), f"{self.beats}")
-        self.state.tally = fold(self.reports)
         raw = self.spark.conf.get(record_key(self.req), None)
+        if raw == self._seen and not force:
+            return
+        self._seen = raw
+        self.state.tally = fold(self.reports)
         if not raw:
             return
         record = json.loads(raw)

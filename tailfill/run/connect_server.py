@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tailfill.errors import SparkServerError
-from tailfill.plumbing.detached import alive, running, stop_detached
+from tailfill.plumbing.detached import alive, free_port, port_free, running, stop_detached
 from tailfill.plumbing.durable import locked, write_whole
 from tailfill.run import runtime
 from tailfill.run.server_settings import CLIENT_ONLY, differing_settings, job_env_digests
@@ -178,19 +178,11 @@ def master_cores(master: str) -> int:
     return (os.cpu_count() or 2) if match.group(1) == "*" else int(match.group(1))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((LOOPBACK, port))
-            return True
-        except OSError:
-            return False
+def _port(kept: int | None) -> int:
+    """The port a new server listens on: the last one's (its address stays right) when a server could listen there
+    now — its closed connections waiting in TIME_WAIT do not count, as the JVM binds with ``SO_REUSEADDR`` — else a
+    free one."""
+    return kept if kept and port_free(kept) else free_port()
 
 
 def _answers(port: int) -> bool:
@@ -206,7 +198,7 @@ def _start(home: Path, env: dict[str, str], digests: dict[str, str | None], why:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     workdir = home / "connect-server"  # never a checkout: Spark's Python workers put their folder on sys.path
     workdir.mkdir(parents=True, exist_ok=True)
-    port = port if port and _bindable(port) else _free_port()
+    port = _port(port)
     started = time.time()
     with open(log_path, "ab") as log:
         log.write(f"tailfill: starting the local Spark Connect server ({why})\n".encode())

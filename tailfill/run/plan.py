@@ -116,12 +116,9 @@ def plan_backfill(
 ) -> list[Slice]:
     """Slices of ``[start, end)`` (default ``[earliest, cutover)``) that still hold uncommitted offsets.
 
-    Bounds the broker cannot have (past a partition's end, a partition it does not have, a start
-    after its end) are refused here, before any job starts: such a run would wait for records that
-    never come and fail much later with a misleading cause.
+    The bounds are not checked here: the planner refuses those the broker cannot have (see
+    :func:`check_bounds`) before it calls this.
     """
-    if end is not None:
-        check_bounds(state, start, end)
     start = start or state.marks.low
     end = end or ensure_cutover(state)
     pieces = split_slices(ranges_between(start, end), slices or state.cfg.backfill.slices)

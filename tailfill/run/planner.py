@@ -102,6 +102,10 @@ def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
     """Plan ``request``: one spec per lane (``run_id(lane)`` names each), bounds as planned, the cap tuned once.
     The tables are made (or evolved) first, and the cutover recorded when there is none yet.
 
+    Bounds the broker cannot have (past a partition's end, a partition it does not have, a start
+    after its end) are refused here, before any job starts: such a run would wait for records that
+    never come and fail much later with a misleading cause.
+
     Raises :class:`ConfigError` when ``on_committed`` is ``fail`` and the range overlaps committed offsets.
     """
     cfg = pipeline.cfg

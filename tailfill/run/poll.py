@@ -99,7 +99,7 @@ def _watch(query: StreamingQuery, watch: Watch) -> None:
                 raise QueryStalled(f"[{req.label}] committed nothing for {stuck:.0f}s while busy, at {state.step} "
                                    f"(Spark: {status.get('message', '?')}); stopped the query")
             if time.monotonic() - beat_at >= HEARTBEAT_S / 3:
-                watch.pacer.heartbeat(caught_up=not query.status.get("isDataAvailable", True))
+                watch.pacer.heartbeat(caught_up=not status.get("isDataAvailable", True))
                 beat_at = time.monotonic()
             if state.tally.batches != printed or time.monotonic() - printed_at >= HEARTBEAT_S:
                 watch.log(progress_line(req, state.tally, started, watch.pacer.note()))
@@ -133,10 +133,10 @@ class StallWatch:
         return quiet if self.timeout_s is not None and quiet > self.timeout_s else None
 
 
-def stop_between_batches(query: StreamingQuery, wait_s: float | None = None) -> None:
+def stop_between_batches(query: StreamingQuery) -> None:
     """Stop ``query`` when no micro-batch is in flight (a stopped batch would only be replayed), or after
-    ``wait_s`` (default :data:`STOP_BETWEEN_BATCHES_S`) in the middle of one."""
-    deadline = time.monotonic() + (STOP_BETWEEN_BATCHES_S if wait_s is None else wait_s)
+    :data:`STOP_BETWEEN_BATCHES_S` (read at each call) in the middle of one."""
+    deadline = time.monotonic() + STOP_BETWEEN_BATCHES_S
     while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
         time.sleep(0.2)
     query.stop()

@@ -1,4 +1,5 @@
-"""A clean start for one pipeline: its tables, run state, validation results and checkpoints removed.
+"""A clean start for one pipeline: its tables (a keyed one's state table too), run state, validation results and
+checkpoints removed.
 
 :func:`reset_targets` says what a reset would remove (the command line shows it and asks first);
 :func:`reset` removes it. A pipeline whose tail is running is refused: stop the tail first. The
@@ -27,7 +28,7 @@ from tailfill.state.store import read_health
 class ResetTargets:
     """What a reset of one pipeline removes."""
 
-    tables: list[str]  # namespace.table of the data and quarantine tables that exist
+    tables: list[str]  # namespace.table of the data, quarantine and (keyed) state tables that exist
     folders: list[str]  # state root, validation results (on the warehouse's filesystem)
     local: list[Path]  # checkpoints and local validation projects that exist
 
@@ -37,9 +38,11 @@ class ResetTargets:
 
 
 def reset_targets(pipeline: Pipeline) -> ResetTargets:
-    """What :func:`reset` would remove for ``pipeline`` now (only what exists)."""
+    """What :func:`reset` would remove for ``pipeline`` now (only what exists). A keyed pipeline's state table goes
+    with its change log: the applied ranges it records would otherwise disagree with the emptied data table."""
     cfg, target = pipeline.cfg, pipeline.cfg.target
-    names = [f"{target.namespace}.{name}" for name in (target.table, target.quarantine_name)]
+    own = (target.table, target.quarantine_name, *([target.state_name] if pipeline.keyed else []))
+    names = [f"{target.namespace}.{name}" for name in own]
     tables = [n for n in names if pipeline.catalog.table_exists(tuple(n.split(".", 1)))]
     folders = [f for f in (pipeline.state.root, results_uri(cfg)) if _exists(pipeline.fs, f)]
     on_fs = {fs_path(f) for f in folders}  # a local warehouse's validation folder is also its Data Docs' folder

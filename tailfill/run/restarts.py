@@ -7,10 +7,11 @@ dropped record) stops the run at once. Failed attempts that commit no batch of t
 the pipeline's budget (``max_consecutive_failures``); past it the run stops, naming the step the
 attempts failed at (no endless restart loop). One that committed a batch starts the count again.
 
-Spark's own infrastructure failing — a Python worker that could not connect back to its executor, the
-machine too busy to start one in time (:attr:`~tailfill.errors.ErrorInfo.infrastructure`) — says nothing of
-the batch: such failures have a budget and a longer backoff of their own, and leave the batch's budget
-alone; past it, they count as the batch's.
+The infrastructure around the work failing (:attr:`~tailfill.errors.ErrorInfo.infrastructure`) says
+nothing of the batch: Spark's own machinery (a Python worker that could not connect back to its executor,
+the machine too busy to start one in time) or a broker answering no request
+(:class:`~tailfill.errors.BrokerUnresponsive`). Such failures have a budget and a longer backoff of their
+own, and leave the batch's budget alone; past it, they count as the batch's.
 
 Everything here is values in, a decision out: no clock, no sleeping, no Spark (tested as the governor is).
 """

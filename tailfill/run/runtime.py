@@ -135,7 +135,7 @@ def code_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
-def code_archive(dest: Path | None = None) -> Path:
+def code_archive(dest: Path | None = None, fingerprint: str | None = None) -> Path:
     """A zip of the ``tailfill`` package this process runs (:func:`code_modules`), shipped with ``--py-files``.
 
     The only builder of that archive (CLI and Airflow alike). Built from the code this process runs
@@ -143,15 +143,16 @@ def code_archive(dest: Path | None = None) -> Path:
     built from the same code (its fingerprint is the zip's comment) is kept. Each module goes in with
     its bytecode beside it (an unchecked hash-based ``.pyc``, which ``zipimport`` loads instead of
     compiling the source in every Python process Spark starts; another Python version takes the source).
+    ``fingerprint``: :func:`code_fingerprint`, when the caller has it already.
     """
     dest = dest or code_archive_path()
-    fingerprint = code_fingerprint().encode()
+    comment = (fingerprint or code_fingerprint()).encode()
     with contextlib.suppress(OSError, zipfile.BadZipFile), zipfile.ZipFile(dest) as existing:
-        if existing.comment == fingerprint:
+        if existing.comment == comment:
             return dest
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.comment = fingerprint
+        zf.comment = comment
         for name, path in code_modules().items():
             source = path.read_bytes()
             zf.writestr(name, source)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from confluent_kafka import TopicPartition as KTopicPartition
 
-from tailfill.config import EMBEDDED, SourceConfig
+from tailfill.config import EMBEDDED, PIPELINE_NAME, SourceConfig
 from tailfill.errors import ConfigError, SourceError
 from tailfill.pipeline.subject import subject_columns
 from tailfill.source.embedded import resolve_bootstrap, resolve_registry
@@ -46,19 +46,19 @@ def _sample_values(source: SourceConfig, count: int) -> tuple[int, list[bytes | 
     try:
         parts = list_partitions(conf, source.topic, owned)
         marks = watermarks(conf, parts, consumer=owned)
-        wanted = {tp: min(marks.high[tp] - marks.low[tp], -(-count // len(parts))) for tp in parts}
+        wanted = {tp.partition: min(marks.high[tp] - marks.low[tp], -(-count // len(parts))) for tp in parts}
         total = sum(wanted.values())
         if total == 0:
             raise SourceError(f"topic {source.topic!r} on {source.bootstrap_servers} has no records to sample "
                               "(fix: produce some first, or write format.fields by hand)")
         consumer = owned.get()
-        consumer.assign([KTopicPartition(tp.topic, tp.partition, marks.low[tp]) for tp in parts if wanted[tp]])
+        consumer.assign([KTopicPartition(tp.topic, tp.partition, marks.low[tp]) for tp in parts
+                         if wanted[tp.partition]])
         got: dict[int, list] = {tp.partition: [] for tp in parts}
         deadline = time.monotonic() + 60
         while sum(len(v) for v in got.values()) < total and time.monotonic() < deadline:
             for m in consumer.consume(1000, 0.5):
-                if m.error() is None and len(got[m.partition()]) < wanted[next(t for t in parts
-                                                                              if t.partition == m.partition())]:
+                if m.error() is None and len(got[m.partition()]) < wanted[m.partition()]:
                     got[m.partition()].append(m.value())
         return len(parts), [v for values in got.values() for v in values]
     finally:
@@ -94,8 +94,9 @@ def _day_column(candidates: list[str]) -> str | None:
 
 def propose(req: Request) -> str:
     """The YAML text of a first pipeline for ``req`` (reads the topic, and the registry for a registry format)."""
-    if not re.match(r"^[A-Za-z][A-Za-z0-9_]*$", req.name):
-        raise ConfigError(f"pipeline name {req.name!r}: use letters, digits and underscores, starting with a letter")
+    if not re.match(PIPELINE_NAME, req.name):
+        raise ConfigError(f"pipeline name {req.name!r}: use lower-case letters, digits and underscores, starting with "
+                          f"a letter (fix: e.g. {table_name(req.name)})")
     source = SourceConfig(bootstrap_servers=resolve_bootstrap(req.bootstrap_servers), topic=req.topic)
     if req.fmt == "json":
         partitions, values = _sample_values(source, req.sample)

@@ -43,7 +43,8 @@ def run_tag(run_id: str) -> str:
 
 def shipped_archive() -> Path:
     """The code archive under a name that carries its fingerprint (``tailfill-<fingerprint>.zip``)."""
-    return runtime.code_archive(settings().home / "dist" / f"tailfill-{runtime.code_fingerprint()}.zip")
+    fingerprint = runtime.code_fingerprint()
+    return runtime.code_archive(settings().home / "dist" / f"tailfill-{fingerprint}.zip", fingerprint)
 
 
 def connect_session(url: str, run_id: str | None = None) -> SparkSession:

@@ -80,10 +80,11 @@ def _open_checkpoint(req: IngestRequest, log: Log) -> None:
 
 
 def start_query(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handler: Callable,
-                budget_file: Path, cores: int) -> StreamingQuery:
+                cores: int) -> StreamingQuery:
     """The request's streaming query, started: ``tailfill_kafka`` ranges into ``handler`` (``foreachBatch``),
-    ``cores`` consumers reading each batch, the batches' budget read from ``budget_file``."""
+    ``cores`` consumers reading each batch, the batches' budget read from the checkpoint's :data:`BUDGET_FILE`."""
     cfg = pipeline.resolved
+    budget_file = req.checkpoint / BUDGET_FILE
     reader = (
         spark.readStream.format("tailfill_kafka")
         .option("source", cfg.source.model_dump_json())
@@ -138,7 +139,7 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
     started = time.monotonic()
     try:
         watch = Watch(req, state, pacer, pipeline.state, cancel, log, remote.sync if remote else None)
-        restarts, causes = _attempts(spark, pipeline, req, handler, watch, emit, budget_file, cores, remote)
+        restarts, causes = _attempts(spark, pipeline, req, handler, watch, emit, cores, remote)
     finally:
         pacer.stopped()
     shutil.rmtree(req.checkpoint, ignore_errors=True)  # finished: the ledger holds everything it did
@@ -149,7 +150,7 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
 
 
 def _attempts(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handler: Callable, watch: Watch,
-              emit: Emit, budget_file: Path, cores: int, remote: RemoteQuery | None) -> tuple[int, list[str]]:
+              emit: Emit, cores: int, remote: RemoteQuery | None) -> tuple[int, list[str]]:
     """Run the query until it completes, restarting it from its checkpoint as the restart policy says; returns
     how many restarts it took and their causes. Raises :class:`~tailfill.errors.QueryFailed` when the policy
     says stop (the failure's class, ``retryable`` and fix are the error's)."""
@@ -163,14 +164,14 @@ def _attempts(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handl
             remote.forget()
         reported_failure(req.checkpoint / FAILURE_FILE)  # an earlier attempt's: not this one's
         try:
-            _watched(lambda: poll(start_query(spark, pipeline, req, handler, budget_file, cores), watch), req, remote)
+            _watched(lambda: poll(start_query(spark, pipeline, req, handler, cores), watch), req, remote)
             return len(causes), causes
         except Exception as exc:
             if not isinstance(exc, StreamingQueryException | QueryEnded | QueryStalled) and not (
                     remote is not None and query_failed(exc)):
                 raise
             if remote is not None:
-                remote.sync()  # what the server's handler recorded of its failure
+                remote.sync(force=True)  # what the server's handler recorded of its failure
             failure = _failure(exc, state, req)
             failure = Failure(failure.error, failure.step, advanced=state.tally.batches > before)
             causes.append(str(failure.error))
@@ -194,7 +195,7 @@ def _watched(run: Callable[[], None], req: IngestRequest, remote: RemoteQuery | 
         return run()
     try:
         run()
-        remote.sync()  # the batches committed since the last look
+        remote.sync(force=True)  # the batches committed since the last look
     except Exception as exc:
         if isinstance(exc, StreamingQueryException) or not server_gone(exc):
             raise

@@ -27,7 +27,7 @@ from tailfill.plumbing.detached import running, stop_detached
 from tailfill.plumbing.durable import locked
 from tailfill.run import runtime
 from tailfill.run.contract import JobSpec
-from tailfill.run.server_settings import MODE_ENV, differing_settings, digest, job_env_digests  # noqa: F401
+from tailfill.run.server_settings import differing_settings, digest, job_env_digests  # noqa: F401
 from tailfill.settings import settings
 
 SERVED_BY = "warm Spark server:"  # the first line of a job the server runs

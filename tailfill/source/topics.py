@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tailfill.config import SourceConfig
 from tailfill.errors import SourceError
 from tailfill.offsets import TopicPartition
-from tailfill.source.kafka import METADATA_TIMEOUT_S, consumer_config, watermarks
+from tailfill.source.kafka import METADATA_TIMEOUT_S, OwnedConsumer, consumer_config, watermarks
 from tailfill.source.kafka_log import logged
 
 
@@ -34,14 +34,21 @@ def _topic_names(admin: AdminClient, bootstrap: str) -> dict:
 
 
 def list_topics(bootstrap: str) -> list[TopicInfo]:
-    """Every topic on ``bootstrap`` but the broker's internal ones, by name."""
+    """Every topic on ``bootstrap`` but the broker's internal ones, by name (one consumer reads them all)."""
     out = []
-    for name, meta in sorted(_topic_names(_admin(bootstrap), bootstrap).items()):
-        if name.startswith("__"):
-            continue
-        parts = [TopicPartition(name, p) for p in sorted(meta.partitions)]
-        marks = watermarks(consumer_config(SourceConfig(bootstrap_servers=bootstrap, topic=name)), parts)
-        out.append(TopicInfo(name, len(parts), sum(marks.high[tp] - marks.low[tp] for tp in parts)))
+    topics = sorted(_topic_names(_admin(bootstrap), bootstrap).items())
+    # assign-only and committing nothing: the group id names the reader, whichever topic it reads
+    conf = consumer_config(SourceConfig(bootstrap_servers=bootstrap, topic="*"), **{"group.id": "tailfill-topics"})
+    owned = OwnedConsumer(conf)
+    try:
+        for name, meta in topics:
+            if name.startswith("__"):
+                continue
+            parts = [TopicPartition(name, p) for p in sorted(meta.partitions)]
+            marks = watermarks(conf, parts, consumer=owned)
+            out.append(TopicInfo(name, len(parts), sum(marks.high[tp] - marks.low[tp] for tp in parts)))
+    finally:
+        owned.close()
     return out
 
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
 
 import pytest
 
 from tailfill.errors import JobCancelled
 from tailfill.run import connect_batch, connect_server
 from tailfill.run.contract import JobSpec
+from tailfill.run.query_state import QueryState, Tally
 from tailfill.run.runners import ConnectRunner, SparkSubmitRunner, choose_runner
 from tailfill.run.spark_connect import redact_url
 
@@ -80,6 +83,12 @@ class Conf:
     def get(self, key, default=None):
         return self.values.get(key, default)
 
+    def set(self, key, value):
+        self.values[key] = value
+
+    def unset(self, key):
+        self.values.pop(key, None)
+
 
 def test_a_batch_finding_its_clients_lease_unrenewed_is_cancelled_before_it_prepares(monkeypatch):
     spec = JobSpec("demo", "tail", "tail-1")
@@ -115,3 +124,58 @@ def test_jobs_on_the_local_server_are_counted_by_live_client_and_the_callers_own
     assert connect_server.busy(tmp_path, besides=ours) == ["tail-20261124T1200-cd34"]
     assert not gone.exists()  # forgotten
     assert connect_server.busy(tmp_path) == ["backfill-20261124T1200-ab12", "tail-20261124T1200-cd34"]
+
+
+def test_the_client_reads_the_reports_again_only_after_the_handler_published_or_when_told():
+    reads: list[int] = []
+
+    class Reports:
+        def read(self):
+            reads.append(1)
+            return []
+
+    req = type("Req", (), {"run_id": "tail-1", "name": "tail", "label": "tail"})()
+    spark = type("Spark", (), {"conf": Conf()})()
+    state = QueryState(Tally())
+    remote = connect_batch.RemoteQuery(spark, req, Reports(), state)
+    remote.sync()
+    assert len(reads) == 1  # the first look reads them
+    remote.sync()
+    assert len(reads) == 1 and spark.conf.values[connect_batch.lease_key(req)] == "2"  # the lease renewed all the same
+    record = {"step": "committing", "at": 1.0, "latencies": [[1.5], [1.0]]}
+    spark.conf.set(connect_batch.record_key(req), json.dumps(record))  # a batch ended on the server
+    remote.sync()
+    assert len(reads) == 2 and state.step == "committing" and state.tally.latencies.seconds == (1.5,)
+    remote.sync()
+    assert len(reads) == 2
+    remote.sync(force=True)  # the query ended: whatever the record says
+    assert len(reads) == 3 and state.tally.latencies.seconds == (1.5,)
+    remote.forget()  # a new attempt
+    remote.sync()
+    assert len(reads) == 4
+
+
+def _plainly_bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def test_a_replaced_local_server_keeps_its_port_over_the_last_ones_closed_connections():
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        served, _ = listener.accept()
+        served.close()  # the server's side closes first: its end of the connection waits in TIME_WAIT on the port
+        client.close()
+    deadline = time.monotonic() + 2.0
+    while _plainly_bindable(port) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _plainly_bindable(port)  # a bind without SO_REUSEADDR is refused: the port looked taken
+    assert connect_server._port(port) == port

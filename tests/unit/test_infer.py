@@ -1,7 +1,14 @@
-"""Column types inferred from sample JSON records (``tailfill init``)."""
+"""Column types inferred from sample JSON records (``tailfill init``), and the pipeline names init accepts."""
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
+from tailfill.config import PIPELINE_NAME
+from tailfill.errors import ConfigError
+from tailfill.run.scaffold import Request, propose
 from tailfill.values.column_types import parse_type
 from tailfill.values.infer import infer_fields
 
@@ -41,3 +48,10 @@ def test_what_cannot_be_declared_is_left_out_with_a_note_and_disagreement_become
 
 def test_a_timestamp_and_a_plain_string_in_one_field_make_a_string():
     assert types([{"t": "2026-01-01T00:00:00Z"}, {"t": "soon"}]) == {"t": "string"}
+
+
+def test_init_refuses_a_name_the_pipeline_loader_would_refuse_before_it_reads_the_topic():
+    for name, fix in (("Orders", "orders"), ("2024_orders", "t_2024_orders"), ("my-orders", "my_orders")):
+        with pytest.raises(ConfigError, match=rf"pipeline name '{name}': use lower-case .*\(fix: e\.g\. {fix}\)$"):
+            propose(Request(name, "orders", bootstrap_servers="127.0.0.1:1"))  # nothing listens: never reached
+        assert re.match(PIPELINE_NAME, fix)

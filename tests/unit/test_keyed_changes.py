@@ -147,3 +147,19 @@ def test_keys_have_one_canonical_text_whatever_their_columns():
     for columns in (["a"], ["a", "b"], ["a", "s"], ["s"]):
         assert encode_keys(table, columns) == [encode_key([table[c][i].as_py() for c in columns]) for i in range(2)]
     assert encode_keys(table, ["a", "b"]) == ["[1,5]", "[-2,6]"]
+
+
+def test_a_reset_of_a_keyed_pipeline_removes_its_state_table_with_the_change_log():
+    from tailfill.pipeline.handle import Pipeline
+    from tailfill.run.reset import reset, reset_targets
+
+    pipeline = Pipeline(load_pipeline(CDC))
+    try:
+        pipeline.provision_tables()
+        assert pipeline.open_state_table() is not None
+        targets = reset_targets(pipeline)
+        assert "table tailfill.orders_state (its rows and files)" in targets.lines()  # shown before asking
+        reset(pipeline, targets)
+        assert pipeline.open_state_table() is None and pipeline.open_tables() is None
+    finally:
+        pipeline.close()
