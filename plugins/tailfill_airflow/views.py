@@ -6,12 +6,13 @@ Airflow's auth manager whether the user may read that DAG (the UI's session cook
 - ``/tailfill/run/<dag>/<run>``: every lane of a run, live, the verdict and the links to each lane's
   pages, the Data Docs and the quarantine page (a tab of the DAG run page);
 - ``/tailfill/batches/<dag>/<run>/<map index>``: one lane's progress and batch reports (a tab of
-  the task instance page, and an extra link of the ingest task); on a backfill's other tasks the
-  run's lanes, on the maintenance task the pipeline's offsets;
+  the task instance page, and an extra link of the ingest task); on the maintenance task, a
+  backfill's tasks that are not lanes and a lane not started yet, the run's tab (as ``/tailfill/run``);
 - ``/tailfill/report/<dag>/<run>/<map index>``: the lane's completeness report (its Data Docs link
   turned into the plugin's);
 - ``/tailfill/docs/<dag>/<path>``: the pipeline's Great Expectations Data Docs;
-- ``/tailfill/output/<dag>/<run>/<map index>``: the ``spark-submit`` output of the latest try;
+- ``/tailfill/output/<dag>/<run>/<map index>``: the ``spark-submit`` output of the latest try (``?try=N``:
+  of try N);
 - ``/tailfill/pipeline/<dag>``: the pipeline's live offsets (earliest, cutover, committed, lag);
 - ``/tailfill/quarantine/<dag>`` and ``/tailfill/table/<dag>``: counts per partition, and the quarantined
   records or the table's first rows;
@@ -289,7 +290,8 @@ def verdict(results: list[ValidationResult | None]) -> tuple[str, str]:
 
 @app.get("/batches/{dag_id}/{run_id}/{map_index}", response_class=HTMLResponse, dependencies=[_authorized()])
 def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
-    """A lane's tab; for a task that is not a lane, what the run or the pipeline has to show."""
+    """A lane's tab: progress, restarts, failed tries, links, batches. For the maintenance task, a backfill's
+    tasks that are not lanes and a lane that has not started, the run's tab (:func:`run_page`)."""
     pipeline, kind = pipeline_of(dag_id)
     tf_run = lane_run_id(pipeline.name, kind, run_id, map_index)
     if kind == MAINTENANCE or (kind == BACKFILL and map_index_of(map_index) < 0) \
