@@ -63,4 +63,5 @@ lint: $(STAMP)
 
 clean:
 	-$(VENV)/bin/tailfill broker down
+	-$(VENV)/bin/tailfill connect-server down
 	rm -rf .tailfill $(VENV) .pytest_cache site

@@ -42,7 +42,7 @@ def pipeline(home: Path, bootstrap: str, name: str, consumer: dict) -> Path:
 
 def one(home: Path, bootstrap: str, name: str, consumer: dict, minutes: float, rate: float, beside: bool):
     from tailfill.dev.sample import produce_sample
-    from tailfill.dev.soak import soak
+    from tailfill.dev.soak import beside_rate, soak
     from tailfill.pipeline.handle import open_pipeline
     from tailfill.pipeline.load import load_pipeline
     from tailfill.run.contract import new_run_id
@@ -54,7 +54,7 @@ def one(home: Path, bootstrap: str, name: str, consumer: dict, minutes: float, r
         plan_tail(p, TailRequest(False, None), new_run_id("tail"))  # records the cutover: history is the backfill's
     logs = home / name
     logs.mkdir()
-    rate_limit = max(int(HISTORY / (0.8 * minutes * 60)), 100) if beside else None
+    rate_limit = beside_rate(HISTORY, minutes * 60) if beside else None
     return soak(cfg, minutes * 60, rate, logs, {**os.environ, "TAILFILL_HOME": str(home)}, backfill_rate=rate_limit)
 
 

@@ -148,15 +148,25 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+SAMPLE_FORMATS = ("json", "avro", "protobuf", "json_schema", "debezium")
+
+
+def sample_pipeline(fmt: str) -> str:
+    """The shipped pipeline ``produce-sample --format fmt`` writes to unless given ``--pipeline``: ``demo`` for
+    JSON, ``orders_cdc`` for Debezium change events, ``orders_<fmt>`` for a registry format."""
+    return {"json": "demo", "debezium": "orders_cdc"}.get(fmt, f"orders_{fmt}")
+
+
 def cmd_produce_sample(args: argparse.Namespace) -> int:
     from tailfill.dev.sample import produce_sample
 
     fmt = getattr(args, "format", None) or "json"
-    cfg = resolve_pipeline(args.pipeline or ("demo" if fmt == "json" else f"orders_{fmt}"))
+    cfg = resolve_pipeline(args.pipeline or sample_pipeline(fmt))
     if fmt == "debezium":
         return _produce_changes(cfg, args.count)
     if cfg.format.type != fmt:
-        raise ConfigError(f"pipeline {cfg.name} reads {cfg.format.type}, not {fmt} (fix: --pipeline orders_{fmt})")
+        raise ConfigError(f"pipeline {cfg.name} reads {cfg.format.type}, not {fmt} (fix: --pipeline "
+                          f"{sample_pipeline(fmt)})")
     bootstrap = resolve_bootstrap(cfg.source.bootstrap_servers)
     started = time.monotonic()
     if fmt != "json":
@@ -375,7 +385,8 @@ def cmd_reset(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Broker up, sample history, backfill, more events, tail once, status."""
+    """Broker and this home's Spark Connect server up (both left running: `make demo` stops them), sample history,
+    backfill, more events, tail once, validate every run, status."""
     ns = argparse.Namespace
     steps: list[tuple[str, Callable[[], int]]] = [
         ("start the embedded broker", lambda: cmd_dev_service(ns(command="broker", action="up"))),
@@ -473,9 +484,10 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument("action", choices=("up", "down", "status"))
     ss.set_defaults(func=cmd_dev_service)
 
-    s = sub.add_parser("produce-sample", help="write sample events to a pipeline's topic (JSON, or a registry format)")
+    s = sub.add_parser("produce-sample", help="write sample events to a pipeline's topic (JSON, a registry format, or "
+                                                 "Debezium change events)")
     s.add_argument("--pipeline", help="default: demo (json), orders_cdc (debezium), orders_<format> otherwise")
-    s.add_argument("--format", choices=("json", "avro", "protobuf", "json_schema", "debezium"), default="json",
+    s.add_argument("--format", choices=SAMPLE_FORMATS, default="json",
                    help="avro/protobuf/json_schema: sample orders by confluent-kafka's serializers via the registry; "
                         "debezium: Debezium JSON change events of orders (snapshot, inserts, updates, deletes)")
     s.add_argument("--count", type=int, default=100_000)
@@ -534,7 +546,8 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--yes", action="store_true", help="do not ask")
     rs.set_defaults(func=cmd_reset)
 
-    d = sub.add_parser("demo", help="broker up, sample data, backfill, tail, validate, status")
+    d = sub.add_parser("demo", help="broker and this home's Spark Connect server up (left running), sample data, "
+                                    "backfill, tail, validate, status")
     d.add_argument("--pipeline", default="demo")
     d.add_argument("--count", type=int, default=100_000)
     d.add_argument("--tail-count", type=int, default=20_000)

@@ -248,17 +248,32 @@ class AirflowServer:
                 lines.append(str(entry))
         return "\n".join(lines[-max_lines:])
 
+    def new_runs(self, dag_id: str, before: set[str], timeout: float = 30) -> list[dict]:
+        """The runs of ``dag_id`` whose ids are not in ``before``, once there is one (``AirflowError`` after
+        ``timeout``): the run a trigger form made."""
+        deadline = time.monotonic() + timeout
+        while not (new := [r for r in self.dag_runs(dag_id) if r["dag_run_id"] not in before]):
+            if time.monotonic() > deadline:
+                raise AirflowError(f"no new run of {dag_id} within {timeout:.0f} s")
+            time.sleep(1)
+        return new
+
+    def wait_for_end(self, dag_id: str, run_id: str, timeout: float = 240, poll: float = 2) -> dict:
+        """Poll the run until it ends, ``success`` or ``failed`` (returned), or times out (``AirflowError``)."""
+        deadline = time.monotonic() + timeout
+        while (run := self.dag_run(dag_id, run_id))["state"] not in FINISHED:
+            if time.monotonic() > deadline:
+                raise AirflowError(f"{dag_id} run {run_id} not finished after {timeout:.0f} s:\n"
+                                   f"{self.describe_run(dag_id, run_id)}")
+            time.sleep(poll)
+        return run
+
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 600, poll: float = 3) -> dict:
         """Poll the run until it is ``success`` (returned) or ``failed``/timed out (``AirflowError``)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            run = self.dag_run(dag_id, run_id)
-            if run["state"] == "success":
-                return run
-            if run["state"] == "failed" or time.monotonic() > deadline:
-                what = "failed" if run["state"] == "failed" else f"not finished after {timeout:.0f} s"
-                raise AirflowError(f"{dag_id} run {run_id} {what}:\n{self.describe_run(dag_id, run_id)}")
-            time.sleep(poll)
+        run = self.wait_for_end(dag_id, run_id, timeout, poll)
+        if run["state"] == "failed":
+            raise AirflowError(f"{dag_id} run {run_id} failed:\n{self.describe_run(dag_id, run_id)}")
+        return run
 
     def describe_run(self, dag_id: str, run_id: str) -> str:
         tis = self.task_instances(dag_id, run_id)

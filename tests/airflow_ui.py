@@ -1,9 +1,11 @@
 """The Airflow UI in headless Chromium for the end-to-end tests (with the ``browser`` and ``shot`` fixtures of
-``tests/conftest.py``): logging in, and waiting for a page or a plugin tab (an iframe) to show some text."""
+``tests/conftest.py``): logging in, filling and submitting a DAG's trigger form, and waiting for a page or a plugin
+tab (an iframe) to show some text."""
 
 from __future__ import annotations
 
-__all__ = ["frame_text", "login", "page_text", "wait_for_tab", "wait_for_text"]
+__all__ = ["frame_text", "login", "open_trigger_form", "page_text", "set_field", "submit_trigger_form", "wait_for_tab",
+           "wait_for_text"]
 
 
 def login(browser, airflow) -> None:
@@ -20,6 +22,40 @@ def login(browser, airflow) -> None:
     browser.find_element(By.NAME, "password").send_keys("admin")
     browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait.until(lambda d: "/auth/login" not in d.current_url)
+
+
+def open_trigger_form(browser, airflow, dag_id: str, field: str):
+    """Open the params form of ``dag_id`` (the DAG page's Trigger button); its input named ``field`` (a param's
+    ``element_<name>``) once it shows."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 45)
+    browser.get(f"{airflow.url}/dags/{dag_id}")
+    wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))).click()
+    return wait.until(ec.visibility_of_element_located((By.NAME, field)))
+
+
+def set_field(browser, field, value: str) -> None:
+    """Replace what the form's input ``field`` holds by ``value`` (then Tab), and wait until it holds it."""
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    field.click()
+    field.send_keys(Keys.CONTROL, "a")
+    field.send_keys(value, Keys.TAB)
+    WebDriverWait(browser, 45).until(lambda d: field.get_attribute("value") == value)
+
+
+def submit_trigger_form(browser) -> None:
+    """Submit the open params form once its button is enabled (``AirflowServer.new_runs`` finds the run)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    submit = browser.find_element(By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]")
+    WebDriverWait(browser, 45).until(lambda d: submit.is_enabled())
+    submit.click()
 
 
 def page_text(browser) -> str:

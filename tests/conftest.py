@@ -190,6 +190,7 @@ def home(tmp_path, monkeypatch) -> Path:
 @pytest.fixture
 def make_pipeline(tmp_path, broker, home):
     """Write a pipeline YAML (the demo one, on a fresh topic, with ``changes`` applied) and load it."""
+    from helpers import set_dotted
 
     def make(name: str = "itest", s3_endpoint: str | None = None, catalog_uri: str | None = None,
              rest=None, **changes) -> PipelineConfig:
@@ -208,12 +209,7 @@ def make_pipeline(tmp_path, broker, home):
         if s3_endpoint:
             data["target"]["warehouse"] = f"s3://tailfill/{uuid.uuid4().hex[:8]}/warehouse"
             data["target"]["s3"] = {"endpoint": s3_endpoint}
-        for dotted, value in changes.items():
-            node = data
-            *parents, leaf = dotted.split("__")
-            for key in parents:
-                node = node[key]
-            node[leaf] = value
+        set_dotted(data, changes)
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(data))
         return load_pipeline(path)

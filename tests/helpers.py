@@ -175,6 +175,22 @@ def finished(thread: threading.Thread, out: dict, timeout: float = 600):
     return out["result"]
 
 
+def set_dotted(data: dict, changes: dict, drop_none: bool = False) -> dict:
+    """``data`` (a pipeline's YAML, as loaded) with ``changes`` applied in place: each key a path with ``__``
+    between the levels (``target__key``), each value the leaf's new value; with ``drop_none``, None removes a
+    leaf that is there."""
+    for dotted, value in changes.items():
+        node = data
+        *parents, leaf = dotted.split("__")
+        for key in parents:
+            node = node[key]
+        if drop_none and value is None and leaf in node:
+            del node[leaf]
+        else:
+            node[leaf] = value
+    return data
+
+
 def wait_until(condition, what: str, timeout: float = 180, poll: float = 0.2) -> None:
     deadline = time.monotonic() + timeout
     while not condition():

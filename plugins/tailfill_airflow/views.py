@@ -6,12 +6,13 @@ Airflow's auth manager whether the user may read that DAG (the UI's session cook
 - ``/tailfill/run/<dag>/<run>``: every lane of a run, live, the verdict and the links to each lane's
   pages, the Data Docs and the quarantine page (a tab of the DAG run page);
 - ``/tailfill/batches/<dag>/<run>/<map index>``: one lane's progress and batch reports (a tab of
-  the task instance page, and an extra link of the ingest task); on a backfill's other tasks the
-  run's lanes, on the maintenance task the pipeline's offsets;
+  the task instance page, and an extra link of the ingest task); on the maintenance task, a
+  backfill's tasks that are not lanes and a lane not started yet, the run's tab (as ``/tailfill/run``);
 - ``/tailfill/report/<dag>/<run>/<map index>``: the lane's completeness report (its Data Docs link
   turned into the plugin's);
 - ``/tailfill/docs/<dag>/<path>``: the pipeline's Great Expectations Data Docs;
-- ``/tailfill/output/<dag>/<run>/<map index>``: the ``spark-submit`` output of the latest try;
+- ``/tailfill/output/<dag>/<run>/<map index>``: the ``spark-submit`` output of the latest try (``?try=N``:
+  of try N);
 - ``/tailfill/pipeline/<dag>``: the pipeline's live offsets (earliest, cutover, committed, lag);
 - ``/tailfill/quarantine/<dag>`` and ``/tailfill/table/<dag>``: counts per partition, and the quarantined
   records or the table's first rows;
@@ -51,6 +52,7 @@ from tailfill_airflow.outcome import Outcome, read_run_state, read_run_tasks, re
 from tailfill_airflow.progress import progress
 
 if TYPE_CHECKING:
+    from tailfill.lake.tables import Tables
     from tailfill.proof.result import ValidationResult
 
 log = logging.getLogger(__name__)
@@ -288,7 +290,8 @@ def verdict(results: list[ValidationResult | None]) -> tuple[str, str]:
 
 @app.get("/batches/{dag_id}/{run_id}/{map_index}", response_class=HTMLResponse, dependencies=[_authorized()])
 def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
-    """A lane's tab; for a task that is not a lane, what the run or the pipeline has to show."""
+    """A lane's tab: progress, restarts, failed tries, links, batches. For the maintenance task, a backfill's
+    tasks that are not lanes and a lane that has not started, the run's tab (:func:`run_page`)."""
     pipeline, kind = pipeline_of(dag_id)
     tf_run = lane_run_id(pipeline.name, kind, run_id, map_index)
     if kind == MAINTENANCE or (kind == BACKFILL and map_index_of(map_index) < 0) \
@@ -476,8 +479,12 @@ def table_page(dag_id: str) -> HTMLResponse:
     title = f"{cfg.name} · {cfg.target.namespace}.{cfg.target.table} · preview"
     try:
         with pipeline:
-            counts, _ = table_contents(pipeline, 0)
-            columns, rows = table_preview(pipeline, PREVIEW_ROWS)
+            tables = pipeline.open_tables()  # once: the counts and the rows read the same snapshots
+            if tables is None:  # never made
+                counts, columns, rows = {}, [], []
+            else:
+                counts, _ = table_contents(pipeline, 0, tables=tables)
+                columns, rows = table_preview(pipeline, PREVIEW_ROWS, tables=tables)
     except TailfillError as exc:
         return problem_page(title, "the table cannot be read", exc)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
@@ -489,12 +496,13 @@ def table_page(dag_id: str) -> HTMLResponse:
                         f"<table class=preview><tr>{head}</tr>{body or '<tr><td>none</td></tr>'}</table>")
 
 
-def table_preview(pipeline: Pipeline, limit: int) -> tuple[list[str], list[dict]]:
-    """The data table's columns and its first ``limit`` rows as stored (none while it was never made)."""
-    tables = pipeline.open_tables()  # as they are: a page changes nothing
+def table_preview(pipeline: Pipeline, limit: int, tables: Tables | None = None) -> tuple[list[str], list[dict]]:
+    """The data table's columns and its first ``limit`` rows as stored (none while it was never made); of
+    ``tables`` when the caller opened them already."""
+    if tables is None:
+        tables = pipeline.open_tables()  # as they are (loaded now): a page changes nothing
     if tables is None:
         return [], []
-    tables.data.refresh()
     arrow = tables.data.scan(limit=limit).to_arrow()
     return arrow.column_names, arrow.to_pylist()
 
@@ -506,21 +514,22 @@ def _cell(value: object, size: int = 80) -> str:
     return text if len(text) <= size else text[:size] + " …"
 
 
-def table_contents(pipeline: Pipeline, limit: int) -> tuple[dict, list[dict]]:
+def table_contents(pipeline: Pipeline, limit: int, tables: Tables | None = None) -> tuple[dict, list[dict]]:
     """Per partition: offsets the ledger committed, rows and quarantined rows stored; and the ``limit``
-    quarantined records with the highest offsets, newest first (nothing while the tables were never made)."""
+    quarantined records with the highest offsets, newest first (nothing while the tables were never made); of
+    ``tables`` when the caller opened them already."""
     import pyarrow.compute as pc
 
     from tailfill.lake.ledger import read_ledger
     from tailfill.offsets import TopicPartition, by_partition, total
 
-    tables = pipeline.open_tables()  # as they are: a page changes nothing
+    if tables is None:
+        tables = pipeline.open_tables()  # as they are (loaded now): a page changes nothing
     if tables is None:
         return {}, []
     data, quarantine = tables
     counts: dict = {}
     for table, column in ((data, "rows"), (quarantine, "quarantined")):
-        table.refresh()
         arrow = table.scan(selected_fields=("kafka_topic", "kafka_partition")).to_arrow()
         for row in arrow.group_by(["kafka_topic", "kafka_partition"]).aggregate([([], "count_all")]).to_pylist():
             tp = TopicPartition(row["kafka_topic"], row["kafka_partition"])

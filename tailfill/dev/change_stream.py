@@ -21,8 +21,6 @@ from tailfill.offsets import OffsetRange
 from tailfill.values.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
 
 STATUSES = ("new", "paid", "shipped", "delivered", "cancelled")
-ORDER_FIELDS = [{"name": "order_id", "type": "long", "required": True}, {"name": "status", "type": "string"},
-                {"name": "amount", "type": "double"}, {"name": "updated_at", "type": "timestamp"}]
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -35,7 +33,7 @@ class Change:
     key: bytes
     value: bytes | None
     order_id: int
-    op: str  # c, u, d, or "tombstone"
+    op: str  # r (a snapshot read), c, u, d, or "tombstone"
 
 
 def change_stream(events: int, keys: int, partitions: int = 1, seed: int = 7, mix: tuple[float, float] = (0.2, 0.7),

@@ -81,6 +81,12 @@ def measure(reports: list[BatchReport], stopped_at: float, rate: float, interval
         freshness_worst=max(f["p95"] for f in fresh) if fresh else None)
 
 
+def beside_rate(history: int, seconds: float) -> int:
+    """The ``--max-rate`` (offsets/s, at least 100) at which a backfill of ``history`` offsets lasts most (80%) of
+    a soak of ``seconds``."""
+    return max(int(history / (0.8 * seconds)), 100)
+
+
 def soak(cfg: PipelineConfig, seconds: float, rate: float, log_dir: Path, env: dict[str, str],
          backfill_rate: int | None = None) -> SoakResult:
     """Run the tail of ``cfg`` (processing-time trigger) for ``seconds`` after its first commit under a producer

@@ -26,7 +26,7 @@ import pytest
 import sqlalchemy
 import yaml
 from airflow_server import FINISHED, AirflowServer
-from airflow_ui import login, wait_for_tab, wait_for_text
+from airflow_ui import login, open_trigger_form, set_field, submit_trigger_form, wait_for_tab, wait_for_text
 from fault_outcomes import prove
 from helpers import assert_exactly_once, high_watermarks
 
@@ -248,7 +248,6 @@ def asset_events(airflow: AirflowServer, uri: str) -> list[dict]:
 
 def test_trigger_form_and_grid_in_headless_chromium(airflow, pipeline, browser, shot):
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -257,30 +256,20 @@ def test_trigger_form_and_grid_in_headless_chromium(airflow, pipeline, browser, 
 
     # The DAG page's Trigger button opens the params form.
     before = {r["dag_run_id"] for r in airflow.dag_runs(BACKFILL)}
-    browser.get(f"{airflow.url}/dags/{BACKFILL}")
-    wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))).click()
-    slices = wait.until(ec.visibility_of_element_located((By.NAME, "element_slices")))
+    slices = open_trigger_form(browser, airflow, BACKFILL, "element_slices")
     form_fields = {e.get_attribute("name"): e.get_attribute("value")
                    for e in browser.find_elements(By.CSS_SELECTOR, "input[name^=element_]")}
     assert form_fields == {"element_from_offsets": "earliest", "element_to_offsets": "cutover",
                            "element_slices": "4", "element_max_parallel_slices": "2",  # the pool's 3 slots less 1
                            "element_max_offsets_per_second": "", "element_committed_ranges": "skip"}, form_fields
-    slices.click()
-    slices.send_keys(Keys.CONTROL, "a")
-    slices.send_keys("2", Keys.TAB)
-    wait.until(lambda d: slices.get_attribute("value") == "2")
+    set_field(browser, slices, "2")
     assert "Run Parameters" in browser.find_element(By.TAG_NAME, "body").text
     shot("trigger-form")
 
-    submit = browser.find_element(By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]")
-    wait.until(lambda d: submit.is_enabled())
-    submit.click()
+    submit_trigger_form(browser)
     wait.until(ec.invisibility_of_element_located((By.NAME, "element_slices")))
 
-    deadline = time.monotonic() + 30
-    while not (new := [r for r in airflow.dag_runs(BACKFILL) if r["dag_run_id"] not in before]):
-        assert time.monotonic() < deadline, "no new dag run after submitting the trigger form"
-        time.sleep(1)
+    new = airflow.new_runs(BACKFILL, before)
     assert len(new) == 1, new
     run = new[0]
     assert run["run_type"] == "manual" and run["conf"].get("slices") == 2, run
@@ -391,10 +380,7 @@ def test_an_impossible_range_fails_before_spark_with_one_line_in_headless_chromi
     ends = high_watermarks(pipeline)
     asked = {str(p): (500_000 if p == 0 else end) for p, end in ends.items()}
     run_id = airflow.trigger_dag(BACKFILL, {"to_offsets": json.dumps({topic: asked})})
-    deadline = time.monotonic() + 240
-    while (run := airflow.dag_run(BACKFILL, run_id))["state"] not in ("success", "failed"):
-        assert time.monotonic() < deadline, airflow.describe_run(BACKFILL, run_id)
-        time.sleep(2)
+    run = airflow.wait_for_end(BACKFILL, run_id)
     states = {(t["task_id"], t["map_index"]): (t["state"], t["try_number"])
               for t in airflow.task_instances(BACKFILL, run_id)}
     assert run["state"] == "failed" and states[("plan", -1)] == ("failed", 1), states  # no retry: it cannot succeed

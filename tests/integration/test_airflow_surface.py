@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from airflow_server import FINISHED, AirflowServer
-from airflow_ui import login, wait_for_tab, wait_for_text
+from airflow_server import AirflowServer
+from airflow_ui import login, open_trigger_form, set_field, submit_trigger_form, wait_for_tab, wait_for_text
 from alert_hook import alerts
 
 from tailfill.dev.broker import free_port
-from tailfill.dev.sample import ensure_topic
+from tailfill.source.topics import ensure_topic
 
 pytestmark = pytest.mark.integration
 
@@ -84,11 +84,7 @@ def airflow(pipelines, surface_dir, postgres):
 def finished(airflow: AirflowServer, dag_id: str, conf: dict | None = None, timeout: float = 240) -> tuple[str, str]:
     """Trigger ``dag_id`` and wait until its run ends: ``(run id, state)``."""
     run_id = airflow.trigger_dag(dag_id, conf)
-    deadline = time.monotonic() + timeout
-    while (state := airflow.dag_run(dag_id, run_id)["state"]) not in FINISHED:
-        assert time.monotonic() < deadline, airflow.describe_run(dag_id, run_id)
-        time.sleep(2)
-    return run_id, state
+    return run_id, airflow.wait_for_end(dag_id, run_id, timeout)["state"]
 
 
 def run_tab(airflow: AirflowServer, dag_id: str, run_id: str) -> str:
@@ -189,7 +185,7 @@ def test_a_maintenance_run_shows_what_it_did(airflow, pipelines, browser, shot):
 
 
 def test_a_restart_and_a_missed_objective_of_the_tail_show_on_its_tabs(airflow, pipelines, surface_dir, browser,
-                                                                       shot):
+                                                                       shot, arm_fault):
     """The tail's first batch fails once (an injected fault) and its query starts again from the checkpoint:
     the run tab and the tail's tab count the restart and name its cause; the try's output is linked. Its
     batches miss the 1 s freshness objective: the run succeeds (``on_missed_objective: warn``) with the
@@ -198,12 +194,8 @@ def test_a_restart_and_a_missed_objective_of_the_tail_show_on_its_tabs(airflow, 
 
     dag = f"{QUIET}_incremental"
     produce_sample(pipelines[QUIET]["source"]["bootstrap_servers"], pipelines[QUIET]["source"]["topic"], 300, 4)
-    fault = Path(os.environ["TAILFILL_FAULT_DIR"]) / "fail-before-commit"
-    fault.write_text("1")
-    try:
-        run_id, state = finished(airflow, dag, timeout=600)
-    finally:
-        fault.write_text("0")
+    arm_fault("before-commit", 1)
+    run_id, state = finished(airflow, dag, timeout=600)
     assert state == "success", airflow.describe_run(dag, run_id)
     RUNS["tail"] = run_id
     text = text_of(run_tab(airflow, dag, run_id))
@@ -309,35 +301,14 @@ def test_a_garbage_from_in_the_trigger_form_fails_the_plan_with_one_line_on_the_
                                                                                          shot):
     """The form's From gets a word that is no offsets: the plan fails at once (no retry, no traceback), and the
     run's tab names the field, what is wrong and the fix."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
-    from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
-
     dag = f"{QUIET}_backfill"
-    wait = WebDriverWait(browser, 45)
     login(browser, airflow)
     before = {r["dag_run_id"] for r in airflow.dag_runs(dag)}
-    browser.get(f"{airflow.url}/dags/{dag}")
-    wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))).click()
-    start = wait.until(ec.visibility_of_element_located((By.NAME, "element_from_offsets")))
-    start.click()
-    start.send_keys(Keys.CONTROL, "a")
-    start.send_keys("yesterday", Keys.TAB)
-    wait.until(lambda d: start.get_attribute("value") == "yesterday")
+    set_field(browser, open_trigger_form(browser, airflow, dag, "element_from_offsets"), "yesterday")
     shot("trigger-form-garbage-from")
-    submit = browser.find_element(By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]")
-    wait.until(lambda d: submit.is_enabled())
-    submit.click()
-    deadline = time.monotonic() + 30
-    while not (new := [r for r in airflow.dag_runs(dag) if r["dag_run_id"] not in before]):
-        assert time.monotonic() < deadline, "no new dag run after submitting the trigger form"
-        time.sleep(1)
-    run_id = new[0]["dag_run_id"]
-    deadline = time.monotonic() + 240
-    while airflow.dag_run(dag, run_id)["state"] not in FINISHED:
-        assert time.monotonic() < deadline, airflow.describe_run(dag, run_id)
-        time.sleep(2)
+    submit_trigger_form(browser)
+    run_id = airflow.new_runs(dag, before)[0]["dag_run_id"]
+    airflow.wait_for_end(dag, run_id)
     states = {t["task_id"]: (t["state"], t["try_number"]) for t in airflow.task_instances(dag, run_id)}
     assert states["plan"] == ("failed", 1), states
     line = f"FAILED at plan (try 1): planning the backfill of {QUIET} failed: From (from_offsets): offsets are not " \

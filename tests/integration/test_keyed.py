@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO
-from helpers import backfill, kill_job_tree, offline_duckdb, tail
+from helpers import backfill, kill_job_tree, offline_duckdb, set_dotted, tail
 from pyiceberg.expressions import EqualTo
 
 from tailfill.config import MaintenanceConfig
@@ -32,6 +32,7 @@ from tailfill.lake.schema_change import table_columns
 from tailfill.offsets import OffsetRange, subtract
 from tailfill.pipeline.handle import Pipeline, open_pipeline
 from tailfill.pipeline.load import load_pipeline
+from tailfill.proof.result import ValidationResult
 from tailfill.proof.validate import validate
 from tailfill.run.maintain import maintain
 from tailfill.run.planner import backfill_spec
@@ -49,12 +50,7 @@ def cdc(home, monkeypatch, tmp_path):
     def make(**changes) -> Pipeline:
         monkeypatch.setenv("TAILFILL_CDC_TOPIC", f"cdc-{uuid.uuid4().hex[:8]}")
         data = yaml.safe_load((REPO / CDC).read_text())
-        for dotted, value in changes.items():
-            node = data
-            *parents, leaf = dotted.split("__")
-            for key in parents:
-                node = node[key]
-            node[leaf] = value
+        set_dotted(data, changes)
         path = tmp_path / f"cdc-{uuid.uuid4().hex[:6]}.yaml"
         path.write_text(yaml.safe_dump(data))
         pipeline = open_pipeline(load_pipeline(path))
@@ -111,13 +107,16 @@ def state_by_duckdb(pipeline: Pipeline) -> dict[int, tuple[int, int]]:
     return out
 
 
-def assert_state_is_the_fold(pipeline: Pipeline, changes: list[Change]) -> None:
+def assert_state_is_the_fold(pipeline: Pipeline, changes: list[Change]) -> ValidationResult:
+    """The state table (read by pyiceberg and by DuckDB) is the fold of ``changes``, and validation of all runs
+    proves it; returns that proof."""
     expected = fold(changes)
     assert state_by_pyiceberg(pipeline) == expected
     assert state_by_duckdb(pipeline) == expected
     proof = validate(pipeline, all_runs=True)
     assert proof.success, proof.problems
     assert proof.state["differing"] == 0 and proof.state["keys_checked"] >= len(expected)
+    return proof
 
 
 def test_debezium_stream_lands_as_the_fold_of_its_changes(cdc):
@@ -174,8 +173,7 @@ def test_unwrapped_events_and_bad_changes_are_quarantined_and_counted(cdc):
     assert any("without a Kafka key" in r for r in reasons)
     assert any("without an 'after' object" in r for r in reasons)
     assert any("order_id" in r for r in reasons)
-    assert_state_is_the_fold(pipeline, good)
-    proof = validate(pipeline, all_runs=True)
+    proof = assert_state_is_the_fold(pipeline, good)
     assert proof.quarantined == 4 and proof.rows == len(good)
 
 

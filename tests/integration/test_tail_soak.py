@@ -17,7 +17,7 @@ import pytest
 from helpers import assert_exactly_once, backfill, high_watermarks, tail, tail_spec
 
 from tailfill.dev.sample import produce_sample
-from tailfill.dev.soak import SoakResult, soak
+from tailfill.dev.soak import SoakResult, beside_rate, soak
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +33,7 @@ def _soak(spark, make_pipeline, home, tmp_path, minutes: float, rate: float, bes
     tail_spec(cfg, once=False)  # records the cutover: the history is the backfill's
     env = {**os.environ, "TAILFILL_HOME": str(home)}  # the CLI as a user runs it
     # Beside: a backfill limited so that it runs through most of the soak.
-    backfill_rate = max(int(HISTORY / (0.8 * minutes * 60)), 100) if beside else None
+    backfill_rate = beside_rate(HISTORY, minutes * 60) if beside else None
     result = soak(cfg, minutes * 60, rate, tmp_path, env, backfill_rate=backfill_rate)
     print(f"\n{result.asstr()}")
     log = (tmp_path / "tail.log").read_text(errors="replace")

@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tailfill.cli import SAMPLE_FORMATS, sample_pipeline
 from tailfill.config import PipelineConfig, duration_seconds
 from tailfill.errors import ConfigError
 from tailfill.pipeline.load import load_pipeline, resolve_pipeline
@@ -326,3 +327,13 @@ def test_a_registry_format_decodes_keys_only_by_registry_and_takes_registry_colu
     avro["target"]["partition_by"] = ["day(created_at)", "hour(kafka_timestamp)"]  # created_at: the registry's
     path.write_text(yaml.safe_dump(avro))
     assert list(load_pipeline(path).target.partition_by) == ["day(created_at)", "hour(kafka_timestamp)"]
+
+
+@pytest.mark.parametrize("fmt", SAMPLE_FORMATS)
+def test_produce_sample_without_pipeline_writes_to_a_shipped_pipeline_of_its_format(fmt, monkeypatch):
+    monkeypatch.setenv("TAILFILL_PIPELINES", str(DEMO.parent))
+    cfg = resolve_pipeline(sample_pipeline(fmt))  # a missing one: ConfigError "no pipeline named ..."
+    if fmt == "debezium":
+        assert (cfg.name, cfg.format.type, cfg.format.envelope) == ("orders_cdc", "json", "debezium")
+    else:
+        assert (cfg.format.type, cfg.format.envelope) == (fmt, "none")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import yaml
+from helpers import set_dotted
 
 from tailfill.errors import ChangeStreamError, ConfigError
 from tailfill.formats.base import split_records
@@ -26,15 +27,7 @@ def home(tmp_path, monkeypatch):
 
 def variant(tmp_path, **changes):
     data = yaml.safe_load(CDC.read_text())
-    for dotted, value in changes.items():
-        node = data
-        *parents, leaf = dotted.split("__")
-        for key in parents:
-            node = node[key]
-        if value is None and leaf in node:
-            del node[leaf]
-        else:
-            node[leaf] = value
+    set_dotted(data, changes, drop_none=True)
     path = tmp_path / "cdc.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
