@@ -28,6 +28,7 @@ from tailfill.source.kafka_log import logged
 from tailfill.values.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
 
 METADATA_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 5.0  # a broker that accepted no connection this long is unreachable: say so without waiting more
 RECONNECT_TIMEOUT_S = 15.0  # how long a read waits for librdkafka to reconnect before the batch fails
 
 
@@ -123,21 +124,32 @@ def _raise_fatal(err: KafkaError) -> None:
 def list_partitions(conf: dict, topic: str, consumer: OwnedConsumer | None = None) -> list[TopicPartition]:
     """The topic's partitions; a clear error if the broker is unreachable or the topic is missing."""
     with _borrowed(conf, consumer) as consumer:
-        try:
-            md = consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
-        except KafkaException as exc:
-            if (err := _no_answer(exc)) is not None:
-                raise BrokerUnresponsive(
-                    f"cannot reach Kafka at {conf['bootstrap.servers']} to read metadata of topic {topic!r}: no answer "
-                    f"within {METADATA_TIMEOUT_S:.0f}s ({err.str()})") from None
-            raise SourceError(
-                f"cannot reach Kafka at {conf['bootstrap.servers']} to read metadata of topic {topic!r}: {exc}"
-            ) from exc
+        md = _topic_metadata(consumer, conf, topic)
         tmd = md.topics.get(topic)
         if tmd is None or tmd.error is not None or not tmd.partitions:
             reason = tmd.error if tmd is not None and tmd.error else "no partitions"
             raise SourceError(f"topic {topic!r} not found on {conf['bootstrap.servers']} ({reason})")
         return [TopicPartition(topic, p) for p in sorted(tmd.partitions)]
+
+
+# What librdkafka answers when it could not connect at all: refused, dropped, or a name that does not resolve.
+_NO_CONNECTION = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE})
+
+
+def _topic_metadata(consumer: Consumer, conf: dict, topic: str):
+    """The topic's metadata. A broker that accepted no connection fails after :data:`CONNECT_TIMEOUT_S`; one that
+    is connected but slow gets :data:`METADATA_TIMEOUT_S` more to answer."""
+    where = f"cannot reach Kafka at {conf['bootstrap.servers']} to read metadata of topic {topic!r}"
+    for timeout in (CONNECT_TIMEOUT_S, METADATA_TIMEOUT_S):
+        try:
+            return consumer.list_topics(topic, timeout=timeout)
+        except KafkaException as exc:
+            if (err := _no_answer(exc)) is None:
+                raise SourceError(f"{where}: {exc}") from exc
+            if err.code() in _NO_CONNECTION or timeout == METADATA_TIMEOUT_S:
+                waited = "accepted no connection" if err.code() in _NO_CONNECTION else "gave no answer"
+                raise BrokerUnresponsive(f"{where}: it {waited} within {timeout:.0f}s ({err.str()})") from None
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 @dataclass(frozen=True)

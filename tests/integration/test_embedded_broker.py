@@ -149,6 +149,7 @@ def test_an_unreachable_broker_is_one_line(tmp_path):
         lines = (done.stdout + done.stderr).splitlines()
         assert done.returncode == 2
         assert len(lines) == 1 and re.match(r"error: cannot reach Kafka at 127\.0\.0\.1:1 ", lines[0]), lines[:5]
+        assert "accepted no connection within 5s" in lines[0]  # refused: said without waiting out the metadata timeout
 
 
 def test_the_demo_runs_twice_in_one_home(tmp_path):
