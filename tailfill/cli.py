@@ -6,7 +6,6 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from tailfill.config import PipelineConfig
 from tailfill.dev.broker import broker_down, broker_up, describe_storage
@@ -20,7 +19,7 @@ from tailfill.run.connect_server import connect_server_down, connect_server_up
 from tailfill.run.connect_server import server_state as connect_state
 from tailfill.run.contract import IngestResult, JobSpec, new_run_id, read_event
 from tailfill.run.planner import BackfillPlan, BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
-from tailfill.run.runners import Runner, choose_runner
+from tailfill.run.runners import Runner, choose_runner, run_side_by_side
 from tailfill.run.submit import parse_conf
 from tailfill.run.warm_spark import server_state, spark_server_down, spark_server_up
 from tailfill.settings import settings
@@ -268,10 +267,9 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     if not specs:
         return _summarise(pipeline, "backfill", 0, [])
     runner = choose_runner(args.spark, args.master, conf, secrets=env_names(pipeline.cfg), say=_show)
-    with ThreadPoolExecutor(max_workers=len(specs)) as pool:  # lanes run side by side, as in the DAG
-        runs = list(pool.map(lambda spec: _run(runner, spec), specs))
-    code = next((c for c, _ in runs if c != 0), 0)
-    return _summarise(pipeline, "backfill", code, [r for _, results in runs for r in results])
+    outcomes = run_side_by_side(runner, specs, _show)  # Ctrl-C stops every lane's job
+    code = next((o.code for o in outcomes if o.code != 0), 0)
+    return _summarise(pipeline, "backfill", code, [r for o in outcomes if o.result for r in o.result.results])
 
 
 def cmd_tail(args: argparse.Namespace) -> int:

@@ -15,7 +15,9 @@ import contextlib
 import os
 import subprocess
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_any
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -267,6 +269,29 @@ class ConnectRun:
 
     def kill(self) -> None:
         self.cancel.set()
+
+
+def run_side_by_side(runner: Runner, specs: Sequence[JobSpec], on_line: OnLine) -> list[Outcome]:
+    """Every spec's job at once (a backfill's lanes, as the DAG runs them), waited for together, in ``specs``'
+    order. Ctrl-C, or a job that cannot start, kills every job already started (what each committed stays)
+    and waits for them to end before it goes on up."""
+    started: list[tuple[JobSpec, JobRun]] = []
+    pool = ThreadPoolExecutor(max_workers=max(len(specs), 1), thread_name_prefix="lane")
+    try:
+        for spec in specs:
+            started.append((spec, runner.submit(spec, on_line)))
+        waits = [pool.submit(run.wait) for _, run in started]
+        while not all(w.done() for w in waits):
+            wait_any(waits, timeout=0.5)  # short waits: Ctrl-C reaches this thread between them
+        return [w.result() for w in waits]
+    except BaseException:
+        for spec, run in started:
+            on_line(f"[{spec.run_id}] stopped: {run.stopping}")
+            with contextlib.suppress(Exception):
+                run.kill()
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 def choose_runner(mode: str | None = None, master: str | None = None, conf: Mapping[str, str] | None = None,

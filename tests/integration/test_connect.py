@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import assert_exactly_once, high_watermarks, tables_of, wait_until
+from helpers import assert_exactly_once, committed, high_watermarks, tables_of, wait_until
 
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import SparkServerError
@@ -92,6 +92,33 @@ ORPHAN_STOPPED = ("its client has not renewed its lease", "since the session has
 
 def server_log(home: Path) -> str:
     return (home / "logs" / "connect-server.log").read_text(errors="replace")
+
+
+def test_ctrl_c_on_a_backfill_with_lanes_stops_every_lane_and_the_next_backfill_completes_it(server_home,
+                                                                                            connect_pipeline):
+    home, _ = server_home
+    cfg = connect_pipeline(backfill__max_offsets_per_batch=1_000, backfill__batch_seconds=None)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 40_000, cfg.source.partitions)
+    command = [TAILFILL, "backfill", str(cfg.path), "--spark", "connect", "--lanes", "2", "--slices", "2"]
+    caller = subprocess.Popen([*command, "--max-rate", "1000"], env=dict(os.environ), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_until(lambda: committed(cfg) > 0, "the lanes' first batches",
+                   timeout=300)
+        caller.send_signal(signal.SIGINT)  # as Ctrl-C: to the command only, not to anything it started
+        out, _ = caller.communicate(timeout=240)
+    finally:
+        caller.kill()
+    assert caller.returncode == 130, out[-3000:]
+    assert out.count("stopped: stopping its query on the Spark Connect server") == 2, out[-3000:]
+    assert connect_server.busy(home) == []  # both lanes' jobs ended with the command
+    stopped_at = committed(cfg)
+    assert 0 < stopped_at < 40_000  # at 1,000 offsets/s the lanes were far from done: they stopped, not finished
+    time.sleep(5)
+    assert committed(cfg) == stopped_at  # no query went on on the server
+    done = subprocess.run(command, env=dict(os.environ), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_exactly_once(cfg, high_watermarks(cfg))
 
 
 def test_a_tail_whose_caller_is_killed_stops_on_the_server_and_the_next_run_resumes(server_home, connect_pipeline):
