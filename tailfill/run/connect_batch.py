@@ -8,6 +8,10 @@ the step it is at, the latencies of the records committed so far (constant space
 fails, the failure as data. The batch reports go to the run state as
 everywhere else; the client (:class:`RemoteQuery`) reads its tally from them.
 
+A client that stops its query says so first (:meth:`RemoteQuery.ask_stop`, the setting ``….stop``): the
+handler's pacer, which may be waiting between batches (a backfill's rate limit, a pause for the tail), watches
+for it and ends its wait, so the stop is not held up by it.
+
 A client that goes away without stopping its query (SIGKILL) leaves the query running on the server.
 The client therefore renews a lease in the session's settings every second; a batch that finds the lease
 not renewed for :data:`LEASE_S` seconds fails at once with :class:`~tailfill.errors.JobCancelled` before
@@ -18,6 +22,7 @@ quiet query (no batch to run) is ended by the server when the session expires.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -47,6 +52,11 @@ def record_key(req: IngestRequest) -> str:
 def lease_key(req: IngestRequest) -> str:
     """The session setting the client renews while it watches the query."""
     return f"{record_key(req)}.lease"
+
+
+def stop_key(req: IngestRequest) -> str:
+    """The session setting the client sets before it stops the query."""
+    return f"{record_key(req)}.stop"
 
 
 def fold(reports: ReportLog) -> Tally:
@@ -80,7 +90,7 @@ class RemoteBatch:
     def __call__(self, ranges: DataFrame, batch_id: int) -> None:
         spark = ranges.sparkSession
         self._check_lease(spark)
-        handler = self._handler or self._build()
+        handler = self._handler or self._build(spark)
         try:
             handler(ranges, batch_id)
         except BaseException:
@@ -100,7 +110,22 @@ class RemoteBatch:
             raise JobCancelled(f"[{self.req.label}] cancelled on the Spark Connect server: its client has not "
                                f"renewed its lease for {now - at:.0f}s (it went away)")
 
-    def _build(self) -> BatchHandler:
+    def _watch_stop(self, spark: SparkSession, stopping: threading.Event) -> None:
+        """Set ``stopping`` (the pacer's waits end) once the client asks the query to stop or its lease lapses."""
+        seen, at = None, time.monotonic()
+        while not stopping.is_set():
+            time.sleep(1.0)
+            try:
+                asked = spark.conf.get(stop_key(self.req), None)
+                lease = spark.conf.get(lease_key(self.req), None)
+            except Exception:  # the session is gone, and the query with it
+                return
+            if lease != seen:
+                seen, at = lease, time.monotonic()
+            if asked or time.monotonic() - at > LEASE_S:
+                stopping.set()
+
+    def _build(self, spark: SparkSession) -> BatchHandler:
         from pathlib import Path
 
         from tailfill.config import PipelineConfig
@@ -115,6 +140,8 @@ class RemoteBatch:
         state = QueryState(fold(reports))
         pacer = pacer_for(pipeline, self.req, self.cores, state.stopping,
                           lambda line: print(f"[{self.req.label}] {line}", flush=True))
+        threading.Thread(target=self._watch_stop, args=(spark, state.stopping), name="tailfill-stop-watch",
+                         daemon=True).start()
         self._handler = BatchHandler(self.req, self.shipped, pipeline.committer(tables), reports, pacer,
                                      Path(self.budget_file), state)
         return self._handler
@@ -162,6 +189,11 @@ class RemoteQuery:
         if failure is not None:
             self.state.failure = Failure(ErrorInfo.from_dict(failure["error"]), failure["step"])
 
+    def ask_stop(self) -> None:
+        """Tell the server's handler the query is being stopped (before stopping it): its pacer ends any wait."""
+        self.spark.conf.set(stop_key(self.req), "1")
+
     def forget(self) -> None:
-        """A new attempt: the last attempt's failure record is no longer this one's."""
+        """A new attempt: the last attempt's failure record and stop are no longer this one's."""
         self.spark.conf.unset(record_key(self.req))
+        self.spark.conf.unset(stop_key(self.req))

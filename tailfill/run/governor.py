@@ -63,12 +63,13 @@ class Governor:
         if self.rate_limit is None:
             return 0.0
         due = self.started + self.offsets / self.rate_limit  # when this many offsets are allowed
-        wait = due - self.clock()
-        if wait > 0:
-            self.state = f"rate-limited to {self.rate_limit:,}/s"
-            self.sleep(wait)
-            return wait
-        return 0.0
+        if due <= self.clock():
+            return 0.0
+        self.state = f"rate-limited to {self.rate_limit:,}/s"
+        began = self.clock()
+        while not self.stopping.is_set() and (left := due - self.clock()) > 0:
+            self.sleep(min(left, 1.0))  # in steps: a query being stopped does not wait out the limit
+        return self.clock() - began
 
     def _pause_while_tail_suffers(self) -> float:
         began = last_log = self.clock()

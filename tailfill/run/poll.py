@@ -12,6 +12,7 @@ ends although nobody stopped it raises :class:`~tailfill.errors.QueryEnded`; one
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +46,14 @@ class Watch:
     cancel: threading.Event | None
     log: Callable[[str], None]
     sync: Callable[[], None] | None = None  # brings ``state`` up to date when the batches run elsewhere (Connect)
+    tell_stop: Callable[[], None] | None = None  # tells where the batches run that the query is being stopped
+
+    def stopping(self) -> None:
+        """The query is about to be stopped: its pacer (here, or on a Connect server) waits no longer."""
+        self.state.stopping.set()
+        if self.tell_stop is not None:
+            with contextlib.suppress(Exception):  # a server that went away: stopping the query says so, not this
+                self.tell_stop()
 
 
 def poll(query: StreamingQuery, watch: Watch) -> None:
@@ -74,17 +83,17 @@ def _watch(query: StreamingQuery, watch: Watch) -> None:
             if watch.sync is not None:
                 watch.sync()
             if watch.cancel is not None and watch.cancel.is_set():
-                state.stopping.set()
+                watch.stopping()
                 query.stop()  # at once, as a killed spark-submit would: an unfinished batch is replayed later
                 raise JobCancelled(f"[{req.label}] cancelled: its caller went away or asked to stop; "
                                    f"{state.tally.offsets:,} offsets committed before")
             if req.stop_after_seconds is not None and time.monotonic() - started >= req.stop_after_seconds:
-                state.stopping.set()
+                watch.stopping()
                 stop_between_batches(query)
                 watch.log(f"[{req.label}] stopped after {req.stop_after_seconds:.0f}s as asked")
                 continue
             if req.end is None and stop_requested(watch.store):
-                state.stopping.set()
+                watch.stopping()
                 stop_between_batches(query)
                 clear_stop(watch.store)
                 watch.log(f"[{req.label}] stopped between batches as asked (tailfill stop-tail)")
@@ -93,7 +102,7 @@ def _watch(query: StreamingQuery, watch: Watch) -> None:
             stuck = stall.stuck((state.tally.batches, state.last_end),  # a batch committed (here or on Connect)
                                 busy=bool(status.get("isTriggerActive") or status.get("isDataAvailable")))
             if stuck is not None and not state.stopping.is_set():
-                state.stopping.set()
+                watch.stopping()
                 query.stop()
                 state.stopping.clear()  # a stall is a failure, not a stop: the restart loop decides what follows
                 raise QueryStalled(f"[{req.label}] committed nothing for {stuck:.0f}s while busy, at {state.step} "
@@ -106,7 +115,7 @@ def _watch(query: StreamingQuery, watch: Watch) -> None:
                 printed, printed_at = state.tally.batches, time.monotonic()
     except KeyboardInterrupt:
         watch.log(f"[{req.label}] stopping after the current batch")
-        state.stopping.set()
+        watch.stopping()
         query.stop()
         raise
 

@@ -138,7 +138,8 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
         clear_stop(pipeline.state)  # a stop asked of an earlier tail is not for this one
     started = time.monotonic()
     try:
-        watch = Watch(req, state, pacer, pipeline.state, cancel, log, remote.sync if remote else None)
+        watch = Watch(req, state, pacer, pipeline.state, cancel, log, remote.sync if remote else None,
+                      remote.ask_stop if remote else None)
         restarts, causes = _attempts(spark, pipeline, req, handler, watch, emit, cores, remote)
     finally:
         pacer.stopped()

@@ -194,6 +194,20 @@ def test_the_rate_limit_holds_over_the_query():
     assert budget.max_offsets == 300_000
 
 
+def test_a_query_being_stopped_does_not_wait_out_the_rate_limit():
+    clock = FakeClock()
+    g = governor(clock, [None], rate=1_000)
+
+    def sleep(s: float) -> None:  # the query is stopped 3 s into a wait of 100 s
+        clock.sleep(s)
+        if clock.now - 1000.0 >= 3.0:
+            g.stopping.set()
+
+    g.sleep = sleep
+    _, waited = g.after_batch(100_000, 0.0)
+    assert waited == pytest.approx(3.0)
+
+
 def test_a_tail_late_for_other_reasons_does_not_stop_the_backfill_for_ever():
     clock, logs = FakeClock(), []
     tail = [health(alive_at=clock.now, freshness=Freshness(50.0, 90.0, 99.0, 10))]
