@@ -59,6 +59,21 @@ def stop_key(req: IngestRequest) -> str:
     return f"{record_key(req)}.stop"
 
 
+class LeaseAge:
+    """How long the client's lease has gone unrenewed, by this process's clock (a lease not set yet does not age)."""
+
+    def __init__(self) -> None:
+        self.seen: str | None = None
+        self.at = time.monotonic()
+
+    def of(self, value: str | None) -> float:
+        """The age after reading the lease's ``value`` now: 0 when it changed (renewed) or is not set."""
+        now = time.monotonic()
+        if value is None or value != self.seen:
+            self.seen, self.at = value, now
+        return now - self.at
+
+
 def fold(reports: ReportLog) -> Tally:
     """The tally of everything the query's run committed so far, from its batch reports."""
     tally = Tally()
@@ -78,7 +93,7 @@ class RemoteBatch:
 
     def __post_init__(self) -> None:
         self._handler: BatchHandler | None = None
-        self._lease: tuple[str | None, float] = (None, 0.0)  # the last lease value seen, and when (our clock)
+        self._lease = LeaseAge()
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
@@ -100,29 +115,22 @@ class RemoteBatch:
         self._publish(spark, handler, None)
 
     def _check_lease(self, spark: SparkSession) -> None:
-        value = spark.conf.get(lease_key(self.req), None)
-        seen, at = self._lease
-        now = time.monotonic()
-        if value != seen or seen is None:
-            self._lease = (value, now)
-            return
-        if now - at > LEASE_S:
+        age = self._lease.of(spark.conf.get(lease_key(self.req), None))
+        if age > LEASE_S:
             raise JobCancelled(f"[{self.req.label}] cancelled on the Spark Connect server: its client has not "
-                               f"renewed its lease for {now - at:.0f}s (it went away)")
+                               f"renewed its lease for {age:.0f}s (it went away)")
 
     def _watch_stop(self, spark: SparkSession, stopping: threading.Event) -> None:
         """Set ``stopping`` (the pacer's waits end) once the client asks the query to stop or its lease lapses."""
-        seen, at = None, time.monotonic()
+        lease = LeaseAge()  # this thread's own: the batch's check keeps its
         while not stopping.is_set():
             time.sleep(1.0)
             try:
                 asked = spark.conf.get(stop_key(self.req), None)
-                lease = spark.conf.get(lease_key(self.req), None)
+                age = lease.of(spark.conf.get(lease_key(self.req), None))
             except Exception:  # the session is gone, and the query with it
                 return
-            if lease != seen:
-                seen, at = lease, time.monotonic()
-            if asked or time.monotonic() - at > LEASE_S:
+            if asked or age > LEASE_S:
                 stopping.set()
 
     def _build(self, spark: SparkSession) -> BatchHandler:
