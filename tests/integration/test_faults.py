@@ -18,12 +18,14 @@ import itertools
 import os
 import random
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
+import psycopg2
 import pytest
 import yaml
 from fault_outcomes import prove
@@ -40,6 +42,7 @@ from helpers import (
     tail_spec,
     wait_until,
 )
+from processes import descendants
 from s3_fault_proxy import Fault, S3FaultProxy
 from tcp_outage import broker_behind_outage
 
@@ -350,6 +353,118 @@ def test_catalog_unavailable_at_commit(spark, make_pipeline, tmp_path, monkeypat
               f"the Postgres catalog stopped for 6 s as batch 2 was about to commit ({held_at:,} offsets committed)",
               "the commit failed; the job read no ledger while the catalog was down, restarted with backoff and "
               "replayed the batch once it was back", result.restarts, result.causes)
+
+
+class CatalogServer:
+    """The catalog's Postgres, killed as a crash kills it: SIGKILL to the postmaster and every backend at once
+    (no shutdown, no checkpoint), then started again on its data directory (crash recovery from the WAL)."""
+
+    def __init__(self, server: LocalPostgres, cfg) -> None:
+        self.server, self.cfg = server, cfg
+
+    def kill(self) -> None:
+        pid = int((self.server.data_dir / "postmaster.pid").read_text().split()[0])
+        doomed = [pid, *descendants(pid)]
+        for each in doomed:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(each, signal.SIGKILL)
+        wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in doomed), "Postgres to die", timeout=30)
+
+    def connect(self) -> psycopg2.extensions.connection:
+        return psycopg2.connect(host="127.0.0.1", port=self.server.port, user="tailfill", dbname="iceberg")
+
+    def hold_next_commit(self) -> psycopg2.extensions.connection:
+        """Lock the data table's catalog row, so that the job's next commit of it blocks in its ``UPDATE``."""
+        conn = self.connect()
+        cur = conn.cursor()
+        cur.execute("SELECT 1 FROM iceberg_tables WHERE table_name = %s FOR UPDATE", (self.cfg.target.table,))
+        assert cur.fetchone(), "the data table has no catalog row yet"
+        return conn
+
+    def commits_waiting(self) -> int:
+        """Backends blocked in an ``UPDATE`` of the catalog's table rows (a commit in flight, held by our lock)."""
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                            "AND query ILIKE 'UPDATE iceberg_tables%%'")
+                return cur.fetchone()[0]
+        finally:
+            conn.close()
+
+
+def test_catalog_postgres_killed_in_the_middle_of_commits(spark, make_pipeline, tmp_path, soak):
+    """The catalog's Postgres is SIGKILLed (postmaster and backends) while a backfill commits, and restarted on
+    its data: some kills land with a commit's ``UPDATE`` in flight (held there by a row lock the test takes, so
+    the moment is exact), the others at a random moment after a batch. The job restarts within its failure
+    budget or ends with an error; it is run again until it finishes, as a retry would. Nothing is lost, nothing
+    doubled, whatever the catalog had or had not made durable when it died."""
+    in_commit, at_random = (8, 8) if soak else (2, 2)
+    seed = int(os.environ.get("TAILFILL_FAULT_SEED", time.time_ns() % 1_000_000))
+    rng = random.Random(seed)
+    base = Path(tempfile.mkdtemp(prefix="tailfill-pg-"))  # outside pytest's private tmp: the server's user reads it
+    base.chmod(0o755)
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, base, ignore_errors=True)
+        server = stack.enter_context(LocalPostgres(base / "data", free_port(), databases=("iceberg",)))
+        cfg = make_pipeline(catalog_uri=server.url("iceberg"), backfill__slices=2,
+                            backfill__max_offsets_per_batch=1_000, backfill__batch_seconds=None,
+                            backfill__max_consecutive_failures=3, backfill__restart_backoff_seconds=1)
+        produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 6_000 * (in_commit + at_random), PARTITIONS,
+                       bad_every=BAD_EVERY)
+        planned = backfill_spec(open_pipeline(cfg))  # makes the tables and records the cutover
+        assert planned is not None
+        catalog = CatalogServer(server, cfg)
+        kinds = ["in-commit"] * in_commit + ["random"] * at_random
+        rng.shuffle(kinds)
+        results, failed_runs = [], []
+
+        def ended(job: tuple) -> bool:
+            """Whether a backfill run ended; its results or its error are kept."""
+            if job[0].is_alive():
+                return False
+            (results.extend(job[1]["result"]) if "result" in job[1] else failed_runs.append(job[1]["error"]))
+            return True
+
+        job = in_background(backfill, spark, cfg)
+        while kinds:
+            assert len(failed_runs) <= 2 * len(kinds) + 4, f"the backfill kept failing: {failed_runs[-3:]}"
+            assert committed_in(cfg, planned) < total_planned(planned), f"finished with {len(kinds)} kills to go"
+            held = catalog.hold_next_commit() if kinds[-1] == "in-commit" else None
+            before = committed(cfg)
+            if held is not None:
+                wait_until(lambda job=job: catalog.commits_waiting() > 0 or not job[0].is_alive(),
+                           "a commit to block on the held catalog row", timeout=300)
+            else:
+                wait_until(lambda job=job, before=before: committed(cfg) > before or not job[0].is_alive(),
+                           "a batch to commit", timeout=300)
+                time.sleep(rng.uniform(0.0, 2.0))
+            if ended(job):  # it ended before this kill's moment: run it again, then kill
+                if held is not None:
+                    held.close()
+                job = in_background(backfill, spark, cfg)
+                continue
+            catalog.kill()
+            kinds.pop()
+            time.sleep(rng.uniform(0.5, 4.0))
+            server.start()
+            if ended(job):
+                job = in_background(backfill, spark, cfg)
+        while True:
+            job[0].join(timeout=900)
+            assert ended(job), "a backfill run did not end within 15 min after the last kill"
+            if committed_in(cfg, planned) == total_planned(planned):
+                break
+            assert len(failed_runs) <= 2 * in_commit + 2 * at_random + 4, f"kept failing: {failed_runs[-3:]}"
+            job = in_background(backfill, spark, cfg)
+        for error in failed_runs:  # a run that gave up says why, in one line naming the catalog
+            assert len(str(error).splitlines()) == 1 and "catalog" in str(error).lower(), repr(error)
+        prove(cfg, f"catalog Postgres SIGKILLed mid-commit ({'soak' if soak else 'CI'}, seed {seed})",
+              f"{in_commit + at_random} SIGKILLs of Postgres (postmaster and backends), each restarted on its data after "
+              f"0.5-4 s: {in_commit} with a commit's UPDATE in flight, {at_random} 0-2 s after a batch committed",
+              f"the backfill restarted within its failure budget or ended with the catalog's error and was run "
+              f"again ({len(failed_runs)} runs gave up); each run resumed at the ledger's position",
+              sum(r.restarts for r in results), [c for r in results for c in r.causes])
 
 
 # --- two writers at once ---------------------------------------------------------------------------
