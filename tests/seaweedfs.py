@@ -52,19 +52,28 @@ class SeaweedFS:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> SeaweedFS:
+        self.start()
+        return self
+
+    def start(self) -> None:
+        """Start ``weed mini`` on this object's ports and data folder (again, after :meth:`kill`: on its data)."""
         (self.root / "data").mkdir(parents=True, exist_ok=True)
         args = [weed_binary(), "mini", f"-dir={self.root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 "-master.telemetry=false", f"-tableBucket={TABLE_BUCKET}", f"-bucket={STATE_BUCKET}",
                 "-webdav=false", "-admin.ui=false", "-s3.port.lance=0",
                 *(f"-{name}={port}" for name, port in self.ports.items())]
-        self.proc = subprocess.Popen(args, stdout=(self.root / "weed.log").open("wb"), stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(args, stdout=(self.root / "weed.log").open("ab"), stderr=subprocess.STDOUT,
                                      start_new_session=True, env={**os.environ})
         try:
             self._wait_ready()
         except BaseException:
             self.__exit__()
             raise
-        return self
+
+    def kill(self) -> None:
+        """SIGKILL every process of the server at once, as a crash would (no flush, no shutdown)."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
 
     def catalog(self):
         """A pyiceberg client of the REST catalog (the table bucket as its warehouse)."""

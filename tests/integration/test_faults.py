@@ -23,7 +23,9 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import psycopg2
 import pytest
@@ -370,6 +372,9 @@ class CatalogServer:
                 os.kill(each, signal.SIGKILL)
         wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in doomed), "Postgres to die", timeout=30)
 
+    def start(self) -> None:
+        self.server.start()
+
     def connect(self) -> psycopg2.extensions.connection:
         return psycopg2.connect(host="127.0.0.1", port=self.server.port, user="tailfill", dbname="iceberg")
 
@@ -393,12 +398,71 @@ class CatalogServer:
             conn.close()
 
 
+class Moment(NamedTuple):
+    """When a crash scenario's kill is due (``ready``), and what to undo right after it (``done``)."""
+
+    ready: Callable[[], bool]
+    done: Callable[[], None] = lambda: None
+
+
+def after_a_commit(cfg) -> Moment:
+    """Due once the table's ledger grew (then the scenario waits 0-2 s more, at random)."""
+    before = committed(cfg)
+    return Moment(lambda: committed(cfg) > before)
+
+
+def backfill_through_crashes(spark, cfg, planned: JobSpec, server, kinds: list[str], arm: Callable[[str], Moment],
+                             rng: random.Random) -> tuple[list, list[BaseException]]:
+    """Run the backfill ``planned`` began, in-process, while ``server`` is SIGKILLed once per entry of ``kinds``
+    (at the moment ``arm(kind)`` readies; ``random``: 0-2 s after one) and started again on its data after
+    0.5-4 s. A run that gives up is run again, as a retry would, until the plan is committed.
+
+    Returns the runs' results and the errors of the runs that gave up."""
+    results, failed_runs = [], []
+
+    def ended(job: tuple) -> bool:
+        if job[0].is_alive():
+            return False
+        (results.extend(job[1]["result"]) if "result" in job[1] else failed_runs.append(job[1]["error"]))
+        return True
+
+    limit = 2 * len(kinds) + 4
+    job = in_background(backfill, spark, cfg)
+    while kinds:
+        assert len(failed_runs) <= limit, f"the backfill kept failing: {failed_runs[-3:]}"
+        assert committed_in(cfg, planned) < total_planned(planned), f"finished with {len(kinds)} kills to go"
+        moment = arm(kinds[-1])
+        try:
+            wait_until(lambda job=job, moment=moment: moment.ready() or not job[0].is_alive(),
+                       f"the moment to kill ({kinds[-1]})", timeout=300)
+            if kinds[-1] == "random":
+                time.sleep(rng.uniform(0.0, 2.0))
+            if ended(job):  # it ended before this kill's moment: run it again, then kill
+                job = in_background(backfill, spark, cfg)
+                continue
+            server.kill()
+            kinds.pop()
+        finally:
+            moment.done()
+        time.sleep(rng.uniform(0.5, 4.0))
+        server.start()
+        if ended(job):
+            job = in_background(backfill, spark, cfg)
+    while True:
+        job[0].join(timeout=900)
+        assert ended(job), "a backfill run did not end within 15 min after the last kill"
+        if committed_in(cfg, planned) == total_planned(planned):
+            return results, failed_runs
+        assert len(failed_runs) <= limit, f"the backfill kept failing: {failed_runs[-3:]}"
+        job = in_background(backfill, spark, cfg)
+
+
 def test_catalog_postgres_killed_in_the_middle_of_commits(spark, make_pipeline, tmp_path, soak):
     """The catalog's Postgres is SIGKILLed (postmaster and backends) while a backfill commits, and restarted on
     its data: some kills land with a commit's ``UPDATE`` in flight (held there by a row lock the test takes, so
     the moment is exact), the others at a random moment after a batch. The job restarts within its failure
-    budget or ends with an error; it is run again until it finishes, as a retry would. Nothing is lost, nothing
-    doubled, whatever the catalog had or had not made durable when it died."""
+    budget or ends with an error and is run again. Nothing is lost, nothing doubled, whatever the catalog had
+    or had not made durable when it died."""
     in_commit, at_random = (8, 8) if soak else (2, 2)
     seed = int(os.environ.get("TAILFILL_FAULT_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
@@ -415,55 +479,76 @@ def test_catalog_postgres_killed_in_the_middle_of_commits(spark, make_pipeline, 
         planned = backfill_spec(open_pipeline(cfg))  # makes the tables and records the cutover
         assert planned is not None
         catalog = CatalogServer(server, cfg)
+
+        def arm(kind: str) -> Moment:
+            if kind == "random":
+                return after_a_commit(cfg)
+            held = catalog.hold_next_commit()
+            return Moment(lambda: catalog.commits_waiting() > 0, held.close)
+
         kinds = ["in-commit"] * in_commit + ["random"] * at_random
         rng.shuffle(kinds)
-        results, failed_runs = [], []
-
-        def ended(job: tuple) -> bool:
-            """Whether a backfill run ended; its results or its error are kept."""
-            if job[0].is_alive():
-                return False
-            (results.extend(job[1]["result"]) if "result" in job[1] else failed_runs.append(job[1]["error"]))
-            return True
-
-        job = in_background(backfill, spark, cfg)
-        while kinds:
-            assert len(failed_runs) <= 2 * len(kinds) + 4, f"the backfill kept failing: {failed_runs[-3:]}"
-            assert committed_in(cfg, planned) < total_planned(planned), f"finished with {len(kinds)} kills to go"
-            held = catalog.hold_next_commit() if kinds[-1] == "in-commit" else None
-            before = committed(cfg)
-            if held is not None:
-                wait_until(lambda job=job: catalog.commits_waiting() > 0 or not job[0].is_alive(),
-                           "a commit to block on the held catalog row", timeout=300)
-            else:
-                wait_until(lambda job=job, before=before: committed(cfg) > before or not job[0].is_alive(),
-                           "a batch to commit", timeout=300)
-                time.sleep(rng.uniform(0.0, 2.0))
-            if ended(job):  # it ended before this kill's moment: run it again, then kill
-                if held is not None:
-                    held.close()
-                job = in_background(backfill, spark, cfg)
-                continue
-            catalog.kill()
-            kinds.pop()
-            time.sleep(rng.uniform(0.5, 4.0))
-            server.start()
-            if ended(job):
-                job = in_background(backfill, spark, cfg)
-        while True:
-            job[0].join(timeout=900)
-            assert ended(job), "a backfill run did not end within 15 min after the last kill"
-            if committed_in(cfg, planned) == total_planned(planned):
-                break
-            assert len(failed_runs) <= 2 * in_commit + 2 * at_random + 4, f"kept failing: {failed_runs[-3:]}"
-            job = in_background(backfill, spark, cfg)
+        results, failed_runs = backfill_through_crashes(spark, cfg, planned, catalog, kinds, arm, rng)
         for error in failed_runs:  # a run that gave up says why, in one line naming the catalog
             assert len(str(error).splitlines()) == 1 and "catalog" in str(error).lower(), repr(error)
         prove(cfg, f"catalog Postgres SIGKILLed mid-commit ({'soak' if soak else 'CI'}, seed {seed})",
-              f"{in_commit + at_random} SIGKILLs of Postgres (postmaster and backends), each restarted on its data after "
-              f"0.5-4 s: {in_commit} with a commit's UPDATE in flight, {at_random} 0-2 s after a batch committed",
+              f"{in_commit + at_random} SIGKILLs of Postgres (postmaster and backends), each restarted on its data "
+              f"after 0.5-4 s: {in_commit} with a commit's UPDATE in flight, {at_random} 0-2 s after a batch committed",
               f"the backfill restarted within its failure budget or ended with the catalog's error and was run "
               f"again ({len(failed_runs)} runs gave up); each run resumed at the ledger's position",
+              sum(r.restarts for r in results), [c for r in results for c in r.causes])
+
+
+def test_object_store_and_its_rest_catalog_killed_mid_upload(spark, make_pipeline, tmp_path, soak):
+    """SeaweedFS — the S3 warehouse and the Iceberg REST catalog in one process — is SIGKILLed and restarted on its
+    data while a backfill runs: some kills while executors stream a data file to it (held at the ``while-writing``
+    failpoint, so the upload is open), the others at a random moment after a batch. Uploads and commits fail;
+    the job restarts or is run again; the proof reads every row of every file the table references."""
+    from seaweedfs import SeaweedFS
+
+    mid_upload, at_random = (6, 6) if soak else (2, 1)
+    seed = int(os.environ.get("TAILFILL_FAULT_SEED", time.time_ns() % 1_000_000))
+    rng = random.Random(seed)
+    faults = Path(os.environ["TAILFILL_FAULT_DIR"])  # the session's: Spark's Python workers see it
+    base = Path(tempfile.mkdtemp(prefix="tailfill-seaweedfs-"))
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, base, ignore_errors=True)
+        store = stack.enter_context(SeaweedFS(base))
+        cfg = make_pipeline(rest=store, backfill__slices=2, backfill__max_offsets_per_batch=1_000,
+                            backfill__batch_seconds=None, backfill__max_consecutive_failures=3,
+                            backfill__restart_backoff_seconds=1)
+        produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 6_000 * (mid_upload + at_random), PARTITIONS,
+                       bad_every=BAD_EVERY)
+        planned = backfill_spec(open_pipeline(cfg))
+        assert planned is not None
+
+        def clear_flags() -> None:
+            for name in ("pause-while-writing", "while-writing", "while-writing.arrivals", "while-writing.release"):
+                (faults / name).unlink(missing_ok=True)
+
+        def release() -> None:
+            (faults / "pause-while-writing").unlink(missing_ok=True)  # no later write waits
+            (faults / "while-writing.release").touch()  # the held ones go on, against a dead or new store
+            time.sleep(1.0)
+            clear_flags()
+
+        def arm(kind: str) -> Moment:
+            if kind == "random":
+                return after_a_commit(cfg)
+            clear_flags()
+            (faults / "pause-while-writing").touch()
+            return Moment(lambda: (faults / "while-writing").exists(), release)
+
+        stack.callback(clear_flags)
+        kinds = ["mid-upload"] * mid_upload + ["random"] * at_random
+        rng.shuffle(kinds)
+        results, failed_runs = backfill_through_crashes(spark, cfg, planned, store, kinds, arm, rng)
+        prove(cfg, f"object store and REST catalog SIGKILLed ({'soak' if soak else 'CI'}, seed {seed})",
+              f"{mid_upload + at_random} SIGKILLs of SeaweedFS (S3 and the REST catalog), each restarted on its "
+              f"data after 0.5-4 s: {mid_upload} while executors were writing a data file to it, {at_random} "
+              "0-2 s after a batch committed",
+              f"uploads and commits failed; the backfill restarted within its failure budget or was run again "
+              f"({len(failed_runs)} runs gave up); each run resumed at the ledger's position",
               sum(r.restarts for r in results), [c for r in results for c in r.causes])
 
 
