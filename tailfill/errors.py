@@ -84,6 +84,14 @@ class LakeError(TailfillError):
     fix = "check the catalog and the warehouse storage (target.*)"
 
 
+class DiskFullError(LakeError):
+    """A write found its disk full; the message names the file and what it is. Nothing was committed by it."""
+
+    retryable = True  # space can come back (a cleanup, a grown volume) while the failure budget lasts
+    fix = ("free space on that disk or give it more (the warehouse, the catalog or the state root), then run "
+           "again: what was committed stays, the rest is written again")
+
+
 class CommitConflictError(LakeError):
     """Other writers kept committing to the table first; trying again later can succeed."""
 

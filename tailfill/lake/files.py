@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, GreaterThanOrEqual, LessThan, Or
 
 from tailfill.offsets import OffsetRange, merge
+from tailfill.plumbing.disk import naming_full_disk
 from tailfill.plumbing.warehouse import fs_path, make_dirs
 
 # zstd, and a small dictionary page: a column of unique values (ids, the raw value) gives up on its
@@ -42,6 +43,10 @@ class FileSet:
     def write(self, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
+        with naming_full_disk("a data file", lambda: self.uris[-1] if self.uris else f"{self.location}/data"):
+            self._write(table)
+
+    def _write(self, table: pa.Table) -> None:
         if self.follows and self.writer is not None and not table.schema.equals(self.schema):
             self.writer.close()
             self.writer = None
@@ -57,7 +62,8 @@ class FileSet:
 
     def close(self) -> list[str]:
         if self.writer is not None:
-            self.writer.close()
+            with naming_full_disk("a data file", self.uris[-1]):
+                self.writer.close()
             self.writer = None
         return self.uris
 

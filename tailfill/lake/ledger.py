@@ -34,6 +34,7 @@ from tailfill.offsets import (
     ranges_to_json,
     subtract,
 )
+from tailfill.plumbing.disk import naming_full_disk
 from tailfill.plumbing.retry import ExceptionTypes, retrying
 
 COMMITTED_PROP = "tailfill.committed-ranges"
@@ -164,7 +165,8 @@ def _commit_once(table: Table, batch: BatchSummary, asked: list[OffsetRange], fi
         summary[PREVIOUS_AUDIT] = table.properties[AUDIT_HEAD]
     snapshot_id = None
     try:
-        with table.transaction() as tx:
+        with naming_full_disk("the commit's metadata (or the catalog) of", table.location()), \
+                table.transaction() as tx:
             if kept and tx.table_metadata.name_mapping() is None:  # files carry no field ids: map by name
                 tx.set_properties({DEFAULT_NAME_MAPPING: tx.table_metadata.schema().name_mapping.model_dump_json()})
             # Not add_files: it infers partitions from column bounds (refusing bucket); files record theirs.

@@ -18,6 +18,7 @@ from typing import IO
 
 import pyarrow.fs as pafs
 
+from tailfill.plumbing.disk import naming_full_disk
 from tailfill.plumbing.warehouse import fs_path
 
 
@@ -26,6 +27,11 @@ def write_whole(target: str | Path, data: str | bytes, fs: pafs.FileSystem | Non
 
     Local: a hidden temporary file beside it, then one rename; on S3: one PUT, visible only when complete.
     """
+    with naming_full_disk("the file", str(target)):
+        _write_whole(target, data, fs)
+
+
+def _write_whole(target: str | Path, data: str | bytes, fs: pafs.FileSystem | None) -> None:
     raw = data.encode() if isinstance(data, str) else data
     if fs is not None and not isinstance(fs, pafs.LocalFileSystem):
         with fs.open_output_stream(fs_path(str(target))) as out:

@@ -19,6 +19,7 @@ from tailfill.lake.audit_log import audit_log
 from tailfill.lake.ledger import read_ledger
 from tailfill.offsets import OffsetRange, by_partition, merge, total
 from tailfill.pipeline.handle import Pipeline
+from tailfill.plumbing.disk import naming_full_disk
 from tailfill.proof.audit import committed_batches, run_rows, stored_offsets
 from tailfill.proof.completeness import (
     RANGE_COLUMNS,
@@ -107,7 +108,8 @@ def validate(pipeline: Pipeline, run_id: str | None = None, all_runs: bool = Fal
               (TILING_SUITE, "partition_tiling", _summary_frame([t.summary_row() for t in tiling], TILING_COLUMNS)),
               (DATA_SUITE, "data_checks", _summary_frame([c.summary_row() for c in data_checks], DATA_COLUMNS))]
     core_s = time.perf_counter() - started
-    with exclusive(gx_root(cfg)):  # parallel lanes share the pipeline's GE project
+    with naming_full_disk("the validation results (Great Expectations' project) under", str(gx_root(cfg))), \
+            exclusive(gx_root(cfg)):  # parallel lanes share the pipeline's GE project
         suites, ge_s, docs = run_suites(gx_root(cfg), frames, run_name)
     found += [c.problem() for c in data_checks if c.failed]
     success = not found and all(s.success for s in suites)

@@ -52,6 +52,7 @@ from tailfill import cli
 from tailfill.dev.broker import free_port
 from tailfill.dev.postgres import LocalPostgres
 from tailfill.dev.sample import produce_sample
+from tailfill.errors import TailfillError
 from tailfill.lake.batch_summary import SUMMARY_RUN, BatchSummary
 from tailfill.lake.files import written_by
 from tailfill.lake.ledger import batch_summaries, read_cutover, read_ledger
@@ -683,3 +684,83 @@ def test_a_batch_committed_in_part_by_another_writer_commits_only_the_rest(spark
           f"committed {total(skipped):,} of them (the middle of one partition, all of another)",
           f"the batch re-read the ledger at its commit, rewrote its files to the {total(kept):,} uncommitted offsets "
           f"and committed those; its report names the {total(skipped):,} it skipped", result.restarts)
+
+
+# --- the disk fills up -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: str):
+    """A tmpfs of ``size`` at ``path`` (root only: skipped elsewhere), unmounted afterwards."""
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"a full disk needs a small filesystem: mounting a tmpfs failed ({done.stderr.strip()})")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Fill ``disk`` to the last byte with one file; returns it (delete it to free the space)."""
+    filler = disk / "filler"
+    with filler.open("wb", buffering=0) as out, contextlib.suppress(OSError):
+        while True:
+            out.write(b"\0" * 65_536)
+    with filler.open("ab", buffering=0) as out, contextlib.suppress(OSError):  # the last partial block
+        for _ in range(65_536):
+            out.write(b"\0")
+    return filler
+
+
+def one_line_naming(error: BaseException, disk: Path) -> str:
+    text = str(error)
+    assert "\n" not in text and "the disk is full: could not write" in text and str(disk) in text, repr(text)
+    return text
+
+
+def test_a_full_disk_is_one_line_and_the_run_completes_once_space_is_back(spark, make_pipeline, tmp_path, capsys):
+    """The disk of the warehouse, the catalog and the run state fills up: in the middle of a backfill (data files),
+    then under a tail and a validation with the disk already full (state, reports). Each run stops with one line
+    naming what it could not write and where; nothing is half-committed; once there is space, the runs
+    complete and the proof holds."""
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        cfg = make_pipeline(target__warehouse=str(disk / "warehouse"), target__catalog__uri=f"sqlite:///{disk}/c.db",
+                            backfill__slices=1, backfill__max_offsets_per_batch=2_000, backfill__batch_seconds=None,
+                            backfill__max_consecutive_failures=1, backfill__restart_backoff_seconds=1,
+                            tail__max_consecutive_failures=1, tail__restart_backoff_seconds=1)
+        bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
+        produce_sample(bs, topic, 40_000, PARTITIONS, bad_every=BAD_EVERY)
+        with pytest.raises(TailfillError) as stopped:
+            backfill(spark, cfg)
+        said = one_line_naming(stopped.value, disk)
+        held = committed(cfg)
+        assert 0 < held < 40_000, said
+        on_disk, referenced = warehouse_files(cfg)
+        assert referenced <= on_disk, "a committed snapshot references a file the full disk did not take"
+
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        backfill(spark, cfg)
+        assert committed(cfg) == 40_000
+        filler = fill(disk)
+        produce_sample(bs, topic, 4_000, PARTITIONS, bad_every=BAD_EVERY)
+        with pytest.raises(TailfillError) as stopped:
+            tail(spark, cfg)
+        one_line_naming(stopped.value, disk)
+        assert committed(cfg) == 40_000
+        capsys.readouterr()
+        assert cli.main(["validate", str(cfg.path), "--all"]) != 0
+        lines = [ln for ln in capsys.readouterr().err.splitlines() if "the disk is full" in ln]
+        assert len(lines) == 1 and str(disk) in lines[0], lines
+
+        filler.unlink()
+        tail(spark, cfg)
+        prove(cfg, "a full disk",
+              "the disk of the warehouse, the SQLite catalog and the run state (1 MB) filled by a backfill's data "
+              "files; later filled to the last byte under a tail and a validation",
+              f"each run stopped with one line (`{said[said.index('the disk is full'):][:80]}…`); nothing "
+              f"half-committed ({held:,} offsets "
+              "committed, every referenced file whole); once the disk grew and was freed, the runs completed",
+              0)
