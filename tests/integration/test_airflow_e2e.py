@@ -12,9 +12,11 @@ look at the grid. Screenshots are kept as test artefacts under ``build/e2e-scree
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -28,7 +30,8 @@ import yaml
 from airflow_server import FINISHED, AirflowServer
 from airflow_ui import login, open_trigger_form, set_field, submit_trigger_form, wait_for_tab, wait_for_text
 from fault_outcomes import prove
-from helpers import assert_exactly_once, high_watermarks
+from helpers import assert_exactly_once, committed, high_watermarks
+from processes import processes_with
 
 from tailfill.dev.sample import produce_sample
 from tailfill.pipeline.handle import open_pipeline
@@ -89,7 +92,9 @@ def airflow(pipeline, e2e_dir, postgres):
     postgres.create_databases(database)
     env = dict(os.environ, TAILFILL_HOME=str(e2e_dir / "home"), TAILFILL_PIPELINES=str(Path(pipeline.path).parent),
                TAILFILL_AIRFLOW_DB=postgres.url(database),
-               TAILFILL_SPARK_SLOTS="3")  # two backfill lanes side by side, and a slot kept for the tail
+               TAILFILL_SPARK_SLOTS="3",  # two backfill lanes side by side, and a slot kept for the tail
+               # A restarted scheduler looks for tasks its killed predecessor left running every 20 s (not 300 s).
+               AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL="20")
     started = time.monotonic()
     with AirflowServer(e2e_dir / "airflow", env=env) as server:
         server.metadata_url = postgres.url(database)
@@ -473,6 +478,60 @@ def test_failed_tail_starts_with_its_cause_and_fix(airflow, pipeline, browser, s
     finally:
         fault.write_text("0")
         airflow.request("PATCH", f"/api/v2/dags/{INCREMENTAL}/dagRuns/{airflow._q(run_id)}", {"state": "failed"})
+
+
+def scheduler_group(airflow: AirflowServer) -> int:
+    """The process group of this Airflow's scheduler: the scheduler, its LocalExecutor workers, their task
+    runners and the tasks they run."""
+    for pid in processes_with(airflow.marker):
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"scheduler" in argv and os.getpgid(pid) == pid:
+                return pid
+    raise AssertionError(f"no scheduler among this Airflow's processes:\n{airflow.log_tail()}")
+
+
+@pytest.mark.faults
+def test_the_scheduler_killed_with_its_workers_while_a_tail_runs_then_airflow_restarts(airflow, pipeline,
+                                                                                       backfill_run):
+    """SIGKILL the scheduler's process group — the scheduler, its LocalExecutor workers, the task runner and the
+    tail task — while the tail's job holds a prepared batch before its commit. The launcher stops the rest of
+    Airflow (and its Spark Connect server); Airflow starts again on the same metadata database, finds the task
+    orphaned, and runs it again as a new try: the tail resumes at the ledger's position and the run succeeds."""
+    cfg = pipeline
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, PARTITIONS, bad_every=BAD_EVERY)
+    faults = Path(os.environ["TAILFILL_FAULT_DIR"])
+    (faults / "pause-before-commit").touch()  # the job holds before its commit: running when the kill comes
+    try:
+        run_id = airflow.trigger_dag(INCREMENTAL, {})
+        deadline = time.monotonic() + 300
+        while not (faults / "before-commit").exists():
+            tail = next(t for t in airflow.task_instances(INCREMENTAL, run_id) if t["task_id"] == "tail")
+            assert time.monotonic() < deadline and tail["state"] not in (*FINISHED, "skipped", "upstream_failed"), \
+                airflow.describe_run(INCREMENTAL, run_id)
+            time.sleep(0.5)
+        tail = next(t for t in airflow.task_instances(INCREMENTAL, run_id) if t["task_id"] == "tail")
+        assert tail["state"] == "running", tail
+        held = committed(cfg)
+        os.killpg(scheduler_group(airflow), signal.SIGKILL)
+        airflow.stop()  # what the launcher has not stopped yet (its Spark Connect server too), and the launcher
+    finally:  # released only now: the held batch's server is gone with Airflow
+        (faults / "pause-before-commit").unlink(missing_ok=True)
+        (faults / "before-commit.release").touch()
+    time.sleep(2)
+    for name in ("before-commit", "before-commit.release", "before-commit.arrivals"):
+        (faults / name).unlink(missing_ok=True)
+    assert committed(cfg) == held, "the held batch committed after its job was killed"
+    airflow.start()
+    run = airflow.wait_for_run(INCREMENTAL, run_id, timeout=900)
+    tail = next(t for t in airflow.task_instances(INCREMENTAL, run_id) if t["task_id"] == "tail")
+    assert run["state"] == "success" and tail["try_number"] > 1, (run, tail)
+    prove(cfg, "Airflow's scheduler and workers SIGKILLed while a tail runs",
+          "SIGKILL to the scheduler's process group (scheduler, LocalExecutor workers, task runner, the tail task) "
+          "while the tail's job held a prepared batch before its commit; Airflow restarted on its metadata database",
+          f"the launcher stopped the rest of Airflow; after the restart the scheduler reset the orphaned task and "
+          f"ran it again (try {tail['try_number']}): the tail resumed at the ledger's position ({held:,} offsets) "
+          "and the run succeeded", 0)
 
 
 def test_no_secret_in_any_task_log_xcom_or_state_file(airflow, pipeline, e2e_dir):
