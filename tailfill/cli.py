@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import traceback
 from collections.abc import Callable
 
 from tailfill.config import PipelineConfig
@@ -564,6 +565,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # not one of ours: a bug or a failure nobody named; never exit 1 (a verdict)
+        print(redact_text(traceback.format_exc()), file=sys.stderr)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(redact_text(f"error: unexpected {type(exc).__name__}: {first} (the traceback is above)"), file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

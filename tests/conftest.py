@@ -47,6 +47,10 @@ def pytest_addoption(parser):
                      help="random SIGKILLs in the soak (with --soak; default 50)")
     parser.addoption("--soak-minutes", type=float, default=30.0,
                      help="test_tail_soak: how long each -m soak tail runs (default 30)")
+    parser.addoption("--chaos", action="store_true",
+                     help="run the chaos soak (test_chaos.py): every part around the job dies while runs go on")
+    parser.addoption("--chaos-minutes", type=float, default=30.0, help="the chaos soak's length (default 30)")
+    parser.addoption("--chaos-faults", type=int, default=120, help="faults in the chaos soak (default 120)")
     parser.addoption("--demo-settings", action="store_true",
                      help="test_tail_first: the slices and tail batch bounds pipelines/demo.yaml ships")
 

@@ -18,7 +18,6 @@ import itertools
 import os
 import random
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -27,9 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-import psycopg2
 import pytest
 import yaml
+from crashes import CatalogServer
 from fault_outcomes import prove
 from helpers import (
     backfill,
@@ -44,7 +43,6 @@ from helpers import (
     tail_spec,
     wait_until,
 )
-from processes import descendants
 from s3_fault_proxy import Fault, S3FaultProxy
 from tcp_outage import broker_behind_outage
 
@@ -356,47 +354,6 @@ def test_catalog_unavailable_at_commit(spark, make_pipeline, tmp_path, monkeypat
               f"the Postgres catalog stopped for 6 s as batch 2 was about to commit ({held_at:,} offsets committed)",
               "the commit failed; the job read no ledger while the catalog was down, restarted with backoff and "
               "replayed the batch once it was back", result.restarts, result.causes)
-
-
-class CatalogServer:
-    """The catalog's Postgres, killed as a crash kills it: SIGKILL to the postmaster and every backend at once
-    (no shutdown, no checkpoint), then started again on its data directory (crash recovery from the WAL)."""
-
-    def __init__(self, server: LocalPostgres, cfg) -> None:
-        self.server, self.cfg = server, cfg
-
-    def kill(self) -> None:
-        pid = int((self.server.data_dir / "postmaster.pid").read_text().split()[0])
-        doomed = [pid, *descendants(pid)]
-        for each in doomed:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(each, signal.SIGKILL)
-        wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in doomed), "Postgres to die", timeout=30)
-
-    def start(self) -> None:
-        self.server.start()
-
-    def connect(self) -> psycopg2.extensions.connection:
-        return psycopg2.connect(host="127.0.0.1", port=self.server.port, user="tailfill", dbname="iceberg")
-
-    def hold_next_commit(self) -> psycopg2.extensions.connection:
-        """Lock the data table's catalog row, so that the job's next commit of it blocks in its ``UPDATE``."""
-        conn = self.connect()
-        cur = conn.cursor()
-        cur.execute("SELECT 1 FROM iceberg_tables WHERE table_name = %s FOR UPDATE", (self.cfg.target.table,))
-        assert cur.fetchone(), "the data table has no catalog row yet"
-        return conn
-
-    def commits_waiting(self) -> int:
-        """Backends blocked in an ``UPDATE`` of the catalog's table rows (a commit in flight, held by our lock)."""
-        conn = self.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                            "AND query ILIKE 'UPDATE iceberg_tables%%'")
-                return cur.fetchone()[0]
-        finally:
-            conn.close()
 
 
 class Moment(NamedTuple):
