@@ -65,7 +65,7 @@ MAX_LANES = 1024
 STYLE = """<style>body{font:14px system-ui,sans-serif;margin:16px;color:#222}table{border-collapse:collapse}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}td.l{text-align:left}
 .bar{background:#eee;width:240px;height:12px;display:inline-block}.bar i{display:block;height:12px;background:#4c9}
-.bad{color:#b00}.good{color:#1a7f37}.muted{color:#777}</style>"""
+.bad{color:#b00}.good{color:#1a7f37}.muted{color:#777}svg{vertical-align:middle;color:#369}</style>"""
 
 
 def _authorized():
@@ -245,7 +245,7 @@ def lag_section(points: list[LagPoint]) -> str:
                    f"<td class=behind>{'?' if p.behind is None else f'{p.behind:,}'}</td>"
                    f"<td class=p95>{_seconds(p.worst_p95)}</td></tr>" for p in points)
     return (f"<h3>Lag over time (the latest {len(points)} incremental run(s))</h3>"
-            f"<p>offsets behind at run end {behind} · worst batch p95 freshness {fresh}</p>"
+            f"<p>offsets behind at run end {behind}</p><p>worst batch p95 freshness {fresh}</p>"
             "<table class=lag><tr><th>run</th><th>run end (UTC)</th><th>offsets ingested</th>"
             f"<th>offsets behind at run end</th><th>worst batch p95</th></tr>{rows}</table>")
 
