@@ -13,7 +13,8 @@ Airflow's auth manager whether the user may read that DAG (the UI's session cook
 - ``/tailfill/docs/<dag>/<path>``: the pipeline's Great Expectations Data Docs;
 - ``/tailfill/output/<dag>/<run>/<map index>``: the ``spark-submit`` output of the latest try (``?try=N``:
   of try N);
-- ``/tailfill/pipeline/<dag>``: the pipeline's live offsets (earliest, cutover, committed, lag);
+- ``/tailfill/pipeline/<dag>``: the pipeline's live offsets (earliest, cutover, committed, lag) and its lag
+  over the latest incremental runs (also on an incremental run's tab);
 - ``/tailfill/quarantine/<dag>`` and ``/tailfill/table/<dag>``: counts per partition, and the quarantined
   records or the table's first rows;
 - ``/tailfill/spark-server-log/<dag>``: the end of the warm Spark server's log.
@@ -21,7 +22,8 @@ Airflow's auth manager whether the user may read that DAG (the UI's session cook
 A page that cannot read its source (a broker down, a topic missing, the catalog unreachable) answers
 with the cause and its fix in the page.
 
-Pages are plain HTML with a refresh while a run is going; nothing here changes any state.
+Pages are plain HTML (no script, nothing fetched from outside) with a refresh while a run is going, until its
+verdict; ``<body data-refresh>`` says which. Nothing here changes any state.
 """
 
 from __future__ import annotations
