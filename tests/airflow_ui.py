@@ -4,8 +4,8 @@ tab (an iframe) to show some text."""
 
 from __future__ import annotations
 
-__all__ = ["frame_text", "login", "open_trigger_form", "page_text", "set_field", "submit_trigger_form", "wait_for_tab",
-           "wait_for_text"]
+__all__ = ["frame_refresh", "frame_text", "login", "open_trigger_form", "page_text", "set_field",
+           "submit_trigger_form", "wait_for_tab", "wait_for_text"]
 
 
 def login(browser, airflow) -> None:
@@ -84,22 +84,26 @@ def wait_for_text(browser, shot, name: str, *texts: str, timeout: float = 60) ->
 
 
 
-def frame_text(browser, *texts: str) -> str | None:
-    """The text of the first iframe of the page (a plugin tab) showing every one of ``texts``, or None."""
+def _in_frame(browser, read, *texts: str):
+    """``read(browser)`` inside the first iframe of the page (a plugin tab) showing every one of ``texts``, or None."""
     from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
 
     for frame in browser.find_elements(By.TAG_NAME, "iframe"):
         try:
             browser.switch_to.frame(frame)
-            text = page_text(browser)
-            if all(t in text for t in texts):
-                return text
+            if all(t in page_text(browser) for t in texts):
+                return read(browser)
         except WebDriverException:
             continue
         finally:
             browser.switch_to.default_content()
     return None
+
+
+def frame_text(browser, *texts: str) -> str | None:
+    """The text of the first iframe of the page (a plugin tab) showing every one of ``texts``, or None."""
+    return _in_frame(browser, page_text, *texts)
 
 
 def wait_for_tab(browser, shot, name: str, *texts: str, timeout: float = 60) -> str:
@@ -118,3 +122,13 @@ def wait_for_tab(browser, shot, name: str, *texts: str, timeout: float = 60) -> 
     return text
 
 
+def frame_refresh(browser, *texts: str) -> tuple[str | None, int] | None:
+    """Of the first iframe showing every one of ``texts``: its ``<body data-refresh>`` and how many
+    ``<meta http-equiv=refresh>`` it holds (the tab's own timers); None when no iframe shows them."""
+    from selenium.webdriver.common.by import By
+
+    def read(frame) -> tuple[str | None, int]:
+        return (frame.find_element(By.TAG_NAME, "body").get_attribute("data-refresh"),
+                len(frame.find_elements(By.CSS_SELECTOR, 'meta[http-equiv="refresh" i]')))
+
+    return _in_frame(browser, read, *texts)

@@ -30,6 +30,7 @@ from tailfill.state.store import read_lane
 from tailfill_airflow.callbacks import deadline_missed, objective_missed, on_failure, on_retry
 from tailfill_airflow.causes import causes_first
 from tailfill_airflow.hooks import TailfillHook
+from tailfill_airflow.lag_history import measure_lag
 from tailfill_airflow.lineage import emit_lineage
 from tailfill_airflow.naming import (
     BACKFILL,
@@ -423,10 +424,16 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
                      tuned["run_id"], f"{checked['offsets']:,}", f"{checked['rows']:,}",
                      f"{checked['quarantined']:,}", tuned["tuning"]["max_offsets_per_batch"],
                      tuned["tuning"]["reason"], checked["report"])
+            with TailfillHook(cfg).credentials_exported(), _opened(cfg) as pipeline:
+                lag = measure_lag(pipeline)  # the tail's lag at this run's end: the pages draw it over runs
+            if lag["behind"] is None:
+                log.warning("offsets behind at the end of the run: unknown (%s)", lag.get("unknown", "no cutover"))
+            else:
+                log.info("offsets behind at the end of the run: %s", f"{lag['behind']:,}")
             objective = objective_of_run(cfg, tuned["run_id"])
             return {"tuning": tuned["tuning"], **checked, "freshness": freshness,
                     "freshness_objective_seconds": cfg.tail.freshness_seconds, "objective": objective,
-                    "tail_health": lines}
+                    "tail_health": lines, "lag": lag}
 
         tuned = tune()
         tail = TailfillSubmitOperator(task_id="tail", pipeline=str(cfg.path), name=f"tailfill-{cfg.name}-tail",

@@ -52,9 +52,10 @@ def latest_failure(failures: list[FailureRecord], task_id: str, map_index: int =
 
 
 def run_outcome(kind: str, tasks: list[TaskState], failures: list[FailureRecord],
-                value_of: Callable[[str], Any]) -> Outcome:
+                value_of: Callable[[str], Any], failure_of: Callable[[str], Any] = lambda task_id: None) -> Outcome:
     """The outcome of a run that has no lane to show (``failures``: its recorded failures, oldest first;
-    ``value_of(task_id)``: what that task returned)."""
+    ``value_of(task_id)``: what that task returned; ``failure_of(task_id)``: its ``failure`` XCom, whose fix is
+    shown when the cause does not name one)."""
     by_id = {t.task_id: t for t in tasks if t.map_index == -1}
     for task_id in LEAD_TASKS[kind]:
         task = by_id.get(task_id)
@@ -62,11 +63,12 @@ def run_outcome(kind: str, tasks: list[TaskState], failures: list[FailureRecord]
         failure = latest_failure(failures, task_id)
         if state == "failed":
             cause = failure.error if failure else "no cause was recorded: the task's log has it"
-            return Outcome("bad", f"FAILED at {task_id} (try {task.try_number}): {cause}", task_id=task_id)
+            return Outcome("bad", f"FAILED at {task_id} (try {task.try_number}): {cause}",
+                           fix_lines(cause, failure_of(task_id)), task_id=task_id)
         if state == "up_for_retry":
             cause = failure.error if failure else "see the task's log"
             return Outcome("bad", f"{task_id} failed (try {task.try_number}), Airflow will try it again: {cause}",
-                           running=True, task_id=task_id)
+                           fix_lines(cause, failure_of(task_id)), running=True, task_id=task_id)
         if state in ("upstream_failed", "skipped", "removed"):
             return Outcome("muted", f"{task_id} did not run ({state})", task_id=task_id)
         if state in WAITING or state == "running":
@@ -83,6 +85,12 @@ def run_outcome(kind: str, tasks: list[TaskState], failures: list[FailureRecord]
     if kind == MAINTENANCE:
         return maintenance_outcome(value)
     return Outcome("muted", f"{last} finished; no lane has started yet", running=True, task_id=last)
+
+
+def fix_lines(cause: str, failure: Any) -> list[str]:
+    """``["fix: …"]`` from a failed task's ``failure`` XCom, unless ``cause`` names its fix already."""
+    fix = failure.get("fix") if isinstance(failure, dict) else None
+    return [f"fix: {fix}"] if fix and "(fix:" not in cause else []
 
 
 def maintenance_outcome(value: Any) -> Outcome:

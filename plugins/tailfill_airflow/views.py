@@ -13,7 +13,8 @@ Airflow's auth manager whether the user may read that DAG (the UI's session cook
 - ``/tailfill/docs/<dag>/<path>``: the pipeline's Great Expectations Data Docs;
 - ``/tailfill/output/<dag>/<run>/<map index>``: the ``spark-submit`` output of the latest try (``?try=N``:
   of try N);
-- ``/tailfill/pipeline/<dag>``: the pipeline's live offsets (earliest, cutover, committed, lag);
+- ``/tailfill/pipeline/<dag>``: the pipeline's live offsets (earliest, cutover, committed, lag) and its lag
+  over the latest incremental runs (also on an incremental run's tab);
 - ``/tailfill/quarantine/<dag>`` and ``/tailfill/table/<dag>``: counts per partition, and the quarantined
   records or the table's first rows;
 - ``/tailfill/spark-server-log/<dag>``: the end of the warm Spark server's log.
@@ -21,7 +22,8 @@ Airflow's auth manager whether the user may read that DAG (the UI's session cook
 A page that cannot read its source (a broker down, a topic missing, the catalog unreachable) answers
 with the cause and its fix in the page.
 
-Pages are plain HTML with a refresh while a run is going; nothing here changes any state.
+Pages are plain HTML (no script, nothing fetched from outside) with a refresh while a run is going, until its
+verdict; ``<body data-refresh>`` says which. Nothing here changes any state.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import html
 import logging
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -46,10 +49,14 @@ from tailfill.settings import settings
 from tailfill.state.records import FailureRecord
 from tailfill.state.store import StateStore, read_failures, read_lane, run_exists, run_reports
 from tailfill.values.freshness import Freshness
+from tailfill_airflow.causes import FAILURE_KEY
+from tailfill_airflow.lag_history import LagPoint, read_lag_points
 from tailfill_airflow.naming import BACKFILL, INCREMENTAL, MAINTENANCE, split_dag_id, tailfill_run_id
+from tailfill_airflow.naming import dag_id as dag_id_of
 from tailfill_airflow.objective import check_objective
 from tailfill_airflow.outcome import Outcome, read_run_state, read_run_tasks, read_xcom, run_outcome
 from tailfill_airflow.progress import progress
+from tailfill_airflow.sparkline import sparkline
 
 if TYPE_CHECKING:
     from tailfill.lake.tables import Tables
@@ -60,7 +67,7 @@ MAX_LANES = 1024
 STYLE = """<style>body{font:14px system-ui,sans-serif;margin:16px;color:#222}table{border-collapse:collapse}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}td.l{text-align:left}
 .bar{background:#eee;width:240px;height:12px;display:inline-block}.bar i{display:block;height:12px;background:#4c9}
-.bad{color:#b00}.good{color:#1a7f37}.muted{color:#777}</style>"""
+.bad{color:#b00}.good{color:#1a7f37}.muted{color:#777}svg{vertical-align:middle;color:#369}</style>"""
 
 
 def _authorized():
@@ -114,10 +121,13 @@ def lane_progress(store: StateStore, tf_run: str) -> dict:
             "cause": redact_text(lane.cause) if lane and lane.cause else None, **out}
 
 
-def _page(title: str, body: str, refresh: bool = False) -> HTMLResponse:
-    meta = '<meta http-equiv="refresh" content="5">' if refresh else ""
+def _page(title: str, body: str, refresh: bool = False, every: int = 5) -> HTMLResponse:
+    """A page; with ``refresh``, one that reloads itself every ``every`` seconds. ``<body data-refresh>`` says
+    which (``every 5s`` or ``final``): a page whose state is final sets no timer."""
+    meta = f'<meta http-equiv="refresh" content="{every}">' if refresh else ""
+    mark = f"every {every}s" if refresh else "final"
     return HTMLResponse(f"<!doctype html><html><head><meta charset=utf-8>{meta}<title>{html.escape(title)}</title>"
-                        f"{STYLE}</head><body><h2>{html.escape(title)}</h2>{body}</body></html>")
+                        f'{STYLE}</head><body data-refresh="{mark}"><h2>{html.escape(title)}</h2>{body}</body></html>')
 
 
 def _bar(p: dict) -> str:
@@ -197,10 +207,12 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     links = run_links(dag_id, run_id, [(i, p["label"]) for i, p in indexed], docs=data_docs_site(pipeline).is_dir(),
                       server_log=bool(indexed) and spark_server_log().is_file())
     tries = _failure_rows(failures)
+    lag = lag_section(read_lag_points(dag_id)) if kind == INCREMENTAL else ""
     if not lanes:
         outcome = run_outcome(kind, read_run_tasks(dag_id, run_id), failures,
-                              lambda task_id: read_xcom(dag_id, run_id, task_id))
-        return _page(f"{dag_id} · {run_id}", _outcome_html(outcome, dag_id, run_id) + tries + links,
+                              lambda task_id: read_xcom(dag_id, run_id, task_id),
+                              lambda task_id: read_xcom(dag_id, run_id, task_id, key=FAILURE_KEY))
+        return _page(f"{dag_id} · {run_id}", _outcome_html(outcome, dag_id, run_id) + tries + lag + links,
                      refresh=outcome.running)
     from tailfill.proof.reports import read_result
 
@@ -216,11 +228,32 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     if kind == INCREMENTAL:
         check = check_objective(pipeline.cfg.tail.freshness_seconds, run_reports(pipeline.state, lanes[0]["run_id"]))
         summary += f'<p class="{"good" if check.met else "bad"} objective">{html.escape(check.asstr())}</p>'
-    # until the run ends: its lanes run, then their validations give the verdict
-    going = any(p["state"] == "running" for p in lanes) or (
-        cls == "muted" and read_run_state(dag_id, run_id) not in ("success", "failed"))
-    return _page(f"{dag_id} · {run_id}", summary + _lane_rows(lanes, freshness=kind != BACKFILL) + tries + links,
-                 refresh=going)
+    going = verdict_pending(lanes, cls, lambda: read_run_state(dag_id, run_id))
+    return _page(f"{dag_id} · {run_id}",
+                 summary + _lane_rows(lanes, freshness=kind != BACKFILL) + tries + lag + links, refresh=going)
+
+
+def lag_section(points: list[LagPoint]) -> str:
+    """The pipeline's lag over its latest incremental runs: offsets still behind at each run's end and the run's
+    worst batch p95 freshness, as two sparklines and a table, oldest run first."""
+    if not points:
+        return ("<h3>Lag over time</h3><p class=\"muted lag\">no incremental run has reported its lag yet</p>")
+    labels = [f"{p.run_id}: {'?' if p.behind is None else f'{p.behind:,}'} behind" for p in points]
+    behind = sparkline([p.behind for p in points], labels, "lag-behind")
+    fresh = sparkline([p.worst_p95 for p in points], [f"{p.run_id}: p95 {_seconds(p.worst_p95)}" for p in points],
+                      "lag-p95")
+    rows = "".join(f"<tr class=lag-point><td class=l>{html.escape(p.run_id)}</td>"
+                   f"<td class=l>{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(p.at))}</td><td>{p.offsets:,}</td>"
+                   f"<td class=behind>{'?' if p.behind is None else f'{p.behind:,}'}</td>"
+                   f"<td class=p95>{_seconds(p.worst_p95)}</td></tr>" for p in points)
+    return (f"<h3>Lag over time (the latest {len(points)} incremental run(s))</h3>"
+            f"<p>offsets behind at run end {behind}</p><p>worst batch p95 freshness {fresh}</p>"
+            "<table class=lag><tr><th>run</th><th>run end (UTC)</th><th>offsets ingested</th>"
+            f"<th>offsets behind at run end</th><th>worst batch p95</th></tr>{rows}</table>")
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}s"
 
 
 def task_log_link(dag_id: str, run_id: str, task_id: str, text: str = "its log") -> str:
@@ -273,6 +306,14 @@ def run_links(dag_id: str, run_id: str, lanes: list[tuple[int, str]], docs: bool
                              a(f"pipeline/{dag}", "live offsets"))
                           + ((a(f"spark-server-log/{dag}", "warm Spark server log"),) if server_log else ()))
     return f'<h3>Links</h3><ul class="links">{per_lane}<li>{pipeline}</li></ul>'
+
+
+def verdict_pending(lanes: list[dict], verdict_cls: str, run_state: Callable[[], str | None]) -> bool:
+    """Whether a run's tab must refresh: a lane still runs, or no verdict yet (``verdict_cls`` ``muted``) while
+    the run goes on (its validations give the verdict). Once validation ended, or the run did, the tab is final."""
+    if any(p["state"] == "running" for p in lanes):
+        return True
+    return verdict_cls == "muted" and run_state() not in ("success", "failed")
 
 
 def verdict(results: list[ValidationResult | None]) -> tuple[str, str]:
@@ -413,7 +454,8 @@ def pipeline_page(dag_id: str) -> HTMLResponse:
             ctx = live_context(pipeline)
     except TailfillError as exc:
         return problem_page(title, "the live offsets cannot be read", exc)
-    return _page(title, f"<pre>{html.escape(ctx['text'])}</pre>")
+    lag = lag_section(read_lag_points(dag_id_of(pipeline.name, INCREMENTAL)))
+    return _page(title, f"<pre>{html.escape(ctx['text'])}</pre>{lag}")
 
 
 def problem_page(title: str, what: str, exc: BaseException, status: int = 503) -> HTMLResponse:
@@ -423,9 +465,8 @@ def problem_page(title: str, what: str, exc: BaseException, status: int = 503) -
     body = (f'<p class="bad problem"><b>{html.escape(what)}</b>: {html.escape(type(exc).__name__)}: '
             f"{html.escape(cause)}</p>" + (f"<p>Fix: {html.escape(str(fix))}.</p>" if fix else "")
             + "<p class=muted>This page reloads every 30 s.</p>")
-    page = _page(title, body)
+    page = _page(title, body, refresh=True, every=30)
     page.status_code = status
-    page.headers["Refresh"] = "30"
     return page
 
 

@@ -21,7 +21,15 @@ from pathlib import Path
 import pytest
 import yaml
 from airflow_server import AirflowServer
-from airflow_ui import login, open_trigger_form, set_field, submit_trigger_form, wait_for_tab, wait_for_text
+from airflow_ui import (
+    frame_refresh,
+    login,
+    open_trigger_form,
+    set_field,
+    submit_trigger_form,
+    wait_for_tab,
+    wait_for_text,
+)
 from alert_hook import alerts
 
 from tailfill.dev.broker import free_port
@@ -123,6 +131,7 @@ def test_a_failed_preflight_names_its_cause_on_the_run_tab(airflow, pipelines, s
     failure = airflow.xcom(dag, run_id, "preflight", key="failure")  # for automation: cause and fix as data
     assert failure["what"] == f"preflight of {GONE} (backfill)" and servers in failure["cause"], failure
     assert failure["retryable"] is False and failure["fix"], failure
+    assert f"fix: {failure['fix']}" in text, text  # the tab shows the same fix
     [alert] = [a for a in alerts(surface_dir / "alerts.jsonl") if a["dag_id"] == dag and a["run_id"] == run_id]
     assert alert["task_id"] == "preflight" and servers in alert["error"], alert  # the alerting hook was called
 
@@ -322,3 +331,54 @@ def test_a_garbage_from_in_the_trigger_form_fails_the_plan_with_one_line_on_the_
 
     browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/plugin/tailfill_run")
     wait_for_tab(browser, shot, "garbage-from-run-tab", "FAILED at plan (try 1)", "From (from_offsets)")
+
+
+def test_the_verdict_refreshes_until_validated_and_each_run_adds_a_lag_point(airflow, pipelines, browser, shot):
+    """The run's tab, opened once while the tail runs, goes from "not validated yet" to the verdict by itself and
+    then sets no refresh timer. Records produced after the tail's job ended are behind at the end of that run (40);
+    the next run takes them (0 behind): the tab and the live-offsets page list both runs with their numbers."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tailfill.dev.sample import produce_sample
+
+    dag, source = f"{QUIET}_incremental", pipelines[QUIET]["source"]
+    assert finished(airflow, dag)[1] == "success"  # a first tail run records the cutover (if none is yet)
+    produce_sample(source["bootstrap_servers"], source["topic"], 200, 4)
+    login(browser, airflow)
+    first = airflow.trigger_dag(dag)
+    browser.get(f"{airflow.url}/dags/{dag}/runs/{first}/plugin/tailfill_run")
+    browser.execute_script("window.tailfillOpenedOnce = true")  # gone if the Airflow page itself reloads
+    wait_for_tab(browser, shot, "verdict-pending", "not validated yet", timeout=420)
+    pending = frame_refresh(browser, "not validated yet")
+    assert pending is not None and pending[0] == "every 5s" and pending[1] == 1, pending
+
+    def states() -> dict:
+        return {t["task_id"]: t["state"] for t in airflow.task_instances(dag, first)}
+
+    WebDriverWait(browser, 600, poll_frequency=1).until(lambda _: states().get("tail") in ("success", "failed"))
+    assert states()["tail"] == "success", airflow.describe_run(dag, first)
+    produce_sample(source["bootstrap_servers"], source["topic"], 40, 4)  # after the job: behind at this run's end
+    assert states().get("report") in (None, "none", "scheduled", "queued"), states()  # measured after the 40
+
+    text = wait_for_tab(browser, shot, "verdict-final", "COMPLETE: every one of 200 offsets", timeout=420)
+    assert "not validated yet" not in text, text
+    assert frame_refresh(browser, "COMPLETE: every one of 200 offsets") == ("final", 0)  # no timer left
+    assert browser.execute_script("return window.tailfillOpenedOnce === true"), "the Airflow page was reloaded"
+    assert airflow.wait_for_end(dag, first, timeout=300)["state"] == "success", airflow.describe_run(dag, first)
+    assert airflow.xcom(dag, first, "report")["lag"]["behind"] == 40
+
+    second, state = finished(airflow, dag, timeout=600)
+    assert state == "success", airflow.describe_run(dag, second)
+    report = airflow.xcom(dag, second, "report")
+    assert (report["offsets"], report["lag"]["behind"]) == (40, 0), report
+    expected = {first: ("200", "40"), second: ("40", "0")}
+    for body in (run_tab(airflow, dag, second), airflow.get_text(f"{airflow.url}/tailfill/pipeline/{dag}")[1]):
+        rows = {run: (offsets, behind) for run, offsets, behind in re.findall(
+            r"<tr class=lag-point><td class=l>([^<]+)</td><td class=l>[^<]+</td><td>([^<]+)</td>"
+            r"<td class=behind>([^<]+)</td>", body)}
+        assert {run: rows.get(run) for run in expected} == expected, rows
+        dots = re.findall(r"<svg class=\"lag-behind\".*?</svg>", body, flags=re.S)[0]
+        assert f"<title>{first}: 40 behind</title>" in dots and f"<title>{second}: 0 behind</title>" in dots, dots
+
+    browser.get(f"{airflow.url}/dags/{dag}/runs/{second}/plugin/tailfill_run")
+    wait_for_tab(browser, shot, "lag-over-time", "Lag over time", "offsets behind at run end")

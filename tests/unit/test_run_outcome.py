@@ -140,3 +140,17 @@ def test_a_missed_objective_fails_the_report_when_the_pipeline_says_fail(home, t
                                                    r"\(worst batch p95 950\.0s\) \(fix: .*tail.on_missed_objective: "
                                                    r"fail$"):
         objective_of_run(cfg, "tail-1")
+
+
+def test_a_failed_task_shows_the_fix_of_its_failure_xcom_unless_its_cause_names_one():
+    cause = "preflight of d (backfill) failed: cannot reach Kafka at 127.0.0.1:9"
+    xcom = {"what": "preflight of d (backfill)", "cause": cause, "fix": "start the broker"}
+    out = run_outcome(BACKFILL, tasks(preflight="failed"), [failure("preflight", cause)], no_value,
+                      lambda task_id: xcom if task_id == "preflight" else None)
+    assert out.details == ["fix: start the broker"]
+    named = f"{cause} (fix: start the broker)"
+    out = run_outcome(BACKFILL, tasks(preflight="failed"), [failure("preflight", named)], no_value, lambda _: xcom)
+    assert out.details == [] and out.text.endswith("(fix: start the broker)")
+    out = run_outcome(INCREMENTAL, tasks(preflight="up_for_retry"), [failure("preflight", cause, will_retry=True)],
+                      no_value, lambda _: xcom)
+    assert out.running and out.details == ["fix: start the broker"]
