@@ -21,6 +21,7 @@ from tailfill.errors import BatchFailed, ErrorInfo
 from tailfill.lake.commit import Committer
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.schema_change import table_columns
+from tailfill.run.batch_reads import READS_DIR, BatchReads
 from tailfill.run.pacing import Pacer
 from tailfill.run.plan import IngestRequest
 from tailfill.run.query_state import QueryState
@@ -59,11 +60,19 @@ class BatchHandler:
             raise short_failure(batch_id, failure, exc, stopping=self.state.stopping.is_set()) from None
 
     def _batch(self, ranges: DataFrame, batch_id: int) -> None:
+        reads = self.state.reads = BatchReads.start(self.req.checkpoint / READS_DIR, self.req.run_id, batch_id)
+        try:
+            self._counted_batch(ranges, batch_id, reads)
+        finally:
+            self.state.reads = None
+            reads.clear()
+
+    def _counted_batch(self, ranges: DataFrame, batch_id: int, reads: BatchReads) -> None:
         state, tables = self.state, self.committer.tables
         started = time.time()
         triggered = self._triggered_at(started)
         prepared = prepare_batch(ranges, self.shipped, self.req.run_id, tables.data.location(),
-                                 tables.quarantine.location(), table_columns(tables.data))
+                                 tables.quarantine.location(), table_columns(tables.data), reads)
         if not prepared:
             state.last_end = time.time()
             return  # an empty batch commits nothing and never fails
@@ -75,6 +84,7 @@ class BatchHandler:
         report, sample = commit_report(self.committer, self.req.run_id, batch_id, prepared, triggered, stages)
         state.step = f"report and sizing after batch {batch_id}"
         self.reports.append(report)
+        state.reads = None  # before the commit counts: the poll loop never counts the batch's records twice
         state.tally = state.tally.after(report, sample)
         budget, state.pending_yield = self.pacer.after_batch(report)
         budget.write(self.budget_file)

@@ -34,6 +34,7 @@ from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.durable import write_whole
 from tailfill.run import checkpoint
 from tailfill.run.batch import BatchHandler
+from tailfill.run.batch_reads import READS_DIR
 from tailfill.run.connect_batch import RemoteBatch, RemoteQuery, fold
 from tailfill.run.contract import Event, IngestResult, Restarted
 from tailfill.run.pacing import pacer_for, watcher_pacer_for
@@ -55,7 +56,7 @@ from tailfill.state.store import clear_stop, report_file
 REQUEST_FILE = "tailfill-request.json"  # our own note in a checkpoint folder: the request's bounds
 BUDGET_FILE = "tailfill-budget.json"  # the next batch's cap, read by the source before each batch
 FAILURE_FILE = "tailfill-source-failure.json"  # the error the source's planning failed with, as data
-OURS = (REQUEST_FILE, BUDGET_FILE, FAILURE_FILE)
+OURS = (REQUEST_FILE, BUDGET_FILE, FAILURE_FILE, READS_DIR)
 
 Log = Callable[[str], None]
 Emit = Callable[[Event], None]
