@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 HEARTBEAT_S = 15.0
-READING_EVERY_S = 5.0  # the most often a line says what the batch in flight has read so far
+READING_EVERY_S = 3.0  # the most often a line says what the batch in flight has read so far
 STOP_BETWEEN_BATCHES_S = 120.0  # the longest wait for a batch in flight before a stop
 
 
