@@ -22,8 +22,8 @@ from tailfill.formats.schema_registry import RegistryClient
 from tailfill.lake.prepare import Destination, PreparedRange, prepare_ranges
 from tailfill.offsets import OffsetRange
 from tailfill.plumbing.warehouse import filesystem
-from tailfill.run.batch_reads import ReadCounter
 from tailfill.source.kafka import OwnedConsumer, consumer_config, read_ranges
+from tailfill.source.read_counts import ReadCounter
 
 CONNECT_TIMEOUT_S = 10.0
 

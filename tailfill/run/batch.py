@@ -21,12 +21,12 @@ from tailfill.errors import BatchFailed, ErrorInfo
 from tailfill.lake.commit import Committer
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.schema_change import table_columns
-from tailfill.run.batch_reads import READS_DIR, BatchReads
 from tailfill.run.pacing import Pacer
 from tailfill.run.plan import IngestRequest
 from tailfill.run.query_state import QueryState
 from tailfill.run.restarts import Failure
 from tailfill.run.spark_prepare import prepare_batch
+from tailfill.source.read_counts import READS_DIR, BatchReads
 from tailfill.state.records import BatchReport
 from tailfill.state.store import ReportLog
 from tailfill.values.freshness import LatencySample, freshness

@@ -9,7 +9,7 @@ fails, the failure as data. The batch reports go to the run state as
 everywhere else; the client (:class:`RemoteQuery`) reads its tally from them.
 
 While a batch runs, the handler's watch thread publishes what its tasks have read so far
-(``….reading``, :mod:`tailfill.run.batch_reads`), and clears it before the batch's record: the client shows it
+(``….reading``, :mod:`tailfill.source.read_counts`), and clears it before the batch's record: the client shows it
 apart from the committed offsets and never counts a batch twice.
 
 A client that stops its query says so first (:meth:`RemoteQuery.ask_stop`, the setting ``….stop``): the
@@ -32,10 +32,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tailfill.errors import ErrorInfo, JobCancelled
-from tailfill.run.batch_reads import InBatch
 from tailfill.run.plan import IngestRequest
 from tailfill.run.query_state import QueryState, Tally
 from tailfill.run.restarts import Failure
+from tailfill.source.read_counts import InBatch
 from tailfill.values.freshness import LatencySample
 
 if TYPE_CHECKING:

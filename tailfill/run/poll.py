@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 
 from tailfill.errors import JobCancelled, QueryEnded, QueryStalled
 from tailfill.offsets import ranges_between, total
-from tailfill.run.batch_reads import InBatch
 from tailfill.run.pacing import Pacer
 from tailfill.run.plan import IngestRequest
 from tailfill.run.query_state import QueryState, Tally
+from tailfill.source.read_counts import InBatch
 from tailfill.state.records import format_stages
 from tailfill.state.store import StateStore, clear_stop, stop_requested
 

@@ -15,9 +15,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from tailfill.run.batch_reads import BatchReads, InBatch
 from tailfill.run.contract import IngestResult
 from tailfill.run.restarts import Failure
+from tailfill.source.read_counts import BatchReads, InBatch
 from tailfill.state.records import BatchReport
 from tailfill.values.freshness import LatencySample, freshness
 

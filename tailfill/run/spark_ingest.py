@@ -34,7 +34,6 @@ from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.durable import write_whole
 from tailfill.run import checkpoint
 from tailfill.run.batch import BatchHandler
-from tailfill.run.batch_reads import READS_DIR
 from tailfill.run.connect_batch import RemoteBatch, RemoteQuery, fold
 from tailfill.run.contract import Event, IngestResult, Restarted
 from tailfill.run.pacing import pacer_for, watcher_pacer_for
@@ -51,6 +50,7 @@ from tailfill.run.spark_connect import (
     session_cores,
 )
 from tailfill.source.handoff import reported_failure
+from tailfill.source.read_counts import READS_DIR
 from tailfill.state.store import clear_stop, report_file
 
 REQUEST_FILE = "tailfill-request.json"  # our own note in a checkpoint folder: the request's bounds

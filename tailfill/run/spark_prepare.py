@@ -22,8 +22,8 @@ from tailfill.errors import ErrorInfo
 from tailfill.lake.prepare import PREPARED_SCHEMA, PreparedRange, failed, from_arrow, to_arrow
 from tailfill.offsets import OffsetRange
 from tailfill.pipeline.executor import executor_context
-from tailfill.run.batch_reads import BatchReads
 from tailfill.run.spark_connect import session_cores
+from tailfill.source.read_counts import BatchReads
 
 
 def prepare_batch(ranges: DataFrame, shipped: str, run_id: str, data_location: str, quarantine_location: str,

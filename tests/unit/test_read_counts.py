@@ -11,10 +11,10 @@ import pyarrow as pa
 
 from tailfill.offsets import OffsetRange, PartitionOffsets, TopicPartition
 from tailfill.run import connect_batch
-from tailfill.run.batch_reads import BatchReads, InBatch, ReadCounter, merged
 from tailfill.run.plan import IngestRequest
 from tailfill.run.poll import progress_line
 from tailfill.run.query_state import QueryState, Tally
+from tailfill.source.read_counts import BatchReads, InBatch, ReadCounter, merged
 from tailfill.values.schema import RAW_SCHEMA, RangeMarker
 
 TP = TopicPartition("t", 0)
