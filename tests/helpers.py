@@ -192,6 +192,35 @@ def set_dotted(data: dict, changes: dict, drop_none: bool = False) -> dict:
     return data
 
 
+def one_batch_backfill(make_pipeline, records: int) -> tuple[PipelineConfig, JobSpec]:
+    """A pipeline of one partition holding ``records`` records, and the spec of its backfill in one slice (one batch,
+    one task: the first batch's size is the pipeline's ``backfill.max_offsets_per_batch``)."""
+    from tailfill.dev.sample import produce_sample
+
+    cfg = make_pipeline(source__partitions=1, backfill__slices=1)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, records, 1)
+    with open_pipeline(cfg) as pipeline:
+        spec = backfill_spec(pipeline, None, None, 1)
+    assert spec is not None
+    return cfg, spec
+
+
+def on_runner(runner, spec: JobSpec):
+    """``start`` for :func:`read_before_commit`: ``spec`` submitted to ``runner`` and waited for in a thread (a
+    runner may hand its lines on only while it is waited for)."""
+
+    def start(on_line):
+        thread, out = in_background(lambda: runner.submit(spec, on_line).wait())
+
+        def wait() -> None:
+            outcome = finished(thread, out)
+            assert outcome.code == 0, outcome
+
+        return thread.is_alive, wait
+
+    return start
+
+
 READING = re.compile(r"\] 0/([\d,]+) offsets \(0%\) committed, ([\d,]+) read in batch 0;")
 
 

@@ -2,7 +2,8 @@
 
 :class:`BatchHandler` keeps nothing of its own between batches: what it learns goes into the query's
 shared :class:`~tailfill.run.query_state.QueryState` (the tally, the step it is at, the failure it met,
-as data), the batch's report into the run's report log, and the next batch's
+as data, and while the batch runs, where its tasks count what they read:
+:class:`~tailfill.source.read_counts.BatchReads`), the batch's report into the run's report log, and the next batch's
 :class:`~tailfill.source.handoff.Budget` (from the :class:`~tailfill.run.pacing.Pacer`) into the file the
 source reads before planning it.
 """

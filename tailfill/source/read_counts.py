@@ -64,8 +64,9 @@ class BatchReads:
 
     @classmethod
     def start(cls, folder: Path, run_id: str, batch_id: int) -> BatchReads:
-        """A new attempt of batch ``batch_id``: counters of its own."""
-        return cls(folder, run_id, batch_id, uuid.uuid4().hex[:12])
+        """A new attempt of batch ``batch_id``: counters of its own (``folder`` made absolute: a task's working
+        folder is not the driver's)."""
+        return cls(folder.absolute(), run_id, batch_id, uuid.uuid4().hex[:12])
 
     @property
     def prefix(self) -> str:

@@ -1,14 +1,18 @@
 """Progress within a batch: a single-batch backfill's progress line moves while its task reads, before the commit,
-and never counts what it read as committed (over Spark Connect: tests/integration/test_connect.py)."""
+and never counts what it read as committed (on the warm Spark server and over Spark Connect: their own modules)."""
 
 from __future__ import annotations
 
 import pytest
-from helpers import assert_exactly_once, finished, high_watermarks, in_background, read_before_commit
+from helpers import (
+    assert_exactly_once,
+    finished,
+    high_watermarks,
+    in_background,
+    one_batch_backfill,
+    read_before_commit,
+)
 
-from tailfill.dev.sample import produce_sample
-from tailfill.pipeline.handle import open_pipeline
-from tailfill.run.planner import backfill_spec
 from tailfill.run.spark_job import run
 
 pytestmark = pytest.mark.integration
@@ -17,10 +21,7 @@ RECORDS = 60_000  # one partition, one batch, one task: more than one read of th
 
 
 def test_a_single_batch_backfill_shows_what_its_task_read_before_the_commit(spark, make_pipeline, paused_batches):
-    cfg = make_pipeline(source__partitions=1, backfill__slices=1)
-    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, RECORDS, 1)
-    with open_pipeline(cfg) as pipeline:
-        spec = backfill_spec(pipeline, None, None, 1)
+    cfg, spec = one_batch_backfill(make_pipeline, RECORDS)
 
     def start(on_line):
         thread, out = in_background(run, spec, spark, on_line)

@@ -17,7 +17,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import assert_exactly_once, committed, high_watermarks, read_before_commit, tables_of, wait_until
+from helpers import (
+    assert_exactly_once,
+    committed,
+    high_watermarks,
+    on_runner,
+    one_batch_backfill,
+    read_before_commit,
+    tables_of,
+    wait_until,
+)
 
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import SparkServerError
@@ -89,22 +98,8 @@ def test_lanes_and_the_tail_run_on_one_connect_server_exactly_once(server_home, 
 
 def test_a_single_batch_backfill_shows_what_its_task_read_on_the_server_before_the_commit(
         server_home, connect_pipeline, paused_batches):
-    home, _ = server_home
-    cfg = connect_pipeline(source__partitions=1, backfill__slices=1)
-    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 60_000, 1)
-    run_id = new_run_id("backfill")
-    [spec] = plan_backfill_lanes(open_pipeline(cfg), BackfillRequest(slices=1), lambda _lane: run_id).specs
-
-    def start(on_line):
-        job = ConnectRunner(None, None, home=home).submit(spec, on_line)
-
-        def wait() -> None:
-            outcome = job.wait()
-            assert outcome.code == 0, outcome
-
-        return job.thread.is_alive, wait
-
-    read_before_commit(cfg, 60_000, paused_batches, start)
+    cfg, spec = one_batch_backfill(connect_pipeline, 60_000)
+    read_before_commit(cfg, 60_000, paused_batches, on_runner(ConnectRunner(None, None, home=server_home[0]), spec))
     assert_exactly_once(cfg, high_watermarks(cfg))
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from helpers import (
     assert_exactly_once,
-    finished,
     high_watermarks,
-    in_background,
+    on_runner,
+    one_batch_backfill,
     read_before_commit,
     tables_of,
     wait_until,
@@ -92,22 +92,8 @@ def test_backfill_and_tail_run_on_the_server_exactly_once(server_home, warm_pipe
 
 def test_a_single_batch_backfill_shows_what_its_task_read_on_the_server_before_the_commit(
         server_home, warm_pipeline, paused_batches):
-    home, _ = server_home
-    cfg = warm_pipeline(source__partitions=1, backfill__slices=1)
-    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 60_000, 1)
-    run_id = new_run_id("backfill")
-    [spec] = plan_backfill_lanes(open_pipeline(cfg), BackfillRequest(slices=1), lambda _lane: run_id).specs
-
-    def start(on_line):
-        thread, out = in_background(warm, spec, os.environ, on_line, home)  # its lines come while it is waited for
-
-        def wait() -> None:
-            outcome = finished(thread, out)
-            assert outcome.code == 0, outcome
-
-        return thread.is_alive, wait
-
-    read_before_commit(cfg, 60_000, paused_batches, start)
+    cfg, spec = one_batch_backfill(warm_pipeline, 60_000)
+    read_before_commit(cfg, 60_000, paused_batches, on_runner(WarmServerRunner(os.environ, home=server_home[0]), spec))
     assert_exactly_once(cfg, high_watermarks(cfg))
 
 
