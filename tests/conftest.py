@@ -236,6 +236,34 @@ def arm_fault():
         path.unlink(missing_ok=True)
 
 
+PAUSE_POINT = "while-writing"  # tailfill.lake.prepare: on the executors, in the middle of a batch
+
+
+@pytest.fixture
+def paused_batches():
+    """Every batch pauses on the executors (``tailfill.failpoints.pause``) until ``release()``; disarmed after."""
+    folder = Path(os.environ["TAILFILL_FAULT_DIR"])
+    files = [folder / f"pause-{PAUSE_POINT}", folder / PAUSE_POINT, folder / f"{PAUSE_POINT}.arrivals",
+             folder / f"{PAUSE_POINT}.release"]
+
+    class Paused:
+        def arm(self) -> None:
+            for f in files:
+                f.unlink(missing_ok=True)
+            files[0].touch()
+
+        def reached(self) -> bool:
+            return files[1].exists()
+
+        def release(self) -> None:
+            files[0].unlink(missing_ok=True)
+            files[3].touch()
+
+    yield Paused()
+    for f in files:
+        f.unlink(missing_ok=True)
+
+
 # --- headless Chromium for the Airflow UI tests (helpers in tests/airflow_ui.py) -------------------
 
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "e2e-screenshots"

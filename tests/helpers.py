@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import threading
@@ -189,6 +190,61 @@ def set_dotted(data: dict, changes: dict, drop_none: bool = False) -> dict:
         else:
             node[leaf] = value
     return data
+
+
+def one_batch_backfill(make_pipeline, records: int) -> tuple[PipelineConfig, JobSpec]:
+    """A pipeline of one partition holding ``records`` records, and the spec of its backfill in one slice (one batch,
+    one task: the first batch's size is the pipeline's ``backfill.max_offsets_per_batch``)."""
+    from tailfill.dev.sample import produce_sample
+
+    cfg = make_pipeline(source__partitions=1, backfill__slices=1)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, records, 1)
+    with open_pipeline(cfg) as pipeline:
+        spec = backfill_spec(pipeline, None, None, 1)
+    assert spec is not None
+    return cfg, spec
+
+
+def on_runner(runner, spec: JobSpec):
+    """``start`` for :func:`read_before_commit`: ``spec`` submitted to ``runner`` and waited for in a thread (a
+    runner may hand its lines on only while it is waited for)."""
+
+    def start(on_line):
+        thread, out = in_background(lambda: runner.submit(spec, on_line).wait())
+
+        def wait() -> None:
+            outcome = finished(thread, out)
+            assert outcome.code == 0, outcome
+
+        return thread.is_alive, wait
+
+    return start
+
+
+READING = re.compile(r"\] 0/([\d,]+) offsets \(0%\) committed, ([\d,]+) read in batch 0;")
+
+
+def read_before_commit(cfg: PipelineConfig, records: int, paused, start) -> list[str]:
+    """Run a single-batch job of ``records`` offsets, held in the middle of its batch by ``paused`` (the
+    ``paused_batches`` fixture); ``start(on_line)`` starts it and returns (is it running, wait for its end).
+    Checks that its progress line said what the batch's task had read, strictly between 0 and ``records``,
+    while nothing was committed, and never once it was; returns the job's lines."""
+    lines: list[str] = []
+    paused.arm()
+    running, wait = start(lines.append)
+    try:
+        wait_until(lambda: any(READING.search(line) for line in lines) or not running(),
+                   "a progress line saying what the batch in flight read", timeout=300)
+        assert committed(cfg) == 0  # said while the batch was in flight
+    finally:
+        paused.release()
+    wait()
+    reading = [(int(m[1].replace(",", "")), int(m[2].replace(",", ""))) for line in lines
+               if (m := READING.search(line))]
+    assert reading and all(planned == records and 0 < read < records for planned, read in reading), "\n".join(lines)
+    assert [line for line in lines if "read in batch" in line and not READING.search(line)] == [], "\n".join(lines)
+    assert committed(cfg) == records
+    return lines
 
 
 def wait_until(condition, what: str, timeout: float = 180, poll: float = 0.2) -> None:

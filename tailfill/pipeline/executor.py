@@ -23,6 +23,7 @@ from tailfill.lake.prepare import Destination, PreparedRange, prepare_ranges
 from tailfill.offsets import OffsetRange
 from tailfill.plumbing.warehouse import filesystem
 from tailfill.source.kafka import OwnedConsumer, consumer_config, read_ranges
+from tailfill.source.read_counts import ReadCounter
 
 CONNECT_TIMEOUT_S = 10.0
 
@@ -43,10 +44,12 @@ class ExecutorContext:
                            consumer=self.consumer)
 
     def prepare(self, run_id: str, ranges: Sequence[OffsetRange], data_location: str, quarantine_location: str,
-                table_columns: pa.Schema | None) -> list[PreparedRange]:
-        """Read, decode and write ``ranges`` (see :func:`~tailfill.lake.prepare.prepare_ranges`)."""
+                table_columns: pa.Schema | None, counter: ReadCounter | None = None) -> list[PreparedRange]:
+        """Read, decode and write ``ranges`` (see :func:`~tailfill.lake.prepare.prepare_ranges`); ``counter``
+        counts the records read as they come (progress within the batch)."""
         where = Destination(self.fs, data_location, quarantine_location, self.cfg.target.partition_by)
-        return prepare_ranges(self.read, self.decoder, where, run_id, ranges, table_columns)
+        read = self.read if counter is None else lambda todo: counter.counted(self.read(todo))
+        return prepare_ranges(read, self.decoder, where, run_id, ranges, table_columns)
 
     def warm(self) -> None:
         """Connect the consumer now (the decoder is built already), before the first batch needs it."""

@@ -2,7 +2,8 @@
 
 :class:`BatchHandler` keeps nothing of its own between batches: what it learns goes into the query's
 shared :class:`~tailfill.run.query_state.QueryState` (the tally, the step it is at, the failure it met,
-as data), the batch's report into the run's report log, and the next batch's
+as data, and while the batch runs, where its tasks count what they read:
+:class:`~tailfill.source.read_counts.BatchReads`), the batch's report into the run's report log, and the next batch's
 :class:`~tailfill.source.handoff.Budget` (from the :class:`~tailfill.run.pacing.Pacer`) into the file the
 source reads before planning it.
 """
@@ -26,6 +27,7 @@ from tailfill.run.plan import IngestRequest
 from tailfill.run.query_state import QueryState
 from tailfill.run.restarts import Failure
 from tailfill.run.spark_prepare import prepare_batch
+from tailfill.source.read_counts import READS_DIR, BatchReads
 from tailfill.state.records import BatchReport
 from tailfill.state.store import ReportLog
 from tailfill.values.freshness import LatencySample, freshness
@@ -59,11 +61,19 @@ class BatchHandler:
             raise short_failure(batch_id, failure, exc, stopping=self.state.stopping.is_set()) from None
 
     def _batch(self, ranges: DataFrame, batch_id: int) -> None:
+        reads = self.state.reads = BatchReads.start(self.req.checkpoint / READS_DIR, self.req.run_id, batch_id)
+        try:
+            self._counted_batch(ranges, batch_id, reads)
+        finally:
+            self.state.reads = None
+            reads.clear()
+
+    def _counted_batch(self, ranges: DataFrame, batch_id: int, reads: BatchReads) -> None:
         state, tables = self.state, self.committer.tables
         started = time.time()
         triggered = self._triggered_at(started)
         prepared = prepare_batch(ranges, self.shipped, self.req.run_id, tables.data.location(),
-                                 tables.quarantine.location(), table_columns(tables.data))
+                                 tables.quarantine.location(), table_columns(tables.data), reads)
         if not prepared:
             state.last_end = time.time()
             return  # an empty batch commits nothing and never fails
@@ -75,6 +85,7 @@ class BatchHandler:
         report, sample = commit_report(self.committer, self.req.run_id, batch_id, prepared, triggered, stages)
         state.step = f"report and sizing after batch {batch_id}"
         self.reports.append(report)
+        state.reads = None  # before the commit counts: the poll loop never counts the batch's records twice
         state.tally = state.tally.after(report, sample)
         budget, state.pending_yield = self.pacer.after_batch(report)
         budget.write(self.budget_file)

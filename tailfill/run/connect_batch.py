@@ -8,6 +8,10 @@ the step it is at, the latencies of the records committed so far (constant space
 fails, the failure as data. The batch reports go to the run state as
 everywhere else; the client (:class:`RemoteQuery`) reads its tally from them.
 
+While a batch runs, the handler's watch thread publishes what its tasks have read so far
+(``….reading``, :mod:`tailfill.source.read_counts`), and clears it before the batch's record: the client shows it
+apart from the committed offsets and never counts a batch twice.
+
 A client that stops its query says so first (:meth:`RemoteQuery.ask_stop`, the setting ``….stop``): the
 handler's pacer, which may be waiting between batches (a backfill's rate limit, a pause for the tail), watches
 for it and ends its wait, so the stop is not held up by it.
@@ -31,6 +35,7 @@ from tailfill.errors import ErrorInfo, JobCancelled
 from tailfill.run.plan import IngestRequest
 from tailfill.run.query_state import QueryState, Tally
 from tailfill.run.restarts import Failure
+from tailfill.source.read_counts import InBatch
 from tailfill.values.freshness import LatencySample
 
 if TYPE_CHECKING:
@@ -52,6 +57,19 @@ def record_key(req: IngestRequest) -> str:
 def lease_key(req: IngestRequest) -> str:
     """The session setting the client renews while it watches the query."""
     return f"{record_key(req)}.lease"
+
+
+def reading_key(req: IngestRequest) -> str:
+    """The session setting the handler publishes what the batch in flight has read into (empty between batches)."""
+    return f"{record_key(req)}.reading"
+
+
+def published_reading(raw: str | None) -> InBatch | None:
+    """What :func:`reading_key` holds, read back."""
+    if not raw:
+        return None
+    batch_id, read = json.loads(raw)
+    return InBatch(int(batch_id), int(read))
 
 
 def stop_key(req: IngestRequest) -> str:
@@ -94,6 +112,8 @@ class RemoteBatch:
     def __post_init__(self) -> None:
         self._handler: BatchHandler | None = None
         self._lease = LeaseAge()
+        self._published_lock = threading.RLock()  # the reading is cleared before a batch's record is published
+        self._reading = ""  # what reading_key holds
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
@@ -120,18 +140,28 @@ class RemoteBatch:
             raise JobCancelled(f"[{self.req.label}] cancelled on the Spark Connect server: its client has not "
                                f"renewed its lease for {age:.0f}s (it went away)")
 
-    def _watch_stop(self, spark: SparkSession, stopping: threading.Event) -> None:
-        """Set ``stopping`` (the pacer's waits end) once the client asks the query to stop or its lease lapses."""
+    def _watch(self, spark: SparkSession, state: QueryState) -> None:
+        """Every second until the query stops: publish what the batch in flight has read, and set
+        ``state.stopping`` (the pacer's waits end) once the client asks the query to stop or its lease lapses."""
         lease = LeaseAge()  # this thread's own: the batch's check keeps its
-        while not stopping.is_set():
+        while not state.stopping.is_set():
             time.sleep(1.0)
             try:
+                self._publish_reading(spark, state.in_batch())
                 asked = spark.conf.get(stop_key(self.req), None)
                 age = lease.of(spark.conf.get(lease_key(self.req), None))
             except Exception:  # the session is gone, and the query with it
                 return
             if asked or age > LEASE_S:
-                stopping.set()
+                state.stopping.set()
+
+    def _publish_reading(self, spark: SparkSession, reading: InBatch | None) -> None:
+        """Set :func:`reading_key` to ``reading`` if it changed."""
+        value = json.dumps([reading.batch_id, reading.read]) if reading is not None else ""
+        with self._published_lock:
+            if value != self._reading:
+                spark.conf.set(reading_key(self.req), value)
+                self._reading = value
 
     def _build(self, spark: SparkSession) -> BatchHandler:
         from pathlib import Path
@@ -148,8 +178,7 @@ class RemoteBatch:
         state = QueryState(fold(reports))
         pacer = pacer_for(pipeline, self.req, self.cores, state.stopping,
                           lambda line: print(f"[{self.req.label}] {line}", flush=True))
-        threading.Thread(target=self._watch_stop, args=(spark, state.stopping), name="tailfill-stop-watch",
-                         daemon=True).start()
+        threading.Thread(target=self._watch, args=(spark, state), name="tailfill-query-watch", daemon=True).start()
         self._handler = BatchHandler(self.req, self.shipped, pipeline.committer(tables), reports, pacer,
                                      Path(self.budget_file), state)
         return self._handler
@@ -160,7 +189,9 @@ class RemoteBatch:
                   "latencies": [list(latencies.seconds), list(latencies.weights)]}
         if failure is not None:
             record["failure"] = {"error": failure.error.to_dict(), "step": failure.step}
-        spark.conf.set(record_key(self.req), json.dumps(record))
+        with self._published_lock:  # the batch's reading gone before its record: never counted twice by the client
+            self._publish_reading(spark, None)
+            spark.conf.set(record_key(self.req), json.dumps(record))
 
 
 class RemoteQuery:
@@ -182,6 +213,7 @@ class RemoteQuery:
         self.beats += 1
         self.spark.conf.set(lease_key(self.req), f"{self.beats}")
         raw = self.spark.conf.get(record_key(self.req), None)
+        self.state.published = published_reading(self.spark.conf.get(reading_key(self.req), None))  # after the record
         if raw == self._seen and not force:
             return
         self._seen = raw
@@ -205,3 +237,4 @@ class RemoteQuery:
         """A new attempt: the last attempt's failure record and stop are no longer this one's."""
         self.spark.conf.unset(record_key(self.req))
         self.spark.conf.unset(stop_key(self.req))
+        self.spark.conf.unset(reading_key(self.req))

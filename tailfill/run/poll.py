@@ -3,7 +3,8 @@
 It stops the query when asked — at once when its caller cancels (a killed task, the warm Spark server's
 caller gone: what it committed stays, the rest is replayed later), between batches after
 ``stop_after_seconds`` or on ``tailfill stop-tail`` — beats the pacer's heartbeat, and prints a
-progress line after every batch and every :data:`HEARTBEAT_S` seconds. It returns when the query
+progress line after every batch, every :data:`HEARTBEAT_S` seconds, and while a batch runs, every
+:data:`READING_EVERY_S` seconds in which its tasks read more. It returns when the query
 ends; a query that failed raises its failure (``awaitTermination``) for the restart loop — except a failure
 met while it was being stopped (the batch it interrupted is replayed by the next run). A tail's query that
 ends although nobody stopped it raises :class:`~tailfill.errors.QueryEnded`; one that commits nothing for its
@@ -24,6 +25,7 @@ from tailfill.offsets import ranges_between, total
 from tailfill.run.pacing import Pacer
 from tailfill.run.plan import IngestRequest
 from tailfill.run.query_state import QueryState, Tally
+from tailfill.source.read_counts import InBatch
 from tailfill.state.records import format_stages
 from tailfill.state.store import StateStore, clear_stop, stop_requested
 
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 HEARTBEAT_S = 15.0
+READING_EVERY_S = 3.0  # the most often a line says what the batch in flight has read so far
 STOP_BETWEEN_BATCHES_S = 120.0  # the longest wait for a batch in flight before a stop
 
 
@@ -77,6 +80,7 @@ def poll(query: StreamingQuery, watch: Watch) -> None:
 def _watch(query: StreamingQuery, watch: Watch) -> None:
     req, state = watch.req, watch.state
     started, printed, printed_at, beat_at = time.monotonic(), -1, 0.0, 0.0
+    printed_reading: InBatch | None = None
     stall = StallWatch(req.stall_timeout_seconds, (state.tally.batches, state.last_end))
     try:
         while not query.awaitTermination(1.0):
@@ -110,9 +114,13 @@ def _watch(query: StreamingQuery, watch: Watch) -> None:
             if time.monotonic() - beat_at >= HEARTBEAT_S / 3:
                 watch.pacer.heartbeat(caught_up=not status.get("isDataAvailable", True))
                 beat_at = time.monotonic()
-            if state.tally.batches != printed or time.monotonic() - printed_at >= HEARTBEAT_S:
-                watch.log(progress_line(req, state.tally, started, watch.pacer.note()))
-                printed, printed_at = state.tally.batches, time.monotonic()
+            tally = state.tally  # before what the batch in flight read: its handler forgets that first
+            reading = state.in_batch()
+            since = time.monotonic() - printed_at
+            if (tally.batches != printed or since >= HEARTBEAT_S
+                    or (reading != printed_reading and since >= READING_EVERY_S)):
+                watch.log(progress_line(req, tally, started, watch.pacer.note(), reading))
+                printed, printed_reading, printed_at = tally.batches, reading, time.monotonic()
     except KeyboardInterrupt:
         watch.log(f"[{req.label}] stopping after the current batch")
         watch.stopping()
@@ -151,11 +159,15 @@ def stop_between_batches(query: StreamingQuery) -> None:
     query.stop()
 
 
-def progress_line(req: IngestRequest, done: Tally, started: float, note: str = "") -> str:
+def progress_line(req: IngestRequest, done: Tally, started: float, note: str = "",
+                  reading: InBatch | None = None) -> str:
     """``[label] done/planned offsets (pct) rows/s batches ETA | last batch's stages | pacer's note``.
 
-    A processing-time tail has no planned total (the topic grows while it runs: its backlog is in
-    the note); an available-now tail's total is the end it read to, which it may pass by a little.
+    While a batch runs and its tasks have read records (``reading``), the committed offsets are said to be
+    so, and the records read follow apart: ``0/100,000 offsets (0%) committed, 41,200 read in batch 0;``
+    (never more than the plan leaves). A processing-time tail has no planned total (the topic grows while it
+    runs: its backlog is in the note); an available-now tail's total is the end it read to, which it may pass
+    by a little.
     """
     offsets, rows = done.offsets, done.rows + done.quarantined
     end = req.end or (req.target_end if req.trigger == "available_now" else None)
@@ -164,7 +176,16 @@ def progress_line(req: IngestRequest, done: Tally, started: float, note: str = "
     pct = f" ({100 * offsets / planned:.0f}%)" if planned else ""
     eta = f" ETA {max(planned - offsets, 0) / (offsets / elapsed):.0f}s" if planned and offsets else ""
     done_of = f"{offsets:,}/{planned:,}" if planned else f"{offsets:,}"
-    line = f"[{req.label}] {done_of} offsets{pct} {rows / elapsed:,.0f} rows/s {done.batches} batches{eta}"
+    line = f"[{req.label}] {done_of} offsets{pct}{_in_flight(reading, planned - offsets if planned else None)} " \
+           f"{rows / elapsed:,.0f} rows/s {done.batches} batches{eta}"
     if done.last is not None and done.last.stages:
         line += " | last batch: " + format_stages(done.last.stages)
     return line + (f" | {note}" if note else "")
+
+
+def _in_flight(reading: InBatch | None, left: int | None) -> str:
+    """`` committed, N read in batch B;`` for a batch in flight that has read records (at most ``left``)."""
+    if reading is None or reading.read <= 0:
+        return ""
+    read = reading.read if left is None else min(reading.read, max(left, 0))
+    return f" committed, {read:,} read in batch {reading.batch_id};"

@@ -3,9 +3,9 @@
 The batch handler (``foreachBatch``, :mod:`tailfill.run.batch`) writes it, the poll loop
 (:mod:`tailfill.run.poll`) and the restart loop (:mod:`tailfill.run.spark_ingest`) read it: how far the
 query got (:class:`Tally`, a value replaced after each batch), the step the handler is at and the
-failure it saw, the flag that tells the pacer the query is stopping, and the times the next batch's
-stages are measured from. What belongs to one loop alone (the restarts so far, when progress was last
-printed) stays in that loop.
+failure it saw, the flag that tells the pacer the query is stopping, the times the next batch's
+stages are measured from, and what the batch in flight has read so far. What belongs to one loop
+alone (the restarts so far, when progress was last printed) stays in that loop.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from tailfill.run.contract import IngestResult
 from tailfill.run.restarts import Failure
+from tailfill.source.read_counts import BatchReads, InBatch
 from tailfill.state.records import BatchReport
 from tailfill.values.freshness import LatencySample, freshness
 
@@ -63,6 +64,14 @@ class QueryState:
         self.stopping = threading.Event()  # the query is being stopped: the pacer waits no longer
         self.last_end = time.time()  # when the last batch ended (the next one's planning starts there)
         self.pending_yield = 0.0  # the pacer's wait after the last batch, counted in the next batch's stages
+        self.reads: BatchReads | None = None  # the read counters of the batch in flight, where its handler runs
+        self.published: InBatch | None = None  # over Connect: what the server's handler last said it read
+
+    def in_batch(self) -> InBatch | None:
+        """What the batch in flight has read so far, not committed yet (None between batches). Its handler
+        forgets the batch before it counts its commit in :attr:`tally`: read ``tally`` first, then this."""
+        reads = self.reads
+        return reads.now() if reads is not None else self.published
 
     def new_attempt(self) -> None:
         """A new attempt of the query starts: the failure of the last one is the restart loop's now."""

@@ -50,12 +50,13 @@ from tailfill.run.spark_connect import (
     session_cores,
 )
 from tailfill.source.handoff import reported_failure
+from tailfill.source.read_counts import READS_DIR
 from tailfill.state.store import clear_stop, report_file
 
 REQUEST_FILE = "tailfill-request.json"  # our own note in a checkpoint folder: the request's bounds
 BUDGET_FILE = "tailfill-budget.json"  # the next batch's cap, read by the source before each batch
 FAILURE_FILE = "tailfill-source-failure.json"  # the error the source's planning failed with, as data
-OURS = (REQUEST_FILE, BUDGET_FILE, FAILURE_FILE)
+OURS = (REQUEST_FILE, BUDGET_FILE, FAILURE_FILE, READS_DIR)
 
 Log = Callable[[str], None]
 Emit = Callable[[Event], None]

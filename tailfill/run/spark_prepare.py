@@ -23,13 +23,15 @@ from tailfill.lake.prepare import PREPARED_SCHEMA, PreparedRange, failed, from_a
 from tailfill.offsets import OffsetRange
 from tailfill.pipeline.executor import executor_context
 from tailfill.run.spark_connect import session_cores
+from tailfill.source.read_counts import BatchReads
 
 
 def prepare_batch(ranges: DataFrame, shipped: str, run_id: str, data_location: str, quarantine_location: str,
-                  table_columns: pa.Schema | None = None) -> list[PreparedRange]:
+                  table_columns: pa.Schema | None = None, reads: BatchReads | None = None) -> list[PreparedRange]:
     """Prepare every range of a micro-batch on the executors; returns what each prepared, or raises the error a task
     met (:class:`~tailfill.errors.RemoteError`, carrying its class, message, ``retryable`` and fix).
-    ``shipped``: the pipeline's resolved config as JSON; ``table_columns``: the data table's columns now."""
+    ``shipped``: the pipeline's resolved config as JSON; ``table_columns``: the data table's columns now;
+    ``reads``: where the tasks count the records they read while they run."""
 
     def prepare(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ranges = [OffsetRange(r["kafka_topic"], r["kafka_partition"], r["start_offset"], r["end_offset"])
@@ -38,7 +40,7 @@ def prepare_batch(ranges: DataFrame, shipped: str, run_id: str, data_location: s
             return
         try:
             prepared = executor_context(shipped).prepare(run_id, ranges, data_location, quarantine_location,
-                                                         table_columns)
+                                                         table_columns, reads.counter(ranges) if reads else None)
         except Exception as exc:  # handed to the driver as data: its class, message, retryable, fix
             yield failed(ErrorInfo.of(exc))
             return

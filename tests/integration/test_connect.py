@@ -17,7 +17,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import assert_exactly_once, committed, high_watermarks, tables_of, wait_until
+from helpers import (
+    assert_exactly_once,
+    committed,
+    high_watermarks,
+    on_runner,
+    one_batch_backfill,
+    read_before_commit,
+    tables_of,
+    wait_until,
+)
 
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import SparkServerError
@@ -85,6 +94,13 @@ def test_lanes_and_the_tail_run_on_one_connect_server_exactly_once(server_home, 
     assert all(r.freshness for r in outcome.result.results)  # the records' latencies, measured on the server
     assert_exactly_once(cfg, high_watermarks(cfg))
     assert connect_server.server_state(home)["pid"] == state["pid"]  # the same server throughout
+
+
+def test_a_single_batch_backfill_shows_what_its_task_read_on_the_server_before_the_commit(
+        server_home, connect_pipeline, paused_batches):
+    cfg, spec = one_batch_backfill(connect_pipeline, 60_000)
+    read_before_commit(cfg, 60_000, paused_batches, on_runner(ConnectRunner(None, None, home=server_home[0]), spec))
+    assert_exactly_once(cfg, high_watermarks(cfg))
 
 
 ORPHAN_STOPPED = ("its client has not renewed its lease", "since the session has timed out")

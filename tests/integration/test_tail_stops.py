@@ -10,9 +10,7 @@
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 import pytest
 from helpers import assert_exactly_once, backfill, finished, high_watermarks, in_background, tail, tail_spec
@@ -24,33 +22,6 @@ from tailfill.run import poll
 from tailfill.run.spark_job import run
 
 pytestmark = pytest.mark.integration
-
-POINT = "while-writing"  # tailfill.lake.prepare: on the executors, in the middle of a batch
-
-
-@pytest.fixture
-def paused_batches():
-    """Every batch pauses on the executors (``tailfill.failpoints.pause``) until ``release()``; disarmed after."""
-    folder = Path(os.environ["TAILFILL_FAULT_DIR"])
-    files = [folder / f"pause-{POINT}", folder / POINT, folder / f"{POINT}.arrivals", folder / f"{POINT}.release"]
-
-    class Paused:
-        def arm(self) -> None:
-            for f in files:
-                f.unlink(missing_ok=True)
-            files[0].touch()
-
-        def reached(self) -> bool:
-            return files[1].exists()
-
-        def release(self) -> None:
-            files[0].unlink(missing_ok=True)
-            files[3].touch()
-
-    yield Paused()
-    for f in files:
-        f.unlink(missing_ok=True)
-
 
 def _live_tail(make_pipeline, **changes):
     cfg = make_pipeline(tail__trigger="processing_time", tail__trigger_interval_seconds=2,

@@ -16,7 +16,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import assert_exactly_once, high_watermarks, tables_of, wait_until
+from helpers import (
+    assert_exactly_once,
+    high_watermarks,
+    on_runner,
+    one_batch_backfill,
+    read_before_commit,
+    tables_of,
+    wait_until,
+)
 
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.ledger import read_ledger
@@ -80,6 +88,13 @@ def test_backfill_and_tail_run_on_the_server_exactly_once(server_home, warm_pipe
     assert sum(r.offsets for r in outcome.result.results) == 2_000
     assert_exactly_once(cfg, high_watermarks(cfg))
     assert warm_spark.server_status(status)["pid"] == status["pid"]  # the same server throughout
+
+
+def test_a_single_batch_backfill_shows_what_its_task_read_on_the_server_before_the_commit(
+        server_home, warm_pipeline, paused_batches):
+    cfg, spec = one_batch_backfill(warm_pipeline, 60_000)
+    read_before_commit(cfg, 60_000, paused_batches, on_runner(WarmServerRunner(os.environ, home=server_home[0]), spec))
+    assert_exactly_once(cfg, high_watermarks(cfg))
 
 
 def test_a_job_whose_caller_is_killed_stops_and_the_next_run_resumes(server_home, warm_pipeline):
