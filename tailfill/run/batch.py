@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 
 from tailfill import failpoints
 from tailfill.errors import BatchFailed, ErrorInfo
+from tailfill.formats.json_drift import Drift
 from tailfill.lake.commit import Committer
+from tailfill.lake.evolving import prepare_evolving
 from tailfill.lake.prepare import PreparedRange
-from tailfill.lake.schema_change import table_columns
 from tailfill.run.pacing import Pacer
 from tailfill.run.plan import IngestRequest
 from tailfill.run.query_state import QueryState
@@ -62,8 +63,9 @@ class BatchHandler:
         state, tables = self.state, self.committer.tables
         started = time.time()
         triggered = self._triggered_at(started)
-        prepared = prepare_batch(ranges, self.shipped, self.req.run_id, tables.data.location(),
-                                 tables.quarantine.location(), table_columns(tables.data))
+        prepared = prepare_evolving(
+            lambda columns: prepare_batch(ranges, self.shipped, self.req.run_id, tables.data.location(),
+                                          tables.quarantine.location(), columns), tables.data, self.committer.fs)
         if not prepared:
             state.last_end = time.time()
             return  # an empty batch commits nothing and never fails
@@ -128,5 +130,6 @@ def commit_report(committer: Committer, run_id: str, batch_id: int, prepared: li
         rows=sum(p.rows for p in prepared), quarantined=sum(p.quarantined for p in prepared),
         committed=result.committed, skipped=result.skipped, snapshot_id=result.snapshot_id,
         commit_ms=round(commit_s * 1000, 1), stages={k: round(v, 3) for k, v in stages.items()},
-        freshness=fresh.to_dict() if fresh else None, changes=committer.merged())
+        freshness=fresh.to_dict() if fresh else None, changes=committer.merged(),
+        unknown_fields=Drift().add_all(p.drift for p in prepared).unknown)
     return report, sample

@@ -10,13 +10,11 @@ printed) stays in that loop.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from tailfill.formats.json_drift import unknown_in
 from tailfill.run.contract import IngestResult
-from tailfill.run.restarts import Failure
 from tailfill.state.records import BatchReport
 from tailfill.values.freshness import LatencySample, freshness
 
@@ -33,6 +31,7 @@ class Tally:
     stages: Mapping[str, float] = field(default_factory=dict)  # seconds by stage, summed over the batches
     last: BatchReport | None = None
     latencies: LatencySample = field(default_factory=lambda: LatencySample((), ()))  # merged batch by batch
+    unknown_fields: Mapping[str, list[int]] = field(default_factory=dict)  # JSON fields not declared (Drift.unknown)
 
     def after(self, report: BatchReport, sample: LatencySample | None = None) -> Tally:
         """This tally with ``report`` (and its records' latency ``sample``) counted."""
@@ -43,6 +42,7 @@ class Tally:
                        rows=self.rows + report.rows, quarantined=self.quarantined + report.quarantined,
                        skipped_offsets=self.skipped_offsets + (report.offsets if not report.committed else 0),
                        stages=stages, last=report,
+                       unknown_fields=unknown_in([self.unknown_fields, report.unknown_fields]),
                        latencies=LatencySample.merged([self.latencies, sample]) if sample else self.latencies)
 
     def result(self, run_id: str, label: str) -> IngestResult:
@@ -50,20 +50,4 @@ class Tally:
         fresh = freshness([self.latencies])
         return IngestResult(run_id, label, self.batches, self.offsets, self.rows, self.quarantined,
                             self.skipped_offsets, stages=dict(self.stages),
-                            freshness=fresh.to_dict() if fresh else None)
-
-
-class QueryState:
-    """The state one query's handler, poll loop and restart loop share."""
-
-    def __init__(self, tally: Tally):
-        self.tally = tally
-        self.step = "starting"  # where the handler is, for the restart policy
-        self.failure: Failure | None = None  # what the handler caught in this attempt, as data
-        self.stopping = threading.Event()  # the query is being stopped: the pacer waits no longer
-        self.last_end = time.time()  # when the last batch ended (the next one's planning starts there)
-        self.pending_yield = 0.0  # the pacer's wait after the last batch, counted in the next batch's stages
-
-    def new_attempt(self) -> None:
-        """A new attempt of the query starts: the failure of the last one is the restart loop's now."""
-        self.failure = None
+                            freshness=fresh.to_dict() if fresh else None, unknown_fields=dict(self.unknown_fields))
