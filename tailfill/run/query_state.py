@@ -10,11 +10,14 @@ printed) stays in that loop.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from tailfill.formats.json_drift import unknown_in
 from tailfill.run.contract import IngestResult
+from tailfill.run.restarts import Failure
 from tailfill.state.records import BatchReport
 from tailfill.values.freshness import LatencySample, freshness
 
@@ -51,3 +54,19 @@ class Tally:
         return IngestResult(run_id, label, self.batches, self.offsets, self.rows, self.quarantined,
                             self.skipped_offsets, stages=dict(self.stages),
                             freshness=fresh.to_dict() if fresh else None, unknown_fields=dict(self.unknown_fields))
+
+
+class QueryState:
+    """The state one query's handler, poll loop and restart loop share."""
+
+    def __init__(self, tally: Tally):
+        self.tally = tally
+        self.step = "starting"  # where the handler is, for the restart policy
+        self.failure: Failure | None = None  # what the handler caught in this attempt, as data
+        self.stopping = threading.Event()  # the query is being stopped: the pacer waits no longer
+        self.last_end = time.time()  # when the last batch ended (the next one's planning starts there)
+        self.pending_yield = 0.0  # the pacer's wait after the last batch, counted in the next batch's stages
+
+    def new_attempt(self) -> None:
+        """A new attempt of the query starts: the failure of the last one is the restart loop's now."""
+        self.failure = None
