@@ -11,7 +11,6 @@ from tailfill.config import PipelineConfig
 from tailfill.dev.broker import broker_down, broker_up, describe_storage
 from tailfill.dev.registry import registry_down, registry_up
 from tailfill.errors import ConfigError, TailfillError
-from tailfill.formats.json_drift import describe
 from tailfill.offsets import PartitionOffsets
 from tailfill.pipeline.handle import Pipeline, open_pipeline
 from tailfill.pipeline.load import env_names, resolve_pipeline
@@ -26,6 +25,7 @@ from tailfill.run.warm_spark import server_state, spark_server_down, spark_serve
 from tailfill.settings import settings
 from tailfill.source.embedded import broker_state, registry_state, resolve_bootstrap, resolve_registry
 from tailfill.state.records import format_stages
+from tailfill.values.drift import describe
 from tailfill.values.freshness import Freshness
 
 

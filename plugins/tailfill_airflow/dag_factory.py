@@ -25,9 +25,9 @@ from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
 from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
-from tailfill.formats.json_drift import describe, unknown_in
 from tailfill.pipeline.load import load_pipeline, pipeline_files
 from tailfill.state.store import read_lane, run_reports
+from tailfill.values.drift import describe, unknown_in
 from tailfill_airflow.callbacks import deadline_missed, objective_missed, on_failure, on_retry
 from tailfill_airflow.causes import causes_first
 from tailfill_airflow.hooks import TailfillHook

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailfill.config import FormatConfig
-from tailfill.formats.json_drift import Drift
+from tailfill.values.drift import Drift
 from tailfill.values.schema import KEY_TYPES, METADATA_FIELDS, QUARANTINE_SCHEMA, VALUE_FIELD
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 The table's columns beyond the declared fields (:func:`evolved_columns`) take the records' values of the same
 name; a value that does not fit its column sends its record to the quarantine with the field and both types. A
 field the table has no column for yet, or a value wider than its column (a struct with a new key), is *wanted*:
-the driver adds or widens the column (:func:`tailfill.formats.json_drift.columns_to_add`) and prepares the batch
+the driver adds or widens the column (:func:`tailfill.formats.evolve.columns_to_add`) and prepares the batch
 again, so a batch's rows always come from one table schema (see :mod:`tailfill.run.evolving`).
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 import pyarrow as pa
 
 from tailfill.errors import RecordError
-from tailfill.formats.evolve import canon
-from tailfill.formats.json_drift import extra_paths, type_name, value_type
+from tailfill.formats.evolve import canon, type_name
+from tailfill.formats.json_drift import extra_paths, value_type
 from tailfill.values.column_types import coerce
 from tailfill.values.infer import PLAIN_NAME
 from tailfill.values.schema import RESERVED_PREFIX

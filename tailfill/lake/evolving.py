@@ -3,7 +3,7 @@
 ``format.unknown_fields: evolve``: the executors parse with the data table's columns as the driver hands them.
 When a batch's records hold a field the table has no column for (or a struct wider than its column), the tasks
 say which columns they want; the driver adds or widens them (earliest offset first,
-:func:`~tailfill.formats.json_drift.columns_to_add`), deletes the files of that attempt (never committed) and
+:func:`~tailfill.formats.evolve.columns_to_add`), deletes the files of that attempt (never committed) and
 prepares the batch again with the new columns. The rows a batch commits are therefore a function of its records
 and the table's columns, and a batch replayed after a crash, whose table already has the columns, prepares the
 same rows in one pass.
@@ -18,7 +18,7 @@ import pyarrow.fs as pafs
 from pyiceberg.table import Table
 
 from tailfill.errors import SchemaChangeError
-from tailfill.formats.json_drift import columns_to_add
+from tailfill.formats.evolve import columns_to_add
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.schema_change import evolve, table_columns
 from tailfill.plumbing.warehouse import fs_path

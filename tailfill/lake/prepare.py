@@ -21,10 +21,10 @@ import pyarrow.fs as pafs
 from tailfill import failpoints
 from tailfill.errors import DroppedRecordsError, ErrorInfo, RemoteError
 from tailfill.formats.base import Decoder, split_records
-from tailfill.formats.json_drift import Drift
 from tailfill.lake.files import FileSet
 from tailfill.lake.partition import footer, split
 from tailfill.offsets import OffsetRange
+from tailfill.values.drift import Drift
 from tailfill.values.freshness import TimestampSketch
 from tailfill.values.partition_terms import parse_terms
 from tailfill.values.schema import QUARANTINE_SCHEMA, RangeMarker

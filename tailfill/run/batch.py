@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 from tailfill import failpoints
 from tailfill.errors import BatchFailed, ErrorInfo
-from tailfill.formats.json_drift import Drift
 from tailfill.lake.commit import Committer
 from tailfill.lake.evolving import prepare_evolving
 from tailfill.lake.prepare import PreparedRange
@@ -29,6 +28,7 @@ from tailfill.run.restarts import Failure
 from tailfill.run.spark_prepare import prepare_batch
 from tailfill.state.records import BatchReport
 from tailfill.state.store import ReportLog
+from tailfill.values.drift import Drift
 from tailfill.values.freshness import LatencySample, freshness
 
 if TYPE_CHECKING:

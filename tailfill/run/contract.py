@@ -22,9 +22,9 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from tailfill.errors import ErrorInfo
-from tailfill.formats.json_drift import describe
 from tailfill.offsets import OffsetRange, PartitionOffsets, ranges_between, subtract, total
 from tailfill.redact import redact_data
+from tailfill.values.drift import describe
 
 Mode = Literal["backfill", "tail"]
 RESULT_PREFIX = "TAILFILL_RESULT "

@@ -15,10 +15,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from tailfill.formats.json_drift import unknown_in
 from tailfill.run.contract import IngestResult
 from tailfill.run.restarts import Failure
 from tailfill.state.records import BatchReport
+from tailfill.values.drift import unknown_in
 from tailfill.values.freshness import LatencySample, freshness
 
 

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 from pyiceberg.table import Table
 
-from tailfill.formats.json_drift import describe, unknown_in
 from tailfill.lake.keyed import applied_ranges, live_rows, merges_by_run, state_counts
 from tailfill.lake.ledger import read_ledger
 from tailfill.offsets import OffsetRange, TopicPartition, by_partition, gaps, subtract, total
 from tailfill.run.plan import SourceState
 from tailfill.state.store import StateStore, run_ids, run_queries, run_reports
+from tailfill.values.drift import describe, unknown_in
 
 
 @dataclass(frozen=True)

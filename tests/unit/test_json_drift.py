@@ -10,12 +10,14 @@ from test_records import batch, decoder_of, fast, js
 
 from tailfill.config import FieldSpec, FormatConfig
 from tailfill.formats.base import split_records
-from tailfill.formats.json_drift import Drift, columns_to_add, describe, extra_paths, value_type, widen
+from tailfill.formats.evolve import columns_to_add, widen
+from tailfill.formats.json_drift import extra_paths, value_type
 from tailfill.formats.json_evolve import fill
 from tailfill.formats.json_fields import RowParser
 from tailfill.run.contract import IngestResult, JobResult
 from tailfill.run.query_state import Tally
 from tailfill.state.records import BatchReport
+from tailfill.values.drift import Drift, describe
 from tailfill.values.schema import METADATA_FIELDS, field_type
 
 FIELDS = [FieldSpec(name="id", type="long", required=True), FieldSpec(name="repo", type="struct<name: string>"),
@@ -93,11 +95,11 @@ def test_inferred_types_and_how_they_join():
 
 def test_columns_to_add_joins_the_tasks_wants_earliest_first_and_leaves_a_conflict_to_the_quarantine():
     table = pa.schema([*METADATA_FIELDS, pa.field("org", field_type("struct<login: string>"))])
-    wants = [{"n": ["string", 1, 5], "org": ["struct<id: long>", 0, 9]}, {"n": ["long", 0, 7]}]
+    wants = [{"n": {"string": [1, 5]}, "org": {"struct<id: long>": [0, 9]}}, {"n": {"long": [0, 7], "double": [2, 1]}}]
     added = columns_to_add(table, wants)
-    assert {f.name: str(f.type) for f in added} == {  # n: 0:7 (long) before 1:5 (string)
-        "n": "int64", "org": str(field_type("struct<login: string, id: long>"))}
-    assert columns_to_add(pa.schema([*METADATA_FIELDS, pa.field("n", pa.int64())]), [{"n": ["long", 0, 1]}]) == \
+    assert {f.name: str(f.type) for f in added} == {  # n: 0:7 (long) before 1:5 (string), then 2:1 (double)
+        "n": "double", "org": str(field_type("struct<login: string, id: long>"))}
+    assert columns_to_add(pa.schema([*METADATA_FIELDS, pa.field("n", pa.int64())]), [{"n": {"long": [0, 1]}}]) == \
         pa.schema([])
 
 
