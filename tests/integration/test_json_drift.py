@@ -3,8 +3,8 @@
 Records 200-299 carry an undeclared ``org`` object (and 250-299 a ``device.model`` inside the declared struct);
 with ``unknown_fields: ignore`` the backfill's result and ``tailfill status`` name both with their counts and first
 offsets. Switched to ``evolve``, the next run adds ``org`` as a column, fills it for the records that carry it, and
-sends the one record whose ``org`` is a string to the quarantine naming both types; every offset is still there
-exactly once.
+sends the one record whose ``org`` is a string to the quarantine naming both types; its batch fails once after the
+table changed and before its commit, and the replay commits every offset exactly once.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def event(i: int) -> dict:
     return doc
 
 
-def test_undeclared_fields_are_counted_then_evolve_into_a_column(spark, make_pipeline, capsys):
+def test_undeclared_fields_are_counted_then_evolve_into_a_column(spark, make_pipeline, capsys, arm_fault):
     cfg = make_pipeline(format={"type": "json", "fields": FIELDS, "unknown_fields": "ignore"}, expectations=[],
                         source__partitions=2)
     send(cfg, {i: event(i) for i in range(300)})
@@ -68,8 +68,9 @@ def test_undeclared_fields_are_counted_then_evolve_into_a_column(spark, make_pip
     path.write_text(yaml.safe_dump(spec))
     cfg = load_pipeline(path)
     send(cfg, {**{i: event(i) for i in range(300, 400)}, 400: {"event_id": "e400", "org": "acme"}})
+    arm_fault("before-commit", 1)  # the batch evolves the table, then fails: its replay finds the column there
     results = tail(spark, cfg)
-    assert results[0].unknown_fields == {"org": [101, 0, 150]}
+    assert results[0].restarts == 1 and results[0].unknown_fields == {"org": [101, 0, 150]}
 
     data = tables_of(cfg).data
     data.refresh()
