@@ -45,12 +45,13 @@ class Rows:
 class Decoded:
     """What a decoder made of a batch: groups of rows, and why each other record is not one (by position).
 
-    A JSON decoder also says which records hold fields not declared (``unknown``: position → dotted paths) and
-    which columns its records want the table to add or widen (``wants``: name, type, first position)."""
+    A JSON decoder also counts the fields not declared its records hold (``unknown``: dotted path → records,
+    position of the first) and says which columns they want the table to add or widen (``wants``: name, type,
+    first position)."""
 
     rows: list[Rows] = field(default_factory=list)
     errors: dict[int, str] = field(default_factory=dict)
-    unknown: dict[int, list[str]] = field(default_factory=dict)
+    unknown: dict[str, tuple[int, int]] = field(default_factory=dict)
     wants: list[tuple[str, str, int]] = field(default_factory=list)
 
 
@@ -143,13 +144,15 @@ def split_records(batch: pa.RecordBatch | pa.Table, decoder: Decoder, run_id: st
 
 def count_drift(drift: Drift, decoded: Decoded, meta: pa.Table) -> None:
     """Count what ``decoded`` says of fields not declared into ``drift``, positions as ``(partition, offset)``."""
-    partitions = meta.column("kafka_partition").to_pylist()
-    offsets = meta.column("kafka_offset").to_pylist()
-    for i, paths in decoded.unknown.items():
-        for path in paths:
-            drift.seen(path, (partitions[i], offsets[i]))
+    partitions, offsets = meta.column("kafka_partition"), meta.column("kafka_offset")
+
+    def at(i: int) -> tuple[int, int]:
+        return partitions[i].as_py(), offsets[i].as_py()
+
+    for path, (records, first) in decoded.unknown.items():
+        drift.seen(path, at(first), records)
     for name, kind, i in decoded.wants:
-        drift.want(name, kind, (partitions[i], offsets[i]))
+        drift.want(name, kind, at(i))
 
 
 def _bare(key: str) -> pa.Schema:

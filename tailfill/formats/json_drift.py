@@ -49,26 +49,35 @@ def holds_struct(kind: pa.DataType) -> bool:
 
 
 class Found:
-    """What the records of one batch hold beyond the declared fields, by position: the dotted paths (``paths``) and
-    the undeclared top-level fields' values (``extras``)."""
+    """What the records of one batch hold beyond the declared fields: per dotted path ``[records, position of the
+    first]`` (``paths``), and with ``keep_values`` the undeclared top-level fields' values by position (``extras``;
+    a value may still be JSON text, ``msgspec.Raw``). Each record is noted once, records in the order of the batch."""
 
-    def __init__(self, declared: list[tuple[str, pa.DataType]]):
+    def __init__(self, declared: list[tuple[str, pa.DataType]], keep_values: bool = False):
         self.names = frozenset(name for name, _ in declared)
         self.nested = [(name, kind) for name, kind in declared if holds_struct(kind)]
-        self.paths: dict[int, list[str]] = {}
+        self.keep_values = keep_values
+        self.paths: dict[str, list[int]] = {}
         self.extras: dict[int, dict[str, Any]] = {}
 
-    def doc(self, i: int, doc: dict) -> None:
-        """Record ``i`` is the object ``doc``."""
-        extras = {k: v for k, v in doc.items() if k not in self.names}
-        if extras:
-            self.extras[i] = extras
-        self.inside(i, doc.get, list(extras))
+    def top(self, i: int, doc: dict) -> bool:
+        """Record ``i`` is the object ``doc`` (its values parsed or not): note its undeclared keys. True if any."""
+        extras = [k for k in doc if k not in self.names]
+        for key in extras:
+            self._count(key, i)
+        if extras and self.keep_values:
+            self.extras[i] = {k: doc[k] for k in extras}
+        return bool(extras)
 
-    def inside(self, i: int, get: Any, paths: list[str] | None = None) -> None:
-        """Record ``i``'s undeclared keys inside declared structs (``get``: its value by declared name)."""
-        paths = list(paths or [])
+    def inside(self, i: int, get: Any) -> None:
+        """Note record ``i``'s undeclared keys inside declared structs (``get``: its value by declared name)."""
         for name, kind in self.nested:
-            paths += extra_paths(get(name), kind, name)
-        if paths:
-            self.paths[i] = paths
+            for path in extra_paths(get(name), kind, name):
+                self._count(path, i)
+
+    def _count(self, path: str, i: int) -> None:
+        seen = self.paths.get(path)
+        if seen is None:
+            self.paths[path] = [1, i]
+        else:
+            seen[0] += 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 
 from tailfill.errors import RecordError
@@ -48,7 +49,8 @@ def fill(positions: list[int], extras: dict[int, dict[str, Any]], columns: pa.Sc
     refused: dict[int, str] = {}
     wants: dict[tuple[str, str], int] = {}
     for j, p in enumerate(positions):
-        for name, value in extras.get(p, {}).items():
+        for name, raw in extras.get(p, {}).items():
+            value = msgspec.json.decode(raw) if isinstance(raw, msgspec.Raw) else raw
             kind = kinds.get(name)
             if kind is None:
                 text = value_type([value]) if _can_be_column(name) else None

@@ -152,6 +152,8 @@ class RowParser:
         # Takes only values with no undeclared field: where it refuses one the other takes, drift is looked for.
         self.strict = msgspec.json.Decoder(msgspec.defstruct("Strict", fields, rename=rename, kw_only=True, gc=False,
                                                              forbid_unknown_fields=True))
+        self.keys = msgspec.json.Decoder(dict[str, msgspec.Raw])  # a drifted value's keys, its values left as text
+        self.drifting = False  # the last chunk held undeclared fields: the next is not tried strictly first
         self.attrs = {s.name: f"f{i}" for i, s in enumerate(fmt.fields)}
         self.declared = [(s.name, field_type(s.type)) for s in fmt.fields]
         self.fields = [operator.attrgetter(f"f{i}") if spec.type in FAST_PATH_TYPES else _checked(f"f{i}", spec)
@@ -161,7 +163,7 @@ class RowParser:
 
     def found(self) -> Found:
         """A :class:`Found` of this parser's declared fields, for :meth:`parse` to fill."""
-        return Found(self.declared)
+        return Found(self.declared, keep_values=self.fmt.unknown_fields == "evolve")
 
     def parse(self, values: pa.Array, found: Found | None = None) -> tuple[list[pa.Array], list[bool], list[str]]:
         """(one column per declared field for the good values, a good-or-bad flag per value, the bad
@@ -211,12 +213,14 @@ class RowParser:
         if takeable.all():
             lines = b"\n".join(part)  # type: ignore[arg-type]
             if lines.count(b"\n") == len(part) - 1:  # no value spans lines
-                decoded = self._decode_lines(lines, chunk, part, found)
+                decoded, drifted = self._decode_lines(lines, found)
                 if decoded is not None and len(decoded) == len(part):  # (blank values are skipped)
                     if not self.checked:  # plain getters cannot fail: straight into the columns
                         for column, field in zip(columns, fields, strict=True):
                             column.extend(map(field, decoded))
                         sources.extend(chunk)
+                        if found is not None:
+                            self._note_chunk(found, chunk, part, decoded, drifted)
                         return 0
                     try:  # every column first: a value refused by a field check leaves no column half-extended
                         parts = [list(map(field, decoded)) for field in fields]
@@ -226,6 +230,8 @@ class RowParser:
                         for column, values_ in zip(columns, parts, strict=True):
                             column.extend(values_)
                         sources.extend(chunk)
+                        if found is not None:
+                            self._note_chunk(found, chunk, part, decoded, drifted)
                         return 0
         decode, ruled = self.decoder.decode, 0
         for i, value, fast in zip(chunk, part, takeable, strict=True):
@@ -248,43 +254,46 @@ class RowParser:
             sources.append(i)
         return ruled
 
-    def _decode_lines(self, lines: bytes, chunk: range, part: Sequence[bytes | None],
-                      found: Found | None) -> list | None:
-        """A chunk's values decoded in one call, or None if one is refused (then they go value by value). With
-        ``found``: decoded strictly first, and only a chunk that holds an undeclared field is looked into."""
-        if found is not None:
+    def _decode_lines(self, lines: bytes, found: Found | None) -> tuple[list | None, bool]:
+        """A chunk's values decoded in one call (None if one is refused: then they go value by value), and whether
+        they may hold undeclared fields. With ``found``, tried strictly first (unless the last chunk drifted): a
+        chunk without undeclared fields is never looked into."""
+        if found is not None and not self.drifting:
             try:
-                decoded = self.strict.decode_lines(lines)
+                return self.strict.decode_lines(lines), False
             except Exception:
-                decoded = None
-            if decoded is not None:
-                if found.nested:
-                    for i, record in zip(chunk, decoded, strict=False):
-                        found.inside(i, lambda name, r=record: getattr(r, self.attrs[name]))
-                return decoded
+                pass
         try:
-            decoded = self.decoder.decode_lines(lines)
+            return self.decoder.decode_lines(lines), found is not None
         except Exception:  # some value is refused: value by value below
-            return None
-        if found is not None and len(decoded) == len(part):
+            return None, False
+
+    def _note_chunk(self, found: Found, chunk: range, part: Sequence[bytes | None], decoded: list,
+                    drifted: bool) -> None:
+        """Note what a chunk taken whole holds beyond the declared fields."""
+        if drifted:
+            keys, any_extra = self.keys.decode, False
             for i, value in zip(chunk, part, strict=True):
-                found.doc(i, msgspec.json.decode(value))
-        return decoded
+                any_extra |= found.top(i, keys(value))
+            self.drifting = any_extra
+        if found.nested:
+            for i, record in zip(chunk, decoded, strict=True):
+                found.inside(i, lambda name, r=record: getattr(r, self.attrs[name]))
 
     def _look(self, found: Found, i: int, value: bytes, record: Any) -> None:
         """Note what record ``i`` (decoded as ``record``) holds beyond the declared fields."""
         try:
             self.strict.decode(value)
-        except msgspec.ValidationError:  # an undeclared field: the whole object, looked into
-            found.doc(i, msgspec.json.decode(value))
-            return
+        except msgspec.ValidationError:  # an undeclared field
+            found.top(i, self.keys.decode(value))
         found.inside(i, lambda name: getattr(record, self.attrs[name]))
 
     def _by_the_rules(self, value: bytes | None, i: int, errors: dict[int, str], found: Found | None) -> tuple | None:
         try:
             doc = load_object(self.fmt, value)
             if found is not None:
-                found.doc(i, doc)
+                found.top(i, doc)
+                found.inside(i, doc.get)
             return tuple(declared_fields(self.fmt, doc))
         except RecordError as exc:
             # Error text may quote the record; keep it encodable whatever the record held.
@@ -401,4 +410,5 @@ class JsonDecoder:
                 ok[list(evolved.refused)] = False
             wants = evolved.wants
         positions = pa.array(np.flatnonzero(ok), pa.int64())
-        return Decoded([Rows(positions, rows)], dict(sorted(bad.items())), unknown=found.paths, wants=wants)
+        unknown = {path: (records, first) for path, (records, first) in found.paths.items()}
+        return Decoded([Rows(positions, rows)], dict(sorted(bad.items())), unknown=unknown, wants=wants)

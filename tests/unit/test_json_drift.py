@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_records import batch, decoder_of, fast, js
+from test_records import batch, decoder_of, js
 
 from tailfill.config import FieldSpec, FormatConfig
 from tailfill.formats.base import split_records
@@ -68,18 +68,17 @@ def test_what_is_found_is_what_a_plain_reading_finds_and_rows_do_not_change(docs
     parser = RowParser(fmt())
     found = parser.found()
     columns, good, errors = parser.parse(pa.array(values, pa.binary()), found)
-    assert fast(fmt(), values) == fast(fmt(), values)  # (the reference of test_records: same rows with or without)
     plain = RowParser(fmt()).parse(pa.array(values, pa.binary()))
     assert (columns, good, errors) == plain
-    expected = {}
+    expected: dict[str, list[int]] = {}
     for i, d in enumerate(docs):
         if isinstance(d, bytes):
             continue
         paths = [k for k in d if k not in ("id", "repo", "tags")]
         paths += extra_paths(d.get("repo"), field_type("struct<name: string>"), "repo")
         paths += extra_paths(d.get("tags"), field_type("list<struct<k: string>>"), "tags")
-        if paths:
-            expected[i] = paths
+        for path in paths:
+            expected.setdefault(path, [0, i])[0] += 1
     assert found.paths == expected
 
 
