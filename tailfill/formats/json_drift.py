@@ -8,6 +8,7 @@ fields and its undeclared top-level values (what :class:`~tailfill.formats.json_
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pyarrow as pa
@@ -19,16 +20,40 @@ Position = tuple[int, int]  # (partition, offset)
 
 def extra_paths(value: Any, kind: pa.DataType, path: str) -> list[str]:
     """The dotted paths ``value`` holds beyond the struct fields of ``kind`` (inside lists too), first seen first."""
-    if isinstance(value, dict) and pa.types.is_struct(kind):
-        out = []
-        for key, sub in value.items():
-            i = kind.get_field_index(key)
-            out += [f"{path}.{key}"] if i < 0 else extra_paths(sub, kind.field(i).type, f"{path}.{key}")
+    return _extra(value, shape_of(kind), path)
+
+
+class Shape:
+    """The keys a column's structs have, nested (inside structs and lists): what values are checked against."""
+
+    __slots__ = ("inner", "item", "keys")
+
+    def __init__(self, kind: pa.DataType):
+        struct = pa.types.is_struct(kind)
+        self.keys = frozenset(f.name for f in kind) if struct else None
+        self.inner = {f.name: shape_of(f.type) for f in kind if holds_struct(f.type)} if struct else {}
+        self.item = shape_of(kind.value_type) if pa.types.is_list(kind) and holds_struct(kind.value_type) else None
+
+
+@functools.lru_cache(maxsize=256)
+def shape_of(kind: pa.DataType) -> Shape:
+    return Shape(kind)
+
+
+def _extra(value: Any, shape: Shape, path: str) -> list[str]:
+    if shape.keys is not None and isinstance(value, dict):
+        if not shape.inner and value.keys() <= shape.keys:  # the common case: one set comparison
+            return []
+        out = [f"{path}.{k}" for k in value if k not in shape.keys]
+        for key, inner in shape.inner.items():
+            sub = value.get(key)
+            if sub is not None:
+                out += _extra(sub, inner, f"{path}.{key}")
         return out
-    if isinstance(value, list) and (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+    if shape.item is not None and isinstance(value, list):
         seen: dict[str, None] = {}
         for item in value:
-            seen.update(dict.fromkeys(extra_paths(item, kind.value_type, path)))
+            seen.update(dict.fromkeys(_extra(item, shape.item, path)))
         return list(seen)
     return []
 
@@ -55,7 +80,7 @@ class Found:
 
     def __init__(self, declared: list[tuple[str, pa.DataType]], keep_values: bool = False):
         self.names = frozenset(name for name, _ in declared)
-        self.nested = [(name, kind) for name, kind in declared if holds_struct(kind)]
+        self.nested = [(name, shape_of(kind)) for name, kind in declared if holds_struct(kind)]
         self.keep_values = keep_values
         self.paths: dict[str, list[int]] = {}
         self.extras: dict[int, dict[str, Any]] = {}
@@ -71,9 +96,11 @@ class Found:
 
     def inside(self, i: int, get: Any) -> None:
         """Note record ``i``'s undeclared keys inside declared structs (``get``: its value by declared name)."""
-        for name, kind in self.nested:
-            for path in extra_paths(get(name), kind, name):
-                self._count(path, i)
+        for name, shape in self.nested:
+            value = get(name)
+            if value is not None:
+                for path in _extra(value, shape, name):
+                    self._count(path, i)
 
     def _count(self, path: str, i: int) -> None:
         seen = self.paths.get(path)
