@@ -45,6 +45,7 @@ from tailfill.run.runtime import log_dir
 from tailfill.settings import settings
 from tailfill.state.records import FailureRecord
 from tailfill.state.store import StateStore, read_failures, read_lane, run_exists, run_reports
+from tailfill.values.drift import describe, unknown_in
 from tailfill.values.freshness import Freshness
 from tailfill_airflow.naming import BACKFILL, INCREMENTAL, MAINTENANCE, split_dag_id, tailfill_run_id
 from tailfill_airflow.objective import check_objective
@@ -216,11 +217,22 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     if kind == INCREMENTAL:
         check = check_objective(pipeline.cfg.tail.freshness_seconds, run_reports(pipeline.state, lanes[0]["run_id"]))
         summary += f'<p class="{"good" if check.met else "bad"} objective">{html.escape(check.asstr())}</p>'
+    summary += unknown_fields_html(pipeline, [p["run_id"] for p in lanes])
     # until the run ends: its lanes run, then their validations give the verdict
     going = any(p["state"] == "running" for p in lanes) or (
         cls == "muted" and read_run_state(dag_id, run_id) not in ("success", "failed"))
     return _page(f"{dag_id} · {run_id}", summary + _lane_rows(lanes, freshness=kind != BACKFILL) + tries + links,
                  refresh=going)
+
+
+def unknown_fields_html(pipeline: Pipeline, run_ids: list[str]) -> str:
+    """The line naming the JSON fields not declared that the runs' records held (empty without any)."""
+    unknown = unknown_in(r.unknown_fields for run_id in dict.fromkeys(run_ids)
+                         for r in run_reports(pipeline.state, run_id))
+    if not unknown:
+        return ""
+    return (f'<p class="bad unknown-fields">fields not declared (format.unknown_fields: '
+            f"{html.escape(pipeline.cfg.format.unknown_fields)}): {html.escape(describe(unknown))}</p>")
 
 
 def task_log_link(dag_id: str, run_id: str, task_id: str, text: str = "its log") -> str:
