@@ -26,6 +26,7 @@ from tailfill.run.warm_spark import server_state, spark_server_down, spark_serve
 from tailfill.settings import settings
 from tailfill.source.embedded import broker_state, registry_state, resolve_bootstrap, resolve_registry
 from tailfill.state.records import format_stages
+from tailfill.values.drift import describe
 from tailfill.values.freshness import Freshness
 
 
@@ -230,6 +231,9 @@ def _summarise(pipeline: Pipeline, what: str, code: int, results: list[IngestRes
         if r.freshness and what == "tail":
             _say(f"    freshness (produce to commit): {Freshness.from_dict(r.freshness)} "
                  f"(objective p95 ≤ {cfg.tail.freshness_seconds:g}s)")
+        if r.unknown_fields:
+            _say(f"    fields not declared (format.unknown_fields: {cfg.format.unknown_fields}): "
+                 f"{describe(r.unknown_fields)}")
         for warning in r.warnings:
             _say(f"    WARNING: {warning}")
     _say(f"  run id {results[0].run_id}; per-batch metrics in {pipeline.state.uri('runs/' + results[0].run_id)}")
@@ -299,7 +303,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from tailfill.lake.schema_change import schema_line
     from tailfill.proof.reports import read_latest
     from tailfill.run.plan import source_state
-    from tailfill.run.status import format_status, keyed_status, pipeline_status, quarantined_rows
+    from tailfill.run.status import format_status, keyed_status, pipeline_status, quarantined_rows, unknown_fields_line
     from tailfill.run.tail_health import describe, read_tail
 
     with open_pipeline(args.pipeline) as pipeline:
@@ -310,6 +314,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         _say(format_status(cfg.name, rows, quarantined_rows(state)))
         _say(schema_line(tables.data) if tables is not None else
              f"table schema: {cfg.target.namespace}.{cfg.target.table} not made yet (the first run's planner makes it)")
+        if cfg.format.type == "json":
+            _say(unknown_fields_line(pipeline.state))
         state_table = pipeline.open_state_table()
         if tables is not None and state_table is not None:
             for line in keyed_status(tables.data, state_table, cfg.target.key):

@@ -191,9 +191,11 @@ class FormatConfig(_Model):
     fields: list[FieldSpec] = Field(default_factory=list, description="json: the declared columns (required "
                                                                       "there); the other formats take none.")
     max_value_bytes: int = Field(default=1_048_576, ge=1, description="A larger value goes to the quarantine.")
-    unknown_fields: Literal["ignore", "quarantine"] = Field(
-        default="ignore", description="json: fields that are not declared are ignored, or send their record to "
-                                      "the quarantine (schema drift).")
+    unknown_fields: Literal["ignore", "quarantine", "evolve"] = Field(
+        default="ignore", description="json: fields that are not declared are ignored (and counted in the run's "
+                                      "summary), send their record to the quarantine (schema drift), or become "
+                                      "table columns of an inferred type (evolve; a record whose value does not fit "
+                                      "its column goes to the quarantine).")
     schema_registry: SchemaRegistryConfig | None = Field(
         default=None, description="avro, protobuf, json_schema: where the writer schemas are (required there).")
     on_incompatible_schema: Literal["quarantine", "fail"] = Field(

@@ -26,7 +26,8 @@ from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
 from tailfill.pipeline.load import load_pipeline, pipeline_files
-from tailfill.state.store import read_lane
+from tailfill.state.store import read_lane, run_reports
+from tailfill.values.drift import describe, unknown_in
 from tailfill_airflow.callbacks import deadline_missed, objective_missed, on_failure, on_retry
 from tailfill_airflow.causes import causes_first
 from tailfill_airflow.hooks import TailfillHook
@@ -121,8 +122,12 @@ def _validate(cfg: PipelineConfig, run_id: str) -> dict:
         result = validate(pipeline, run_id=run_id)
         totals = table_totals(pipeline)
         lane = read_lane(pipeline.state, run_id)  # the ingest's tries and restarts
+        unknown = unknown_in(r.unknown_fields for r in run_reports(pipeline.state, run_id))
     verdict = "complete" if result.success else "INCOMPLETE"
     log.info("validation of %s: %s (%s offsets) report %s", run_id, verdict, result.offsets_checked, report)
+    if unknown:
+        log.warning("run %s: fields not declared (format.unknown_fields: %s): %s", run_id, cfg.format.unknown_fields,
+                    describe(unknown))
     if not result.success:
         raise RuntimeError(f"run {run_id} of {cfg.name} is incomplete: " + "; ".join(result.problems)
                            + f" (fix: see the completeness report {report})")
@@ -134,7 +139,8 @@ def _validate(cfg: PipelineConfig, run_id: str) -> dict:
     emit_lineage(cfg, result.rows, result.quarantined)
     return summary | {"verdict": "COMPLETE", "ranges": result.covered(), "partitions": result.partitions,
                       "restarts": len(lane.restarts) if lane else 0,
-                      "ingest_tries": lane.try_number if lane and lane.try_number else 1}
+                      "ingest_tries": lane.try_number if lane and lane.try_number else 1,
+                      "unknown_fields": unknown}
 
 
 def merged_ranges(results: list[dict]) -> dict:
@@ -192,7 +198,6 @@ def objective_of_run(cfg: PipelineConfig, tail_run_id: str) -> dict:
     task failed (``tail.on_missed_objective``). Returns the check for the report's XCom."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from tailfill.state.store import run_reports
     from tailfill_airflow.objective import check_objective
 
     check = check_objective(cfg.tail.freshness_seconds, run_reports(_opened(cfg).state, tail_run_id))
@@ -347,7 +352,11 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
             out = {"verdict": "COMPLETE" if results else "NOTHING_TO_DO", "offsets": sum(r["offsets"] for r in results),
                    "lanes": len(results), "rows": sum(r["rows"] for r in results),
                    "quarantined": sum(r["quarantined"] for r in results), "ranges": merged_ranges(results),
-                   "restarts": sum(r.get("restarts", 0) for r in results)}
+                   "restarts": sum(r.get("restarts", 0) for r in results),
+                   "unknown_fields": unknown_in(r.get("unknown_fields", {}) for r in results)}
+            if out["unknown_fields"]:
+                log.warning("fields not declared (format.unknown_fields: %s): %s", cfg.format.unknown_fields,
+                            describe(out["unknown_fields"]))
             log.info("backfill of %s: %s offsets in %s lanes, %s", cfg.name, f"{out['offsets']:,}", out["lanes"],
                      "all complete" if results else "nothing to do")
             return out

@@ -48,6 +48,7 @@ from tailfill.run.runtime import log_dir
 from tailfill.settings import settings
 from tailfill.state.records import FailureRecord
 from tailfill.state.store import StateStore, read_failures, read_lane, run_exists, run_reports
+from tailfill.values.drift import describe, unknown_in
 from tailfill.values.freshness import Freshness
 from tailfill_airflow.causes import FAILURE_KEY
 from tailfill_airflow.lag_history import LagPoint, read_lag_points
@@ -228,6 +229,7 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     if kind == INCREMENTAL:
         check = check_objective(pipeline.cfg.tail.freshness_seconds, run_reports(pipeline.state, lanes[0]["run_id"]))
         summary += f'<p class="{"good" if check.met else "bad"} objective">{html.escape(check.asstr())}</p>'
+    summary += unknown_fields_html(pipeline, [p["run_id"] for p in lanes])
     going = verdict_pending(lanes, cls, lambda: read_run_state(dag_id, run_id))
     return _page(f"{dag_id} · {run_id}",
                  summary + _lane_rows(lanes, freshness=kind != BACKFILL) + tries + lag + links, refresh=going)
@@ -254,6 +256,16 @@ def lag_section(points: list[LagPoint]) -> str:
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}s"
+
+
+def unknown_fields_html(pipeline: Pipeline, run_ids: list[str]) -> str:
+    """The line naming the JSON fields not declared that the runs' records held (empty without any)."""
+    unknown = unknown_in(r.unknown_fields for run_id in dict.fromkeys(run_ids)
+                         for r in run_reports(pipeline.state, run_id))
+    if not unknown:
+        return ""
+    return (f'<p class="bad unknown-fields">fields not declared (format.unknown_fields: '
+            f"{html.escape(pipeline.cfg.format.unknown_fields)}): {html.escape(describe(unknown))}</p>")
 
 
 def task_log_link(dag_id: str, run_id: str, task_id: str, text: str = "its log") -> str:

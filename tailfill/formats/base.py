@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailfill.config import FormatConfig
+from tailfill.values.drift import Drift
 from tailfill.values.schema import KEY_TYPES, METADATA_FIELDS, QUARANTINE_SCHEMA, VALUE_FIELD
 
 if TYPE_CHECKING:
@@ -42,10 +43,16 @@ class Rows:
 
 @dataclass
 class Decoded:
-    """What a decoder made of a batch: groups of rows, and why each other record is not one (by position)."""
+    """What a decoder made of a batch: groups of rows, and why each other record is not one (by position).
+
+    A JSON decoder also counts the fields not declared its records hold (``unknown``: dotted path → records,
+    position of the first) and says which columns they want the table to add or widen (``wants``: name, type,
+    first position)."""
 
     rows: list[Rows] = field(default_factory=list)
     errors: dict[int, str] = field(default_factory=dict)
+    unknown: dict[str, tuple[int, int]] = field(default_factory=dict)
+    wants: list[tuple[str, str, int]] = field(default_factory=list)
 
 
 class Decoder(Protocol):
@@ -110,14 +117,17 @@ class Format(ABC):
 
 
 def split_records(batch: pa.RecordBatch | pa.Table, decoder: Decoder, run_id: str,
-                  table_columns: pa.Schema | None = None) -> tuple[pa.Table, pa.Table]:
+                  table_columns: pa.Schema | None = None, drift: Drift | None = None) -> tuple[pa.Table, pa.Table]:
     """Raw records (``kafka_*`` columns) as (rows, quarantined rows): each record lands in exactly one. A
-    quarantined record keeps its raw key and value, beside the reason."""
+    quarantined record keeps its raw key and value, beside the reason. ``drift``: where the fields not declared
+    that the records hold are counted, by ``partition:offset``."""
     table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
     meta = table.select([f.name for f in METADATA_FIELDS]).cast(pa.schema(METADATA_FIELDS))
     values = table.column("kafka_value").combine_chunks().cast(pa.binary())
     keys = meta.column("kafka_key").combine_chunks()
     decoded = decoder.decode(values, keys, table_columns)
+    if drift is not None and (decoded.unknown or decoded.wants):
+        count_drift(drift, decoded, meta)
     row_meta = meta
     if decoder.key == "string":
         row_meta = _keys_as_text(meta, keys, decoded)
@@ -130,6 +140,19 @@ def split_records(batch: pa.RecordBatch | pa.Table, decoder: Decoder, run_id: st
         [*meta.take(bad_at).columns, values.take(bad_at), pa.array([errors[i] for i in sorted(errors)], pa.string()),
          pa.array([run_id] * len(errors), pa.string())], schema=QUARANTINE_SCHEMA)
     return ok, bad
+
+
+def count_drift(drift: Drift, decoded: Decoded, meta: pa.Table) -> None:
+    """Count what ``decoded`` says of fields not declared into ``drift``, positions as ``(partition, offset)``."""
+    partitions, offsets = meta.column("kafka_partition"), meta.column("kafka_offset")
+
+    def at(i: int) -> tuple[int, int]:
+        return partitions[i].as_py(), offsets[i].as_py()
+
+    for path, (records, first) in decoded.unknown.items():
+        drift.seen(path, at(first), records)
+    for name, kind, i in decoded.wants:
+        drift.want(name, kind, at(i))
 
 
 def _bare(key: str) -> pa.Schema:

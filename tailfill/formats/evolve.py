@@ -6,6 +6,10 @@ column's type is a conflict, which the pipeline's ``on_incompatible_schema`` dec
 records on the executors, or stop the run before anything is committed). The rules only: the table
 is changed by :mod:`tailfill.lake.schema_change`.
 
+JSON records with fields not declared (``format.unknown_fields: evolve``) want columns of the types inferred from
+their values: :func:`columns_to_add` joins them (:func:`widen`: a struct gains fields, a list's items widen, long
+joins double) into the columns the table takes.
+
 A registry table also records, in its property ``tailfill.required-fields``, the top-level fields the
 subject's latest schema required when the table was made (:func:`required_properties`); a writer schema
 without one of them is a conflict too, decided the same way (on the executors, which see the fields).
@@ -14,8 +18,11 @@ without one of them is a conflict too, decided the same way (on the executors, w
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 import pyarrow as pa
+
+from tailfill.values.schema import field_type
 
 SCALAR_PROMOTIONS = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}  # (from, to)
 REQUIRED_PROP = "tailfill.required-fields"  # JSON list of top-level columns every writer schema must have
@@ -138,3 +145,54 @@ def _nullable(f: pa.Field) -> pa.Field:
     return pa.field(f.name, kind, nullable=True)
 
 
+def widen(old: pa.DataType, new: pa.DataType) -> pa.DataType | None:
+    """One type that holds the values of both, keeping ``old``'s fields in their order; None when there is none."""
+    old, new = canon(old), canon(new)
+    if old == new:
+        return old
+    if pa.types.is_struct(old) and pa.types.is_struct(new):
+        fields = []
+        for f in old:
+            i = new.get_field_index(f.name)
+            kind = f.type if i < 0 else widen(f.type, new.field(i).type)
+            if kind is None:
+                return None
+            fields.append(pa.field(f.name, kind))
+        fields += [pa.field(f.name, f.type) for f in new if old.get_field_index(f.name) < 0]
+        return pa.struct(fields)
+    if pa.types.is_list(old) and pa.types.is_list(new):
+        item = widen(old.value_type, new.value_type)
+        return pa.list_(item) if item is not None else None
+    if {old, new} == {pa.int64(), pa.float64()}:
+        return pa.float64()
+    return None
+
+
+_NAMES = {pa.string(): "string", pa.int64(): "long", pa.float64(): "double", pa.bool_(): "boolean",
+          pa.date32(): "date", pa.timestamp("us", tz="UTC"): "timestamp"}
+
+
+def type_name(kind: pa.DataType) -> str:
+    """A type :func:`value_type` infers (or :func:`widen` joins), as ``format.fields`` writes it."""
+    if pa.types.is_struct(kind):
+        return f"struct<{', '.join(f'{f.name}: {type_name(f.type)}' for f in kind)}>"
+    if pa.types.is_list(kind):
+        return f"list<{type_name(kind.value_type)}>"
+    return _NAMES.get(kind, str(kind))
+
+
+def columns_to_add(table: pa.Schema, wants: Iterable[dict[str, dict[str, list[int]]]]) -> pa.Schema:
+    """The columns (new, or wider than ``table``'s) that values of the wanted types need (``wants``: per column, per
+    type ``format.fields`` writes, the first ``[partition, offset]`` that needed it; see
+    :class:`tailfill.values.drift.Drift`). Each column is the join (:func:`widen`) of its types taken earliest offset
+    first; a type that joins none before it is left out: its records go to the quarantine."""
+    ordered = sorted((tuple(at), name, kind) for w in wants for name, types in w.items() for kind, at in types.items())
+    joined: dict[str, pa.DataType] = {}
+    for _, name, kind in ordered:
+        i = table.get_field_index(name)
+        base = joined.get(name, canon(table.field(i).type) if i >= 0 else None)
+        new = field_type(kind) if base is None else widen(base, field_type(kind))
+        if new is not None:
+            joined[name] = new
+    return pa.schema([pa.field(name, kind) for name, kind in joined.items()
+                      if table.get_field_index(name) < 0 or canon(table.field(name).type) != kind])

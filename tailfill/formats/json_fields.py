@@ -29,6 +29,8 @@ import pyarrow.compute as pc
 from tailfill.config import FieldSpec, FormatConfig
 from tailfill.errors import RecordError
 from tailfill.formats.base import Decoded, Format, NewTable, Rows, valid_utf8
+from tailfill.formats.json_drift import Found
+from tailfill.formats.json_evolve import evolved_columns, fill
 from tailfill.values.column_types import coerce
 from tailfill.values.schema import FIELD_TYPES, METADATA_FIELDS, TIMESTAMP, field_type, table_schema
 
@@ -90,6 +92,11 @@ def _timestamp(spec: FieldSpec, value: str) -> datetime:
 
 def parse_value(fmt: FormatConfig, value: bytes | None) -> list[Any]:
     """The declared fields of one JSON value, in order; :class:`RecordError` if it is bad."""
+    return declared_fields(fmt, load_object(fmt, value))
+
+
+def load_object(fmt: FormatConfig, value: bytes | None) -> dict:
+    """One JSON value as an object; :class:`RecordError` if it is empty, too large, malformed or no object."""
     if value is None or len(value) == 0:
         raise RecordError("empty value")
     if len(value) > fmt.max_value_bytes:
@@ -102,6 +109,11 @@ def parse_value(fmt: FormatConfig, value: bytes | None) -> list[Any]:
         raise RecordError(f"malformed JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise RecordError(f"JSON value is a {type(doc).__name__}, expected an object")
+    return doc
+
+
+def declared_fields(fmt: FormatConfig, doc: dict) -> list[Any]:
+    """The declared fields of a JSON object, in order; :class:`RecordError` if one is missing or wrong."""
     if fmt.unknown_fields == "quarantine":
         unknown = sorted(set(doc) - {f.name for f in fmt.fields})
         if unknown:
@@ -133,17 +145,30 @@ class RowParser:
         for i, spec in enumerate(fmt.fields):
             kind = FAST_PATH_TYPES.get(spec.type, Any)  # other types: decoded as JSON, then checked by coerce
             fields.append((f"f{i}", kind) if spec.required else (f"f{i}", kind | None, None))
-        struct = msgspec.defstruct("Record", fields, rename={f"f{i}": s.name for i, s in enumerate(fmt.fields)},
-                                   kw_only=True, gc=False, forbid_unknown_fields=fmt.unknown_fields == "quarantine")
+        rename = {f"f{i}": s.name for i, s in enumerate(fmt.fields)}
+        struct = msgspec.defstruct("Record", fields, rename=rename, kw_only=True, gc=False,
+                                   forbid_unknown_fields=fmt.unknown_fields == "quarantine")
         self.decoder = msgspec.json.Decoder(struct)
+        # Takes only values with no undeclared field: where it refuses one the other takes, drift is looked for.
+        self.strict = msgspec.json.Decoder(msgspec.defstruct("Strict", fields, rename=rename, kw_only=True, gc=False,
+                                                             forbid_unknown_fields=True))
+        self.keys = msgspec.json.Decoder(dict[str, msgspec.Raw])  # a drifted value's keys, its values left as text
+        self.drifting = False  # the last chunk held undeclared fields: the next is not tried strictly first
+        self.attrs = {s.name: f"f{i}" for i, s in enumerate(fmt.fields)}
+        self.declared = [(s.name, field_type(s.type)) for s in fmt.fields]
         self.fields = [operator.attrgetter(f"f{i}") if spec.type in FAST_PATH_TYPES else _checked(f"f{i}", spec)
                        for i, spec in enumerate(fmt.fields)]
         self.checked = any(spec.type not in FAST_PATH_TYPES for spec in fmt.fields)  # a getter that may refuse
         self.limit = min(FAST_PATH_MAX_BYTES, fmt.max_value_bytes)
 
-    def parse(self, values: pa.Array) -> tuple[list[pa.Array], list[bool], list[str]]:
+    def found(self) -> Found:
+        """A :class:`Found` of this parser's declared fields, for :meth:`parse` to fill."""
+        return Found(self.declared, keep_values=self.fmt.unknown_fields == "evolve")
+
+    def parse(self, values: pa.Array, found: Found | None = None) -> tuple[list[pa.Array], list[bool], list[str]]:
         """(one column per declared field for the good values, a good-or-bad flag per value, the bad
-        values' errors), all in the order of ``values`` (a binary array).
+        values' errors), all in the order of ``values`` (a binary array). ``found``: where to note what the
+        values hold beyond the declared fields (values with none cost next to nothing more).
 
         Values are decoded in chunks, each as newline-delimited JSON in one call; a chunk the
         decoder refuses as a whole is decoded value by value, and each value it refuses (or cannot
@@ -158,7 +183,8 @@ class RowParser:
         by_the_rules = 0  # rows whose fields the per-record rules gave (their timestamps are datetimes)
         for start in range(0, len(values), CHUNK):
             chunk = range(start, min(start + CHUNK, len(values)))
-            by_the_rules += self._parse_chunk(values, chunk, takeable[start:chunk.stop], columns, sources, errors)
+            by_the_rules += self._parse_chunk(values, chunk, takeable[start:chunk.stop], columns, sources, errors,
+                                              found)
         arrays, failed = [], set()
         for spec, column in zip(self.fmt.fields, columns, strict=True):
             if spec.type == "timestamp":
@@ -169,14 +195,14 @@ class RowParser:
                 arrays.append(pa.array(column, field_type(spec.type)))
         if failed:  # a timestamp only Python could judge, and it said no: the rules word the error
             for k in failed:
-                self._by_the_rules(values[sources[k]], sources[k], errors)
+                self._by_the_rules(values[sources[k]], sources[k], errors, None)
             keep = pa.array([k for k in range(len(sources)) if k not in failed], pa.int64())
             arrays = [a.take(keep) for a in arrays]
         good = [i not in errors for i in range(len(values))] if errors else [True] * len(values)
         return arrays, good, [errors[i] for i in sorted(errors)]
 
     def _parse_chunk(self, values: Sequence[bytes | None], chunk: range, takeable: np.ndarray, columns: list[list],
-                     sources: list[int], errors: dict[int, str]) -> int:
+                     sources: list[int], errors: dict[int, str], found: Found | None) -> int:
         """Parse one chunk into ``columns``; returns how many of its rows the per-record rules gave.
 
         ``takeable``: per value of the chunk, whether the fast decoder may take it (non-empty, short
@@ -187,15 +213,14 @@ class RowParser:
         if takeable.all():
             lines = b"\n".join(part)  # type: ignore[arg-type]
             if lines.count(b"\n") == len(part) - 1:  # no value spans lines
-                try:
-                    decoded = self.decoder.decode_lines(lines)
-                except Exception:  # some value is refused: value by value below
-                    decoded = None
+                decoded, drifted = self._decode_lines(lines, found)
                 if decoded is not None and len(decoded) == len(part):  # (blank values are skipped)
                     if not self.checked:  # plain getters cannot fail: straight into the columns
                         for column, field in zip(columns, fields, strict=True):
                             column.extend(map(field, decoded))
                         sources.extend(chunk)
+                        if found is not None:
+                            self._note_chunk(found, chunk, part, decoded, drifted)
                         return 0
                     try:  # every column first: a value refused by a field check leaves no column half-extended
                         parts = [list(map(field, decoded)) for field in fields]
@@ -205,6 +230,8 @@ class RowParser:
                         for column, values_ in zip(columns, parts, strict=True):
                             column.extend(values_)
                         sources.extend(chunk)
+                        if found is not None:
+                            self._note_chunk(found, chunk, part, decoded, drifted)
                         return 0
         decode, ruled = self.decoder.decode, 0
         for i, value, fast in zip(chunk, part, takeable, strict=True):
@@ -215,8 +242,10 @@ class RowParser:
                     row = [field(record) for field in fields]
                 except Exception:  # whatever the fast path refuses, the per-record rules decide
                     row = None
+                if row is not None and found is not None:
+                    self._look(found, i, value, record)
             if row is None:
-                row = self._by_the_rules(value, i, errors)
+                row = self._by_the_rules(value, i, errors, found)
                 if row is None:
                     continue
                 ruled += 1
@@ -225,9 +254,47 @@ class RowParser:
             sources.append(i)
         return ruled
 
-    def _by_the_rules(self, value: bytes | None, i: int, errors: dict[int, str]) -> tuple | None:
+    def _decode_lines(self, lines: bytes, found: Found | None) -> tuple[list | None, bool]:
+        """A chunk's values decoded in one call (None if one is refused: then they go value by value), and whether
+        they may hold undeclared fields. With ``found``, tried strictly first (unless the last chunk drifted): a
+        chunk without undeclared fields is never looked into."""
+        if found is not None and not self.drifting:
+            try:
+                return self.strict.decode_lines(lines), False
+            except Exception:
+                pass
         try:
-            return tuple(parse_value(self.fmt, value))
+            return self.decoder.decode_lines(lines), found is not None
+        except Exception:  # some value is refused: value by value below
+            return None, False
+
+    def _note_chunk(self, found: Found, chunk: range, part: Sequence[bytes | None], decoded: list,
+                    drifted: bool) -> None:
+        """Note what a chunk taken whole holds beyond the declared fields."""
+        if drifted:
+            keys, any_extra = self.keys.decode, False
+            for i, value in zip(chunk, part, strict=True):
+                any_extra |= found.top(i, keys(value))
+            self.drifting = any_extra
+        if found.nested:
+            for i, record in zip(chunk, decoded, strict=True):
+                found.inside(i, lambda name, r=record: getattr(r, self.attrs[name]))
+
+    def _look(self, found: Found, i: int, value: bytes, record: Any) -> None:
+        """Note what record ``i`` (decoded as ``record``) holds beyond the declared fields."""
+        try:
+            self.strict.decode(value)
+        except msgspec.ValidationError:  # an undeclared field
+            found.top(i, self.keys.decode(value))
+        found.inside(i, lambda name: getattr(record, self.attrs[name]))
+
+    def _by_the_rules(self, value: bytes | None, i: int, errors: dict[int, str], found: Found | None) -> tuple | None:
+        try:
+            doc = load_object(self.fmt, value)
+            if found is not None:
+                found.top(i, doc)
+                found.inside(i, doc.get)
+            return tuple(declared_fields(self.fmt, doc))
         except RecordError as exc:
             # Error text may quote the record; keep it encodable whatever the record held.
             errors[i] = str(exc).encode("utf-8", "backslashreplace").decode("utf-8")
@@ -297,6 +364,11 @@ class JsonFormat(Format):
     def decoder(self) -> JsonDecoder:
         return JsonDecoder(self.fmt)
 
+    @property
+    def follows_writer_schema(self) -> bool:  # type: ignore[override]
+        """``unknown_fields: evolve``: rows carry the table's evolved columns, which the table takes before a commit."""
+        return self.fmt.unknown_fields == "evolve"
+
 
 def _no_registry(fmt: FormatConfig) -> list[str]:
     """The rules of a format that reads no Schema Registry (json, raw)."""
@@ -310,18 +382,33 @@ def _no_registry(fmt: FormatConfig) -> list[str]:
 
 
 class JsonDecoder:
-    """The declared fields of a batch's JSON values (:class:`RowParser`), one group of rows."""
+    """The declared fields of a batch's JSON values (:class:`RowParser`), one group of rows; with
+    ``unknown_fields: evolve``, the table's evolved columns too (:mod:`tailfill.formats.json_evolve`)."""
 
     def __init__(self, fmt: FormatConfig):
         self.key = fmt.key
-        self.rows_schema = table_schema(fmt.fields, fmt.key)
+        self.evolve = fmt.unknown_fields == "evolve"
+        self.rows_schema = None if self.evolve else table_schema(fmt.fields, fmt.key)  # evolve: files follow rows
         self.parser = RowParser(fmt)
         self.names = [f.name for f in fmt.fields]
 
     def decode(self, values: pa.Array, keys: pa.Array, table_columns: pa.Schema | None) -> Decoded:
-        columns, good, errors = self.parser.parse(values)
+        found = self.parser.found()
+        columns, good, errors = self.parser.parse(values, found)
         ok = np.fromiter(good, dtype=bool, count=len(good))
+        bad = dict(zip(np.flatnonzero(~ok).tolist(), errors, strict=True))
+        rows = pa.Table.from_arrays(columns, names=self.names)
+        wants: list[tuple[str, str, int]] = []
+        if self.evolve:
+            extra = evolved_columns(table_columns, self.names)
+            evolved = fill(np.flatnonzero(ok).tolist(), found.extras, extra)
+            for column, f in zip(evolved.arrays, extra, strict=True):
+                rows = rows.append_column(f, column)
+            if evolved.refused:
+                rows = rows.filter(pa.array([i not in evolved.refused for i in np.flatnonzero(ok).tolist()]))
+                bad |= evolved.refused
+                ok[list(evolved.refused)] = False
+            wants = evolved.wants
         positions = pa.array(np.flatnonzero(ok), pa.int64())
-        bad = np.flatnonzero(~ok).tolist()
-        return Decoded([Rows(positions, pa.Table.from_arrays(columns, names=self.names))], dict(zip(bad, errors,
-                                                                                                   strict=True)))
+        unknown = {path: (records, first) for path, (records, first) in found.paths.items()}
+        return Decoded([Rows(positions, rows)], dict(sorted(bad.items())), unknown=unknown, wants=wants)

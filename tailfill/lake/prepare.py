@@ -24,6 +24,7 @@ from tailfill.formats.base import Decoder, split_records
 from tailfill.lake.files import FileSet
 from tailfill.lake.partition import footer, split
 from tailfill.offsets import OffsetRange
+from tailfill.values.drift import Drift
 from tailfill.values.freshness import TimestampSketch
 from tailfill.values.partition_terms import parse_terms
 from tailfill.values.schema import QUARANTINE_SCHEMA, RangeMarker
@@ -45,13 +46,14 @@ class PreparedRange:
     quarantined: int
     stages: dict[str, float] = field(default_factory=dict)  # seconds in read, parse, write
     timestamps: TimestampSketch | None = None  # the task's record timestamps (carried by its first range)
+    drift: Drift | None = None  # the task's fields not declared (JSON; carried by its first range)
 
 
 PREPARED_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("start", pa.int64()), ("end", pa.int64()),
     ("records", pa.int64()), ("lost", pa.string()), ("data_files", pa.list_(pa.string())),
     ("quarantine_files", pa.list_(pa.string())), ("rows", pa.int64()), ("quarantined", pa.int64()),
-    ("stages", pa.string()), ("timestamps", pa.list_(pa.int64())),
+    ("stages", pa.string()), ("timestamps", pa.list_(pa.int64())), ("drift", pa.string()),
     ("error", pa.string()),  # a task that failed: its error as data (ErrorInfo JSON); every other column null
 ])
 
@@ -63,7 +65,8 @@ def to_arrow(prepared: list[PreparedRange]) -> pa.RecordBatch:
              "lost": json.dumps([[r.start, r.end] for r in p.marker.lost]), "data_files": p.data_files,
              "quarantine_files": p.quarantine_files, "rows": p.rows, "quarantined": p.quarantined,
              "stages": json.dumps(p.stages),
-             "timestamps": p.timestamps.to_json() if p.timestamps else None, "error": None} for p in prepared]
+             "timestamps": p.timestamps.to_json() if p.timestamps else None,
+             "drift": p.drift.to_json() if p.drift else None, "error": None} for p in prepared]
     return pa.RecordBatch.from_pylist(rows, schema=PREPARED_SCHEMA)
 
 
@@ -84,7 +87,8 @@ def from_arrow(table: pa.Table) -> list[PreparedRange]:
         lost = tuple(rng.with_bounds(s, e) for s, e in json.loads(r["lost"]))
         out.append(PreparedRange(RangeMarker(rng, r["records"], lost), r["data_files"], r["quarantine_files"],
                                  r["rows"], r["quarantined"], json.loads(r["stages"]),
-                                 TimestampSketch.from_json(r["timestamps"])))
+                                 TimestampSketch.from_json(r["timestamps"]),
+                                 Drift.from_json(r["drift"]) if r["drift"] else None))
     return out
 
 
@@ -110,6 +114,7 @@ def prepare_ranges(read: Reader, decoder: Decoder, where: Destination, run_id: s
     out: dict[int, RangeOutput] = {r.partition: RangeOutput(where, decoder.rows_schema, run_id) for r in ranges}
     markers: dict[int, RangeMarker] = {}
     stamps: list[pa.Array] = []
+    drift = Drift()
     reading = read(list(ranges))
     while True:
         t = time.perf_counter()
@@ -125,7 +130,7 @@ def prepare_ranges(read: Reader, decoder: Decoder, where: Destination, run_id: s
             continue
         stamps.append(batch.column("kafka_timestamp"))
         t = time.perf_counter()
-        ok, quarantine = split_records(batch, decoder, run_id, table_columns)
+        ok, quarantine = split_records(batch, decoder, run_id, table_columns, drift)
         stages["parse"] += time.perf_counter() - t
         t = time.perf_counter()
         out[partition].add(ok, quarantine)
@@ -143,7 +148,7 @@ def prepare_ranges(read: Reader, decoder: Decoder, where: Destination, run_id: s
                                       "rows were written (rows + quarantined); refusing to commit")
         prepared.append(PreparedRange(marker, *files[r.partition], o.rows, o.quarantined,
                                       {k: round(v, 4) for k, v in stages.items()} if i == 0 else {},
-                                      sketch if i == 0 else None))
+                                      sketch if i == 0 else None, drift if i == 0 and drift else None))
     return prepared
 
 

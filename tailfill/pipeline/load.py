@@ -116,6 +116,9 @@ def keyed_problems(cfg: PipelineConfig, declared: pa.Schema | None) -> list[str]
     target = cfg.target
     if cfg.format.envelope == "debezium" and cfg.format.type != "json":
         out.append(f"format.envelope: debezium reads JSON change events (format.type: json), not {cfg.format.type}")
+    if cfg.format.unknown_fields == "evolve":
+        out.append("format.unknown_fields: evolve is for append tables; a keyed table takes the fields it declares "
+                   "(declare the new ones, or use ignore)")
     if declared is None:
         if any(k != "kafka_key" for k in target.key):
             out.append(f"target.key: with format.type {cfg.format.type} the key must be [kafka_key] (tombstones "

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from tailfill import failpoints
 from tailfill.errors import BatchFailed, ErrorInfo
 from tailfill.lake.commit import Committer
+from tailfill.lake.evolving import prepare_evolving
 from tailfill.lake.prepare import PreparedRange
-from tailfill.lake.schema_change import table_columns
 from tailfill.run.pacing import Pacer
 from tailfill.run.plan import IngestRequest
 from tailfill.run.query_state import QueryState
@@ -30,6 +30,7 @@ from tailfill.run.spark_prepare import prepare_batch
 from tailfill.source.read_counts import READS_DIR, BatchReads
 from tailfill.state.records import BatchReport
 from tailfill.state.store import ReportLog
+from tailfill.values.drift import Drift
 from tailfill.values.freshness import LatencySample, freshness
 
 if TYPE_CHECKING:
@@ -72,8 +73,9 @@ class BatchHandler:
         state, tables = self.state, self.committer.tables
         started = time.time()
         triggered = self._triggered_at(started)
-        prepared = prepare_batch(ranges, self.shipped, self.req.run_id, tables.data.location(),
-                                 tables.quarantine.location(), table_columns(tables.data), reads)
+        prepared = prepare_evolving(
+            lambda columns: prepare_batch(ranges, self.shipped, self.req.run_id, tables.data.location(),
+                                          tables.quarantine.location(), columns, reads), tables.data, self.committer.fs)
         if not prepared:
             state.last_end = time.time()
             return  # an empty batch commits nothing and never fails
@@ -139,5 +141,6 @@ def commit_report(committer: Committer, run_id: str, batch_id: int, prepared: li
         rows=sum(p.rows for p in prepared), quarantined=sum(p.quarantined for p in prepared),
         committed=result.committed, skipped=result.skipped, snapshot_id=result.snapshot_id,
         commit_ms=round(commit_s * 1000, 1), stages={k: round(v, 3) for k, v in stages.items()},
-        freshness=fresh.to_dict() if fresh else None, changes=committer.merged())
+        freshness=fresh.to_dict() if fresh else None, changes=committer.merged(),
+        unknown_fields=Drift().add_all(p.drift for p in prepared).unknown)
     return report, sample

@@ -24,6 +24,7 @@ from typing import Literal
 from tailfill.errors import ErrorInfo
 from tailfill.offsets import OffsetRange, PartitionOffsets, ranges_between, subtract, total
 from tailfill.redact import redact_data
+from tailfill.values.drift import describe
 
 Mode = Literal["backfill", "tail"]
 RESULT_PREFIX = "TAILFILL_RESULT "
@@ -140,6 +141,9 @@ class IngestResult:
     stages: dict[str, float] = field(default_factory=dict)  # seconds by stage, summed over the batches
     freshness: dict | None = None  # produce-to-commit latency over the run's records (p50, p95, max, records)
     warnings: list[str] = field(default_factory=list)  # e.g. the tail cannot keep up with the incoming rate
+    # JSON fields the records held that format.fields does not declare: dotted path → [records, partition, offset
+    # of the first record seen with it].
+    unknown_fields: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def rows_per_second(self) -> float:
@@ -162,7 +166,9 @@ class JobResult:
     def asstr(self) -> str:
         if self.error is not None:
             return f"failed: {self.error} (fix: {self.error.fix})"
-        done = ", ".join(f"{r.label}: {r.offsets:,} offsets in {r.batches} batches" for r in self.results)
+        done = ", ".join(f"{r.label}: {r.offsets:,} offsets in {r.batches} batches"
+                         + (f" (fields not declared: {describe(r.unknown_fields)})" if r.unknown_fields else "")
+                         for r in self.results)
         return f"done: {done or 'nothing to do'}"
 
     def line(self) -> str:

@@ -19,6 +19,7 @@ from tailfill.run.contract import IngestResult
 from tailfill.run.restarts import Failure
 from tailfill.source.read_counts import BatchReads, InBatch
 from tailfill.state.records import BatchReport
+from tailfill.values.drift import unknown_in
 from tailfill.values.freshness import LatencySample, freshness
 
 
@@ -34,6 +35,7 @@ class Tally:
     stages: Mapping[str, float] = field(default_factory=dict)  # seconds by stage, summed over the batches
     last: BatchReport | None = None
     latencies: LatencySample = field(default_factory=lambda: LatencySample((), ()))  # merged batch by batch
+    unknown_fields: Mapping[str, list[int]] = field(default_factory=dict)  # JSON fields not declared (Drift.unknown)
 
     def after(self, report: BatchReport, sample: LatencySample | None = None) -> Tally:
         """This tally with ``report`` (and its records' latency ``sample``) counted."""
@@ -44,6 +46,7 @@ class Tally:
                        rows=self.rows + report.rows, quarantined=self.quarantined + report.quarantined,
                        skipped_offsets=self.skipped_offsets + (report.offsets if not report.committed else 0),
                        stages=stages, last=report,
+                       unknown_fields=unknown_in([self.unknown_fields, report.unknown_fields]),
                        latencies=LatencySample.merged([self.latencies, sample]) if sample else self.latencies)
 
     def result(self, run_id: str, label: str) -> IngestResult:
@@ -51,7 +54,7 @@ class Tally:
         fresh = freshness([self.latencies])
         return IngestResult(run_id, label, self.batches, self.offsets, self.rows, self.quarantined,
                             self.skipped_offsets, stages=dict(self.stages),
-                            freshness=fresh.to_dict() if fresh else None)
+                            freshness=fresh.to_dict() if fresh else None, unknown_fields=dict(self.unknown_fields))
 
 
 class QueryState:

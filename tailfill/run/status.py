@@ -10,6 +10,8 @@ from tailfill.lake.keyed import applied_ranges, live_rows, merges_by_run, state_
 from tailfill.lake.ledger import read_ledger
 from tailfill.offsets import OffsetRange, TopicPartition, by_partition, gaps, subtract, total
 from tailfill.run.plan import SourceState
+from tailfill.state.store import StateStore, run_ids, run_queries, run_reports
+from tailfill.values.drift import describe, unknown_in
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,18 @@ def quarantined_rows(state: SourceState) -> int:
     current = state.tables.quarantine.current_snapshot()
     summary = current.summary.additional_properties if current and current.summary else {}
     return int(summary.get("total-records", 0))
+
+
+def unknown_fields_line(store: StateStore) -> str:
+    """``fields not declared, latest run <id>: org (40 records, first at 0:12)`` (or ``none``), from the batch
+    reports of the run written to last."""
+    latest = max(((at, log) for run in run_ids(store) for log in run_queries(store, run)
+                  if (at := log.last_at()) is not None), default=None, key=lambda x: x[0])
+    if latest is None:
+        return "fields not declared: no run yet"
+    run_id = latest[1].run_id
+    unknown = unknown_in(r.unknown_fields for r in run_reports(store, run_id))
+    return f"fields not declared, latest run {run_id}: {describe(unknown) if unknown else 'none'}"
 
 
 def _fmt_ranges(ranges: list[OffsetRange]) -> str:

@@ -56,6 +56,9 @@ class BatchReport:
     freshness: dict | None = None
     # A keyed pipeline's merge: its changes inserted, updated, deleted, superseded (None: an append pipeline).
     changes: dict[str, int] | None = None
+    # JSON fields the batch's records held that format.fields does not declare: dotted path → [records, partition,
+    # offset of the first] (tailfill.values.drift.Drift.unknown).
+    unknown_fields: dict[str, list[int]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         data = asdict(self)

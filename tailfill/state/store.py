@@ -123,7 +123,7 @@ class ReportLog:
     """
 
     def __init__(self, store: StateStore, run_id: str, query: str):
-        self.store, self.key = store, f"{_run_key(run_id)}/{query}"
+        self.store, self.run_id, self.key = store, run_id, f"{_run_key(run_id)}/{query}"
         self._read: dict[str, BatchReport] = {}
 
     def __str__(self) -> str:

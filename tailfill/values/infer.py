@@ -38,7 +38,8 @@ class InferredField:
     present: int  # records holding a non-null value
 
 
-def _scalar(value: Any) -> Kind:
+def kind_of(value: Any) -> Kind:
+    """What one JSON value is."""
     if value is None:
         return Kind("null")
     if isinstance(value, bool):
@@ -50,11 +51,11 @@ def _scalar(value: Any) -> Kind:
     if isinstance(value, str):
         return Kind(_string_kind(value))
     if isinstance(value, dict):
-        return Kind("struct", {k: _scalar(v) for k, v in value.items()})
+        return Kind("struct", {k: kind_of(v) for k, v in value.items()})
     if isinstance(value, list):
         item = Kind("null")
         for v in value:
-            item = merge(item, _scalar(v))
+            item = merge(item, kind_of(v))
         return Kind("list", item=item)
     return Kind("string")
 
@@ -130,7 +131,7 @@ def infer_fields(records: list[dict]) -> tuple[list[InferredField], list[str]]:
     present: dict[str, int] = {}
     for record in records:
         for name, value in record.items():
-            kinds[name] = merge(kinds.get(name, Kind("null")), _scalar(value))
+            kinds[name] = merge(kinds.get(name, Kind("null")), kind_of(value))
             present[name] = present.get(name, 0) + (value is not None)
     fields, notes = [], []
     for name, kind in kinds.items():

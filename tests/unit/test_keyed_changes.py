@@ -48,6 +48,7 @@ def test_the_shipped_cdc_pipeline_loads_keyed():
     ({"target__version_by": "status"}, "target.version_by: 'status' must be a long column"),
     ({"target__version_by": "lsn"}, "target.version_by: 'lsn' names no column"),
     ({"target__state_table": "orders_changes"}, "is already the data or quarantine table"),
+    ({"format__unknown_fields": "evolve"}, "format.unknown_fields: evolve is for append tables"),
     ({"target__mode": "append", "target__key": None, "target__state_table": None},
      "format.envelope: debezium needs a keyed target"),
 ])

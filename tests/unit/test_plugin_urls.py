@@ -71,3 +71,25 @@ def test_the_served_report_links_the_served_data_docs_not_a_file():
     report = '<p>Data Docs: <a href="file:///w/_validation/demo/gx/uncommitted/data_docs/local_site/index.html">x</a>'
     served = served_docs_links(report, "demo_backfill")
     assert 'href="../../../docs/demo_backfill/index.html"' in served and 'href="file://' not in served
+
+
+def test_the_run_page_names_the_fields_not_declared_of_its_lanes(tmp_path):
+    from types import SimpleNamespace
+
+    import pyarrow.fs as pafs
+    from tailfill_airflow.views import unknown_fields_html
+
+    from tailfill.state.records import BatchReport
+    from tailfill.state.store import StateStore, report_file
+
+    store = StateStore(str(tmp_path), pafs.LocalFileSystem())
+    for run_id, batch_id, seen in (("lane-0", 0, {"org": [3, 0, 9]}), ("lane-1", 0, {"org": [2, 1, 4]}),
+                                   ("lane-1", 1, {})):
+        report_file(store, run_id, "q").append(BatchReport(batch_id=batch_id, at=float(batch_id), seconds=1.0,
+                                                           offsets=5, records=5, rows=5, quarantined=0,
+                                                           unknown_fields=seen))
+    pipeline = SimpleNamespace(state=store, cfg=SimpleNamespace(format=SimpleNamespace(unknown_fields="ignore")))
+    assert unknown_fields_html(pipeline, ["lane-0", "lane-1"]) == (
+        '<p class="bad unknown-fields">fields not declared (format.unknown_fields: ignore): '
+        "org (5 records, first at 0:9)</p>")
+    assert unknown_fields_html(pipeline, ["lane-1-none"]) == ""
