@@ -272,6 +272,27 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     return _summarise(pipeline, "backfill", code, [r for o in outcomes if o.result for r in o.result.results])
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    """``tailfill replay``: re-read committed offsets with the pipeline as it is now and replace their rows."""
+    from tailfill.run.replay import finish_pending, run_replay
+    from tailfill.run.replay_plan import ReplayRequest, plan_replay
+
+    if args.run and (args.start or args.end):
+        raise ConfigError("replay: give --run or --from/--to, not both")
+    with open_pipeline(args.pipeline) as pipeline:
+        finish_pending(pipeline, _say)  # a replay stopped between its two commits first
+        plan = plan_replay(pipeline, ReplayRequest(_offsets(args.start), _offsets(args.end), args.run))
+        for line in plan.lines:
+            _say(line)
+        if not plan.batches:
+            _say(f"replay of {pipeline.name}: nothing to do (no committed offsets in the range)")
+            return 0
+        _say(f"replay of {pipeline.name}: {plan.offsets:,} committed offsets in {len(plan.batches)} batches "
+             f"(run id {plan.run_id})")
+        _say(f"replay of {pipeline.name}: " + run_replay(pipeline, plan, _say).asstr())
+    return 0
+
+
 def cmd_tail(args: argparse.Namespace) -> int:
     conf = parse_conf(args.conf)
     with open_pipeline(args.pipeline) as pipeline:
@@ -505,6 +526,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="offsets of the range already committed: skip them (default) or fail")
     _spark_options(bf)
     bf.set_defaults(func=cmd_backfill)
+
+    rp = sub.add_parser("replay", help="re-read committed offsets [from, to) (or a run's) with the pipeline as it is "
+                                       "now and replace their rows, one atomic commit per batch")
+    rp.add_argument("pipeline")
+    rp.add_argument("--from", dest="start", help='offsets JSON, e.g. {"topic": {"0": 0}} (default: 0)')
+    rp.add_argument("--to", dest="end", help="offsets JSON (default: the end of the committed offsets)")
+    rp.add_argument("--run", help="the run id of a past backfill or tail: replay the offsets it committed")
+    rp.set_defaults(func=cmd_replay)
 
     t = sub.add_parser("tail", help="ingest from the committed position onwards")
     t.add_argument("pipeline")
