@@ -79,7 +79,6 @@ class ReplayExpiredError(SourceError):
 
     retryable = False
     fix = "replay from the partition's earliest offset on; the rows of the older offsets stay as they are"
-    then_resume = False
 
 
 class RecordError(TailfillError, ValueError):
