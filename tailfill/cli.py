@@ -263,7 +263,13 @@ def _run(runner: Runner, spec: JobSpec) -> tuple[int, list[IngestResult]]:
 def cmd_backfill(args: argparse.Namespace) -> int:
     conf = parse_conf(args.conf)  # before planning: a typo fails at once
     with open_pipeline(args.pipeline) as pipeline:
-        specs = backfill_plan(pipeline, args).specs
+        plan = backfill_plan(pipeline, args)
+        if getattr(args, "on_committed", None) == "replay":  # the committed part first, then the rest as any backfill
+            from tailfill.run.replay import replay
+            from tailfill.run.replay_plan import ReplayRequest
+
+            replay(pipeline, ReplayRequest(plan.start, plan.end), _say)
+    specs = plan.specs
     if not specs:
         return _summarise(pipeline, "backfill", 0, [])
     runner = choose_runner(args.spark, args.master, conf, secrets=env_names(pipeline.cfg), say=_show)
@@ -274,22 +280,13 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """``tailfill replay``: re-read committed offsets with the pipeline as it is now and replace their rows."""
-    from tailfill.run.replay import finish_pending, run_replay
-    from tailfill.run.replay_plan import ReplayRequest, plan_replay
+    from tailfill.run.replay import replay
+    from tailfill.run.replay_plan import ReplayRequest
 
     if args.run and (args.start or args.end):
         raise ConfigError("replay: give --run or --from/--to, not both")
     with open_pipeline(args.pipeline) as pipeline:
-        finish_pending(pipeline, _say)  # a replay stopped between its two commits first
-        plan = plan_replay(pipeline, ReplayRequest(_offsets(args.start), _offsets(args.end), args.run))
-        for line in plan.lines:
-            _say(line)
-        if not plan.batches:
-            _say(f"replay of {pipeline.name}: nothing to do (no committed offsets in the range)")
-            return 0
-        _say(f"replay of {pipeline.name}: {plan.offsets:,} committed offsets in {len(plan.batches)} batches "
-             f"(run id {plan.run_id})")
-        _say(f"replay of {pipeline.name}: " + run_replay(pipeline, plan, _say).asstr())
+        replay(pipeline, ReplayRequest(_offsets(args.start), _offsets(args.end), args.run), _say)
     return 0
 
 
@@ -522,8 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="rate limit for this backfill (default: the pipeline's backfill.max_offsets_per_second)")
     bf.add_argument("--lanes", type=int, default=1, metavar="N",
                     help="parallel spark-submit jobs sharing the slices (as the backfill DAG's lanes; default 1)")
-    bf.add_argument("--on-committed", choices=("skip", "fail"), default="skip",
-                    help="offsets of the range already committed: skip them (default) or fail")
+    bf.add_argument("--on-committed", choices=("skip", "fail", "replay"), default="skip",
+                    help="offsets of the range already committed: skip them (default), fail, or replay them with the "
+                         "pipeline as it is now (as `tailfill replay`)")
     _spark_options(bf)
     bf.set_defaults(func=cmd_backfill)
 

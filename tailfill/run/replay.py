@@ -29,7 +29,7 @@ from tailfill.offsets import OffsetRange, ranges_from_json, ranges_to_json
 from tailfill.pipeline.executor import ExecutorContext
 from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.warehouse import fs_path
-from tailfill.run.replay_plan import ReplayPlan
+from tailfill.run.replay_plan import ReplayPlan, ReplayRequest, plan_replay
 
 JOURNAL = "replay"  # the state folder of batches between their prepare and their last commit
 Say = Callable[[str], None]
@@ -152,3 +152,20 @@ def _commit_batch(pipeline: Pipeline, tables: Tables, run_id: str, batch_id: int
     failpoints.maybe_fail("before-replay-commit")
     _commit(pipeline, tables, batch)
     pipeline.state.delete(batch.key)
+
+
+def replay(pipeline: Pipeline, request: ReplayRequest, say: Say) -> ReplayResult | None:
+    """Settle what a stopped replay left, plan ``request`` and run it, saying what it decided and did (for
+    ``tailfill replay``, ``backfill --on-committed replay`` and the backfill DAG's form); None: nothing to do."""
+    finish_pending(pipeline, say)
+    plan = plan_replay(pipeline, request)
+    for line in plan.lines:
+        say(line)
+    if not plan.batches:
+        say(f"replay of {pipeline.name}: nothing to do (no committed offsets in the range)")
+        return None
+    say(f"replay of {pipeline.name}: {plan.offsets:,} committed offsets in {len(plan.batches)} batches "
+        f"(run id {plan.run_id})")
+    result = run_replay(pipeline, plan, say)
+    say(f"replay of {pipeline.name}: {result.asstr()}")
+    return result
