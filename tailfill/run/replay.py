@@ -29,6 +29,7 @@ from tailfill.offsets import OffsetRange, ranges_from_json, ranges_to_json
 from tailfill.pipeline.executor import ExecutorContext
 from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.warehouse import fs_path
+from tailfill.run.contract import IngestResult
 from tailfill.run.replay_plan import ReplayPlan, ReplayRequest, plan_replay
 
 JOURNAL = "replay"  # the state folder of batches between their prepare and their last commit
@@ -59,20 +60,11 @@ class JournaledBatch:
                    data["quarantine_files"])
 
 
-@dataclass
-class ReplayResult:
-    """What a replay did: batches, offsets, and the rows and quarantined rows they have now."""
-
-    run_id: str
-    batches: int = 0
-    offsets: int = 0
-    rows: int = 0
-    quarantined: int = 0
-    seconds: float = 0.0
-
-    def asstr(self) -> str:
-        return (f"replayed {self.offsets:,} offsets in {self.batches} batches: {self.rows:,} rows, "
-                f"{self.quarantined:,} quarantined, in {self.seconds:.1f}s (run id {self.run_id})")
+def replay_line(result: IngestResult) -> str:
+    """``replayed N offsets in B batches: R rows, Q quarantined, in Ss (run id …)``."""
+    batches = f"{result.batches} batch{'es' if result.batches != 1 else ''}"
+    return (f"replayed {result.offsets:,} offsets in {batches}: {result.rows:,} rows, {result.quarantined:,} "
+            f"quarantined, in {result.seconds:.1f}s (run id {result.run_id})")
 
 
 def _tables(pipeline: Pipeline) -> Tables:
@@ -116,10 +108,10 @@ def finish_pending(pipeline: Pipeline, say: Say) -> int:
     return len(infos)
 
 
-def run_replay(pipeline: Pipeline, plan: ReplayPlan, say: Say) -> ReplayResult:
+def run_replay(pipeline: Pipeline, plan: ReplayPlan, say: Say) -> IngestResult:
     """Re-read and replace every batch of ``plan``, one batch at a time; returns what it did."""
     started = time.monotonic()
-    result = ReplayResult(plan.run_id)
+    result = IngestResult(plan.run_id, f"replay of {pipeline.name}")
     tables = _tables(pipeline)
     cfg = pipeline.resolved
     strict = cfg.model_copy(update={"source": cfg.source.model_copy(update={"on_expired_offsets": "fail"})})
@@ -154,7 +146,7 @@ def _commit_batch(pipeline: Pipeline, tables: Tables, run_id: str, batch_id: int
     pipeline.state.delete(batch.key)
 
 
-def replay(pipeline: Pipeline, request: ReplayRequest, say: Say) -> ReplayResult | None:
+def replay(pipeline: Pipeline, request: ReplayRequest, say: Say) -> IngestResult | None:
     """Settle what a stopped replay left, plan ``request`` and run it, saying what it decided and did (for
     ``tailfill replay``, ``backfill --on-committed replay`` and the backfill DAG's form); None: nothing to do."""
     finish_pending(pipeline, say)
@@ -164,8 +156,8 @@ def replay(pipeline: Pipeline, request: ReplayRequest, say: Say) -> ReplayResult
     if not plan.batches:
         say(f"replay of {pipeline.name}: nothing to do (no committed offsets in the range)")
         return None
-    say(f"replay of {pipeline.name}: {plan.offsets:,} committed offsets in {len(plan.batches)} batches "
-        f"(run id {plan.run_id})")
+    say(f"replay of {pipeline.name}: {plan.offsets:,} committed offsets in {len(plan.batches)} "
+        f"batch{'es' if len(plan.batches) != 1 else ''} (run id {plan.run_id})")
     result = run_replay(pipeline, plan, say)
-    say(f"replay of {pipeline.name}: {result.asstr()}")
+    say(f"replay of {pipeline.name}: {replay_line(result)}")
     return result

@@ -100,7 +100,7 @@ def test_replay_on_committed_replaces_the_committed_part_and_plans_the_rest(make
               "max_offsets_per_second": None, "committed_ranges": "replay"}
     with caplog.at_level(logging.INFO):
         [lane] = dag_factory.plan_lanes(cfg, params, "manual__1")
-    assert "replayed 50 offsets in 1 batches: 50 rows, 0 quarantined" in caplog.text
+    assert "replayed 50 offsets in 1 batch: 50 rows, 0 quarantined" in caplog.text
     rows, bad = ingested(cfg)
     assert sorted(rows) == [(0, o) for o in range(50)] and not bad  # each offset once, now as the broker has it
     planned = JobSpec.parse(lane["args"])

@@ -120,7 +120,7 @@ def test_uncommitted_offsets_are_clipped_with_one_line(backfilled, capsys):
     clipped = [line for line in out.splitlines() if line.startswith("clipped:")]
     assert clipped == [f"clipped: {topic}[0] [{end}, {end + 50}) not committed (50 offsets): replay covers "
                        "committed offsets only (backfill or tail them first)"]
-    assert "replayed 5 offsets in 1 batches" in out
+    assert "replayed 5 offsets in 1 batch" in out
     assert 0 < sum(v is not None for v in orgs(cfg).values()) <= 5  # only the committed five were replayed
 
     assert replay(cfg, "--run", "backfill-20000101T000000-000000") == 2
