@@ -316,6 +316,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from tailfill.lake.schema_change import schema_line
     from tailfill.proof.reports import read_latest
     from tailfill.run.plan import source_state
+    from tailfill.run.replay import pending_line
     from tailfill.run.status import format_status, keyed_status, pipeline_status, quarantined_rows
     from tailfill.run.tail_health import describe, read_tail
 
@@ -334,6 +335,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         health, unknown = read_tail(pipeline.state)
         for line in describe(cfg, health, unknown=unknown):
             _say(line)
+        replay_left = pending_line(pipeline)
+        if replay_left:
+            _say(replay_left)
         latest = read_latest(pipeline)
     if latest:
         verdict = "complete" if latest.success else f"INCOMPLETE ({len(latest.problems)} problems)"

@@ -84,6 +84,16 @@ def _commit(pipeline: Pipeline, tables: Tables, batch: JournaledBatch) -> None:
     replace_rows(tables.data, pipeline.fs, change(batch.data_files))
 
 
+def pending_line(pipeline: Pipeline) -> str | None:
+    """For ``tailfill status``: the replay batches a stopped replay left unsettled (None: none)."""
+    names = [i.base_name.removesuffix(".json") for i in pipeline.state.list(JOURNAL)]
+    if not names:
+        return None
+    return (f"replay: {len(names)} batch{'es' if len(names) != 1 else ''} of a stopped replay not settled "
+            f"({', '.join(names[:3])}{' …' if len(names) > 3 else ''}): `tailfill replay {pipeline.name}` settles "
+            "them first (the proof may name their offsets until then)")
+
+
 def finish_pending(pipeline: Pipeline, say: Say) -> int:
     """Settle the batches a stopped replay left in its journal: forward when a table has one, else discarded.
     Returns how many were found."""

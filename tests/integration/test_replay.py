@@ -152,6 +152,8 @@ def test_a_batch_stopped_between_its_two_commits_is_finished_by_the_next_replay(
     assert replay(cfg) == 2
     capsys.readouterr()
     assert not validate(open_pipeline(cfg), all_runs=True).success  # the moved offsets are in both tables
+    main(["status", str(cfg.path)])
+    assert "replay: 1 batch of a stopped replay not settled" in capsys.readouterr().out
 
     assert replay(cfg) == 0
     assert "finished replay batch 0" in capsys.readouterr().out
