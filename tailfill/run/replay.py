@@ -14,6 +14,7 @@ forward when one table has it, and discards it (its files were never referenced)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from tailfill.offsets import OffsetRange, ranges_from_json, ranges_to_json
 from tailfill.pipeline.executor import ExecutorContext
 from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.warehouse import fs_path
-from tailfill.run.contract import IngestResult
+from tailfill.run.contract import IngestResult, new_run_id
 from tailfill.run.replay_plan import ReplayPlan, ReplayRequest, plan_replay
 
 JOURNAL = "replay"  # the state folder of batches between their prepare and their last commit
@@ -95,8 +96,8 @@ def pending_line(pipeline: Pipeline) -> str | None:
 
 
 def finish_pending(pipeline: Pipeline, say: Say) -> int:
-    """Settle the batches a stopped replay left in its journal: forward when a table has one, else discarded.
-    Returns how many were found."""
+    """Settle the batches a stopped replay left in its journal: forward when a table has one (from Kafka again if
+    its files are gone, e.g. removed as orphans), else discarded. Returns how many were found."""
     infos = pipeline.state.list(JOURNAL)
     if not infos:
         return 0
@@ -106,14 +107,20 @@ def finish_pending(pipeline: Pipeline, say: Say) -> int:
         batch = JournaledBatch.from_json(pipeline.state.get(key) or "{}")
         for table in tables:
             table.refresh()
-        if any(replaced(table, batch.run_id, batch.batch_id) for table in tables):
-            _commit(pipeline, tables, batch)
-            say(f"finished replay batch {batch.batch_id} of run {batch.run_id} (stopped between its two commits)")
-        else:
-            for uri in [*batch.data_files, *batch.quarantine_files]:  # never referenced by any snapshot
-                pipeline.fs.delete_file(fs_path(uri))
+        files = [*batch.data_files, *batch.quarantine_files]
+        if not any(replaced(table, batch.run_id, batch.batch_id) for table in tables):
+            for uri in files:  # never referenced by any snapshot
+                with contextlib.suppress(FileNotFoundError):
+                    pipeline.fs.delete_file(fs_path(uri))
             say(f"discarded replay batch {batch.batch_id} of run {batch.run_id} (stopped before its commit: the "
                 "old rows stay)")
+        elif all(pipeline.fs.get_file_info(fs_path(uri)).is_file for uri in files):
+            _commit(pipeline, tables, batch)
+            say(f"finished replay batch {batch.batch_id} of run {batch.run_id} (stopped between its two commits)")
+        else:  # both tables replaced again, from a new read
+            say(f"replay batch {batch.batch_id} of run {batch.run_id} was stopped between its two commits and its "
+                "files are gone: replaying its offsets again")
+            run_replay(pipeline, ReplayPlan(new_run_id("replay"), [batch.ranges]), say)
         pipeline.state.delete(key)
     return len(infos)
 

@@ -20,7 +20,9 @@ from tailfill.dev.sample import _SampleProducer
 from tailfill.lake.ledger import read_ledger
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.pipeline.load import load_pipeline
+from tailfill.plumbing.warehouse import fs_path
 from tailfill.proof.validate import validate
+from tailfill.run.replay import JOURNAL, JournaledBatch
 
 pytestmark = pytest.mark.integration
 
@@ -145,7 +147,9 @@ def test_a_batch_stopped_before_its_commit_leaves_the_old_rows(backfilled, arm_f
     assert_proof_complete(cfg)
 
 
-def test_a_batch_stopped_between_its_two_commits_is_finished_by_the_next_replay(backfilled, arm_fault, capsys):
+@pytest.mark.parametrize("files_gone", [False, True], ids=["files-kept", "files-removed-as-orphans"])
+def test_a_batch_stopped_between_its_two_commits_is_finished_by_the_next_replay(backfilled, arm_fault, capsys,
+                                                                               files_gone):
     cfg, _ = backfilled
     cfg = declare_org(cfg, required=True)  # the events without an org move from the rows to the quarantine
     arm_fault("between-replay-commits", 1)
@@ -154,9 +158,15 @@ def test_a_batch_stopped_between_its_two_commits_is_finished_by_the_next_replay(
     assert not validate(open_pipeline(cfg), all_runs=True).success  # the moved offsets are in both tables
     main(["status", str(cfg.path)])
     assert "replay: 1 batch of a stopped replay not settled" in capsys.readouterr().out
+    if files_gone:  # the batch's data files, not yet committed, removed by an orphan cleanup meanwhile
+        with open_pipeline(cfg) as pipeline:
+            [entry] = pipeline.state.list(JOURNAL)
+            for uri in JournaledBatch.from_json(pipeline.state.get(f"{JOURNAL}/{entry.base_name}")).data_files:
+                pipeline.fs.delete_file(fs_path(uri))
 
     assert replay(cfg) == 0
-    assert "finished replay batch 0" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert ("its files are gone: replaying its offsets again" if files_gone else "finished replay batch 0") in out
     _, quarantined = assert_exactly_once(cfg, high_watermarks(cfg))
     assert len(quarantined) == BAD + NO_ORG
     assert_proof_complete(cfg)
