@@ -170,3 +170,12 @@ def test_a_batch_stopped_between_its_two_commits_is_finished_by_the_next_replay(
     _, quarantined = assert_exactly_once(cfg, high_watermarks(cfg))
     assert len(quarantined) == BAD + NO_ORG
     assert_proof_complete(cfg)
+
+
+def test_a_keyed_pipeline_is_refused_with_one_line(make_pipeline, capsys):
+    cfg = make_pipeline(format={"type": "json", "fields": FIELDS}, expectations=[], target__mode="upsert",
+                        target__key=["event_id"])
+    assert replay(cfg) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: pipeline {cfg.name} is keyed (target.mode: upsert): replay replaces rows of "
+                           "append-mode tables only")
