@@ -268,13 +268,31 @@ def _run(runner: Runner, spec: JobSpec) -> tuple[int, list[IngestResult]]:
 def cmd_backfill(args: argparse.Namespace) -> int:
     conf = parse_conf(args.conf)  # before planning: a typo fails at once
     with open_pipeline(args.pipeline) as pipeline:
-        specs = backfill_plan(pipeline, args).specs
+        plan = backfill_plan(pipeline, args)
+        if getattr(args, "on_committed", None) == "replay":  # the committed part first, then the rest as any backfill
+            from tailfill.run.replay import replay
+            from tailfill.run.replay_plan import ReplayRequest
+
+            replay(pipeline, ReplayRequest(plan.start, plan.end), _say)
+    specs = plan.specs
     if not specs:
         return _summarise(pipeline, "backfill", 0, [])
     runner = choose_runner(args.spark, args.master, conf, secrets=env_names(pipeline.cfg), say=_show)
     outcomes = run_side_by_side(runner, specs, _show)  # Ctrl-C stops every lane's job
     code = next((o.code for o in outcomes if o.code != 0), 0)
     return _summarise(pipeline, "backfill", code, [r for o in outcomes if o.result for r in o.result.results])
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """``tailfill replay``: re-read committed offsets with the pipeline as it is now and replace their rows."""
+    from tailfill.run.replay import replay
+    from tailfill.run.replay_plan import ReplayRequest
+
+    if args.run and (args.start or args.end):
+        raise ConfigError("replay: give --run or --from/--to, not both")
+    with open_pipeline(args.pipeline) as pipeline:
+        replay(pipeline, ReplayRequest(_offsets(args.start), _offsets(args.end), args.run), _say)
+    return 0
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
@@ -303,6 +321,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from tailfill.lake.schema_change import schema_line
     from tailfill.proof.reports import read_latest
     from tailfill.run.plan import source_state
+    from tailfill.run.replay import pending_line
     from tailfill.run.status import format_status, keyed_status, pipeline_status, quarantined_rows, unknown_fields_line
     from tailfill.run.tail_health import describe, read_tail
 
@@ -323,6 +342,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         health, unknown = read_tail(pipeline.state)
         for line in describe(cfg, health, unknown=unknown):
             _say(line)
+        replay_left = pending_line(pipeline)
+        if replay_left:
+            _say(replay_left)
         latest = read_latest(pipeline)
     if latest:
         verdict = "complete" if latest.success else f"INCOMPLETE ({len(latest.problems)} problems)"
@@ -508,10 +530,19 @@ def build_parser() -> argparse.ArgumentParser:
                     help="rate limit for this backfill (default: the pipeline's backfill.max_offsets_per_second)")
     bf.add_argument("--lanes", type=int, default=1, metavar="N",
                     help="parallel spark-submit jobs sharing the slices (as the backfill DAG's lanes; default 1)")
-    bf.add_argument("--on-committed", choices=("skip", "fail"), default="skip",
-                    help="offsets of the range already committed: skip them (default) or fail")
+    bf.add_argument("--on-committed", choices=("skip", "fail", "replay"), default="skip",
+                    help="offsets of the range already committed: skip them (default), fail, or replay them with the "
+                         "pipeline as it is now (as `tailfill replay`)")
     _spark_options(bf)
     bf.set_defaults(func=cmd_backfill)
+
+    rp = sub.add_parser("replay", help="re-read committed offsets [from, to) (or a run's) with the pipeline as it is "
+                                       "now and replace their rows, one atomic commit per batch")
+    rp.add_argument("pipeline")
+    rp.add_argument("--from", dest="start", help='offsets JSON, e.g. {"topic": {"0": 0}} (default: 0)')
+    rp.add_argument("--to", dest="end", help="offsets JSON (default: the end of the committed offsets)")
+    rp.add_argument("--run", help="the run id of a past backfill or tail: replay the offsets it committed")
+    rp.set_defaults(func=cmd_replay)
 
     t = sub.add_parser("tail", help="ingest from the committed position onwards")
     t.add_argument("pipeline")

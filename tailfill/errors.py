@@ -74,6 +74,13 @@ class ExpiredOffsetsError(SourceError):
         )
 
 
+class ReplayExpiredError(SourceError):
+    """Committed offsets a replay asked for are no longer on the broker: nothing was replayed."""
+
+    retryable = False
+    fix = "replay from the partition's earliest offset on; the rows of the older offsets stay as they are"
+
+
 class RecordError(TailfillError, ValueError):
     """Why one record cannot become a row (it goes to quarantine with this message)."""
 

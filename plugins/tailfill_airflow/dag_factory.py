@@ -163,8 +163,14 @@ def plan_lanes(cfg: PipelineConfig, params: Mapping[str, Any], airflow_run_id: s
     from tailfill.run.planner import BackfillRequest, plan_backfill_lanes
 
     with TailfillHook(cfg).credentials_exported(), _opened(cfg) as pipeline:
-        plan = plan_backfill_lanes(pipeline, BackfillRequest.from_params(params),
+        request = BackfillRequest.from_params(params)
+        plan = plan_backfill_lanes(pipeline, request,
                                    lambda lane: tailfill_run_id(cfg.name, BACKFILL, airflow_run_id, lane))
+        if request.on_committed == "replay":  # in this task, no Spark job: read, decode and replace per batch
+            from tailfill.run.replay import replay
+            from tailfill.run.replay_plan import ReplayRequest
+
+            replay(pipeline, ReplayRequest(plan.start, plan.end), log.info)
     for line in plan.lines:
         (log.warning if line.startswith("warning:") else log.info)(line)
     log.info(lanes_at_once(len(plan.specs)))
@@ -217,7 +223,9 @@ PREFLIGHT_DOC = """Checks the broker, topic, catalog, warehouse, Spark and disk 
 A failure names the check and its fix."""
 PLAN_DOC = """Reads the broker's offsets and the table's ledger, records the cutover when there is none
 yet, and deals the uncommitted offsets of the requested range into slices and lanes. Its XCom lists
-each lane's slices and exact bounds; the log shows earliest, cutover, committed and what the run covers."""
+each lane's slices and exact bounds; the log shows earliest, cutover, committed and what the run covers.
+With *Already-committed ranges* `replay`, it first re-reads the committed offsets of the range with the
+pipeline as it is now and replaces their rows, batch by batch (as `tailfill replay`), logging each batch."""
 INGEST_DOC = """One `spark-submit` per lane, running the lane's slices in capped micro-batches, each
 committed atomically with its offset ranges. **Progress**: the lane's label in the grid, the
 `progress` XCom and the *Tailfill* tab of this task (offsets done/planned, rows/s, ETA). **Links**:
@@ -305,9 +313,12 @@ def _params(cfg: PipelineConfig) -> dict[str, Param]:
                            f"its freshness objective (p95 ≤ {cfg.tail.freshness_seconds:g}s). Pipeline default: "
                            f"{cfg.backfill.max_offsets_per_second or 'no limit'}."),
         "committed_ranges": Param(
-            "skip", type="string", enum=["skip", "fail"], title="Already-committed ranges",
+            "skip", type="string", enum=["skip", "fail", "replay"], title="Already-committed ranges",
             description_md="`skip`: committed offsets are left alone (re-running is a no-op for them); "
-                           "`fail`: stop if the requested range overlaps committed offsets."),
+                           "`fail`: stop if the requested range overlaps committed offsets; `replay`: the `plan` "
+                           "task re-reads the committed offsets of the range with the pipeline as it is now and "
+                           "replaces their rows (as `tailfill replay`; e.g. after a field was added), then the "
+                           "lanes backfill the rest."),
     }
 
 

@@ -19,7 +19,7 @@ from tailfill.lake.batch_summary import BatchSummary
 from tailfill.lake.files import rewrite_files, rows_in
 from tailfill.lake.ledger import CommitResult, commit_batch
 from tailfill.lake.prepare import PreparedRange
-from tailfill.lake.schema_change import evolve, file_columns
+from tailfill.lake.schema_change import follow_files
 from tailfill.lake.tables import Tables
 from tailfill.offsets import OffsetRange, intersect_all
 from tailfill.state.store import StateStore
@@ -51,10 +51,8 @@ class Committer:
                                 lambda kept: records_in(fs, prepared, kept), audit_log(self.state, table))
 
         data_files = [f for p in prepared for f in p.data_files]
-        if self.follows_writer_schema and data_files:  # new columns first: nothing committed if it cannot
-            columns = file_columns(fs, data_files)
-            if columns is not None:
-                evolve(self.tables.data, columns)
+        if self.follows_writer_schema:  # new columns first: nothing committed if it cannot
+            follow_files(self.tables.data, fs, data_files)
         quarantine_files = [f for p in prepared for f in p.quarantine_files]
         if quarantine_files:
             commit(self.tables.quarantine, quarantine_files)

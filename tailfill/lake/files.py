@@ -7,7 +7,7 @@ driver's commit references it. Files of a failed or killed attempt are never ref
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import reduce
 
 import pyarrow as pa
@@ -122,13 +122,24 @@ def rewrite_files(fs: pafs.FileSystem, files: Sequence[str], keep: list[OffsetRa
                   run_id: str) -> list[str]:
     """New files (named by ``run_id``, the committing run) holding only the rows of ``files`` whose
     offsets lie in ``keep``."""
-    out = []
-    for uri in files:
-        table = pq.read_table(fs_path(uri), filesystem=fs)
-        kept = table.filter(in_any(table, keep))
-        if kept.num_rows:
-            new_uri = new_file_uri(location, run_id)
-            make_dirs(fs, f"{location.rstrip('/')}/data")
-            pq.write_table(kept, fs_path(new_uri), filesystem=fs, **PARQUET_OPTIONS)
-            out.append(new_uri)
-    return out
+    return [uri for f in files if (uri := _rewrite(fs, f, lambda t: in_any(t, keep), location, run_id))]
+
+
+def rewrite_without(fs: pafs.FileSystem, file: str, drop: list[OffsetRange], location: str, prefix: str) -> str | None:
+    """A new file (named by ``prefix``) holding the rows of ``file`` whose offsets lie outside ``drop``; None if
+    every row lies inside."""
+    return _rewrite(fs, file, lambda t: pc.invert(in_any(t, drop)), location, prefix)
+
+
+def _rewrite(fs: pafs.FileSystem, uri: str, select: Callable[[pa.Table], pa.ChunkedArray], location: str,
+             prefix: str) -> str | None:
+    """The rows of ``uri`` that ``select`` (a mask of a table) picks, in a new file; None when it picks none. The
+    footer's metadata (a partitioned file's partition) is kept."""
+    table = pq.read_table(fs_path(uri), filesystem=fs)
+    kept = table.filter(select(table))
+    if not kept.num_rows:
+        return None
+    new_uri = new_file_uri(location, prefix)
+    make_dirs(fs, f"{location.rstrip('/')}/data")
+    pq.write_table(kept, fs_path(new_uri), filesystem=fs, **PARQUET_OPTIONS)
+    return new_uri

@@ -40,7 +40,7 @@ from tailfill.errors import ChangeStreamError, CommitConflictError
 from tailfill.lake.commit import Committer
 from tailfill.lake.files import PARQUET_OPTIONS, in_any, new_file_uri, range_filter
 from tailfill.lake.key_index import Applied, KeyIndex, Version, encode_keys, paused_gc, segment
-from tailfill.lake.ledger import COMMIT_ATTEMPTS, DEFAULT_NAME_MAPPING, CommitResult, commit_attempts, read_ledger
+from tailfill.lake.ledger import COMMIT_ATTEMPTS, CommitResult, commit_attempts, map_by_name, read_ledger
 from tailfill.lake.partition import data_file
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.row_delta import RowDelta, write_position_deletes
@@ -157,8 +157,7 @@ class StateMerger:
                    SUMMARY_MERGED: ranges_to_json(todo), **{f"tailfill.{n}": str(v)
                                                              for n, v in plan.counts.to_dict().items()}}
         with state.transaction() as tx:
-            if tx.table_metadata.name_mapping() is None:
-                tx.set_properties({DEFAULT_NAME_MAPPING: tx.table_metadata.schema().name_mapping.model_dump_json()})
+            map_by_name(tx)
             delta = RowDelta(tx, summary)
             if plan.upserts:
                 delta.append_data_file(data_file(state.io, tx.table_metadata, data_uri, Record()))

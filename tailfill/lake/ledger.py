@@ -19,7 +19,7 @@ from typing import Protocol
 
 import tenacity
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.table import Table, TableProperties
+from pyiceberg.table import Table, TableProperties, Transaction
 from sqlalchemy.exc import SQLAlchemyError
 
 from tailfill.errors import CommitConflictError, LakeError
@@ -167,8 +167,8 @@ def _commit_once(table: Table, batch: BatchSummary, asked: list[OffsetRange], fi
     try:
         with naming_full_disk("the commit's metadata (or the catalog) of", table.location()), \
                 table.transaction() as tx:
-            if kept and tx.table_metadata.name_mapping() is None:  # files carry no field ids: map by name
-                tx.set_properties({DEFAULT_NAME_MAPPING: tx.table_metadata.schema().name_mapping.model_dump_json()})
+            if kept:
+                map_by_name(tx)
             # Not add_files: it infers partitions from column bounds (refusing bucket); files record theirs.
             entries = data_files(table.io, tx.table_metadata, kept)
             with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
@@ -188,6 +188,12 @@ def _commit_once(table: Table, batch: BatchSummary, asked: list[OffsetRange], fi
         raise
     table.refresh()
     return CommitResult(new, subtract(asked, new), table.current_snapshot().snapshot_id)
+
+
+def map_by_name(tx: Transaction) -> None:
+    """Give the table a name mapping if it has none: the files Tailfill writes carry no field ids."""
+    if tx.table_metadata.name_mapping() is None:
+        tx.set_properties({DEFAULT_NAME_MAPPING: tx.table_metadata.schema().name_mapping.model_dump_json()})
 
 
 def batch_summaries(table: Table) -> list[dict[str, str]]:

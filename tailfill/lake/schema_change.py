@@ -34,6 +34,13 @@ def file_columns(fs: pafs.FileSystem, files: list[str]) -> pa.Schema | None:
     return pa.unify_schemas([s.remove_metadata() for s in schemas], promote_options="permissive")
 
 
+def follow_files(table: Table, fs: pafs.FileSystem, files: list[str]) -> None:
+    """Before ``files`` (rows that follow their writer schemas) commit: ``table`` takes their columns."""
+    columns = file_columns(fs, files)
+    if columns is not None:
+        evolve(table, columns)
+
+
 def evolve(table: Table, columns: pa.Schema, source: str = "the writer schema") -> bool:
     """Make ``table`` able to take rows of ``columns``: add new columns, promote types. True if it changed.
 

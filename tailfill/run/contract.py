@@ -31,7 +31,8 @@ RESULT_PREFIX = "TAILFILL_RESULT "
 RESTART_PREFIX = "TAILFILL_RESTART "
 
 
-def new_run_id(mode: Mode) -> str:
+def new_run_id(mode: str) -> str:
+    """``<mode>-<UTC time>-<6 hex>``: a backfill's, a tail's or a replay's run id."""
     return f"{mode}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
 
 

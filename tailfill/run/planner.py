@@ -23,7 +23,7 @@ from tailfill.run.contract import JobSpec, Slice, new_run_id
 from tailfill.run.plan import SourceState, check_bounds, ensure_cutover, plan_backfill, source_state, tail_start
 from tailfill.run.tuning import Tuning, tuned_max_offsets
 
-OnCommitted = Literal["skip", "fail"]
+OnCommitted = Literal["skip", "fail", "replay"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class BackfillRequest:
     slices: int | None = None  # None: the pipeline's backfill.slices
     lanes: int = 1  # parallel jobs sharing the slices (never more than there are slices)
     max_offsets_per_second: int | None = None  # None: the pipeline's backfill.max_offsets_per_second
-    on_committed: OnCommitted = "skip"  # offsets of the range already committed: leave them, or refuse
+    on_committed: OnCommitted = "skip"  # offsets of the range already committed: leave them, refuse, or replay them
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> BackfillRequest:
@@ -74,6 +74,8 @@ class BackfillPlan:
     specs: list[JobSpec]
     tuning: Tuning
     lines: list[str] = field(default_factory=list)  # what the planner read and decided, for the log
+    start: PartitionOffsets | None = None  # the bounds planned (``earliest`` and ``cutover`` resolved)
+    end: PartitionOffsets | None = None
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,8 @@ def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
     after its end) are refused here, before any job starts: such a run would wait for records that
     never come and fail much later with a misleading cause.
 
-    Raises :class:`ConfigError` when ``on_committed`` is ``fail`` and the range overlaps committed offsets.
+    Raises :class:`ConfigError` when ``on_committed`` is ``fail`` and the range overlaps committed offsets (with
+    ``replay``, the caller replays the committed part of the plan's bounds: :func:`tailfill.run.replay.replay`).
     """
     cfg = pipeline.cfg
     state = source_state(pipeline, pipeline.provision_tables())
@@ -130,7 +133,8 @@ def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
     tuning = tuned_max_offsets(cfg, pipeline.state, "backfill")
     todo = plan_backfill(state, start, end, request.slices)
     if not todo:
-        return BackfillPlan([], tuning, [*lines, "nothing to backfill: every offset of the range is committed"])
+        return BackfillPlan([], tuning, [*lines, "nothing to backfill: every offset of the range is committed"],
+                            start, end)
     lines.append(f"max offsets per batch: {tuning.max_offsets_per_batch} ({tuning.reason})")
     rate = request.max_offsets_per_second or cfg.backfill.max_offsets_per_second
     blocks = lanes_of(todo, request.lanes)
@@ -139,7 +143,7 @@ def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
     specs = [JobSpec(cfg.path or cfg.name, "backfill", run_id(lane), tuple(block),
                      max_offsets_per_batch=tuning.max_offsets_per_batch, max_offsets_per_second=rate)
              for lane, block in enumerate(blocks)]
-    return BackfillPlan(specs, tuning, lines)
+    return BackfillPlan(specs, tuning, lines, start, end)
 
 
 def plan_tail(pipeline: Pipeline, request: TailRequest, run_id: str) -> TailPlan:

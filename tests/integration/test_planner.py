@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
-from helpers import provision, tables_of
+from helpers import ingested, provision, tables_of
 
 from tailfill import cli
 from tailfill.dev.batches import commit_sample_batch
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import ConfigError
 from tailfill.lake.ledger import read_cutover
-from tailfill.offsets import OffsetRange, PartitionOffsets
+from tailfill.offsets import OffsetRange, PartitionOffsets, subtract, total
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.run.contract import JobSpec
 from tailfill.run.preflight import preflight
@@ -85,6 +86,26 @@ def test_fail_on_committed_refuses_an_overlapping_range_from_either_side(make_pi
               "max_offsets_per_second": None, "committed_ranges": "fail"}
     with pytest.raises(ConfigError, match=r"overlaps committed offsets"):
         dag_factory.plan_lanes(cfg, params, "manual__1")
+
+
+def test_replay_on_committed_replaces_the_committed_part_and_plans_the_rest(make_pipeline, dag_factory, caplog):
+    """The form's ``replay``: the plan task re-reads the committed offsets from the broker, the lanes get the rest."""
+    cfg = make_pipeline()
+    topic = cfg.source.topic
+    produce_sample(cfg.source.bootstrap_servers, topic, 400, 4)
+    commit_sample_batch(open_pipeline(cfg), "earlier", 0, [OffsetRange(topic, 0, 0, 50)], bad_every=10)
+    assert len(ingested(cfg)[1]) == 5  # the synthetic batch's malformed records; the broker's are all valid
+
+    params = {"from_offsets": "earliest", "to_offsets": "cutover", "slices": 2, "max_parallel_slices": 1,
+              "max_offsets_per_second": None, "committed_ranges": "replay"}
+    with caplog.at_level(logging.INFO):
+        [lane] = dag_factory.plan_lanes(cfg, params, "manual__1")
+    assert "replayed 50 offsets in 1 batch: 50 rows, 0 quarantined" in caplog.text
+    rows, bad = ingested(cfg)
+    assert sorted(rows) == [(0, o) for o in range(50)] and not bad  # each offset once, now as the broker has it
+    planned = JobSpec.parse(lane["args"])
+    assert sum(total(subtract(s.ranges, [OffsetRange(topic, 0, 0, 50)])) for s in planned.slices) == 350
+    assert cli.main(["validate", cfg.path, "--all"]) == 0
 
 
 def test_preflight_only_checks_it_records_no_cutover(make_pipeline):

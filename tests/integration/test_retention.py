@@ -20,6 +20,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import backfill, high_watermarks, ingested, tables_of
 
+from tailfill.cli import main
 from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
 from tailfill.dev.sample import sample_event
 from tailfill.errors import IngestError
@@ -58,9 +59,9 @@ def s3_tansu(s3_endpoint):
 
 
 @pytest.fixture
-def trimmed_pipeline(s3_tansu, make_pipeline):
-    """A 1-partition topic holding offsets [0, RECORDS) of which [0, LOW) were trimmed away."""
-    bootstrap, s3, bucket = s3_tansu
+def produced_pipeline(s3_tansu, make_pipeline):
+    """A 1-partition topic holding offsets [0, RECORDS), one record batch object per offset."""
+    bootstrap, _, _ = s3_tansu
 
     def make(**changes):
         cfg = make_pipeline(source__bootstrap_servers=bootstrap, source__partitions=1, **changes)
@@ -72,13 +73,35 @@ def trimmed_pipeline(s3_tansu, make_pipeline):
         for i in range(RECORDS):  # a flush per record: each offset is its own batch object
             producer.produce(topic, value=json.dumps(sample_event("ret", i)).encode(), partition=0)
             assert producer.flush(10) == 0
-        prefix = PARTITION_DIR.format(topic=topic)
+        return cfg
+
+    return make
+
+
+@pytest.fixture
+def trim(s3_tansu):
+    """Trim [0, LOW) off a topic made by ``produced_pipeline``, as retention would."""
+    _, s3, bucket = s3_tansu
+
+    def cut(cfg) -> None:
+        prefix = PARTITION_DIR.format(topic=cfg.source.topic)
         batches = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "records/")["Contents"]]
         assert batches == [f"{prefix}records/{i:020d}.batch" for i in range(RECORDS)]
         mark = json.loads(s3.get_object(Bucket=bucket, Key=prefix + "watermark.json")["Body"].read())
         assert mark["high"] == RECORDS
         s3.put_object(Bucket=bucket, Key=prefix + "watermark.json", Body=json.dumps({**mark, "low": LOW}).encode())
         s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in batches[:LOW]]})
+
+    return cut
+
+
+@pytest.fixture
+def trimmed_pipeline(produced_pipeline, trim):
+    """A 1-partition topic holding offsets [0, RECORDS) of which [0, LOW) were trimmed away."""
+
+    def make(**changes):
+        cfg = produced_pipeline(**changes)
+        trim(cfg)
         return cfg
 
     return make
@@ -119,3 +142,26 @@ def test_record_gap_skips_and_records_the_lost_range(spark, trimmed_pipeline):
     rows, bad = ingested(cfg)
     assert sorted((rows + bad).elements()) == [(0, o) for o in range(LOW, RECORDS)]  # each offset once
     assert not bad
+
+
+def test_replay_of_offsets_trimmed_since_their_backfill_is_refused_before_writing(spark, produced_pipeline, trim,
+                                                                                capsys):
+    cfg = produced_pipeline()
+    backfill_from_zero(spark, cfg)
+    trim(cfg)
+    data = tables_of(cfg).data
+    data.refresh()
+    snapshots = len(data.snapshots())
+    capsys.readouterr()  # the backfill's progress lines
+
+    assert main(["replay", str(cfg.path)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: cannot replay topic {cfg.source.topic} partition 0: offset 0 is no longer on ")
+    assert f"(earliest available is {LOW}: retention removed [0, {LOW}))" in line and "nothing was written" in line
+    data.refresh()
+    assert len(data.snapshots()) == snapshots  # nothing committed
+
+    assert main(["replay", str(cfg.path), "--from", json.dumps({cfg.source.topic: {"0": LOW}})]) == 0
+    assert f"replayed {RECORDS - LOW} offsets" in capsys.readouterr().out
+    rows, bad = ingested(cfg)
+    assert sorted((rows + bad).elements()) == [(0, o) for o in range(RECORDS)]  # each offset once, as before
