@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 from pathlib import Path
 
 import psycopg2
 from helpers import wait_until
 from processes import descendants
 
+from tailfill.dev.broker import free_port
 from tailfill.dev.postgres import LocalPostgres
 
 
@@ -53,3 +56,13 @@ class CatalogServer:
                 return cur.fetchone()[0]
         finally:
             conn.close()
+
+
+def own_postgres(stack: contextlib.ExitStack) -> LocalPostgres:
+    """A Postgres of the test's own (database ``iceberg``), on a free port, stopped and removed with ``stack``.
+
+    Its folder is outside pytest's private tmp: the server runs as the ``postgres`` user when tests run as root."""
+    base = Path(tempfile.mkdtemp(prefix="tailfill-pg-"))
+    base.chmod(0o755)
+    stack.callback(shutil.rmtree, base, ignore_errors=True)
+    return stack.enter_context(LocalPostgres(base / "data", free_port(), databases=("iceberg",)))

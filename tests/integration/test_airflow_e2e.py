@@ -406,6 +406,20 @@ STOPPING = ("cancelling its job on the warm Spark server", "killing its spark-su
             "stopping its query on the Spark Connect server")  # on_kill's line
 
 
+def incremental_held_before_commit(airflow: AirflowServer, faults: Path) -> tuple[str, dict]:
+    """Trigger an incremental run and wait until its tail's job holds a prepared batch before its commit (the
+    ``pause-before-commit`` failpoint armed by the caller); the run's id and its tail task instance."""
+    run_id = airflow.trigger_dag(INCREMENTAL, {})
+    deadline = time.monotonic() + 300
+    while True:
+        tail = next(t for t in airflow.task_instances(INCREMENTAL, run_id) if t["task_id"] == "tail")
+        if (faults / "before-commit").exists():
+            return run_id, tail
+        assert time.monotonic() < deadline and tail["state"] not in (*FINISHED, "skipped", "upstream_failed"), \
+            airflow.describe_run(INCREMENTAL, run_id)
+        time.sleep(0.5)
+
+
 def test_marking_a_run_failed_while_its_tail_runs_stops_it_with_one_line(airflow, pipeline, backfill_run):
     """Marking the run failed while its Spark task runs kills the job, and the task's log says so in one line
     (no ``invalid_state`` traceback). (The backfill records the cutover when this test runs alone: the
@@ -415,13 +429,7 @@ def test_marking_a_run_failed_while_its_tail_runs_stops_it_with_one_line(airflow
     faults = Path(os.environ["TAILFILL_FAULT_DIR"])
     (faults / "pause-before-commit").touch()  # the job holds before its commit: it is running when marked
     try:
-        run_id = airflow.trigger_dag(INCREMENTAL, {})
-        deadline = time.monotonic() + 300
-        while not (faults / "before-commit").exists():
-            tail = next(t for t in airflow.task_instances(INCREMENTAL, run_id) if t["task_id"] == "tail")
-            assert time.monotonic() < deadline and tail["state"] not in (*FINISHED, "skipped", "upstream_failed"), \
-                airflow.describe_run(INCREMENTAL, run_id)
-            time.sleep(0.5)
+        run_id, tail = incremental_held_before_commit(airflow, faults)
         airflow.request("PATCH", f"/api/v2/dags/{INCREMENTAL}/dagRuns/{airflow._q(run_id)}", {"state": "failed"})
         deadline = time.monotonic() + 120
         while not any(line in airflow.task_log(tail, max_lines=10_000) for line in STOPPING):
@@ -503,14 +511,7 @@ def test_the_scheduler_killed_with_its_workers_while_a_tail_runs_then_airflow_re
     faults = Path(os.environ["TAILFILL_FAULT_DIR"])
     (faults / "pause-before-commit").touch()  # the job holds before its commit: running when the kill comes
     try:
-        run_id = airflow.trigger_dag(INCREMENTAL, {})
-        deadline = time.monotonic() + 300
-        while not (faults / "before-commit").exists():
-            tail = next(t for t in airflow.task_instances(INCREMENTAL, run_id) if t["task_id"] == "tail")
-            assert time.monotonic() < deadline and tail["state"] not in (*FINISHED, "skipped", "upstream_failed"), \
-                airflow.describe_run(INCREMENTAL, run_id)
-            time.sleep(0.5)
-        tail = next(t for t in airflow.task_instances(INCREMENTAL, run_id) if t["task_id"] == "tail")
+        run_id, tail = incremental_held_before_commit(airflow, faults)
         assert tail["state"] == "running", tail
         held = committed(cfg)
         os.killpg(scheduler_group(airflow), signal.SIGKILL)

@@ -31,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from crashes import CatalogServer
+from crashes import CatalogServer, own_postgres
 from fault_outcomes import prove
 from helpers import committed, tables_of, tail_spec
 from processes import kill_marked, processes_with
@@ -39,8 +39,6 @@ from s3_fault_proxy import Fault, S3FaultProxy
 from seaweedfs import SeaweedFS
 from tcp_outage import broker_behind_outage
 
-from tailfill.dev.broker import free_port
-from tailfill.dev.postgres import LocalPostgres
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.ledger import read_ledger
 from tailfill.offsets import intersect_all, total
@@ -108,7 +106,7 @@ def test_chaos_soak(spark, make_pipeline, home, tmp_path, chaos):
     base.chmod(0o755)
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, base, ignore_errors=True)
-        postgres = stack.enter_context(LocalPostgres(base / "pg", free_port(), databases=("iceberg",)))
+        postgres = own_postgres(stack)
         store = stack.enter_context(SeaweedFS(base / "weed"))
         proxy = stack.enter_context(S3FaultProxy(store.s3_endpoint, hold_seconds=2))
         bootstrap, relay = stack.enter_context(broker_behind_outage())

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import pytest
 import yaml
-from crashes import CatalogServer
+from crashes import CatalogServer, own_postgres
 from fault_outcomes import prove
 from helpers import (
     backfill,
@@ -47,8 +47,6 @@ from s3_fault_proxy import Fault, S3FaultProxy
 from tcp_outage import broker_behind_outage
 
 from tailfill import cli
-from tailfill.dev.broker import free_port
-from tailfill.dev.postgres import LocalPostgres
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import TailfillError
 from tailfill.lake.batch_summary import SUMMARY_RUN, BatchSummary
@@ -326,11 +324,8 @@ def test_a_cutover_that_cannot_be_written_is_one_clear_error(make_pipeline, s3_e
 
 def test_catalog_unavailable_at_commit(spark, make_pipeline, tmp_path, monkeypatch):
     """Postgres (the Iceberg catalog) stops while a batch waits to commit, and comes back 6 s later."""
-    base = Path(tempfile.mkdtemp(prefix="tailfill-pg-"))  # outside pytest's private tmp: the server's user reads it
-    base.chmod(0o755)
     with contextlib.ExitStack() as stack:
-        stack.callback(shutil.rmtree, base, ignore_errors=True)
-        catalog = stack.enter_context(LocalPostgres(base / "data", free_port(), databases=("iceberg",)))
+        catalog = own_postgres(stack)
         cfg = make_pipeline(catalog_uri=catalog.url("iceberg"), backfill__slices=1,
                             backfill__max_offsets_per_batch=2_000, backfill__batch_seconds=None,
                             backfill__max_consecutive_failures=5, backfill__restart_backoff_seconds=1)
@@ -424,11 +419,8 @@ def test_catalog_postgres_killed_in_the_middle_of_commits(spark, make_pipeline, 
     in_commit, at_random = (8, 8) if soak else (2, 2)
     seed = int(os.environ.get("TAILFILL_FAULT_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
-    base = Path(tempfile.mkdtemp(prefix="tailfill-pg-"))  # outside pytest's private tmp: the server's user reads it
-    base.chmod(0o755)
     with contextlib.ExitStack() as stack:
-        stack.callback(shutil.rmtree, base, ignore_errors=True)
-        server = stack.enter_context(LocalPostgres(base / "data", free_port(), databases=("iceberg",)))
+        server = own_postgres(stack)
         cfg = make_pipeline(catalog_uri=server.url("iceberg"), backfill__slices=2,
                             backfill__max_offsets_per_batch=1_000, backfill__batch_seconds=None,
                             backfill__max_consecutive_failures=3, backfill__restart_backoff_seconds=1)
