@@ -31,6 +31,7 @@ from airflow_ui import (
     wait_for_text,
 )
 from alert_hook import alerts
+from helpers import wait_until
 
 from tailfill.dev.broker import free_port
 from tailfill.source.topics import ensure_topic
@@ -132,6 +133,11 @@ def test_a_failed_preflight_names_its_cause_on_the_run_tab(airflow, pipelines, s
     assert failure["what"] == f"preflight of {GONE} (backfill)" and servers in failure["cause"], failure
     assert failure["retryable"] is False and failure["fix"], failure
     assert f"fix: {failure['fix']}" in text, text  # the tab shows the same fix
+    def note() -> str | None:  # written by the scheduler's listener just after the run failed
+        return next(t for t in airflow.task_instances(dag, run_id) if t["task_id"] == "preflight")["note"]
+
+    wait_until(lambda: note() is not None, "the failed task's note", timeout=60)
+    assert servers in note() and f"fix: {failure['fix']}" in note(), note()  # and the task's note, in the grid
     [alert] = [a for a in alerts(surface_dir / "alerts.jsonl") if a["dag_id"] == dag and a["run_id"] == run_id]
     assert alert["task_id"] == "preflight" and servers in alert["error"], alert  # the alerting hook was called
 

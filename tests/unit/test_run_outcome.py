@@ -154,3 +154,13 @@ def test_a_failed_task_shows_the_fix_of_its_failure_xcom_unless_its_cause_names_
     out = run_outcome(INCREMENTAL, tasks(preflight="up_for_retry"), [failure("preflight", cause, will_retry=True)],
                       no_value, lambda _: xcom)
     assert out.running and out.details == ["fix: start the broker"]
+
+
+def test_a_failure_note_says_what_failed_why_and_the_fix():
+    from tailfill_airflow.failure_notes import note_text
+
+    failure = {"what": "preflight of gone (backfill)", "error_class": "BrokerUnresponsive",
+               "cause": "cannot reach Kafka at 127.0.0.1:9", "fix": "start the broker", "retryable": False}
+    assert note_text(failure) == ("Tailfill: preflight of gone (backfill) failed. BrokerUnresponsive: cannot reach "
+                                  "Kafka at 127.0.0.1:9\nfix: start the broker")
+    assert note_text({"what": "tail of x"}) == "Tailfill: tail of x failed. error: no cause recorded"
