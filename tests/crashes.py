@@ -11,9 +11,9 @@ from pathlib import Path
 
 import psycopg2
 from helpers import wait_until
+from ports import restartable_port
 from processes import descendants
 
-from tailfill.dev.broker import free_port
 from tailfill.dev.postgres import LocalPostgres
 
 
@@ -65,4 +65,4 @@ def own_postgres(stack: contextlib.ExitStack) -> LocalPostgres:
     base = Path(tempfile.mkdtemp(prefix="tailfill-pg-"))
     base.chmod(0o755)
     stack.callback(shutil.rmtree, base, ignore_errors=True)
-    return stack.enter_context(LocalPostgres(base / "data", free_port(), databases=("iceberg",)))
+    return stack.enter_context(LocalPostgres(base / "data", restartable_port(), databases=("iceberg",)))

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
-from tailfill.dev.broker import free_port
+from ports import restartable_port
+
 from tailfill.dev.object_store import weed_binary
 
 # Every listener ``weed mini`` opens, each given a free port (the defaults are fixed, well-known ones).
@@ -25,25 +25,13 @@ GRPC_OFFSET = 10_000  # the admin server's workers dial its http port + this, wh
 TABLE_BUCKET, STATE_BUCKET = "warehouse", "tailfill"
 
 
-def _port_with_grpc_twin() -> int:
-    """A free port p below 55536 with p + GRPC_OFFSET free too."""
-    while True:
-        port = free_port()
-        if port + GRPC_OFFSET < 65536:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port + GRPC_OFFSET))
-                    return port
-                except OSError:
-                    continue
-
-
 class SeaweedFS:
     """A running ``weed mini``: ``s3_endpoint``, ``rest_uri``, ``credential`` (OAuth ``id:secret``)."""
 
     def __init__(self, root: Path):
-        self.root, self.ports = root, {name: free_port() for name in PORTS}
-        self.ports["admin.port"] = _port_with_grpc_twin()
+        # Ports below the ephemeral range: the test may kill the server and start it again on them.
+        self.root, self.ports = root, {name: restartable_port() for name in PORTS}
+        self.ports["admin.port"] = restartable_port(twin_offset=GRPC_OFFSET)
         self.ports["admin.port.grpc"] = self.ports["admin.port"] + GRPC_OFFSET
         self.key, self.secret = os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]
         self.s3_endpoint = f"http://127.0.0.1:{self.ports['s3.port']}"

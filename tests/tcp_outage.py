@@ -14,6 +14,8 @@ import subprocess
 import threading
 from collections.abc import Iterator
 
+from ports import restartable_port
+
 from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
 
 
@@ -100,7 +102,7 @@ def broker_behind_outage() -> Iterator[tuple[str, TcpOutage]]:
     moto here, so the restart is the broker's address going away and coming back: every connection
     reset, new ones refused, then the same address answering again with the same data.
     """
-    port, relay_port = free_port(), free_port()
+    port, relay_port = free_port(), restartable_port()  # the relay's address goes away and comes back
     proc = subprocess.Popen([tansu_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
                              "--advertised-listener-url", f"tcp://127.0.0.1:{relay_port}",
                              "--storage-engine", "memory://tansu/"],
