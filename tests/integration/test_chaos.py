@@ -124,6 +124,13 @@ def test_chaos_soak(spark, make_pipeline, home, tmp_path, chaos):
         env = submit_env() | {"TAILFILL_HOME": str(home)}  # spark-submit's: the shipped code on its PYTHONPATH
         cli_env = dict(os.environ, TAILFILL_HOME=str(home))  # the CLI's, as a user runs it
         runs: dict[str, Process] = {}
+
+        def stop_runs() -> None:  # whatever the outcome, no run outlives the soak
+            for proc in runs.values():
+                if proc.running():
+                    proc.kill()
+
+        stack.callback(stop_runs)
         started, ended = Counter(), Counter()
         validations: list[tuple[int, str]] = []
         faults: list[str] = []
