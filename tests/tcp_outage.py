@@ -46,6 +46,10 @@ class TcpOutage:
         """Refuse new connections and reset every open one."""
         self.outages += 1
         if self._listener is not None:
+            # shutdown first: a close alone leaves the socket listening while a thread is blocked in accept()
+            # on it, and the port could not be bound again by up() ("Address already in use").
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
             self._listener.close()
             self._listener = None
         with self._lock:
@@ -70,6 +74,9 @@ class TcpOutage:
                 client, _ = listener.accept()
             except OSError:
                 return  # closed by down()
+            if listener is not self._listener:  # accepted as the outage began: refused like the rest
+                client.close()
+                return
             try:
                 server = socket.create_connection(("127.0.0.1", self.upstream_port))
             except OSError:
