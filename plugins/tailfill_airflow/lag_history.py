@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tailfill.errors import TailfillError
-from tailfill.pipeline.handle import Pipeline
+
+if TYPE_CHECKING:  # the DAG files import this module: parsing them must not load the pipeline's machinery
+    from tailfill.pipeline.handle import Pipeline
 
 LAG_RUNS = 20  # the runs a page shows
 
