@@ -22,9 +22,10 @@ from dataclasses import asdict, dataclass
 
 from tailfill import failpoints
 from tailfill.errors import LakeError
+from tailfill.lake.evolving import prepare_evolving
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.replace import Replacement, replace_rows, replaced
-from tailfill.lake.schema_change import follow_files, table_columns
+from tailfill.lake.schema_change import follow_files
 from tailfill.lake.tables import Tables
 from tailfill.offsets import OffsetRange, ranges_from_json, ranges_to_json
 from tailfill.pipeline.executor import ExecutorContext
@@ -135,8 +136,10 @@ def run_replay(pipeline: Pipeline, plan: ReplayPlan, say: Say) -> IngestResult:
     context = ExecutorContext(strict)  # an offset gone meanwhile fails the batch: nothing of it is committed
     try:
         for batch_id, ranges in enumerate(plan.batches):
-            prepared = context.prepare(plan.run_id, ranges, tables.data.location(), tables.quarantine.location(),
-                                       table_columns(tables.data))
+            prepared = prepare_evolving(
+                lambda columns, ranges=ranges: context.prepare(plan.run_id, ranges, tables.data.location(),
+                                                               tables.quarantine.location(), columns),
+                tables.data, pipeline.fs)
             _commit_batch(pipeline, tables, plan.run_id, batch_id, ranges, prepared)
             rows, quarantined = sum(p.rows for p in prepared), sum(p.quarantined for p in prepared)
             result.batches += 1

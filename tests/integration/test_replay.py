@@ -56,6 +56,14 @@ def declare_org(cfg, required: bool = False):
     return load_pipeline(path)
 
 
+def evolve_unknown_fields(cfg):
+    path = Path(cfg.path)
+    spec = yaml.safe_load(path.read_text())
+    spec["format"]["unknown_fields"] = "evolve"
+    path.write_text(yaml.safe_dump(spec))
+    return load_pipeline(path)
+
+
 def orgs(cfg) -> dict[str, str | None]:
     data = tables_of(cfg).data
     data.refresh()
@@ -108,6 +116,25 @@ def test_replay_fills_a_new_column_for_committed_rows(backfilled, capsys):
     assert f"replayed {RECORDS:,} offsets" in capsys.readouterr().out
     assert orgs(cfg) == values
     assert_exactly_once(cfg, high_watermarks(cfg))
+    assert read_ledger(tables_of(cfg).data) == ledger_before
+    assert_proof_complete(cfg)
+
+
+def test_replay_with_unknown_fields_evolve_adds_the_columns_the_records_want(backfilled, capsys):
+    cfg, _ = backfilled
+    rows_before, bad_before = ingested(cfg)
+    ledger_before = read_ledger(tables_of(cfg).data)
+
+    cfg = evolve_unknown_fields(cfg)
+    assert replay(cfg) == 0
+    assert f"replayed {RECORDS:,} offsets" in capsys.readouterr().out
+
+    assert "org" in tables_of(cfg).data.schema().column_names
+    values = orgs(cfg)
+    assert all(values[f"e{i}"] is None for i in range(NO_ORG))
+    assert all(v == f"org-{int(k[1:]) % 3}" for k, v in values.items() if int(k[1:]) >= NO_ORG)
+    rows, quarantined = assert_exactly_once(cfg, high_watermarks(cfg))
+    assert rows == rows_before and quarantined == bad_before
     assert read_ledger(tables_of(cfg).data) == ledger_before
     assert_proof_complete(cfg)
 
