@@ -23,13 +23,13 @@ from tailfill.errors import DroppedRecordsError, ErrorInfo, RemoteError
 from tailfill.formats.base import Decoder, split_records
 from tailfill.lake.files import FileSet
 from tailfill.lake.partition import footer, split
-from tailfill.offsets import OffsetRange
+from tailfill.offsets import OffsetRange, TopicPartition
 from tailfill.values.drift import Drift
 from tailfill.values.freshness import TimestampSketch
 from tailfill.values.partition_terms import parse_terms
 from tailfill.values.schema import QUARANTINE_SCHEMA, RangeMarker
 
-# The records of ranges (one topic, one range per partition) as batches of RAW_SCHEMA, then one marker per range.
+# The records of ranges (one range per topic-partition) as batches of RAW_SCHEMA, then one marker per range.
 Reader = Callable[[list[OffsetRange]], Iterator[pa.RecordBatch]]
 
 ROW_GROUP_ROWS = 131_072  # rows buffered before a Parquet row group is written
@@ -111,8 +111,8 @@ def prepare_ranges(read: Reader, decoder: Decoder, where: Destination, run_id: s
     ``table_columns``: the data table's columns as the driver last saw them (a decoder may check records
     against them)."""
     stages = {"read": 0.0, "parse": 0.0, "write": 0.0}
-    out: dict[int, RangeOutput] = {r.partition: RangeOutput(where, decoder.rows_schema, run_id) for r in ranges}
-    markers: dict[int, RangeMarker] = {}
+    out: dict[TopicPartition, RangeOutput] = {r.tp: RangeOutput(where, decoder.rows_schema, run_id) for r in ranges}
+    markers: dict[TopicPartition, RangeMarker] = {}
     stamps: list[pa.Array] = []
     drift = Drift()
     reading = read(list(ranges))
@@ -122,31 +122,29 @@ def prepare_ranges(read: Reader, decoder: Decoder, where: Destination, run_id: s
         stages["read"] += time.perf_counter() - t
         if batch is None:
             break
-        partition = batch.column("kafka_partition")[0].as_py()
+        tp = TopicPartition(batch.column("kafka_topic")[0].as_py(), batch.column("kafka_partition")[0].as_py())
         if batch.column("range_marker").null_count == 0:
-            marker = RangeMarker.from_row(batch.column("kafka_topic")[0].as_py(), partition,
-                                          batch.column("range_marker")[0].as_py())
-            markers[partition] = marker
+            markers[tp] = RangeMarker.from_row(tp.topic, tp.partition, batch.column("range_marker")[0].as_py())
             continue
         stamps.append(batch.column("kafka_timestamp"))
         t = time.perf_counter()
         ok, quarantine = split_records(batch, decoder, run_id, table_columns, drift)
         stages["parse"] += time.perf_counter() - t
         t = time.perf_counter()
-        out[partition].add(ok, quarantine)
+        out[tp].add(ok, quarantine)
         failpoints.pause("while-writing")
         stages["write"] += time.perf_counter() - t
     t = time.perf_counter()
-    files = {p: o.close() for p, o in out.items()}
+    files = {tp: o.close() for tp, o in out.items()}
     stages["write"] += time.perf_counter() - t
     sketch = TimestampSketch.of(stamps)
     prepared = []
     for i, r in enumerate(ranges):
-        marker, o = markers[r.partition], out[r.partition]
+        marker, o = markers[r.tp], out[r.tp]
         if o.rows + o.quarantined != marker.records:
             raise DroppedRecordsError(f"{r}: the source read {marker.records} records but {o.rows + o.quarantined} "
                                       "rows were written (rows + quarantined); refusing to commit")
-        prepared.append(PreparedRange(marker, *files[r.partition], o.rows, o.quarantined,
+        prepared.append(PreparedRange(marker, *files[r.tp], o.rows, o.quarantined,
                                       {k: round(v, 4) for k, v in stages.items()} if i == 0 else {},
                                       sketch if i == 0 else None, drift if i == 0 and drift else None))
     return prepared

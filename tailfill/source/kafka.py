@@ -44,7 +44,7 @@ def consumer_config(source: SourceConfig, **overrides: object) -> dict:
     sec = source.security
     conf: dict[str, object] = {
         "bootstrap.servers": source.bootstrap_servers,
-        "group.id": f"tailfill-{source.topic}",
+        "group.id": f"tailfill-{source.subscription}",  # assign-only, committing nothing: it names the reader
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "error",
@@ -132,14 +132,32 @@ def list_partitions(conf: dict, topic: str, consumer: OwnedConsumer | None = Non
         return [TopicPartition(topic, p) for p in sorted(tmd.partitions)]
 
 
+def subscribed_partitions(conf: dict, source: SourceConfig,
+                          consumer: OwnedConsumer | None = None) -> list[TopicPartition]:
+    """The partitions of every topic of ``source`` (its topic, its list, or those matching its pattern now),
+    by topic; a clear error naming the topic if one listed is missing, or the pattern if nothing matches."""
+    if source.topic is not None:
+        return list_partitions(conf, source.topic, consumer)
+    names = source.topics
+    if names is None:
+        with _borrowed(conf, consumer) as borrowed:
+            names = sorted(t for t in _topic_metadata(borrowed, conf, None).topics if source.matches(t))
+        if not names:
+            raise SourceError(f"no topic on {conf['bootstrap.servers']} matches source.topic_pattern "
+                              f"{source.topic_pattern!r} (fix: create a matching topic, or correct the pattern; it "
+                              "must match whole topic names)")
+    return [tp for name in names for tp in list_partitions(conf, name, consumer)]
+
+
 # What librdkafka answers when it could not connect at all: refused, dropped, or a name that does not resolve.
 _NO_CONNECTION = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE})
 
 
-def _topic_metadata(consumer: Consumer, conf: dict, topic: str):
-    """The topic's metadata. A broker that accepted no connection fails after :data:`CONNECT_TIMEOUT_S`; one that
-    is connected but slow gets :data:`METADATA_TIMEOUT_S` more to answer."""
-    where = f"cannot reach Kafka at {conf['bootstrap.servers']} to read metadata of topic {topic!r}"
+def _topic_metadata(consumer: Consumer, conf: dict, topic: str | None):
+    """The topic's metadata (``None``: every topic's). A broker that accepted no connection fails after
+    :data:`CONNECT_TIMEOUT_S`; one that is connected but slow gets :data:`METADATA_TIMEOUT_S` more to answer."""
+    what = f"topic {topic!r}" if topic is not None else "its topics"
+    where = f"cannot reach Kafka at {conf['bootstrap.servers']} to read metadata of {what}"
     for timeout in (CONNECT_TIMEOUT_S, METADATA_TIMEOUT_S):
         try:
             return consumer.list_topics(topic, timeout=timeout)
@@ -272,7 +290,7 @@ def read_ranges(
     with_markers: bool = True,
     consumer: OwnedConsumer | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``ranges`` (one topic, one range per partition) as Arrow batches of
+    """Yield the records of ``ranges`` (one range per topic-partition) as Arrow batches of
     :data:`~tailfill.values.schema.RAW_SCHEMA`, then (optionally) one marker row per range.
 
     The partitions are read together by one consumer (one fetch serves them all). Offsets absent
@@ -282,10 +300,9 @@ def read_ranges(
     listed in the marker's ``lost``. A ``consumer`` passed in (:class:`OwnedConsumer`) is
     reassigned and left open; otherwise one is made and closed here.
     """
-    topics = {r.topic for r in ranges}
-    if len(topics) > 1 or len({r.partition for r in ranges}) != len(ranges):
-        raise ValueError(f"read_ranges takes one topic and one range per partition, got {ranges}")
-    cursors = {r.partition: _Cursor(r, r.start) for r in ranges}
+    if len({r.tp for r in ranges}) != len(ranges):
+        raise ValueError(f"read_ranges takes one range per topic-partition, got {ranges}")
+    cursors = {r.tp: _Cursor(r, r.start) for r in ranges}
     with _borrowed(conf, consumer) as consumer:
 
         def earliest(c: _Cursor) -> int:
@@ -294,16 +311,16 @@ def read_ranges(
 
         for c in cursors.values():
             c.skip_expired(earliest(c), on_expired)
-        live = {p: c for p, c in cursors.items() if not c.done}
-        assignment = [KTopicPartition(c.rng.topic, p, c.pos) for p, c in live.items()]
+        live = {tp: c for tp, c in cursors.items() if not c.done}
+        assignment = [KTopicPartition(tp.topic, tp.partition, c.pos) for tp, c in live.items()]
         # Never pause(): librdkafka can leave a partition paused for good when a shared consumer's
         # paused partition is assigned again and resumed (confluentinc/librdkafka#5591; seen here as
         # a retried batch reading nothing for 60 s). A finished partition leaves the assignment instead.
         consumer.assign(assignment)
 
-        def finish(p: int) -> None:
-            c = live.pop(p)
-            consumer.incremental_unassign([KTopicPartition(c.rng.topic, p)])
+        def finish(tp: TopicPartition) -> None:
+            live.pop(tp)
+            consumer.incremental_unassign([KTopicPartition(tp.topic, tp.partition)])
 
         last_progress = time.monotonic()
         lost: str | None = None  # a connection error seen since the last progress
@@ -312,17 +329,18 @@ def read_ranges(
             left = sum(c.rng.end - c.pos for c in live.values())
             msgs = consumer.consume(num_messages=min(batch_size, left), timeout=0.5)
             if not msgs:
-                positions = consumer.position([KTopicPartition(c.rng.topic, p) for p, c in live.items()])
-                for tp in positions:
-                    if tp.offset >= live[tp.partition].rng.end:  # only markers/compacted offsets were left
-                        live[tp.partition].pos = live[tp.partition].rng.end
-                        finish(tp.partition)
+                positions = consumer.position([KTopicPartition(tp.topic, tp.partition) for tp in live])
+                for pos in positions:
+                    c = live[TopicPartition(pos.topic, pos.partition)]
+                    if pos.offset >= c.rng.end:  # only markers/compacted offsets were left
+                        c.pos = c.rng.end
+                        finish(c.rng.tp)
             if any(m.error() is not None for m in msgs):
                 msgs, error = _handle_errors(msgs, live, consumer, on_expired, earliest, finish)
                 lost = lost or error
             good = False
-            for p, part in _by_partition(msgs, live):
-                c = live[p]
+            for tp, part in _by_partition(msgs, live):
+                c = live[tp]
                 offsets = [m.offset() for m in part]
                 lo = bisect.bisect_left(offsets, c.pos)  # fetched before a seek
                 hi = bisect.bisect_left(offsets, c.rng.end)  # past the range: fetched ahead
@@ -330,10 +348,10 @@ def read_ranges(
                     c.records += hi - lo
                     c.pos = offsets[hi - 1] + 1
                     good = True
-                    yield _batch(part[lo:hi], c.rng.topic, p, offsets[lo:hi])
+                    yield _batch(part[lo:hi], tp.topic, tp.partition, offsets[lo:hi])
                 if hi < len(offsets) or c.done:
                     c.pos = c.rng.end
-                    finish(p)
+                    finish(tp)
             if good:
                 last_progress, lost = time.monotonic(), None
             elif live:
@@ -343,14 +361,14 @@ def read_ranges(
                 yield c.marker().to_batch()
 
 
-def _by_partition(msgs: list, live: dict) -> Iterator[tuple[int, list]]:
-    """The messages of each live partition, in offset order (error-free messages only), in one pass."""
-    groups: dict[int, list] = {}
+def _by_partition(msgs: list, live: dict) -> Iterator[tuple[TopicPartition, list]]:
+    """The messages of each live topic-partition, in offset order (error-free messages only), in one pass."""
+    groups: dict[TopicPartition, list] = {}
     for m in msgs:
-        groups.setdefault(m.partition(), []).append(m)
-    for p, part in groups.items():
-        if p in live:
-            yield p, part
+        groups.setdefault(TopicPartition(m.topic(), m.partition()), []).append(m)
+    for tp, part in groups.items():
+        if tp in live:
+            yield tp, part
 
 
 # Connection-level errors librdkafka reports while it reconnects (a broker restarting, a leader moving).
@@ -398,14 +416,14 @@ def _handle_errors(msgs: list, live: dict, consumer: Consumer, on_expired: str, 
         if err is None:
             out.append(m)
             continue
-        c = live.get(m.partition()) if m.partition() is not None else None
+        c = live.get(TopicPartition(m.topic(), m.partition())) if m.topic() and m.partition() is not None else None
         if c is not None and err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
             low = earliest(c)
             if c.pos >= low:
                 raise SourceError(f"reading {c.rng}: offset {c.pos} is out of range: {err}")
             c.skip_expired(low, on_expired)  # expired while reading
             if c.done:
-                finish(c.rng.partition)
+                finish(c.rng.tp)
             else:
                 consumer.seek(KTopicPartition(c.rng.topic, c.rng.partition, c.pos))
             continue

@@ -1,0 +1,108 @@
+"""Several topics into one table: a list, or a pattern that picks up the topics created later.
+
+On the real broker: the backfill reads the history of every topic in one job and the tail what came after,
+each offset of every topic-partition once in the table, the proof complete. A topic that starts matching the
+pattern after the cutover is read by the next tail from its earliest offset (its history too), named in one
+line; a topic that does not match is never read.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+import pytest
+from helpers import backfill, tables_of, tail
+
+from tailfill.dev.sample import produce_sample
+from tailfill.offsets import TopicPartition
+from tailfill.pipeline.handle import open_pipeline
+from tailfill.proof.validate import validate
+from tailfill.run.contract import new_run_id
+from tailfill.run.planner import TailRequest, plan_tail
+from tailfill.source.kafka import consumer_config, list_partitions, watermarks
+from tailfill.source.topics import ensure_topic
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 2
+
+
+def stored(cfg) -> Counter:
+    """(topic, partition, offset) of every row in the data and quarantine tables."""
+    out: Counter = Counter()
+    for table in tables_of(cfg):
+        table.refresh()
+        arrow = table.scan(selected_fields=("kafka_topic", "kafka_partition", "kafka_offset")).to_arrow()
+        out.update(zip(*(arrow[c].to_pylist() for c in ("kafka_topic", "kafka_partition", "kafka_offset")),
+                       strict=True))
+    return out
+
+
+def ends(cfg, topics: list[str]) -> dict[TopicPartition, int]:
+    conf = consumer_config(cfg.source)
+    parts = [tp for t in topics for tp in list_partitions(conf, t)]
+    marks = watermarks(conf, parts, probe_timeout_s=30)
+    assert not marks.unconfirmed
+    return {tp: marks.high[tp] for tp in parts}
+
+
+def assert_each_offset_once(cfg, topics: list[str]) -> Counter:
+    """Every offset of every partition of ``topics`` is in the tables exactly once, and nothing else is;
+    the proof (``validate --all``) says so too. Returns the offsets per topic."""
+    rows = stored(cfg)
+    expected = {(tp.topic, tp.partition, o) for tp, end in ends(cfg, topics).items() for o in range(end)}
+    assert expected
+    assert not [k for k, n in rows.items() if n > 1], "duplicated offsets"
+    assert set(rows) == expected, (f"missing {sorted(expected - set(rows))[:5]}, "
+                                   f"unexpected {sorted(set(rows) - expected)[:5]}")
+    result = validate(open_pipeline(cfg), all_runs=True)
+    assert result.success, result.problems
+    assert sum(p["missing"] + p["duplicated"] for p in result.partitions) == 0
+    return Counter(t for t, _, _ in rows)
+
+
+def topics_made(cfg, names: list[str], records: int) -> None:
+    for name in names:
+        ensure_topic(cfg.source.bootstrap_servers, name, PARTITIONS)
+        produce_sample(cfg.source.bootstrap_servers, name, records, PARTITIONS, bad_every=97)
+
+
+def test_a_list_of_two_topics_lands_in_one_table_exactly_once(spark, make_pipeline):
+    prefix = f"l{uuid.uuid4().hex[:8]}"
+    names = [f"{prefix}.orders", f"{prefix}.refunds"]
+    cfg = make_pipeline(source__topic=None, source__partitions=PARTITIONS, source__topics=names, expectations=[])
+    topics_made(cfg, names, 300)
+
+    [result] = backfill(spark, cfg)
+    assert result.offsets == 600
+    topics_made(cfg, names, 100)  # after the cutover: the tail's
+    tail(spark, cfg)
+
+    assert assert_each_offset_once(cfg, names) == {names[0]: 400, names[1]: 400}
+
+
+def test_a_pattern_picks_up_a_new_topic_with_its_history_and_ignores_others(spark, make_pipeline):
+    prefix = f"p{uuid.uuid4().hex[:8]}"
+    first, second, later = f"{prefix}.shop.orders", f"{prefix}.shop.customers", f"{prefix}.shop.payments"
+    other = f"{prefix}.audit.orders"  # does not match
+    cfg = make_pipeline(source__topic=None, source__partitions=PARTITIONS, source__topic_pattern=rf"{prefix}\.shop\..*", expectations=[])
+    topics_made(cfg, [first, second, other], 200)
+
+    [result] = backfill(spark, cfg)
+    assert result.offsets == 400
+    tail(spark, cfg)
+
+    topics_made(cfg, [later], 150)  # created after the cutover: its whole history is the tail's
+    topics_made(cfg, [first], 50)
+    with open_pipeline(cfg) as pipeline:
+        notes = plan_tail(pipeline, TailRequest(once=True), new_run_id("tail")).notes
+    assert notes == [f"new topic {later} ({PARTITIONS} partitions, 150 offsets): the tail reads it from its "
+                     "earliest offset"]
+    tail(spark, cfg)
+
+    per_topic = assert_each_offset_once(cfg, [first, second, later])
+    assert per_topic == {first: 250, second: 200, later: 150}
+    assert other not in per_topic
+    with open_pipeline(cfg) as pipeline:  # known now: no note any more
+        assert plan_tail(pipeline, TailRequest(once=True), new_run_id("tail")).notes == []
