@@ -158,13 +158,26 @@ def sample_pipeline(fmt: str) -> str:
     return {"json": "demo", "debezium": "orders_cdc"}.get(fmt, f"orders_{fmt}")
 
 
+def sample_topic(cfg: PipelineConfig, asked: str | None) -> str:
+    """The topic ``produce-sample`` writes to: ``--topic`` (one of the pipeline's), else the pipeline's one topic."""
+    if asked is None:
+        if cfg.source.topic is None:
+            raise ConfigError(f"pipeline {cfg.name} reads {cfg.source.described}: name the one to write to "
+                              "(fix: --topic NAME)")
+        return cfg.source.topic
+    if not cfg.source.matches(asked):
+        raise ConfigError(f"--topic {asked!r} is not one of pipeline {cfg.name}'s ({cfg.source.described})")
+    return asked
+
+
 def cmd_produce_sample(args: argparse.Namespace) -> int:
     from tailfill.dev.sample import produce_sample
 
     fmt = getattr(args, "format", None) or "json"
     cfg = resolve_pipeline(args.pipeline or sample_pipeline(fmt))
+    topic = sample_topic(cfg, getattr(args, "topic", None))
     if fmt == "debezium":
-        return _produce_changes(cfg, args.count)
+        return _produce_changes(cfg, topic, args.count)
     if cfg.format.type != fmt:
         raise ConfigError(f"pipeline {cfg.name} reads {cfg.format.type}, not {fmt} (fix: --pipeline "
                           f"{sample_pipeline(fmt)})")
@@ -174,9 +187,9 @@ def cmd_produce_sample(args: argparse.Namespace) -> int:
         from tailfill.dev.format_samples import produce_format_sample
 
         url = resolve_registry(cfg.format.schema_registry.url)
-        counts = produce_format_sample(bootstrap, cfg.source.topic, url, fmt, args.count, cfg.source.partitions or 4,
+        counts = produce_format_sample(bootstrap, topic, url, fmt, args.count, cfg.source.partitions or 4,
                                        not_wire_every=args.bad_every)
-        _say(f"produced {args.count:,} {fmt} records to {cfg.source.topic} on {bootstrap} in "
+        _say(f"produced {args.count:,} {fmt} records to {topic} on {bootstrap} in "
              f"{time.monotonic() - started:.1f}s (schema {cfg.subject} in {url}; {counts['bad']:,} deliberately "
              "not in the wire format)")
         return 0
@@ -185,15 +198,15 @@ def cmd_produce_sample(args: argparse.Namespace) -> int:
         if i and i % 50_000 == 0:
             _say(f"  produced {i:,}/{args.count:,} ({i / (time.monotonic() - started):,.0f} msg/s)")
 
-    counts = produce_sample(bootstrap, cfg.source.topic, args.count, cfg.source.partitions or 4,
+    counts = produce_sample(bootstrap, topic, args.count, cfg.source.partitions or 4,
                             args.bad_every, progress)
     secs = time.monotonic() - started
-    _say(f"produced {args.count:,} records to {cfg.source.topic} on {bootstrap} in {secs:.1f}s "
+    _say(f"produced {args.count:,} records to {topic} on {bootstrap} in {secs:.1f}s "
          f"({counts['good']:,} valid, {counts['bad']:,} deliberately bad)")
     return 0
 
 
-def _produce_changes(cfg: PipelineConfig, count: int) -> int:
+def _produce_changes(cfg: PipelineConfig, topic: str, count: int) -> int:
     """``produce-sample --format debezium``: Debezium change events of orders (10 changes per order on average)."""
     from tailfill.dev.change_stream import change_stream, produce_changes
 
@@ -203,9 +216,9 @@ def _produce_changes(cfg: PipelineConfig, count: int) -> int:
     partitions = cfg.source.partitions or 4
     started = time.monotonic()
     changes = change_stream(count, max(1, count // 10), partitions=partitions, snapshot=min(count // 10, 10_000))
-    produce_changes(bootstrap, cfg.source.topic, changes, partitions)
+    produce_changes(bootstrap, topic, changes, partitions)
     ops = {op: sum(1 for c in changes if c.op == op) for op in ("r", "c", "u", "d", "tombstone")}
-    _say(f"produced {len(changes):,} change records to {cfg.source.topic} on {bootstrap} in "
+    _say(f"produced {len(changes):,} change records to {topic} on {bootstrap} in "
          f"{time.monotonic() - started:.1f}s ({', '.join(f'{n:,} {op}' for op, n in ops.items())})")
     return 0
 
@@ -299,6 +312,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
     conf = parse_conf(args.conf)
     with open_pipeline(args.pipeline) as pipeline:
         plan = plan_tail(pipeline, TailRequest(args.once, getattr(args, "stop_after", None)), new_run_id("tail"))
+    for note in plan.notes:
+        _say(note)
     runner = choose_runner(args.spark, args.master, conf, secrets=env_names(pipeline.cfg), say=_show)
     code, results = _run(runner, plan.spec)
     return _summarise(pipeline, "tail", code, results)
@@ -518,6 +533,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="avro/protobuf/json_schema: sample orders by confluent-kafka's serializers via the registry; "
                         "debezium: Debezium JSON change events of orders (snapshot, inserts, updates, deletes)")
     s.add_argument("--count", type=int, default=100_000)
+    s.add_argument("--topic", help="the topic to write to: one of the pipeline's (default: its topic; needed when it "
+                                   "reads several)")
     s.add_argument("--bad-every", type=int, default=0, help="make every K-th record bad (quarantine demo)")
     s.set_defaults(func=cmd_produce_sample)
 

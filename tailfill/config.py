@@ -77,8 +77,16 @@ class SecurityConfig(_Model):
 class SourceConfig(_Model):
     bootstrap_servers: str = Field(description="The brokers as host:port,host:port; 'embedded' is the local "
                                                "development broker of `tailfill broker up`.")
-    topic: str = Field(description="The Kafka topic whose history and live tail land in the table.")
-    partitions: int | None = Field(default=None, ge=1, description="The partition count the topic must have: "
+    topic: str | None = Field(default=None, description="The Kafka topic whose history and live tail land in the "
+                                                       "table (or `topics`, or `topic_pattern`).")
+    topics: list[str] | None = Field(default=None, description="Several topics whose records all land in the one "
+                                                               "table; offsets are kept per topic-partition.")
+    topic_pattern: str | None = Field(
+        default=None, description="A regular expression over whole topic names: every topic that matches, now or "
+                                  "later (the broker's internal `__` topics excepted), lands in the table. A topic "
+                                  "that starts matching after the cutover is read by the next tail from its "
+                                  "earliest offset.")
+    partitions: int | None = Field(default=None, ge=1, description="The partition count each topic must have: "
                                    "planning and preflight stop naming both counts when it differs (null: not "
                                    "checked).")
     isolation_level: Literal["read_committed", "read_uncommitted"] = Field(
@@ -91,6 +99,51 @@ class SourceConfig(_Model):
     consumer: dict[str, str | int | bool] = Field(
         default_factory=dict, description="Further librdkafka consumer settings; a key that looks like a secret "
                                           "(password, secret, JAAS, a PEM key) is refused.")
+
+    @model_validator(mode="after")
+    def _one_subscription(self) -> SourceConfig:
+        given = [name for name in ("topic", "topics", "topic_pattern") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of topic, topics and topic_pattern"
+                             + (f" (got {' and '.join(given)})" if given else ""))
+        if self.topics is not None:
+            if not self.topics or any(not t for t in self.topics):
+                raise ValueError("topics must name at least one topic, and no empty name")
+            if len(set(self.topics)) != len(self.topics):
+                raise ValueError(f"topics names a topic twice: {self.topics}")
+        if self.topic_pattern is not None:
+            try:
+                re.compile(self.topic_pattern)
+            except re.error as exc:
+                raise ValueError(f"topic_pattern {self.topic_pattern!r} is not a regular expression: {exc}") from None
+        return self
+
+    @property
+    def several(self) -> bool:
+        """True when the pipeline reads a list or a pattern of topics, not one named topic."""
+        return self.topic is None
+
+    @property
+    def subscription(self) -> str:
+        """The topics as a person reads them: the topic, the list joined by commas, or ``/pattern/``."""
+        if self.topic is not None:
+            return self.topic
+        return ", ".join(self.topics) if self.topics is not None else f"/{self.topic_pattern}/"
+
+    @property
+    def described(self) -> str:
+        """The topics in a sentence: ``topic 'orders'``, ``topics 'a', 'b'`` or ``the topics matching 'shop\\..*'``."""
+        if self.topic is not None:
+            return f"topic {self.topic!r}"
+        if self.topics is not None:
+            return "topics " + ", ".join(map(repr, self.topics))
+        return f"the topics matching {self.topic_pattern!r}"
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` is one of this source's (by name, or by the whole-name pattern)."""
+        if self.topic_pattern is not None:
+            return not topic.startswith("__") and re.fullmatch(self.topic_pattern, topic) is not None
+        return topic == self.topic if self.topic is not None else topic in (self.topics or ())
 
     @field_validator("consumer")
     @classmethod
@@ -510,6 +563,20 @@ class PipelineConfig(_Model):
         default=None, description="Table upkeep (`tailfill maintain`, and the <name>_maintenance DAG when set).")
     path: str | None = Field(default=None, exclude=True, description="The file it was loaded from (set by the "
                                                                      "loader, not written in the YAML).")
+
+    @model_validator(mode="after")
+    def _one_schema_for_several_topics(self) -> PipelineConfig:
+        if self.source.several and self.target.mode == "upsert":
+            raise ValueError("target.mode: upsert reads one topic: a keyed table of several topics is not supported "
+                             "(fix: one keyed pipeline per topic)")
+        registry = self.format.schema_registry
+        if registry is not None and self.source.several and not registry.subject:
+            raise ValueError("format.schema_registry.subject: a pipeline of several topics reads them with one "
+                             "schema; name its subject (the default <topic>-value names one topic)")
+        if registry is not None and self.source.several and self.format.key == "registry" and not registry.key_subject:
+            raise ValueError("format.schema_registry.key_subject: a pipeline of several topics reads their keys with "
+                             "one schema; name its subject")
+        return self
 
     @property
     def secret_env_names(self) -> tuple[str, ...]:

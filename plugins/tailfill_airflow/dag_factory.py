@@ -189,6 +189,8 @@ def tune_tail(cfg: PipelineConfig, airflow_run_id: str) -> dict | None:
 
     with TailfillHook(cfg).credentials_exported(), _opened(cfg) as pipeline:
         plan = plan_tail(pipeline, TailRequest(once=True), tailfill_run_id(cfg.name, INCREMENTAL, airflow_run_id))
+    for note in plan.notes:
+        log.info(note)
     log.info("tail position %s, broker end %s: %s offsets waiting", plan.start.to_dict(), plan.high.to_dict(),
              f"{plan.pending:,}")
     if not plan.pending:
@@ -246,7 +248,7 @@ hook) or fails, as `tail.on_missed_objective` says."""
 
 
 def _backfill_doc(cfg: PipelineConfig) -> str:
-    return f"""### Backfill of `{cfg.source.topic}` into `{cfg.target.namespace}.{cfg.target.table}`
+    return f"""### Backfill of `{cfg.source.subscription}` into `{cfg.target.namespace}.{cfg.target.table}`
 
 Loads the topic's history — by default from the earliest offset to the **cutover**, where the
 incremental DAG (`{dag_id(cfg.name, INCREMENTAL)}`) begins — exactly once, in slices run by parallel
@@ -264,7 +266,7 @@ with the offsets and rows of each validated lane.
 
 
 def _incremental_doc(cfg: PipelineConfig) -> str:
-    return f"""### Incremental tail of `{cfg.source.topic}` into `{cfg.target.namespace}.{cfg.target.table}`
+    return f"""### Incremental tail of `{cfg.source.subscription}` into `{cfg.target.namespace}.{cfg.target.table}`
 
 Each run ingests what arrived after the committed position (from the cutover on), validates it,
 and updates the table's asset. Schedule: `{cfg.tail.schedule}`. A run with nothing new stops after
@@ -284,16 +286,17 @@ def _deadline_doc(cfg: PipelineConfig) -> str:
 def _params(cfg: PipelineConfig) -> dict[str, Param]:
     slices, lanes = cfg.backfill.slices, backfill_lane_slots()
     status = f"[the pipeline's live offsets](/tailfill/pipeline/{dag_id(cfg.name, BACKFILL)})"
+    topic = cfg.source.topic or (cfg.source.topics or ["a_topic"])[0]  # for the examples
     return {
         "from_offsets": Param(
             "earliest", type="string", title="From",
             description_md=f'Where the backfill starts: `earliest` (the oldest offset the broker still holds) or '
-                           f'offsets as JSON, e.g. `{{"{cfg.source.topic}": {{"0": 1000, "1": 1000}}}}`. '
+                           f'offsets as JSON, e.g. `{{"{topic}": {{"0": 1000, "1": 1000}}}}`. '
                            f'Earliest offsets per partition: {status}.'),
         "to_offsets": Param(
             "cutover", type="string", title="To (exclusive)",
             description_md=f'Where it ends: `cutover` (where the tail begins; recorded at the broker\'s current end '
-                           f'by the first run) or offsets JSON like `{{"{cfg.source.topic}": {{"0": 5000}}}}`. '
+                           f'by the first run) or offsets JSON like `{{"{topic}": {{"0": 5000}}}}`. '
                            f'Cutover, committed offsets and what a run would cover: {status}.'),
         "slices": Param(
             slices, type="integer", minimum=1, maximum=1024, title="Slices",
@@ -329,7 +332,7 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
     """Manual, parameterised backfill of ``[from, to)``: preflight → plan → mapped spark-submit → validate."""
     with DAG(
         dag_id=dag_id(cfg.name, BACKFILL),
-        description=f"Backfill history of {cfg.source.topic} into {cfg.target.namespace}.{cfg.target.table}",
+        description=f"Backfill history of {cfg.source.subscription} into {cfg.target.namespace}.{cfg.target.table}",
         schedule=None,
         start_date=START,
         catchup=False,
@@ -419,7 +422,7 @@ def _scheduled_dag(cfg: PipelineConfig, kind: str, schedule: str | None, doc_md:
 def incremental_dag(cfg: PipelineConfig) -> DAG:
     """Scheduled tail from the committed position: preflight → tune → spark-submit → validate → report."""
     with _scheduled_dag(cfg, INCREMENTAL, cfg.tail.schedule, _incremental_doc(cfg),
-                        f"Tail {cfg.source.topic} from its committed position into {cfg.target.table}",
+                        f"Tail {cfg.source.subscription} from its committed position into {cfg.target.table}",
                         run_deadline(cfg.tail.run_deadline_seconds)) as dag:
 
         @task.short_circuit(doc_md=TUNE_DOC, multiple_outputs=True)  # downstream reads tuned["args"]

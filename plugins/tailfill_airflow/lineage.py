@@ -17,10 +17,12 @@ from tailfill.config import PipelineConfig
 log = logging.getLogger(__name__)
 
 
-def kafka_dataset_name(cfg: PipelineConfig) -> tuple[str, str]:
-    """OpenLineage's namespace and name of the pipeline's topic (the first bootstrap server names the cluster)."""
+def kafka_dataset_names(cfg: PipelineConfig) -> tuple[str, list[str]]:
+    """OpenLineage's namespace and names of the pipeline's topics (the first bootstrap server names the cluster;
+    a pattern's dataset is named by the pattern)."""
     first = cfg.source.bootstrap_servers.split(",")[0].strip()
-    return f"kafka://{first}", cfg.source.topic
+    names = cfg.source.topics or [cfg.source.topic or cfg.source.subscription]
+    return f"kafka://{first}", names
 
 
 def iceberg_dataset_name(cfg: PipelineConfig) -> tuple[str, str]:
@@ -40,16 +42,16 @@ def emit_lineage(cfg: PipelineConfig, rows: int, quarantined: int) -> bool:
         return False
     if not is_openlineage_active():
         return False
-    source_ns, topic = kafka_dataset_name(cfg)
+    source_ns, topics = kafka_dataset_names(cfg)
     table_ns, table = iceberg_dataset_name(cfg)
     schema = schema_dataset.SchemaDatasetFacet(
         fields=[schema_dataset.SchemaDatasetFacetFields(name=name, type=kind) for name, kind in table_columns(cfg)])
     stats = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(rowCount=rows)
-    emit_dataset_lineage(inputs=[InputDataset(namespace=source_ns, name=topic)],
+    emit_dataset_lineage(inputs=[InputDataset(namespace=source_ns, name=topic) for topic in topics],
                          outputs=[OutputDataset(namespace=table_ns, name=table, facets={"schema": schema},
                                                 outputFacets={"outputStatistics": stats})])
-    log.info("lineage: %s %s -> %s %s (%s rows, %s quarantined)", source_ns, topic, table_ns, table, f"{rows:,}",
-             f"{quarantined:,}")
+    log.info("lineage: %s %s -> %s %s (%s rows, %s quarantined)", source_ns, ", ".join(topics), table_ns, table,
+             f"{rows:,}", f"{quarantined:,}")
     return True
 
 

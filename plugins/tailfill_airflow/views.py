@@ -460,7 +460,7 @@ def pipeline_page(dag_id: str) -> HTMLResponse:
 
     pipeline, _ = pipeline_of(dag_id)
     cfg = pipeline.cfg
-    title = f"{cfg.name}: {cfg.source.topic} → {cfg.target.namespace}.{cfg.target.table}"
+    title = f"{cfg.name}: {cfg.source.subscription} → {cfg.target.namespace}.{cfg.target.table}"
     try:
         with pipeline:
             ctx = live_context(pipeline)

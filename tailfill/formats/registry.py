@@ -46,7 +46,7 @@ def format_of(fmt: FormatConfig, topic: str, registry: RegistryClient | None = N
 def pipeline_format(cfg: PipelineConfig, registry: RegistryClient | None = None) -> Format:
     """The format a pipeline's records are read with: its ``format`` block's, read as changes of keys when the
     target is keyed (``target.mode: upsert``)."""
-    fmt = format_of(cfg.format, cfg.source.topic, registry)
+    fmt = format_of(cfg.format, cfg.source.subscription, registry)
     if cfg.target.keyed:
         return ChangeFormat(fmt, cfg.target.key, cfg.format.envelope)
     return fmt

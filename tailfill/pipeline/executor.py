@@ -53,7 +53,7 @@ class ExecutorContext:
 
     def warm(self) -> None:
         """Connect the consumer now (the decoder is built already), before the first batch needs it."""
-        self.consumer.get().list_topics(self.cfg.source.topic, timeout=CONNECT_TIMEOUT_S)
+        self.consumer.get().list_topics(self.cfg.source.topic, timeout=CONNECT_TIMEOUT_S)  # None: every topic's
 
     def close(self) -> None:
         self.consumer.close()

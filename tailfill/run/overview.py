@@ -48,7 +48,7 @@ def pipeline_line(pipeline: Pipeline) -> str:
         committed, lag, why = "?", "?", f"\n  {' ' * 19}({exc})"
     if tables is None:
         table += " (not made)"
-    return (f"{cfg.name:<20} {cfg.source.topic:<24} {table:<32} {committed:>11} {lag:>9}  "
+    return (f"{cfg.name:<20} {cfg.source.subscription:<24} {table:<32} {committed:>11} {lag:>9}  "
             f"{_last_run(pipeline)}{why}")
 
 

@@ -9,6 +9,8 @@ of its bounds, and a missing position is never replaced by "latest".
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -19,10 +21,18 @@ from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError, LakeError, SourceError
 from tailfill.lake.ledger import Ledger, read_cutover, read_ledger, record_cutover
 from tailfill.lake.tables import Tables
-from tailfill.offsets import PartitionOffsets, by_partition, ranges_between, split_slices, total
+from tailfill.offsets import (
+    OffsetRange,
+    PartitionOffsets,
+    TopicPartition,
+    by_partition,
+    ranges_between,
+    split_slices,
+    total,
+)
 from tailfill.pipeline.handle import Pipeline
 from tailfill.run.contract import Mode, Slice
-from tailfill.source.kafka import Watermarks, list_partitions, watermarks
+from tailfill.source.kafka import Watermarks, subscribed_partitions, watermarks
 
 CONFIRM_CUTOVER_S = 30.0  # how long to try to confirm the broker's ends before recording the cutover
 
@@ -55,12 +65,8 @@ class SourceState:
 def source_state(pipeline: Pipeline, tables: Tables | None) -> SourceState:
     """Read the broker's watermarks and, from ``tables`` (None: never made), the ledger and the cutover."""
     cfg = pipeline.resolved
-    parts = list_partitions(pipeline.kafka, cfg.source.topic)
-    if cfg.source.partitions is not None and len(parts) != cfg.source.partitions:
-        raise ConfigError(
-            f"{cfg.path}: source.partitions: topic {cfg.source.topic!r} has {len(parts)} partitions, "
-            f"the pipeline expects {cfg.source.partitions} (fix: update the pipeline after a repartition)"
-        )
+    parts = subscribed_partitions(pipeline.kafka, cfg.source)
+    check_partition_counts(cfg, parts)
     marks = watermarks(pipeline.kafka, parts)
     ledger, cutover = Ledger(), None
     if tables is not None:
@@ -68,6 +74,31 @@ def source_state(pipeline: Pipeline, tables: Tables | None) -> SourceState:
         ledger, cutover = read_ledger(tables.data), read_cutover(tables.data)
     check_not_behind(cfg, marks, ledger)
     return SourceState(pipeline, tables, marks, ledger, cutover)
+
+
+def check_partition_counts(cfg: PipelineConfig, parts: list[TopicPartition]) -> None:
+    """Refuse a topic whose partition count is not ``source.partitions`` (when it is set), naming both counts."""
+    if cfg.source.partitions is None:
+        return
+    for topic, count in sorted(Counter(tp.topic for tp in parts).items()):
+        if count != cfg.source.partitions:
+            raise ConfigError(
+                f"{cfg.path}: source.partitions: topic {topic!r} has {count} partitions, "
+                f"the pipeline expects {cfg.source.partitions} (fix: update the pipeline after a repartition)")
+
+
+def topics_of(ranges: Iterable[OffsetRange] | Iterable[TopicPartition]) -> set[str]:
+    """The topics that ``ranges`` (or partitions) are of."""
+    return {r.topic for r in ranges}
+
+
+def new_and_gone_topics(state: SourceState) -> tuple[list[str], list[str]]:
+    """Topics on the broker that neither the cutover nor the ledger knows (they came after the cutover: the tail
+    reads them from their earliest offset), and topics the ledger holds that the source no longer finds."""
+    on_broker = topics_of(state.marks.high)
+    known = topics_of(state.ledger.committed) | (topics_of(state.cutover) if state.cutover is not None else set())
+    new = sorted(on_broker - known) if state.cutover is not None else []
+    return new, sorted(topics_of(state.ledger.committed) - on_broker)
 
 
 def check_not_behind(cfg: PipelineConfig, marks: Watermarks, ledger: Ledger) -> None:
@@ -81,7 +112,7 @@ def check_not_behind(cfg: PipelineConfig, marks: Watermarks, ledger: Ledger) -> 
               if tp in marks.high and tp not in marks.unconfirmed and marks.high[tp] < ranges[-1].end]
     if behind:
         raise SourceError(
-            f"topic {cfg.source.topic!r} on {cfg.source.bootstrap_servers} went backwards: {'; '.join(behind)}. "
+            f"{cfg.source.described} on {cfg.source.bootstrap_servers} went backwards: {'; '.join(behind)}. "
             "The broker lost data or the topic was created again; offsets from here would be new records under "
             f"old numbers (fix: find out what happened to the topic; to start over, `tailfill reset {cfg.name}` "
             "or ingest into a new table)")
@@ -129,13 +160,13 @@ def plan_backfill(
 
 def check_bounds(state: SourceState, start: PartitionOffsets | None, end: PartitionOffsets) -> None:
     """Refuse a backfill's ``[start, end)`` that the topic cannot hold, naming each partition and both ends."""
-    topic = state.cfg.source.topic
+    topic = state.cfg.source.described
     marks = state.marks
-    unknown = sorted(tp for tp in end if tp not in marks.high or tp.topic != topic)
+    unknown = sorted(tp for tp in end if tp not in marks.high)
     if unknown:
-        raise ConfigError(f"backfill bounds: {', '.join(map(str, unknown))} is not a partition of topic {topic!r} "
-                          f"(it has {len(marks.high.offsets)}) (fix: name partitions 0 to "
-                          f"{len(marks.high.offsets) - 1} of {topic!r})")
+        have = ", ".join(f"{t} 0 to {n - 1}" for t, n in sorted(Counter(tp.topic for tp in marks.high).items()))
+        raise ConfigError(f"backfill bounds: {', '.join(map(str, unknown))} is not a partition of {topic} "
+                          f"(fix: name partitions the source has: {have})")
     backwards = [f"{tp} from {start[tp]:,} to {end[tp]:,}" for tp in sorted(end)
                  if start is not None and tp in start and start[tp] > end[tp]]
     if backwards:
@@ -145,7 +176,7 @@ def check_bounds(state: SourceState, start: PartitionOffsets | None, end: Partit
     past = [f"{tp}: asked up to {end[tp]:,}, the broker's end is {marks.high[tp]:,}" for tp in sorted(end)
             if end[tp] > marks.high[tp] and tp not in marks.unconfirmed]
     if past:
-        raise ConfigError(f"backfill bounds past the end of topic {topic!r} on {state.cfg.source.bootstrap_servers}: "
+        raise ConfigError(f"backfill bounds past the end of {topic} on {state.cfg.source.bootstrap_servers}: "
                           f"{'; '.join(past)} (fix: give To at most the broker's end, or `cutover` to "
                           "backfill up to the cutover)")
 

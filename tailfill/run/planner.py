@@ -20,7 +20,15 @@ from tailfill.errors import ConfigError
 from tailfill.offsets import OffsetRange, PartitionOffsets, ranges_between, subtract, total
 from tailfill.pipeline.handle import Pipeline
 from tailfill.run.contract import JobSpec, Slice, new_run_id
-from tailfill.run.plan import SourceState, check_bounds, ensure_cutover, plan_backfill, source_state, tail_start
+from tailfill.run.plan import (
+    SourceState,
+    check_bounds,
+    ensure_cutover,
+    new_and_gone_topics,
+    plan_backfill,
+    source_state,
+    tail_start,
+)
 from tailfill.run.tuning import Tuning, tuned_max_offsets
 
 OnCommitted = Literal["skip", "fail", "replay"]
@@ -87,6 +95,7 @@ class TailPlan:
     start: PartitionOffsets
     high: PartitionOffsets
     pending: int
+    notes: list[str] = field(default_factory=list)  # topics new since the cutover, or gone: one line each
 
 
 def _overlap(state: SourceState, start: PartitionOffsets, end: PartitionOffsets) -> list[OffsetRange]:
@@ -125,6 +134,7 @@ def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
     if request.end is not None and past_cutover:
         lines.append(f"warning: To passes the cutover on {'; '.join(past_cutover)}: the offsets after the cutover "
                      "are the tail's too; each lands once whoever commits it first")
+    lines += [line for line in topic_notes(state) if line.startswith("topic ")]  # new topics are the tail's
     overlap = _overlap(state, start, end)
     if overlap and request.on_committed == "fail":
         raise ConfigError(f"requested range overlaps committed offsets in {', '.join(map(str, overlap))} "
@@ -156,13 +166,30 @@ def plan_tail(pipeline: Pipeline, request: TailRequest, run_id: str) -> TailPlan
     state = source_state(pipeline, pipeline.provision_tables())
     cutover = ensure_cutover(state)
     start = tail_start(state, cutover)
+    notes = topic_notes(state)
     tuning = tuned_max_offsets(cfg, pipeline.state, "tail")
     if not request.once and cfg.tail.trigger == "processing_time":  # it sizes each batch itself, up to the maximum
         tuning = replace(tuning, max_offsets_per_batch=tuning.configured_max,
                          reason="the adaptive tail sizes each batch from its last one, up to the configured maximum")
     spec = JobSpec(cfg.path or cfg.name, "tail", run_id, cutover=cutover, once=request.once,
                    stop_after_seconds=request.stop_after_seconds, max_offsets_per_batch=tuning.max_offsets_per_batch)
-    return TailPlan(spec, tuning, start, state.marks.high, total(ranges_between(start, state.marks.high)))
+    return TailPlan(spec, tuning, start, state.marks.high, total(ranges_between(start, state.marks.high)), notes)
+
+
+def topic_notes(state: SourceState) -> list[str]:
+    """One line per topic that came after the cutover with records not yet read, and per topic gone from the
+    broker whose rows the table keeps."""
+    new, gone = new_and_gone_topics(state)
+    lines = []
+    for topic in new:
+        parts = [tp for tp in state.marks.high if tp.topic == topic]
+        offsets = sum(state.marks.high[tp] for tp in parts)
+        if offsets:
+            lines.append(f"new topic {topic} ({len(parts)} partition{'s' * (len(parts) != 1)}, {offsets:,} offsets): "
+                         "the tail reads it from its earliest offset")
+    lines += [f"topic {topic} is gone from {state.cfg.source.bootstrap_servers}: its rows stay in the table, "
+              "nothing more is read from it" for topic in gone]
+    return lines
 
 
 def backfill_spec(pipeline: Pipeline, start: PartitionOffsets | None = None, end: PartitionOffsets | None = None,

@@ -9,6 +9,7 @@ Checks only read: the tables are made and the cutover recorded by the planner
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 
 from tailfill.errors import BrokerError, ConfigError, LakeError, PreflightError, RegistryError, SourceError
 from tailfill.lake.tables import catalog_label
@@ -122,7 +123,11 @@ def preflight(pipeline: Pipeline, mode: str) -> list[str]:
         raise PreflightError(str(exc)) from exc
     except LakeError as exc:
         raise PreflightError(f"catalog: {exc}") from exc
-    passed.append(f"broker reachable, topic {cfg.source.topic!r} has {len(state.marks.high.offsets)} partitions")
+    per_topic = Counter(tp.topic for tp in state.marks.high)
+    passed.append(f"broker reachable, {cfg.source.described}: "
+                  + ", ".join(f"{topic} has {count} partitions" for topic, count in sorted(per_topic.items()))
+                  if cfg.source.several else
+                  f"broker reachable, topic {cfg.source.topic!r} has {len(state.marks.high.offsets)} partitions")
     names = f"{cfg.target.namespace}.{cfg.target.table}"
     passed.append(f"catalog {catalog_label(cfg.target)} reachable, tables {names} "
                   + ("ready" if tables is not None else "not made yet (the first run's planner makes them)"))

@@ -100,7 +100,7 @@ def _asked(pipeline: Pipeline, request: ReplayRequest, data: Table, ledger: Ledg
         return merge(r for b in batches for r in b.ranges)
     unknown = sorted({tp for bound in (request.start, request.end) if bound for tp in bound} - set(partitions))
     if unknown:
-        raise ConfigError(f"replay bounds: {', '.join(map(str, unknown))} is not a partition of topic {topic!r} "
+        raise ConfigError(f"replay bounds: {', '.join(map(str, unknown))} is not a partition of {topic} "
                           f"(it has {len(partitions)})")
     named = [tp for tp in partitions if (request.start and tp in request.start) or (request.end and tp in request.end)]
     ends = {r.tp: r.end for r in merge(ledger.committed)}
@@ -123,7 +123,7 @@ def plan_replay(pipeline: Pipeline, request: ReplayRequest) -> ReplayPlan:
                           "tables only (fix: `tailfill reset` and a new backfill rebuild a keyed table)")
     tables = pipeline.provision_tables()  # a field added to the YAML becomes a column here, as on a normal run
     state = source_state(pipeline, tables)
-    asked = _asked(pipeline, request, tables.data, state.ledger, cfg.source.topic, list(state.marks.high))
+    asked = _asked(pipeline, request, tables.data, state.ledger, cfg.source.described, list(state.marks.high))
     todo, uncommitted, lost = split_committed(asked, state.ledger)
     lines = []
     if uncommitted:

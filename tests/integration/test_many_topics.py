@@ -82,11 +82,12 @@ def test_a_list_of_two_topics_lands_in_one_table_exactly_once(spark, make_pipeli
     assert assert_each_offset_once(cfg, names) == {names[0]: 400, names[1]: 400}
 
 
-def test_a_pattern_picks_up_a_new_topic_with_its_history_and_ignores_others(spark, make_pipeline):
+def test_a_pattern_picks_up_a_new_topic_with_its_history_ignores_others_and_names_one_gone(spark, make_pipeline):
     prefix = f"p{uuid.uuid4().hex[:8]}"
     first, second, later = f"{prefix}.shop.orders", f"{prefix}.shop.customers", f"{prefix}.shop.payments"
     other = f"{prefix}.audit.orders"  # does not match
-    cfg = make_pipeline(source__topic=None, source__partitions=PARTITIONS, source__topic_pattern=rf"{prefix}\.shop\..*", expectations=[])
+    cfg = make_pipeline(source__topic=None, source__partitions=PARTITIONS, source__topic_pattern=rf"{prefix}\.shop\..*",
+                        expectations=[])
     topics_made(cfg, [first, second, other], 200)
 
     [result] = backfill(spark, cfg)
@@ -106,3 +107,21 @@ def test_a_pattern_picks_up_a_new_topic_with_its_history_and_ignores_others(spar
     assert other not in per_topic
     with open_pipeline(cfg) as pipeline:  # known now: no note any more
         assert plan_tail(pipeline, TailRequest(once=True), new_run_id("tail")).notes == []
+
+    delete_topic(cfg, second)  # gone: named, its rows kept, the rest still read and proven
+    with open_pipeline(cfg) as pipeline:
+        notes = plan_tail(pipeline, TailRequest(once=True), new_run_id("tail")).notes
+    assert notes == [f"topic {second} is gone from {cfg.source.bootstrap_servers}: its rows stay in the table, "
+                     "nothing more is read from it"]
+    topics_made(cfg, [later], 20)
+    tail(spark, cfg)
+    assert stored(cfg).keys() >= {(second, p, o) for p in range(PARTITIONS) for o in range(100)}
+    assert Counter(t for t, _, _ in stored(cfg))[later] == 170
+
+
+def delete_topic(cfg, name: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": cfg.source.bootstrap_servers})  # alive until the deletion is done
+    for future in admin.delete_topics([name], operation_timeout=30).values():
+        future.result(timeout=30)

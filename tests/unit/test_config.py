@@ -73,6 +73,14 @@ def _delete(*keys):
     return edit
 
 
+def _several(**source):
+    def edit(data):
+        del data["source"]["topic"]
+        data["source"].update(source)
+
+    return edit
+
+
 def _rename(section, old, new):
     def edit(data):
         data[section][new] = data[section].pop(old)
@@ -104,6 +112,11 @@ def _rename(section, old, new):
         (_set("backfill", "when_tail_unknown", "wait"), "backfill.when_tail_unknown", "allowed values"),
         (_set("target", "state_root", "s3://bucket/state"), "target", "must be on the warehouse's filesystem"),
         (_set("target", "state_root", "gs://bucket/state"), "target", "must be on the warehouse's filesystem"),
+        (_set("source", "topics", ["a", "b"]), "source", "exactly one of topic, topics and topic_pattern (got topic "
+                                                         "and topics)"),
+        (_delete("source", "topic"), "source", "give exactly one of topic, topics and topic_pattern"),
+        (_several(topic_pattern="shop.(orders"), "source", "is not a regular expression"),
+        (_several(topics=[]), "source", "at least one topic"),
     ],
 )
 def test_malformed_pipeline_names_file_and_field(tmp_path, edit, field, hint):
@@ -337,3 +350,44 @@ def test_produce_sample_without_pipeline_writes_to_a_shipped_pipeline_of_its_for
         assert (cfg.name, cfg.format.type, cfg.format.envelope) == ("orders_cdc", "json", "debezium")
     else:
         assert (cfg.format.type, cfg.format.envelope) == (fmt, "none")
+
+
+def test_several_topics_with_a_registry_need_a_named_subject(tmp_path):
+    def registry(data):
+        _several(topics=["a", "b"])(data)
+        data["format"] = {"type": "avro", "schema_registry": {"url": "http://127.0.0.1:1"}}
+
+    with pytest.raises(ConfigError, match=r"format\.schema_registry\.subject: a pipeline of several topics"):
+        load_pipeline(write_variant(tmp_path, registry))
+
+
+@pytest.mark.parametrize(("source", "topic", "matches"), [
+    ({"topics": ["shop.orders", "shop.refunds"]}, "shop.refunds", True),
+    ({"topics": ["shop.orders", "shop.refunds"]}, "shop.other", False),
+    ({"topic_pattern": r"shop\..*"}, "shop.payments", True),
+    ({"topic_pattern": r"shop\..*"}, "old.shop.payments", False),  # the whole name must match
+    ({"topic_pattern": ".*"}, "__consumer_offsets", False),  # never the broker's own topics
+])
+def test_a_source_of_several_topics_says_which_are_its_own(tmp_path, source, topic, matches):
+    cfg = load_pipeline(write_variant(tmp_path, _several(**source)))
+    assert cfg.source.several and cfg.source.matches(topic) is matches
+
+
+def test_produce_sample_needs_topic_when_the_pipeline_reads_several(tmp_path):
+    from tailfill.cli import sample_topic
+
+    cfg = load_pipeline(write_variant(tmp_path, _several(topic_pattern=r"shop\..*")))
+    with pytest.raises(ConfigError, match=r"reads the topics matching .*: name the one to write to"):
+        sample_topic(cfg, None)
+    with pytest.raises(ConfigError, match="'audit' is not one of pipeline"):
+        sample_topic(cfg, "audit")
+    assert sample_topic(cfg, "shop.orders") == "shop.orders"
+
+
+def test_a_keyed_table_of_several_topics_is_refused_with_one_line(tmp_path):
+    def keyed(data):
+        _several(topics=["a", "b"])(data)
+        data["target"].update({"mode": "upsert", "key": ["event_id"]})
+
+    with pytest.raises(ConfigError, match="a keyed table of several topics is not supported"):
+        load_pipeline(write_variant(tmp_path, keyed))
