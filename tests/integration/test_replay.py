@@ -80,6 +80,20 @@ def assert_proof_complete(cfg) -> None:
     assert sum(p["missing"] + p["duplicated"] for p in result.partitions) == 0
 
 
+def assert_orgs_filled_in_place(cfg, rows_before, bad_before, ledger_before) -> dict[str, str | None]:
+    """Every row has the org its record holds (none for the first NO_ORG), the same offsets as before, each once,
+    the ledger unchanged and the proof complete; the orgs by event id."""
+    values = orgs(cfg)
+    assert len(values) == RECORDS - BAD
+    assert all(values[f"e{i}"] is None for i in range(NO_ORG))
+    assert all(v == f"org-{int(k[1:]) % 3}" for k, v in values.items() if int(k[1:]) >= NO_ORG)
+    rows, quarantined = assert_exactly_once(cfg, high_watermarks(cfg))
+    assert rows == rows_before and quarantined == bad_before
+    assert read_ledger(tables_of(cfg).data) == ledger_before
+    assert_proof_complete(cfg)
+    return values
+
+
 @pytest.fixture
 def backfilled(spark, make_pipeline):
     """A 2-partition JSON topic backfilled by a pipeline without ``org``, in batches of 100 offsets; yields the
@@ -103,14 +117,7 @@ def test_replay_fills_a_new_column_for_committed_rows(backfilled, capsys):
     out = capsys.readouterr().out
     assert f"replayed {RECORDS:,} offsets" in out and f"{RECORDS - BAD:,} rows, {BAD} quarantined" in out
 
-    values = orgs(cfg)
-    assert len(values) == RECORDS - BAD
-    assert all(values[f"e{i}"] is None for i in range(NO_ORG))
-    assert all(v == f"org-{int(k[1:]) % 3}" for k, v in values.items() if int(k[1:]) >= NO_ORG)
-    rows, quarantined = assert_exactly_once(cfg, high_watermarks(cfg))
-    assert rows == rows_before and quarantined == bad_before
-    assert read_ledger(tables_of(cfg).data) == ledger_before
-    assert_proof_complete(cfg)
+    values = assert_orgs_filled_in_place(cfg, rows_before, bad_before, ledger_before)
 
     assert replay(cfg, "--run", run_id) == 0  # the backfill's offsets again, by its run id
     assert f"replayed {RECORDS:,} offsets" in capsys.readouterr().out
@@ -130,13 +137,7 @@ def test_replay_with_unknown_fields_evolve_adds_the_columns_the_records_want(bac
     assert f"replayed {RECORDS:,} offsets" in capsys.readouterr().out
 
     assert "org" in tables_of(cfg).data.schema().column_names
-    values = orgs(cfg)
-    assert all(values[f"e{i}"] is None for i in range(NO_ORG))
-    assert all(v == f"org-{int(k[1:]) % 3}" for k, v in values.items() if int(k[1:]) >= NO_ORG)
-    rows, quarantined = assert_exactly_once(cfg, high_watermarks(cfg))
-    assert rows == rows_before and quarantined == bad_before
-    assert read_ledger(tables_of(cfg).data) == ledger_before
-    assert_proof_complete(cfg)
+    assert_orgs_filled_in_place(cfg, rows_before, bad_before, ledger_before)
 
 
 def test_uncommitted_offsets_are_clipped_with_one_line(backfilled, capsys):
