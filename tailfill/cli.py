@@ -19,7 +19,14 @@ from tailfill.redact import redact_text
 from tailfill.run.connect_server import connect_server_down, connect_server_up
 from tailfill.run.connect_server import server_state as connect_state
 from tailfill.run.contract import IngestResult, JobSpec, new_run_id, read_event
-from tailfill.run.planner import BackfillPlan, BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
+from tailfill.run.planner import (
+    BackfillPlan,
+    BackfillRequest,
+    TailRequest,
+    plan_backfill_lanes,
+    plan_tail,
+    topic_names,
+)
 from tailfill.run.runners import Runner, choose_runner, run_side_by_side
 from tailfill.run.submit import parse_conf
 from tailfill.run.warm_spark import server_state, spark_server_down, spark_server_up
@@ -262,7 +269,8 @@ def backfill_plan(pipeline: Pipeline, args: argparse.Namespace) -> BackfillPlan:
     request = BackfillRequest(_offsets(args.start), _offsets(args.end), args.slices,
                               lanes=getattr(args, "lanes", None) or 1,
                               max_offsets_per_second=getattr(args, "max_rate", None),
-                              on_committed=getattr(args, "on_committed", None) or "skip")
+                              on_committed=getattr(args, "on_committed", None) or "skip",
+                              topics=topic_names(getattr(args, "topics", None)))
     run_id = new_run_id("backfill")  # every lane of a command-line backfill is one run
     return plan_backfill_lanes(pipeline, request, lambda _lane: run_id)
 
@@ -547,6 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="rate limit for this backfill (default: the pipeline's backfill.max_offsets_per_second)")
     bf.add_argument("--lanes", type=int, default=1, metavar="N",
                     help="parallel spark-submit jobs sharing the slices (as the backfill DAG's lanes; default 1)")
+    bf.add_argument("--topics", metavar="A,B", help="of a pipeline of several topics, backfill only these "
+                                                   "(default: all)")
     bf.add_argument("--on-committed", choices=("skip", "fail", "replay"), default="skip",
                     help="offsets of the range already committed: skip them (default), fail, or replay them with the "
                          "pipeline as it is now (as `tailfill replay`)")

@@ -322,6 +322,10 @@ def _params(cfg: PipelineConfig) -> dict[str, Param]:
                            "task re-reads the committed offsets of the range with the pipeline as it is now and "
                            "replaces their rows (as `tailfill replay`; e.g. after a field was added), then the "
                            "lanes backfill the rest."),
+        **({"topics": Param(
+            "", type="string", title="Topics",
+            description_md=f"Backfill only these topics, separated by commas (empty: every topic of "
+                           f"{cfg.source.described}).")} if cfg.source.several else {}),
     }
 
 

@@ -44,17 +44,38 @@ class BackfillRequest:
     lanes: int = 1  # parallel jobs sharing the slices (never more than there are slices)
     max_offsets_per_second: int | None = None  # None: the pipeline's backfill.max_offsets_per_second
     on_committed: OnCommitted = "skip"  # offsets of the range already committed: leave them, refuse, or replay them
+    topics: tuple[str, ...] = ()  # of a pipeline of several topics, only these (empty: all of them)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> BackfillRequest:
         """The backfill DAG's form: ``from_offsets``/``to_offsets`` (``earliest``/``cutover`` or offsets JSON),
-        ``slices``, ``max_parallel_slices``, ``max_offsets_per_second``, ``committed_ranges``."""
+        ``slices``, ``max_parallel_slices``, ``max_offsets_per_second``, ``committed_ranges``, ``topics`` (names
+        separated by commas; empty: all)."""
         start, end = params.get("from_offsets", "earliest"), params.get("to_offsets", "cutover")
         return cls(start=None if start in (None, "", "earliest") else _offsets("From", "from_offsets", start),
                    end=None if end in (None, "", "cutover") else _offsets("To", "to_offsets", end),
                    slices=params.get("slices"), lanes=params.get("max_parallel_slices") or 1,
                    max_offsets_per_second=params.get("max_offsets_per_second"),
-                   on_committed=params.get("committed_ranges") or "skip")
+                   on_committed=params.get("committed_ranges") or "skip",
+                   topics=topic_names(params.get("topics")))
+
+
+def topic_names(text: str | None) -> tuple[str, ...]:
+    """Topic names from a comma-separated list (the form's and ``--topics``); empty for none."""
+    return tuple(name.strip() for name in (text or "").split(",") if name.strip())
+
+
+def only_topics(offsets: PartitionOffsets, topics: tuple[str, ...], state: SourceState) -> PartitionOffsets:
+    """``offsets`` of ``topics`` only (all when empty); a topic the source does not have is refused, naming those
+    it has."""
+    if not topics:
+        return offsets
+    have = sorted({tp.topic for tp in state.marks.high})
+    unknown = [t for t in topics if t not in have]
+    if unknown:
+        raise ConfigError(f"backfill topics: {', '.join(map(repr, unknown))} not among the pipeline's "
+                          f"{state.cfg.source.described} (fix: name some of: {', '.join(have)})")
+    return PartitionOffsets({tp: off for tp, off in offsets.offsets.items() if tp.topic in topics})
 
 
 def _offsets(title: str, param: str, text: str) -> PartitionOffsets:
@@ -122,8 +143,8 @@ def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
     """
     cfg = pipeline.cfg
     state = source_state(pipeline, pipeline.provision_tables())
-    start = request.start or state.marks.low
-    end = request.end or ensure_cutover(state)
+    start = only_topics(request.start or state.marks.low, request.topics, state)
+    end = only_topics(request.end or ensure_cutover(state), request.topics, state)
     check_bounds(state, start, end)  # From after To, unknown partitions, past the broker's end: one line each
     lines = [f"earliest {state.marks.low.to_dict()}, cutover {(state.cutover or end).to_dict()}, committed "
              f"{sum(r.size for r in state.ledger.committed):,} offsets; this run covers "

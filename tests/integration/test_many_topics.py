@@ -15,11 +15,13 @@ import pytest
 from helpers import backfill, tables_of, tail
 
 from tailfill.dev.sample import produce_sample
+from tailfill.errors import ConfigError
 from tailfill.offsets import TopicPartition
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.proof.validate import validate
 from tailfill.run.contract import new_run_id
-from tailfill.run.planner import TailRequest, plan_tail
+from tailfill.run.planner import BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
+from tailfill.run.spark_job import run
 from tailfill.source.kafka import consumer_config, list_partitions, watermarks
 from tailfill.source.topics import ensure_topic
 
@@ -74,8 +76,15 @@ def test_a_list_of_two_topics_lands_in_one_table_exactly_once(spark, make_pipeli
     cfg = make_pipeline(source__topic=None, source__partitions=PARTITIONS, source__topics=names, expectations=[])
     topics_made(cfg, names, 300)
 
-    [result] = backfill(spark, cfg)
-    assert result.offsets == 600
+    with open_pipeline(cfg) as pipeline:  # one topic first, as the form's Topics field asks
+        [spec] = plan_backfill_lanes(pipeline, BackfillRequest(topics=(names[1],)), lambda _: new_run_id("b")).specs
+    [result] = run(spec, spark)
+    assert result.offsets == 300 and {t for t, _, _ in stored(cfg)} == {names[1]}
+    with open_pipeline(cfg) as pipeline, pytest.raises(ConfigError, match="'nope' not among the pipeline's topics"):
+        plan_backfill_lanes(pipeline, BackfillRequest(topics=("nope",)), lambda _: new_run_id("b"))
+
+    [result] = backfill(spark, cfg)  # the rest: the other topic
+    assert result.offsets == 300
     topics_made(cfg, names, 100)  # after the cutover: the tail's
     tail(spark, cfg)
 
