@@ -4,7 +4,9 @@
   first N arrivals pass), or while ``$TAILFILL_FAULT_DIR/pause-<point>`` exists (armed by a file, for
   a process started earlier: the warm Spark server), create ``$TAILFILL_FAULT_DIR/<point>`` and sleep
   until killed, or until a test creates ``$TAILFILL_FAULT_DIR/<point>.release`` (after it broke
-  something meanwhile).
+  something meanwhile). A point passed a ``scope`` (the pipeline's name) can also be armed for that
+  pipeline alone, by ``$TAILFILL_FAULT_DIR/pause-<point>@<scope>``: its arrivals, marker and release
+  files are then ``<point>@<scope>…``, so each pipeline is counted and held on its own.
 - ``maybe_fail(point)``: if ``$TAILFILL_FAULT_DIR/fail-<point>`` holds a count above zero,
   decrement it and raise :class:`InjectedFault`. File-based, so a test can arm it after Spark's
   workers have started.
@@ -20,22 +22,27 @@ from tailfill.plumbing.durable import locked
 from tailfill.settings import settings
 
 
-def pause(point: str) -> None:
-    """Block at ``point`` if a test asked for it: until killed, or until the test releases it."""
+def pause(point: str, scope: str | None = None) -> None:
+    """Block at ``point`` if a test asked for it (for every pipeline, or for ``scope``'s alone): until killed, or
+    until the test releases it."""
     env = settings()
     flag_dir = env.fault_dir
     if flag_dir is None:
         return
-    if env.fault_pause != point and not (flag_dir / f"pause-{point}").exists():
+    if env.fault_pause == point or (flag_dir / f"pause-{point}").exists():
+        name = point
+    elif scope is not None and (flag_dir / f"pause-{point}@{scope}").exists():
+        name = f"{point}@{scope}"
+    else:
         return
     flag_dir.mkdir(parents=True, exist_ok=True)
-    arrivals_file = flag_dir / f"{point}.arrivals"
+    arrivals_file = flag_dir / f"{name}.arrivals"
     with arrivals_file.open("a") as log:  # shared by all worker processes
         log.write(f"{os.getpid()}\n")
     if len(arrivals_file.read_text().splitlines()) <= env.fault_skip:
         return
-    (flag_dir / point).touch()
-    while not (flag_dir / f"{point}.release").exists():
+    (flag_dir / name).touch()
+    while not (flag_dir / f"{name}.release").exists():
         time.sleep(0.2)
 
 

@@ -8,7 +8,8 @@ The launcher (which starts each Airflow component, and the log servers on loopba
 own session on a free loopback port with its own ``AIRFLOW_HOME``; at exit it is terminated (it
 stops the components), then its group killed, and any process left whose environment holds that
 ``AIRFLOW_HOME`` (a spark-submit JVM, a task runner that left its group) is killed too. Only the
-standard library is used for HTTP.
+standard library is used for HTTP. :func:`local_airflow` is the tests' usual setup: metadata on the
+session's Postgres, the pipelines of one folder, the DAGs parsed and unpaused.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from processes import kill_marked, listening, processes_with
@@ -33,10 +36,38 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "plugins"))
 from tailfill_airflow.local import PASSWORD, USER, local_env  # noqa: E402
 
-__all__ = ["AirflowServer"]
+__all__ = ["AirflowServer", "local_airflow"]
 
 COMPONENTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
 FINISHED = {"success", "failed"}
+
+
+@contextlib.contextmanager
+def local_airflow(workdir: Path, pipelines: Path, postgres, dag_ids: Iterable[str],
+                  env: dict[str, str] | None = None) -> Iterator[AirflowServer]:
+    """An Airflow for the pipeline YAMLs in ``pipelines``, up once each of ``dag_ids`` is parsed and unpaused.
+
+    ``TAILFILL_HOME`` is ``workdir/home``, ``AIRFLOW_HOME`` ``workdir/airflow``; the metadata is in a database
+    of its own on ``postgres`` (:class:`tailfill.dev.postgres.LocalPostgres`; its URL is the server's
+    ``metadata_url``), so the LocalExecutor runs tasks side by side. ``env`` is added to the test process's
+    environment (e.g. ``TAILFILL_SPARK_SLOTS``). Stopped on exit; leftover processes it had to kill are printed.
+    """
+    database = f"airflow_{uuid.uuid4().hex[:8]}"
+    postgres.create_databases(database)
+    base = dict(os.environ, TAILFILL_HOME=str(workdir / "home"), TAILFILL_PIPELINES=str(pipelines),
+                TAILFILL_AIRFLOW_DB=postgres.url(database),
+                # A restarted scheduler looks for tasks its killed predecessor left running every 20 s (not 300 s).
+                AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL="20")
+    base.update(env or {})
+    started = time.monotonic()
+    with AirflowServer(workdir / "airflow", env=base) as server:
+        server.metadata_url = postgres.url(database)
+        print(f"\nAirflow up at {server.url} in {time.monotonic() - started:.0f} s (log {server.log_path})")
+        for dag_id in dag_ids:
+            server.wait_for_dag(dag_id)
+        yield server
+    if server.leftovers:
+        print(f"killed leftover Airflow processes: {server.leftovers}")
 
 
 class AirflowError(AssertionError):
@@ -60,6 +91,7 @@ class AirflowServer:
         self.proc: subprocess.Popen | None = None
         self.token: str | None = None
         self.leftovers: list[int] = []
+        self.metadata_url: str | None = None  # the metadata database's URL, when the caller made it
 
     # --- lifecycle -------------------------------------------------------------------------------
 

@@ -16,7 +16,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 
 # Spark's Python workers inherit the environment the JVM started with: set it before any session.
 os.environ.update(
@@ -37,7 +36,6 @@ from tailfill.dev.broker import EmbeddedBroker, free_port
 from tailfill.pipeline.load import load_pipeline
 
 REPO = Path(__file__).resolve().parent.parent
-DEMO = REPO / "pipelines" / "demo.yaml"
 
 
 def pytest_addoption(parser):
@@ -194,29 +192,24 @@ def home(tmp_path, monkeypatch) -> Path:
 @pytest.fixture
 def make_pipeline(tmp_path, broker, home):
     """Write a pipeline YAML (the demo one, on a fresh topic, with ``changes`` applied) and load it."""
-    from helpers import set_dotted
+    from helpers import write_demo_pipeline
 
     def make(name: str = "itest", s3_endpoint: str | None = None, catalog_uri: str | None = None,
              rest=None, **changes) -> PipelineConfig:
-        data = yaml.safe_load(DEMO.read_text())
-        data["name"] = name
-        data["source"]["bootstrap_servers"] = broker.bootstrap_servers
-        data["source"]["topic"] = f"t-{uuid.uuid4().hex[:10]}"
+        target: dict = {}
         if catalog_uri:
-            data["target"]["catalog"]["uri"] = catalog_uri
+            target["target__catalog__uri"] = catalog_uri
         if rest is not None:  # a SeaweedFS: its REST catalog, its S3; a namespace of the test's own
             s3_endpoint = rest.s3_endpoint
-            data["target"]["catalog"] = {"type": "rest", "uri": rest.rest_uri, "warehouse": "s3://warehouse",
+            target["target__catalog"] = {"type": "rest", "uri": rest.rest_uri, "warehouse": "s3://warehouse",
                                          "credential_env": "TAILFILL_TEST_REST_CREDENTIAL",
                                          "properties": {"oauth2-server-uri": f"{rest.rest_uri}/v1/oauth/tokens"}}
-            data["target"]["namespace"] = f"ns_{uuid.uuid4().hex[:10]}"
+            target["target__namespace"] = f"ns_{uuid.uuid4().hex[:10]}"
         if s3_endpoint:
-            data["target"]["warehouse"] = f"s3://tailfill/{uuid.uuid4().hex[:8]}/warehouse"
-            data["target"]["s3"] = {"endpoint": s3_endpoint}
-        set_dotted(data, changes)
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(data))
-        return load_pipeline(path)
+            target["target__warehouse"] = f"s3://tailfill/{uuid.uuid4().hex[:8]}/warehouse"
+            target["target__s3"] = {"endpoint": s3_endpoint}
+        return load_pipeline(write_demo_pipeline(tmp_path / f"{name}.yaml", name, broker.bootstrap_servers,
+                                                 **(target | changes)))
 
     return make
 

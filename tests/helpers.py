@@ -10,6 +10,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import duckdb
 import duckdb_extension_avro
 import duckdb_extension_iceberg
 import pyarrow.parquet as pq
+import yaml
 from processes import kill_marked
 
 from tailfill.config import PipelineConfig
@@ -29,6 +31,8 @@ from tailfill.run.contract import IngestResult, JobSpec, new_run_id, parse_resul
 from tailfill.run.planner import backfill_spec
 from tailfill.run.submit import spark_submit_command, submit_env
 from tailfill.values.partition_terms import parse_terms
+
+DEMO = Path(__file__).resolve().parent.parent / "pipelines" / "demo.yaml"
 
 
 def tables_of(cfg: PipelineConfig) -> Tables:
@@ -190,6 +194,17 @@ def set_dotted(data: dict, changes: dict, drop_none: bool = False) -> dict:
         else:
             node[leaf] = value
     return data
+
+
+def write_demo_pipeline(path: Path, name: str, bootstrap_servers: str, **changes) -> Path:
+    """Write the demo pipeline's YAML to ``path`` as ``name``, reading a fresh topic of ``bootstrap_servers``,
+    with ``changes`` applied as :func:`set_dotted` applies them (``target__table="x"``)."""
+    data = yaml.safe_load(DEMO.read_text())
+    data["name"] = name
+    data["source"]["bootstrap_servers"] = bootstrap_servers
+    data["source"]["topic"] = f"t-{uuid.uuid4().hex[:10]}"
+    path.write_text(yaml.safe_dump(set_dotted(data, changes)))
+    return path
 
 
 def one_batch_backfill(make_pipeline, records: int) -> tuple[PipelineConfig, JobSpec]:

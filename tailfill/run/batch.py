@@ -124,7 +124,7 @@ def commit_report(committer: Committer, run_id: str, batch_id: int, prepared: li
     ``stages``: the seconds already spent (plan, prepare, a yield before it); read, parse and write
     come from the executors, commit is measured here.
     """
-    failpoints.pause("before-commit")
+    failpoints.pause("before-commit", scope=committer.pipeline)
     failpoints.maybe_fail("before-commit")
     result, commit_s = committer.commit(run_id, batch_id, prepared)
     failpoints.maybe_fail("after-commit")

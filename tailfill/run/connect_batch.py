@@ -21,6 +21,11 @@ The client therefore renews a lease in the session's settings every second; a ba
 not renewed for :data:`LEASE_S` seconds fails at once with :class:`~tailfill.errors.JobCancelled` before
 it prepares anything, so nothing past the committed ledger is written and the next run resumes there. A
 quiet query (no batch to run) is ended by the server when the session expires.
+
+The server closes a session nobody has talked to for its idle timeout (60 s), shorter than the longest
+wait before a restart (120 s after infrastructure failures in a row): the client's waits between attempts
+(:meth:`RemoteQuery.wait`) talk to the server every :data:`KEEP_ALIVE_S` seconds, so the restart finds its
+session open.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -45,6 +51,7 @@ if TYPE_CHECKING:
     from tailfill.state.store import ReportLog
 
 LEASE_S = 20.0  # a batch finding its client's lease older than this (server's clock) is cancelled
+KEEP_ALIVE_S = 10.0  # the longest silence of a client waiting to restart: well inside the session's idle timeout
 KEY_PREFIX = "tailfill.query."
 _UNSEEN = object()  # a record no sync has read yet
 
@@ -228,6 +235,16 @@ class RemoteQuery:
         failure = record.get("failure")
         if failure is not None:
             self.state.failure = Failure(ErrorInfo.from_dict(failure["error"]), failure["step"])
+
+    def wait(self, seconds: float, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Wait ``seconds`` before a restart, talking to the server every :data:`KEEP_ALIVE_S` seconds and at the
+        end, so that it does not close the idle session (and the restart with it)."""
+        left = seconds
+        while left > 0:
+            step = min(left, KEEP_ALIVE_S)
+            sleep(step)
+            left -= step
+            self.spark.conf.get(lease_key(self.req), None)  # any request keeps the session open
 
     def ask_stop(self) -> None:
         """Tell the server's handler the query is being stopped (before stopping it): its pacer ends any wait."""

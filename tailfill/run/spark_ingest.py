@@ -16,6 +16,7 @@ restart loop); each restart is announced as an event of the job contract.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import sys
@@ -188,7 +189,10 @@ def _attempts(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handl
                               decision.wait_seconds)
             log(event.asstr())
             emit(event)
-            time.sleep(decision.wait_seconds)
+            if remote is not None:  # over Connect the session must outlive the wait
+                _watched(functools.partial(remote.wait, decision.wait_seconds), req, remote)
+            else:
+                time.sleep(decision.wait_seconds)
 
 
 def _watched(run: Callable[[], None], req: IngestRequest, remote: RemoteQuery | None) -> None:

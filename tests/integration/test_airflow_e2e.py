@@ -26,11 +26,10 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy
-import yaml
-from airflow_server import FINISHED, AirflowServer
+from airflow_server import FINISHED, AirflowServer, local_airflow
 from airflow_ui import login, open_trigger_form, set_field, submit_trigger_form, wait_for_tab, wait_for_text
 from fault_outcomes import prove
-from helpers import assert_exactly_once, committed, high_watermarks
+from helpers import assert_exactly_once, committed, high_watermarks, write_demo_pipeline
 from processes import processes_with
 
 from tailfill.dev.sample import produce_sample
@@ -39,9 +38,6 @@ from tailfill.pipeline.load import load_pipeline
 from tailfill.proof.reports import read_latest
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-DEMO = REPO / "pipelines" / "demo.yaml"
 
 NAME = "e2e"
 BACKFILL, INCREMENTAL = f"{NAME}_backfill", f"{NAME}_incremental"
@@ -69,15 +65,9 @@ def pipeline(broker, e2e_dir, postgres):
     folder.mkdir()
     catalog = f"iceberg_{uuid.uuid4().hex[:8]}"
     postgres.create_databases(catalog)
-    data = yaml.safe_load(DEMO.read_text())
-    data["name"] = NAME
-    data["source"]["bootstrap_servers"] = broker.bootstrap_servers
-    data["source"]["topic"] = f"t-e2e-{uuid.uuid4().hex[:10]}"
-    data["target"]["catalog"]["uri"] = "${E2E_CATALOG_URI}"
-    data["tail"]["schedule"] = None
-    data["tail"]["restart_backoff_seconds"] = 0.5  # the failing tail's restarts: no need to wait here
-    path = folder / f"{NAME}.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = write_demo_pipeline(folder / f"{NAME}.yaml", NAME, broker.bootstrap_servers,
+                               target__catalog__uri="${E2E_CATALOG_URI}", tail__schedule=None,
+                               tail__restart_backoff_seconds=0.5)  # the failing tail's restarts: no need to wait
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TAILFILL_HOME", str(home))  # the YAML's ${TAILFILL_HOME} resolves as in Airflow
         mp.setenv("E2E_CATALOG_URI", postgres.url(catalog).replace("://tailfill@", f"://tailfill:{CATALOG_SECRET}@"))
@@ -88,22 +78,10 @@ def pipeline(broker, e2e_dir, postgres):
 
 @pytest.fixture(scope="module")
 def airflow(pipeline, e2e_dir, postgres):
-    database = f"airflow_{uuid.uuid4().hex[:8]}"
-    postgres.create_databases(database)
-    env = dict(os.environ, TAILFILL_HOME=str(e2e_dir / "home"), TAILFILL_PIPELINES=str(Path(pipeline.path).parent),
-               TAILFILL_AIRFLOW_DB=postgres.url(database),
-               TAILFILL_SPARK_SLOTS="3",  # two backfill lanes side by side, and a slot kept for the tail
-               # A restarted scheduler looks for tasks its killed predecessor left running every 20 s (not 300 s).
-               AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL="20")
-    started = time.monotonic()
-    with AirflowServer(e2e_dir / "airflow", env=env) as server:
-        server.metadata_url = postgres.url(database)
-        print(f"\nAirflow up at {server.url} in {time.monotonic() - started:.0f} s (log {server.log_path})")
-        for dag_id in (BACKFILL, INCREMENTAL):
-            server.wait_for_dag(dag_id)
+    # Three Spark slots: two backfill lanes side by side, and a slot kept for the tail.
+    with local_airflow(e2e_dir, Path(pipeline.path).parent, postgres, (BACKFILL, INCREMENTAL),
+                       env={"TAILFILL_SPARK_SLOTS": "3"}) as server:
         yield server
-    if server.leftovers:
-        print(f"killed leftover Airflow processes: {server.leftovers}")
 
 
 def test_backfill_through_rest_api_then_incremental_is_complete(airflow, pipeline):
