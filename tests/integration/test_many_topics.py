@@ -14,6 +14,7 @@ from collections import Counter
 import pytest
 from helpers import backfill, tables_of, tail
 
+from tailfill.cli import main
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import ConfigError
 from tailfill.offsets import TopicPartition
@@ -70,7 +71,7 @@ def topics_made(cfg, names: list[str], records: int) -> None:
         produce_sample(cfg.source.bootstrap_servers, name, records, PARTITIONS, bad_every=97)
 
 
-def test_a_list_of_two_topics_lands_in_one_table_exactly_once(spark, make_pipeline):
+def test_a_list_of_two_topics_lands_in_one_table_exactly_once(spark, make_pipeline, capsys):
     prefix = f"l{uuid.uuid4().hex[:8]}"
     names = [f"{prefix}.orders", f"{prefix}.refunds"]
     cfg = make_pipeline(source__topic=None, source__partitions=PARTITIONS, source__topics=names, expectations=[])
@@ -89,6 +90,13 @@ def test_a_list_of_two_topics_lands_in_one_table_exactly_once(spark, make_pipeli
     tail(spark, cfg)
 
     assert assert_each_offset_once(cfg, names) == {names[0]: 400, names[1]: 400}
+
+    assert main(["preflight", str(cfg.path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{names[0]} has {PARTITIONS} partitions, {names[1]} has {PARTITIONS} partitions" in out
+    assert main(["status", str(cfg.path)]) == 0
+    out = capsys.readouterr().out
+    assert all(f"topic {t}: {PARTITIONS} partitions, committed 400, lag 0" in out for t in names), out
 
 
 def test_a_pattern_picks_up_a_new_topic_with_its_history_ignores_others_and_names_one_gone(spark, make_pipeline):
