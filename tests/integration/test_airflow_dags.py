@@ -32,6 +32,7 @@ from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1])
 heavy = sys.argv[2].split(",")
 print(json.dumps({"dags": sorted(bag.dags), "errors": {k: str(v) for k, v in bag.import_errors.items()},
+                  "forms": {d: sorted(dag.params) for d, dag in bag.dags.items() if d.endswith("_backfill")},
                   "imported": sorted({h for h in heavy for m in sys.modules if m == h or m.startswith(h + ".")})}))
 """
 
@@ -63,6 +64,18 @@ def test_parsing_the_dag_folder_reads_yaml_only(airflow_env):
     assert result["errors"] == {}
     assert result["dags"] == ["afdemo_backfill", "afdemo_incremental", "afdemo_maintenance"]
     assert result["imported"] == []
+
+
+def test_a_pipeline_of_several_topics_parses_with_a_topics_field_in_its_backfill_form(airflow_env, make_pipeline):
+    _, env = airflow_env
+    pattern = make_pipeline(name="shop", source__topic=None, source__topic_pattern=r"shop\..*")
+    Path(env["TAILFILL_PIPELINES"], "shop.yaml").write_text(Path(pattern.path).read_text())
+    out = subprocess.run([sys.executable, "-c", PARSE, str(REPO / "dags"), ",".join(HEAVY)], env=env,
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["errors"] == {} and result["imported"] == []
+    assert {"shop_backfill", "shop_incremental"} <= set(result["dags"])
+    assert "topics" in result["forms"]["shop_backfill"] and "topics" not in result["forms"]["afdemo_backfill"]
 
 
 def test_dags_test_of_the_maintenance_dag_keeps_the_proof(airflow_env, spark):
