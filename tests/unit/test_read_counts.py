@@ -142,3 +142,10 @@ def test_over_connect_a_reading_taken_just_before_the_batch_ended_is_not_publish
     ended.join()
     assert json.loads(spark.conf.values[connect_batch.record_key(req)])["step"]
     assert not spark.conf.values.get(connect_batch.reading_key(req))
+
+
+def test_tasks_of_two_topics_starting_at_the_same_partition_and_offset_are_both_counted(tmp_path):
+    batch = BatchReads.start(tmp_path, "run-1", 0)
+    batch.counter([OffsetRange("orders", 0, 0, 50_000)]).add(30_000)
+    batch.counter([OffsetRange("payments", 0, 0, 50_000)]).add(20_000)
+    assert batch.now() == InBatch(0, 50_000)
