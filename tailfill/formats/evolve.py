@@ -22,6 +22,7 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
+from tailfill.values.column_types import SCALARS
 from tailfill.values.schema import field_type
 
 SCALAR_PROMOTIONS = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}  # (from, to)
@@ -168,16 +169,21 @@ def widen(old: pa.DataType, new: pa.DataType) -> pa.DataType | None:
     return None
 
 
-_NAMES = {pa.string(): "string", pa.int64(): "long", pa.float64(): "double", pa.bool_(): "boolean",
-          pa.date32(): "date", pa.timestamp("us", tz="UTC"): "timestamp"}
+_NAMES = {kind: name for name, kind in SCALARS.items()}
 
 
 def type_name(kind: pa.DataType) -> str:
-    """A type :func:`value_type` infers (or :func:`widen` joins), as ``format.fields`` writes it."""
+    """A column's type (one :func:`value_type` infers, :func:`widen` joins, or the table has), as ``format.fields``
+    writes it."""
+    kind = canon(kind)
     if pa.types.is_struct(kind):
         return f"struct<{', '.join(f'{f.name}: {type_name(f.type)}' for f in kind)}>"
     if pa.types.is_list(kind):
         return f"list<{type_name(kind.value_type)}>"
+    if pa.types.is_map(kind):
+        return f"map<{type_name(kind.key_type)}, {type_name(kind.item_type)}>"
+    if pa.types.is_decimal(kind):
+        return f"decimal({kind.precision}, {kind.scale})"
     return _NAMES.get(kind, str(kind))
 
 

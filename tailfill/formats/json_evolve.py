@@ -16,11 +16,11 @@ import msgspec
 import pyarrow as pa
 
 from tailfill.errors import RecordError
-from tailfill.formats.evolve import canon, type_name
+from tailfill.formats.evolve import canon, type_name, widen
 from tailfill.formats.json_drift import extra_paths, value_type
 from tailfill.values.column_types import coerce
 from tailfill.values.infer import PLAIN_NAME
-from tailfill.values.schema import RESERVED_PREFIX
+from tailfill.values.schema import RESERVED_PREFIX, field_type
 
 
 def evolved_columns(table_columns: pa.Schema | None, declared: list[str]) -> pa.Schema:
@@ -64,9 +64,28 @@ def fill(positions: list[int], extras: dict[int, dict[str, Any]], columns: pa.Sc
                               f"{value_type([value]) or 'null'}")
                 continue
             if extra_paths(value, kind, name):  # a struct with a key its column lacks: the column widens
-                wants.setdefault((name, value_type([value]) or type_name(kind)), p)
+                wants.setdefault((name, type_name(_with_new_keys(kind, value))), p)
     arrays = [pa.array(values[f.name], f.type) for f in columns]
     return Evolved(arrays, refused, [(name, text, p) for (name, text), p in wants.items()])
+
+
+def _with_new_keys(kind: pa.DataType, value: Any) -> pa.DataType:
+    """``kind`` with the struct keys ``value`` holds beyond it added (their types inferred from ``value``), inside
+    structs and lists too: a value that fits its column as it is wants only the keys it lacks, never another type
+    for a value the column already takes (a date-looking string in a string, ``[]`` in a list of longs)."""
+    if pa.types.is_struct(kind) and isinstance(value, dict):
+        fields = [pa.field(f.name, _with_new_keys(f.type, value.get(f.name))) for f in kind]
+        for key, sub in value.items():
+            text = value_type([sub]) if kind.get_field_index(key) < 0 and PLAIN_NAME.match(key) else None
+            if text is not None:
+                fields.append(pa.field(key, field_type(text)))
+        return pa.struct(fields)
+    if pa.types.is_list(kind) and isinstance(value, list):
+        item = kind.value_type
+        for v in value:
+            item = widen(item, _with_new_keys(item, v)) or item
+        return pa.list_(item)
+    return kind
 
 
 def _can_be_column(name: str) -> bool:

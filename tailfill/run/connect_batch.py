@@ -154,7 +154,8 @@ class RemoteBatch:
         while not state.stopping.is_set():
             time.sleep(1.0)
             try:
-                self._publish_reading(spark, state.in_batch())
+                with self._published_lock:  # taken and published at once: never after the batch's record
+                    self._publish_reading(spark, state.in_batch())
                 asked = spark.conf.get(stop_key(self.req), None)
                 age = lease.of(spark.conf.get(lease_key(self.req), None))
             except Exception:  # the session is gone, and the query with it

@@ -73,9 +73,11 @@ class BatchReads:
         return f"{self.run_id}.{self.batch_id}.{self.attempt}."
 
     def counter(self, ranges: Sequence[OffsetRange]) -> ReadCounter:
-        """The counter of the task that reads ``ranges`` (no two tasks of a batch share a first range)."""
+        """The counter of the task that reads ``ranges`` (no two tasks of a batch share a first range; Kafka's topic
+        names are safe in a file name)."""
         first = ranges[0]
-        return ReadCounter(self.folder / f"{self.prefix}{first.partition}-{first.start}", sum(r.size for r in ranges))
+        return ReadCounter(self.folder / f"{self.prefix}{first.topic}-{first.partition}-{first.start}",
+                           sum(r.size for r in ranges))
 
     def _files(self) -> list[Path]:
         try:

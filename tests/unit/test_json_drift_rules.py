@@ -146,3 +146,44 @@ def test_the_run_result_and_its_tally_name_the_fields():
 @pytest.mark.parametrize("mode", ["ignore", "quarantine", "evolve"])
 def test_unknown_fields_takes_evolve(mode):
     assert fmt(mode).unknown_fields == mode
+
+
+def _evolved(table: pa.Schema, added: pa.Schema) -> pa.Schema:
+    """``table`` with ``added``'s columns new or in place of theirs (as the driver's schema change leaves it)."""
+    kept = [f for f in table if added.get_field_index(f.name) < 0]
+    return pa.schema([*kept, *added])
+
+
+def test_a_new_key_beside_a_value_its_column_takes_as_it_is_is_kept_not_dropped():
+    # the struct columns evolve made earlier; the records add keys beside a date-looking string, a date in a
+    # timestamp, an empty list: the values fit the columns as they are, the new keys must reach the table
+    table = pa.schema([*METADATA_FIELDS, pa.field("id", pa.int64()),
+                       pa.field("meta", field_type("struct<day: string>")),
+                       pa.field("when", field_type("struct<at: timestamp>")),
+                       pa.field("box", field_type("struct<items: list<long>>"))])
+    values = [js(id=1, meta={"day": "2026-03-02", "tz": "UTC"}), js(id=2, when={"at": "2026-03-02", "zone": "CET"}),
+              js(id=3, box={"items": [], "size": 4})]
+    for _ in range(4):  # as prepare_evolving: decode, add what the records want, decode again
+        drift = Drift()
+        rows, bad = split_records(batch(values), decoder_of(fmt("evolve")), "r", table, drift)
+        added = columns_to_add(table, [drift.wants])
+        if not len(added):
+            break
+        table = _evolved(table, added)
+    assert bad.column("error").to_pylist() == []
+    assert rows.column("meta").to_pylist()[0] == {"day": "2026-03-02", "tz": "UTC"}
+    assert rows.column("when").to_pylist()[1]["zone"] == "CET"
+    assert rows.column("box").to_pylist()[2] == {"items": [], "size": 4}
+
+
+def test_a_struct_column_of_any_type_the_table_has_widens_with_a_new_key():
+    # a column the table already had (a field no longer declared): its types are written back as format.fields reads
+    # them, so the wider column can be made
+    table = pa.schema([*METADATA_FIELDS, pa.field("id", pa.int64()), pa.field("price", field_type(
+        "struct<amount: decimal(12, 2), n: int, f: float, tags: map<string, long>, b: binary>"))])
+    drift = Drift()
+    split_records(batch([js(id=1, price={"amount": 1.5, "n": 2, "currency": "EUR"})]), decoder_of(fmt("evolve")),
+                  "r", table, drift)
+    added = columns_to_add(table, [drift.wants])
+    assert str(added.field("price").type) == str(field_type(
+        "struct<amount: decimal(12, 2), n: int, f: float, tags: map<string, long>, b: binary, currency: string>"))

@@ -118,3 +118,34 @@ def test_over_connect_the_client_sees_the_batch_read_and_never_alongside_its_com
     assert keys.index(connect_batch.reading_key(req), 1) < keys.index(connect_batch.record_key(req))
     remote.sync()
     assert state.in_batch() is None and json.loads(spark.conf.values[connect_batch.record_key(req)])["step"]
+
+
+def test_over_connect_a_reading_taken_just_before_the_batch_ended_is_not_published_after_its_record():
+    # the server's watch thread takes the batch's reading; the batch ends (its record published) before the watch
+    # publishes that reading: the client must not see the committed batch as still in flight beside its commit
+    import threading
+
+    req = type("Req", (), {"run_id": "backfill-1", "name": "backfill", "label": "backfill"})()
+    spark = type("Spark", (), {"conf": Conf()})()
+    batch = connect_batch.RemoteBatch(req, "{}", 2, "/budget")
+    handler = type("Handler", (), {"state": QueryState(Tally())})()
+    ended = threading.Thread(target=batch._publish, args=(spark, handler, None))
+
+    class Watched(QueryState):
+        def in_batch(self):
+            ended.start()  # the batch ends now, while the watch holds its reading
+            ended.join(0.5)
+            self.stopping.set()  # one round of the watch
+            return InBatch(0, 41_200)
+
+    batch._watch(spark, Watched(Tally()))
+    ended.join()
+    assert json.loads(spark.conf.values[connect_batch.record_key(req)])["step"]
+    assert not spark.conf.values.get(connect_batch.reading_key(req))
+
+
+def test_tasks_of_two_topics_starting_at_the_same_partition_and_offset_are_both_counted(tmp_path):
+    batch = BatchReads.start(tmp_path, "run-1", 0)
+    batch.counter([OffsetRange("orders", 0, 0, 50_000)]).add(30_000)
+    batch.counter([OffsetRange("payments", 0, 0, 50_000)]).add(20_000)
+    assert batch.now() == InBatch(0, 50_000)
