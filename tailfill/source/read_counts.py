@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from tailfill.errors import DiskFullError
 from tailfill.offsets import OffsetRange
 from tailfill.plumbing.durable import write_whole
 
@@ -131,6 +132,6 @@ class ReadCounter:
         self.written_at = self.clock()
         try:
             write_whole(self.path, f"{min(self.read, self.planned)} {self.planned}")
-        except OSError as exc:
+        except (OSError, DiskFullError) as exc:  # a count is for the progress line: it never fails the task
             print(f"progress within the batch is not shown: cannot write {self.path} ({exc})", file=sys.stderr)
             self.path = None

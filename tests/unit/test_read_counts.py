@@ -49,6 +49,20 @@ def test_a_task_counts_its_records_not_its_markers_and_writes_at_most_once_a_sec
     assert path.read_text() == "7 100000"  # the marker counts nothing; the task's end writes the last count
 
 
+def test_a_full_disk_stops_the_count_not_the_task(tmp_path, monkeypatch, capsys):
+    from tailfill.errors import DiskFullError
+    from tailfill.source import read_counts
+
+    def full(path, text):
+        raise DiskFullError(f"the disk is full: could not write a read count {path}")
+
+    monkeypatch.setattr(read_counts, "write_whole", full)
+    counter = ReadCounter(tmp_path / "c", planned=100, clock=time.monotonic)
+    assert [len(b) for b in counter.counted(iter([records(3), records(4)]))] == [3, 4]  # every record passes on
+    assert counter.read == 7
+    assert "progress within the batch is not shown: cannot write" in capsys.readouterr().err
+
+
 def test_the_driver_sums_its_own_attempts_counters_only_and_clears_them(tmp_path):
     batch = BatchReads.start(tmp_path, "run-1", 0)
     replayed = BatchReads.start(tmp_path, "run-1", 0)  # the same batch replayed: an attempt of its own
