@@ -51,3 +51,15 @@ def test_a_run_tab_refreshes_until_its_verdict_and_then_sets_no_timer():
     going, final = _page("t", "b", refresh=True).body.decode(), _page("t", "b").body.decode()
     assert '<body data-refresh="every 5s">' in going and 'http-equiv="refresh"' in going
     assert '<body data-refresh="final">' in final and "refresh" not in final.replace('data-refresh="final"', "")
+
+
+def test_a_catalog_that_fails_with_its_drivers_error_makes_the_lag_unknown_not_the_report_fail():
+    from sqlalchemy.exc import OperationalError
+    from tailfill_airflow.lag_history import measure_lag
+
+    class CatalogDown:
+        def open_tables(self):
+            raise OperationalError("SELECT ...", {}, Exception("connection refused"))
+
+    point = measure_lag(CatalogDown())
+    assert point["behind"] is None and point["unknown"].startswith("OperationalError: ")
