@@ -155,7 +155,7 @@ def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
     if request.end is not None and past_cutover:
         lines.append(f"warning: To passes the cutover on {'; '.join(past_cutover)}: the offsets after the cutover "
                      "are the tail's too; each lands once whoever commits it first")
-    lines += [line for line in topic_notes(state) if line.startswith("topic ")]  # new topics are the tail's
+    lines += gone_topic_notes(state)  # new topics are the tail's
     overlap = _overlap(state, start, end)
     if overlap and request.on_committed == "fail":
         raise ConfigError(f"requested range overlaps committed offsets in {', '.join(map(str, overlap))} "
@@ -197,20 +197,27 @@ def plan_tail(pipeline: Pipeline, request: TailRequest, run_id: str) -> TailPlan
     return TailPlan(spec, tuning, start, state.marks.high, total(ranges_between(start, state.marks.high)), notes)
 
 
-def topic_notes(state: SourceState) -> list[str]:
-    """One line per topic that came after the cutover with records not yet read, and per topic gone from the
-    broker whose rows the table keeps."""
-    new, gone = new_and_gone_topics(state)
+def new_topic_notes(state: SourceState) -> list[str]:
+    """One line per topic that came after the cutover with records not yet read (the tail reads its history)."""
     lines = []
-    for topic in new:
+    for topic in new_and_gone_topics(state)[0]:
         parts = [tp for tp in state.marks.high if tp.topic == topic]
         offsets = sum(state.marks.high[tp] for tp in parts)
         if offsets:
             lines.append(f"new topic {topic} ({len(parts)} partition{'s' * (len(parts) != 1)}, {offsets:,} offsets): "
                          "the tail reads it from its earliest offset")
-    lines += [f"topic {topic} is gone from {state.cfg.source.bootstrap_servers}: its rows stay in the table, "
-              "nothing more is read from it" for topic in gone]
     return lines
+
+
+def gone_topic_notes(state: SourceState) -> list[str]:
+    """One line per topic gone from the broker whose rows the table keeps."""
+    return [f"topic {topic} is gone from {state.cfg.source.bootstrap_servers}: its rows stay in the table, "
+            "nothing more is read from it" for topic in new_and_gone_topics(state)[1]]
+
+
+def topic_notes(state: SourceState) -> list[str]:
+    """The tail's lines about its topics: new ones, then gone ones."""
+    return new_topic_notes(state) + gone_topic_notes(state)
 
 
 def backfill_spec(pipeline: Pipeline, start: PartitionOffsets | None = None, end: PartitionOffsets | None = None,

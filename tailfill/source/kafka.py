@@ -124,29 +124,33 @@ def _raise_fatal(err: KafkaError) -> None:
 def list_partitions(conf: dict, topic: str, consumer: OwnedConsumer | None = None) -> list[TopicPartition]:
     """The topic's partitions; a clear error if the broker is unreachable or the topic is missing."""
     with _borrowed(conf, consumer) as consumer:
-        md = _topic_metadata(consumer, conf, topic)
-        tmd = md.topics.get(topic)
-        if tmd is None or tmd.error is not None or not tmd.partitions:
-            reason = tmd.error if tmd is not None and tmd.error else "no partitions"
-            raise SourceError(f"topic {topic!r} not found on {conf['bootstrap.servers']} ({reason})")
-        return [TopicPartition(topic, p) for p in sorted(tmd.partitions)]
+        return _partitions_in(_topic_metadata(consumer, conf, topic), conf, topic)
 
 
 def subscribed_partitions(conf: dict, source: SourceConfig,
                           consumer: OwnedConsumer | None = None) -> list[TopicPartition]:
     """The partitions of every topic of ``source`` (its topic, its list, or those matching its pattern now),
-    by topic; a clear error naming the topic if one listed is missing, or the pattern if nothing matches."""
+    by topic, from one metadata request; a clear error naming the topic if one listed is missing, or the pattern
+    if nothing matches."""
     if source.topic is not None:
         return list_partitions(conf, source.topic, consumer)
-    names = source.topics
-    if names is None:
-        with _borrowed(conf, consumer) as borrowed:
-            names = sorted(t for t in _topic_metadata(borrowed, conf, None).topics if source.matches(t))
-        if not names:
-            raise SourceError(f"no topic on {conf['bootstrap.servers']} matches source.topic_pattern "
-                              f"{source.topic_pattern!r} (fix: create a matching topic, or correct the pattern; it "
-                              "must match whole topic names)")
-    return [tp for name in names for tp in list_partitions(conf, name, consumer)]
+    with _borrowed(conf, consumer) as borrowed:
+        md = _topic_metadata(borrowed, conf, None)
+    names = source.topics if source.topics is not None else sorted(t for t in md.topics if source.matches(t))
+    if not names:
+        raise SourceError(f"no topic on {conf['bootstrap.servers']} matches source.topic_pattern "
+                          f"{source.topic_pattern!r} (fix: create a matching topic, or correct the pattern; it "
+                          "must match whole topic names)")
+    return [tp for name in names for tp in _partitions_in(md, conf, name)]
+
+
+def _partitions_in(md, conf: dict, topic: str) -> list[TopicPartition]:
+    """``topic``'s partitions in the metadata ``md``; a clear error if it is missing there."""
+    tmd = md.topics.get(topic)
+    if tmd is None or tmd.error is not None or not tmd.partitions:
+        reason = tmd.error if tmd is not None and tmd.error else "no partitions"
+        raise SourceError(f"topic {topic!r} not found on {conf['bootstrap.servers']} ({reason})")
+    return [TopicPartition(topic, p) for p in sorted(tmd.partitions)]
 
 
 # What librdkafka answers when it could not connect at all: refused, dropped, or a name that does not resolve.

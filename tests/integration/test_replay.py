@@ -48,20 +48,17 @@ def send(cfg) -> None:
     out.finish()
 
 
+def with_format(cfg, **changes):
+    """The pipeline with its YAML's ``format`` block changed, as a person edits it."""
+    path = Path(cfg.path)
+    spec = yaml.safe_load(path.read_text())
+    spec["format"].update(changes)
+    path.write_text(yaml.safe_dump(spec))
+    return load_pipeline(path)
+
+
 def declare_org(cfg, required: bool = False):
-    path = Path(cfg.path)
-    spec = yaml.safe_load(path.read_text())
-    spec["format"]["fields"] = [*FIELDS, {"name": "org", "type": "string", "required": required}]
-    path.write_text(yaml.safe_dump(spec))
-    return load_pipeline(path)
-
-
-def evolve_unknown_fields(cfg):
-    path = Path(cfg.path)
-    spec = yaml.safe_load(path.read_text())
-    spec["format"]["unknown_fields"] = "evolve"
-    path.write_text(yaml.safe_dump(spec))
-    return load_pipeline(path)
+    return with_format(cfg, fields=[*FIELDS, {"name": "org", "type": "string", "required": required}])
 
 
 def orgs(cfg) -> dict[str, str | None]:
@@ -132,7 +129,7 @@ def test_replay_with_unknown_fields_evolve_adds_the_columns_the_records_want(bac
     rows_before, bad_before = ingested(cfg)
     ledger_before = read_ledger(tables_of(cfg).data)
 
-    cfg = evolve_unknown_fields(cfg)
+    cfg = with_format(cfg, unknown_fields="evolve")
     assert replay(cfg) == 0
     assert f"replayed {RECORDS:,} offsets" in capsys.readouterr().out
 
