@@ -98,6 +98,10 @@ def test_a_list_of_two_topics_lands_in_one_table_exactly_once(spark, make_pipeli
     out = capsys.readouterr().out
     assert all(f"topic {t}: {PARTITIONS} partitions, committed 400, lag 0" in out for t in names), out
 
+    missing = make_pipeline(name="gone", source__topic=None, source__topics=[names[0], f"{prefix}.nope"])
+    assert main(["preflight", str(missing.path)]) != 0  # a listed topic the broker lacks stops the run, named
+    assert f"topic '{prefix}.nope' not found on {cfg.source.bootstrap_servers}" in capsys.readouterr().out
+
 
 def test_a_pattern_picks_up_a_new_topic_with_its_history_ignores_others_and_names_one_gone(spark, make_pipeline):
     prefix = f"p{uuid.uuid4().hex[:8]}"
