@@ -294,9 +294,36 @@ def _infrastructure_line(text: str) -> str | None:
     return next((line.strip() for line in text.splitlines() if any(s in line for s in SPARK_INFRASTRUCTURE)), None)
 
 
+PY4J_CALL = "An error occurred while calling "  # how py4j begins the text of an error the JVM raised
+_PY_CHAIN = ("Traceback (most recent call last):", "During handling of the above exception",
+             "The above exception was the direct cause")
+
+
 def _first_line(exc: BaseException) -> str:
+    """What ``exc`` says in one line: its first, or of an error from the JVM, the line that names the cause."""
     text = str(exc).strip()
-    return text.splitlines()[0] if text else repr(exc)
+    if not text:
+        return repr(exc)
+    lines = text.splitlines()
+    if lines[0].startswith(PY4J_CALL):
+        return jvm_cause(lines[1:]) or lines[0]
+    return lines[0]
+
+
+def jvm_cause(lines: list[str]) -> str | None:
+    """The line of a JVM error's text that says what failed: the exception a Python worker raised, if the text
+    carries its traceback (a failed task's ``PythonException``), else the JVM exception's own first line."""
+    start = next((i for i, line in enumerate(lines) if line.rstrip().endswith(_PY_CHAIN[0])), None)
+    if start is not None:
+        said = None
+        for line in lines[start + 1:]:
+            if line.startswith("\tat "):  # the JVM's stack again: the Python traceback ended
+                break
+            if line.strip() and not line[0].isspace() and not line.startswith(_PY_CHAIN):
+                said = line.strip()
+        if said:
+            return said
+    return next((line.lstrip(": ").strip() for line in lines if line.strip(": \t")), None)
 
 
 def _foreign_fix(exc: BaseException) -> str:

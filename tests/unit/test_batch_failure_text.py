@@ -67,7 +67,8 @@ def test_a_failed_batch_sends_spark_one_short_line_and_keeps_the_failure_as_data
     # The restart policy still gets what happened, from the root of the chain.
     assert state.failure is not None
     assert state.failure.error.error_class == "Py4JJavaError"
-    assert state.failure.error.message.startswith("An error occurred while calling o231.collectToPython.")
+    assert state.failure.error.message == ("org.apache.spark.SparkException: Job 12 cancelled part of cancelled "
+                                           "job group")  # the JVM's cause, not py4j's "while calling o231"
     assert state.failure.step == "prepare (read, parse, write on the executors) of batch 12"
 
 
@@ -126,3 +127,39 @@ def test_requests_without_a_stall_timeout_never_stall():
     clock.now = 10_000
     assert watch.stuck(0.0, busy=True) is None
 
+
+
+TASK_FAILED = """An error occurred while calling o600.getResult.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 failed 1 times, most \
+recent failure: Lost task 0.0 in stage 3.0 (TID 5) (127.0.0.1 executor driver): \
+org.apache.spark.api.python.PythonException: Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/pyspark/worker.py", line 1900, in main
+    process()
+  File "/work/tailfill/lake/prepare.py", line 135, in write_range
+    raise OSError("no space left")
+OSError: no space left
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "/work/tailfill/lake/prepare.py", line 140, in write_range
+    raise DiskFullError(path)
+tailfill.errors.DiskFullError: the disk is full: could not write a data file file:///w/x.parquet
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:624)
+\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(DAGScheduler.scala:2900)
+"""
+
+
+def test_a_task_that_failed_in_python_is_named_by_the_exception_its_worker_raised():
+    error = ErrorInfo.of(Py4JJavaError(TASK_FAILED + JVM_STACK))
+    assert error.error_class == "Py4JJavaError"
+    assert error.message == ("tailfill.errors.DiskFullError: the disk is full: could not write a data file "
+                             "file:///w/x.parquet")
+
+
+def test_a_jvm_error_without_a_python_traceback_is_named_by_its_first_line():
+    error = ErrorInfo.of(Py4JJavaError("An error occurred while calling o12.save.\n: java.io.IOException: "
+                                       "Mkdirs failed to create /w\n" + JVM_STACK))
+    assert error.message == "java.io.IOException: Mkdirs failed to create /w"
+    assert ErrorInfo.of(Py4JJavaError("An error occurred while calling o12.save.")).message == (
+        "An error occurred while calling o12.save.")
