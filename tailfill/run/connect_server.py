@@ -28,7 +28,7 @@ from tailfill.errors import SparkServerError
 from tailfill.plumbing.detached import alive, free_port, port_free, running, stop_detached
 from tailfill.plumbing.durable import locked, write_whole
 from tailfill.run import runtime
-from tailfill.run.server_settings import CLIENT_ONLY, differing_settings, job_env_digests
+from tailfill.run.server_settings import differing_settings, job_env_digests, server_env
 from tailfill.settings import LOOPBACK, settings
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -141,15 +141,6 @@ def connect_server_down(home: Path | None = None) -> bool:
     home = home or settings().home
     with locked(home / "connect-server.lock"):
         return stop_detached(server_state(home), state_file(home), grace_s=30.0)
-
-
-def server_env(env: Mapping[str, str] | None, home: Path) -> dict[str, str]:
-    """The environment of the server (and so of every job on it): the caller's, with Tailfill's Spark
-    environment and home on top; without ``PYTHONPATH`` (the code reaches it as artifacts) and what a Connect
-    client sets in its own process."""
-    base = {k: v for k, v in (env if env is not None else os.environ).items()
-            if k != "PYTHONPATH" and k not in CLIENT_ONLY}
-    return {**base, **runtime.spark_env(), "TAILFILL_HOME": str(home)}
 
 
 def server_command(port: int) -> list[str]:

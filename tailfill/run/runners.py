@@ -27,6 +27,7 @@ from tailfill.plumbing.detached import alive
 from tailfill.redact import redact_text
 from tailfill.run import runtime
 from tailfill.run.contract import JobResult, JobSpec, read_event
+from tailfill.run.server_settings import server_env
 from tailfill.run.submit import spark_submit_command, submit_env
 from tailfill.run.warm_spark import (
     Refused,
@@ -34,7 +35,6 @@ from tailfill.run.warm_spark import (
     job_env_digests,
     job_request,
     spark_server_up,
-    warm_env,
     why_cold,
 )
 from tailfill.settings import settings
@@ -138,7 +138,7 @@ class WarmServerRunner:
         status = spark_server_up(self.home, self.env)
         if status["code"] != runtime.code_fingerprint():
             raise Refused("the warm Spark server runs other code and is busy")
-        digests = job_env_digests(warm_env(self.env, self.home), self.secrets)
+        digests = job_env_digests(server_env(self.env, self.home), self.secrets)
         return WarmRun(spec, status, job_request(status, spec, digests), on_line, self.home)
 
 

@@ -8,6 +8,7 @@ Airflow launcher, so that none of them can drift from the others. Spark binds to
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import io
@@ -123,11 +124,24 @@ def code_modules() -> dict[str, Path]:
             prefix = package.replace(".", "/")
             for path in sorted(folder.rglob("*.py")):
                 modules.setdefault(f"{prefix}/{path.relative_to(folder).as_posix()}", path)
+    if not modules:
+        raise RuntimeError(f"no module of tailfill found at {tailfill.__file__}: reinstall tailfill")
     return dict(sorted(modules.items()))
 
 
+def running_archive() -> Path | None:
+    """The code archive this process imports tailfill from (a ``spark-submit`` driver's, or anything started with
+    the archive on its ``PYTHONPATH``), or None for an installed or checked-out package."""
+    here = Path(tailfill.__file__)
+    return next((p for p in here.parents if p.suffix == ".zip" and p.is_file()), None)
+
+
 def code_fingerprint() -> str:
-    """A digest of the tailfill code this process runs (each module's path, size and mtime)."""
+    """A digest of the tailfill code this process runs (each module's path, size and mtime); of code imported
+    from an archive, the fingerprint that archive was built with (its comment), read once."""
+    archive = running_archive()
+    if archive is not None:
+        return _archive_fingerprint(archive)
     h = hashlib.sha256(sys.version.encode())
     for name, path in code_modules().items():
         st = path.stat()
@@ -150,6 +164,11 @@ def code_archive(dest: Path | None = None, fingerprint: str | None = None) -> Pa
     with contextlib.suppress(OSError, zipfile.BadZipFile), zipfile.ZipFile(dest) as existing:
         if existing.comment == comment:
             return dest
+    running = running_archive()
+    if running is not None:  # this process has no package folder to build from: it runs this archive's code
+        if running.resolve() != dest.resolve():
+            write_whole(dest, running.read_bytes())
+        return dest
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.comment = comment
@@ -160,6 +179,12 @@ def code_archive(dest: Path | None = None, fingerprint: str | None = None) -> Pa
             zf.writestr(name + "c", _code_to_hash_pyc(code, importlib.util.source_hash(source), checked=False))
     write_whole(dest, buffer.getvalue())
     return dest
+
+
+@functools.cache
+def _archive_fingerprint(archive: Path) -> str:
+    with zipfile.ZipFile(archive) as zf:
+        return zf.comment.decode()
 
 
 def shipped_code_env() -> dict[str, str]:

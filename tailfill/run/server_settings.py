@@ -9,7 +9,11 @@ compared with the job's, and the names that differ are all anyone is told.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Mapping
+from pathlib import Path
+
+from tailfill.run import runtime
 
 MODE_ENV = "TAILFILL_SPARK"  # how jobs run when the caller does not say
 _SETTING_PREFIXES = ("TAILFILL_", "AWS_", "SPARK_", "PYSPARK_")
@@ -37,3 +41,13 @@ def differing_settings(theirs: Mapping[str, str | None], ours: Mapping[str, str 
     ``ours`` holds every setting of the server's prefixes; a name only the job names (a secret) is
     compared against its absence."""
     return sorted(n for n in set(theirs) | set(ours) if theirs.get(n) != ours.get(n))
+
+
+def server_env(env: Mapping[str, str] | None, home: Path) -> dict[str, str]:
+    """The environment of a long-lived server of ``home`` (and so of every job on it): the caller's (default: this
+    process's), with Tailfill's Spark environment and home on top; without what a Connect client sets in its own
+    process, and without ``PYTHONPATH``: the server imports the installed tailfill, never a code archive that a
+    ``spark-submit`` may rebuild under it (the code reaches a cluster's executors as artifacts or ``addPyFile``)."""
+    base = {k: v for k, v in (env if env is not None else os.environ).items()
+            if k != "PYTHONPATH" and k not in CLIENT_ONLY}
+    return {**base, **runtime.spark_env(), "TAILFILL_HOME": str(home)}

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ from tailfill.plumbing.detached import running, stop_detached
 from tailfill.plumbing.durable import locked
 from tailfill.run import runtime
 from tailfill.run.contract import JobSpec
-from tailfill.run.server_settings import differing_settings, digest, job_env_digests  # noqa: F401
+from tailfill.run.server_settings import differing_settings, digest, job_env_digests, server_env  # noqa: F401
 from tailfill.settings import settings
 
 SERVED_BY = "warm Spark server:"  # the first line of a job the server runs
@@ -75,15 +74,10 @@ def spark_server_up(home: Path | None = None, env: Mapping[str, str] | None = No
         return _start(home, env)
 
 
-def warm_env(env: Mapping[str, str] | None, home: Path) -> dict[str, str]:
-    """The environment a job sees: the caller's, with Tailfill's Spark environment and home on top."""
-    return {**(env if env is not None else os.environ), **runtime.spark_env(), "TAILFILL_HOME": str(home)}
-
-
 def _start(home: Path, env: Mapping[str, str] | None) -> dict:
     log_path = home / "logs" / "spark-server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    child_env = {**warm_env(env, home), **runtime.shipped_code_env()}
+    child_env = server_env(env, home)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "tailfill.run.spark_server"], env=child_env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)

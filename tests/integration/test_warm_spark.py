@@ -30,7 +30,7 @@ from tailfill.dev.sample import produce_sample
 from tailfill.lake.ledger import read_ledger
 from tailfill.offsets import total
 from tailfill.pipeline.handle import open_pipeline
-from tailfill.run import warm_spark
+from tailfill.run import runtime, warm_spark
 from tailfill.run.contract import new_run_id
 from tailfill.run.planner import BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
 from tailfill.run.runners import Outcome, WarmServerRunner
@@ -50,6 +50,7 @@ def server_home(tmp_path_factory):
     home = tmp_path_factory.mktemp("warm") / "home"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TAILFILL_HOME", str(home))
+        runtime.code_archive()  # a home where a spark-submit ran has the code archive: the server must not import it
         status = warm_spark.spark_server_up(home)
         try:
             yield home, status

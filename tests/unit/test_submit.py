@@ -3,6 +3,8 @@ arguments (what every planner writes with ``JobSpec.argv`` and the job reads bac
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -151,3 +153,21 @@ def test_the_submitter_reads_back_the_results_the_job_prints():
     lines = ["[demo backfill] 900/900 offsets (100%)", JobResult(results).line() + "\n"]
     assert parse_result(lines).results == results
     assert parse_result(lines[:1]) is None
+
+
+def test_a_python_that_imports_tailfill_from_the_archive_runs_its_code_and_never_empties_it(tmp_path):
+    """A ``spark-submit`` driver (or anything with the archive on its ``PYTHONPATH``) has no package folder: its
+    fingerprint is the one its archive was built with, and an archive it is asked for is a copy of its own."""
+    archive = runtime.code_archive(tmp_path / "home" / "dist" / "code.zip")
+    probe = ("import json, tailfill; from pathlib import Path; from tailfill.run import runtime; "
+             f"copy = runtime.code_archive(Path({str(tmp_path / 'copy.zip')!r})); "
+             f"same = runtime.code_archive(Path({str(archive)!r})); "
+             "print(json.dumps([tailfill.__file__, runtime.code_fingerprint(), str(runtime.running_archive())]))")
+    done = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(archive)}, cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    imported_from, fingerprint, running = json.loads(done.stdout)
+    assert imported_from.startswith(f"{archive}/") and running == str(archive)
+    assert fingerprint == runtime.code_fingerprint()  # the code it runs, as the process that built the archive saw it
+    with zipfile.ZipFile(archive) as built, zipfile.ZipFile(tmp_path / "copy.zip") as copied:
+        assert built.namelist() == copied.namelist() and len(built.namelist()) > 100  # whole, not rebuilt empty
