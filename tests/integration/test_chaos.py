@@ -4,11 +4,14 @@
 ``pytest -m faults --chaos`` (outside ``make test``): ``--chaos-minutes`` (default 30) of faults, one every
 ``minutes * 60 / --chaos-faults`` seconds (default 120 faults), drawn with a seed (``TAILFILL_FAULT_SEED``
 repeats a run). The catalog is on Postgres, the warehouse on SeaweedFS behind the S3 fault proxy, the broker
-behind a TCP relay that can go away. The jobs are ``spark-submit`` runs, as Airflow's lanes run them.
+behind a TCP relay that can go away. The backfill is a ``spark-submit`` run, as Airflow's lanes run it; the
+tails take turns between ``spark-submit`` and ``tailfill tail --spark connect`` on the home's long-lived Spark
+Connect server.
 
 Fault classes: a job SIGKILLed with all its processes; a job's driver JVM SIGKILLed alone; the catalog's Postgres
 SIGKILLed (postmaster and backends) and restarted on its data; SeaweedFS SIGKILLed and restarted on its data;
-the broker's address gone for 3-10 s; a burst of S3 errors (500, 503, resets) on data-file and metadata PUTs.
+the broker's address gone for 3-10 s; a burst of S3 errors (500, 503, resets) on data-file and metadata PUTs;
+the Spark Connect server SIGKILLed with its Python workers (the next tail on Connect starts a new one).
 
 A run that fails is started again, as a scheduler would; ``validate --all`` runs throughout and must never find
 a lost or doubled offset (it may fail to run while a server is down: that is counted, not hidden). At the end
@@ -43,6 +46,7 @@ from tailfill.dev.sample import produce_sample
 from tailfill.lake.ledger import read_ledger
 from tailfill.offsets import intersect_all, total
 from tailfill.pipeline.handle import open_pipeline
+from tailfill.run import connect_server
 from tailfill.run.contract import JobSpec
 from tailfill.run.planner import backfill_spec
 from tailfill.run.spark_job import run
@@ -52,19 +56,21 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 PARTITIONS, BAD_EVERY = 4, 499
 CLI = str(Path(sys.executable).parent / "tailfill")
-KINDS = ("job", "driver", "catalog", "store", "broker", "s3")
+KINDS = ("job", "driver", "catalog", "store", "broker", "s3", "server")
 
 
 class Process:
     """One run (``spark-submit`` or a CLI command) with a marker of its own, so a kill takes only its processes."""
 
-    def __init__(self, name: str, args: list[str], env: dict, log_path: Path):
+    def __init__(self, name: str, args: list[str], env: dict, log_path: Path, marked: bool = True):
+        """``marked``: its processes carry a marker of their own; not for a client of a long-lived server, which
+        would hand the marker to the server it starts (and a kill of the run would take the server too)."""
         self.name, self.log_path = name, log_path
         tag = uuid.uuid4().hex
-        self.marker = f"TAILFILL_TEST_MARKER={tag}".encode()
+        self.marker = f"TAILFILL_TEST_MARKER={tag}".encode() if marked else None
         with log_path.open("w") as log:
-            self.proc = subprocess.Popen(args, env=env | {"TAILFILL_TEST_MARKER": tag}, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(args, env=env | ({"TAILFILL_TEST_MARKER": tag} if marked else {}),
+                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def running(self) -> bool:
         return self.proc.poll() is None
@@ -74,11 +80,12 @@ class Process:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, 9)
         self.proc.wait(timeout=30)
-        kill_marked(self.marker)
+        if self.marker is not None:
+            kill_marked(self.marker)
 
     def kill_driver(self) -> bool:
         """SIGKILL only the driver's JVM (``SparkSubmit``); True if there was one."""
-        for pid in processes_with(self.marker):
+        for pid in processes_with(self.marker) if self.marker is not None else ():
             with contextlib.suppress(OSError):
                 if b"org.apache.spark.deploy.SparkSubmit" in Path(f"/proc/{pid}/cmdline").read_bytes():
                     os.kill(pid, 9)
@@ -148,6 +155,7 @@ def test_chaos_soak(spark, make_pipeline, home, tmp_path, chaos):
                     proc.kill()
 
         stack.callback(stop_runs)
+        stack.callback(connect_server.connect_server_down, home)  # the server the tails on Connect started
         started, ended = Counter(), Counter()
         validations: list[tuple[int, str]] = []
         faults: list[str] = []
@@ -183,6 +191,11 @@ def test_chaos_soak(spark, make_pipeline, home, tmp_path, chaos):
                 except Exception as exc:
                     ended[f"tail not planned ({type(exc).__name__})"] += 1
                     return
+                if started["tail"] % 2:  # every other tail: on Spark Connect, as `auto` runs it beside a server
+                    runs[name] = Process("tail on Connect", [CLI, "tail", str(cfg.path), "--once", "--spark",
+                                                             "connect"], cli_env, log, marked=False)
+                    started["tail"] += 1
+                    return
                 args = spark_submit_command(spec)
             else:
                 args = [CLI, name, str(cfg.path), *(["--all"] if name == "validate" else [])]
@@ -210,6 +223,13 @@ def test_chaos_soak(spark, make_pipeline, home, tmp_path, chaos):
                 time.sleep(rng.uniform(0.5, 4.0))
                 store.start()
                 return "SeaweedFS SIGKILLed and restarted"
+            if kind == "server":
+                state = connect_server.server_state(home)
+                if state is None:
+                    return ""
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(state["pid"], 9)  # its JVM and its Python workers, as a lost machine would
+                return "Spark Connect server SIGKILLed"
             if kind == "broker":
                 relay.down()
                 time.sleep(rng.uniform(3.0, 10.0))
