@@ -45,6 +45,12 @@ def warm(spec, env, on_line, home) -> Outcome:
     return WarmServerRunner(env, home=home).submit(spec, on_line).wait()
 
 
+def what_happened(lines: list[str], home: Path) -> str:
+    """The job's last lines and the end of the server's log (Spark's own account of a failed task)."""
+    log = home / "logs" / "spark-server.log"
+    return "\n".join(lines[-30:]) + "\n--- the server's log:\n" + (log.read_text()[-6000:] if log.exists() else "")
+
+
 @pytest.fixture(scope="module")
 def server_home(tmp_path_factory):
     home = tmp_path_factory.mktemp("warm") / "home"
@@ -79,7 +85,7 @@ def test_backfill_and_tail_run_on_the_server_exactly_once(server_home, warm_pipe
     lines: list[str] = []
     with ThreadPoolExecutor(max_workers=2) as pool:  # two lanes at once, as the backfill DAG runs them
         runs = list(pool.map(lambda spec: warm(spec, os.environ, lines.append, home), specs))
-    assert [run.code for run in runs] == [0, 0], lines
+    assert [run.code for run in runs] == [0, 0], what_happened(lines, home)
     assert lines.count(f"{warm_spark.SERVED_BY} pid {status['pid']}, job {run_id}") == 2, lines  # not a spark-submit
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, cfg.source.partitions, bad_every=500)
     tail = plan_tail(open_pipeline(cfg), TailRequest(once=True), new_run_id("tail")).spec
@@ -104,7 +110,8 @@ def test_a_job_whose_caller_is_killed_stops_and_the_next_run_resumes(server_home
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 4_000, cfg.source.partitions)
     with open_pipeline(cfg) as pipeline:  # records the cutover
         history = plan_backfill_lanes(pipeline, BackfillRequest(), lambda _lane: new_run_id("backfill")).specs
-    assert warm(history[0], os.environ, lambda _line: None, home).code == 0
+    first: list[str] = []
+    assert warm(history[0], os.environ, first.append, home).code == 0, what_happened(first, home)
     # An open-ended processing-time tail would run for ever: only its caller going away stops it.
     caller = subprocess.Popen([TAILFILL, "tail", str(cfg.path), "--spark", "warm"], env=dict(os.environ),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
