@@ -196,15 +196,18 @@ def _start(home: Path, env: dict[str, str], digests: dict[str, str | None], why:
         log.flush()
         proc = subprocess.Popen(server_command(port), env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+    state = {"pid": proc.pid, "url": f"sc://{LOOPBACK}:{port}", "port": port, "master": runtime.master(),
+             "settings": digests, "started_because": why, "started_at": started, "ready_s": None, "log": str(log_path)}
+    # Recorded before it answers: a caller killed while it starts leaves a server that the next caller (or
+    # `connect-server down`) finds and stops, never one that nobody knows of.
+    write_whole(state_file(home), json.dumps(state))
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SparkServerError(f"the local Spark Connect server exited with code {proc.returncode} before "
                                    f"serving (see {log_path})")
         if _answers(port):
-            state = {"pid": proc.pid, "url": f"sc://{LOOPBACK}:{port}", "port": port, "master": runtime.master(),
-                     "settings": digests, "started_because": why, "started_at": started,
-                     "ready_s": round(time.time() - started, 1), "log": str(log_path)}
+            state["ready_s"] = round(time.time() - started, 1)
             write_whole(state_file(home), json.dumps(state))
             return state
         time.sleep(0.2)

@@ -27,6 +27,7 @@ from helpers import (
     tables_of,
     wait_until,
 )
+from processes import kill_marked, processes_with
 
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import SparkServerError
@@ -205,3 +206,24 @@ def test_a_server_that_dies_mid_job_fails_it_in_one_line_and_the_retry_resumes_o
     assert retry.code == 0, lines[-30:]
     assert connect_server.server_state(home)["pid"] != victim  # a new server took the retry
     assert_exactly_once(cfg, high_watermarks(cfg))
+
+
+def test_a_caller_killed_while_the_server_starts_leaves_no_server_nobody_knows_of(tmp_path):
+    """The starting caller is SIGKILLed before the server answers: the server it started is recorded all the same,
+    so ``connect-server down`` (or the next caller) finds and stops it; no JVM is left running for ever."""
+    home, tag = tmp_path / "home", uuid.uuid4().hex
+    marker = f"TAILFILL_TEST_MARKER={tag}".encode()  # the server inherits the caller's environment
+    start = "from tailfill.run.connect_server import connect_server_up; connect_server_up()"
+    caller = subprocess.Popen([sys.executable, "-c", start], env=dict(os.environ, TAILFILL_HOME=str(home),
+                              TAILFILL_TEST_MARKER=tag), start_new_session=True)
+    try:
+        wait_until(lambda: set(processes_with(marker)) - {caller.pid}, "the caller to start the server")
+        seen = time.monotonic()  # killed once the server is recorded, or 2 s after it started (before it answers)
+        wait_until(lambda: connect_server.state_file(home).exists() or time.monotonic() - seen > 2, "a moment")
+        os.killpg(caller.pid, signal.SIGKILL)  # the caller alone: the server has a session of its own
+        caller.wait()
+        assert processes_with(marker), "the server did not outlive its caller (nothing to find)"
+        assert connect_server.connect_server_down(home), "the server the killed caller started was not recorded"
+        wait_until(lambda: not processes_with(marker), "the server to stop")
+    finally:
+        kill_marked(marker)
