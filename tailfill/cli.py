@@ -215,14 +215,18 @@ def cmd_produce_sample(args: argparse.Namespace) -> int:
 
 def _produce_changes(cfg: PipelineConfig, topic: str, count: int) -> int:
     """``produce-sample --format debezium``: Debezium change events of orders (10 changes per order on average)."""
-    from tailfill.dev.change_stream import change_stream, produce_changes
+    from tailfill.dev.change_stream import avro_changes, change_stream, produce_changes
 
-    if cfg.format.envelope != "debezium":
-        raise ConfigError(f"pipeline {cfg.name} does not read Debezium change events (fix: --pipeline orders_cdc)")
+    if cfg.format.envelope != "debezium" or cfg.format.type not in ("json", "avro"):
+        raise ConfigError(f"pipeline {cfg.name} does not read Debezium change events in JSON or Avro (fix: "
+                          "--pipeline orders_cdc or orders_cdc_avro)")
     bootstrap = resolve_bootstrap(cfg.source.bootstrap_servers)
     partitions = cfg.source.partitions or 4
     started = time.monotonic()
     changes = change_stream(count, max(1, count // 10), partitions=partitions, snapshot=min(count // 10, 10_000))
+    if cfg.format.type == "avro":  # as Debezium's Avro converter writes them, the schemas registered
+        assert cfg.format.schema_registry is not None, "an avro format has a schema_registry (checked when loaded)"
+        changes = avro_changes(changes, resolve_registry(cfg.format.schema_registry.url), topic)
     produce_changes(bootstrap, topic, changes, partitions)
     ops = {op: sum(1 for c in changes if c.op == op) for op in ("r", "c", "u", "d", "tombstone")}
     _say(f"produced {len(changes):,} change records to {topic} on {bootstrap} in "
@@ -539,7 +543,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--pipeline", help="default: demo (json), orders_cdc (debezium), orders_<format> otherwise")
     s.add_argument("--format", choices=SAMPLE_FORMATS, default="json",
                    help="avro/protobuf/json_schema: sample orders by confluent-kafka's serializers via the registry; "
-                        "debezium: Debezium JSON change events of orders (snapshot, inserts, updates, deletes)")
+                        "debezium: Debezium change events of orders (snapshot, inserts, updates, deletes), in JSON or "
+                        "Avro as the pipeline reads them")
     s.add_argument("--count", type=int, default=100_000)
     s.add_argument("--topic", help="the topic to write to: one of the pipeline's (default: its topic; needed when it "
                                    "reads several)")

@@ -260,8 +260,9 @@ class FormatConfig(_Model):
         default="none",
         description="Keyed pipelines (target.mode: upsert): none, each value is the row's new state and a "
                     "tombstone (a null value with a key) deletes the key; or debezium, each value is a Debezium "
-                    "change event in JSON (with or without the converter's schema/payload wrapper) whose op "
-                    "r/c/u applies 'after' and d deletes 'before''s key (json format only).")
+                    "change event whose op r/c/u applies 'after' and d deletes 'before''s key: in JSON (with or "
+                    "without the converter's schema/payload wrapper), or in avro, protobuf or json_schema through "
+                    "the registry (the columns are the fields of the envelope's 'after' record).")
     key: Literal["raw", "string", "registry"] = Field(
         default="raw",
         description="The kafka_key column: the bytes as sent (raw); decoded UTF-8 (string, json and raw formats: "

@@ -109,6 +109,15 @@ def spark(broker):
     session.stop()
 
 
+@pytest.fixture
+def registry():
+    """A development Schema Registry (Confluent's REST API) on a free loopback port, for one test."""
+    from tailfill.dev.registry import DevRegistry
+
+    with DevRegistry() as reg:
+        yield reg
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint():
     """A moto S3 server on loopback with an empty bucket ``tailfill``; yields its endpoint URL."""

@@ -26,12 +26,12 @@ import numpy as np
 import pyarrow as pa
 
 from tailfill.config import FieldSpec, FormatConfig
-from tailfill.errors import ChangeStreamError, RecordError
+from tailfill.errors import ConfigError, RecordError
 from tailfill.formats.base import Decoded, Decoder, Format, NewTable, Rows
+from tailfill.formats.debezium import read_event
 from tailfill.formats.json_fields import _coerce
-from tailfill.values.schema import CHANGE_COLUMNS, DELETE_OP, METADATA_FIELDS, VALUE_FIELD
+from tailfill.values.schema import CDC_LSN, CDC_OP, CDC_TS_MS, CHANGE_COLUMNS, DELETE_OP, METADATA_FIELDS, VALUE_FIELD
 
-UPSERT_OPS = ("r", "c", "u")
 KAFKA_KEY = "kafka_key"
 
 
@@ -63,18 +63,30 @@ class ChangeFormat(Format):
         return with_change_columns(self.inner.declared_columns(fmt))
 
     def new_table(self) -> NewTable:
+        """The inner format's new table with the change columns; ConfigError if a key column is not one of its
+        columns (a registry's schema is known only now)."""
         new = self.inner.new_table()
-        return NewTable(new.key_type, pa.schema([*new.columns, *CHANGE_COLUMNS]), new.properties)
+        columns = with_change_columns(new.columns)
+        assert columns is not None
+        if missing := [k for k in self.key if k != KAFKA_KEY and k not in columns.names]:
+            raise ConfigError(f"target.key: {', '.join(map(repr, missing))} names no column of the table's schema "
+                              f"(columns: {', '.join(c for c in columns.names if c not in CHANGE_COLUMNS.names)})")
+        return NewTable(new.key_type, columns, new.properties)
 
     def decoder(self) -> ChangeDecoder:
-        return ChangeDecoder(self.inner.decoder(), self.key, self.envelope, self.fmt.fields)
+        reads_events = self.envelope == "debezium" and self.inner.follows_writer_schema
+        return ChangeDecoder(self.inner.decoder(), self.key, self.envelope, self.fmt.fields, reads_events)
 
 
 class ChangeDecoder:
-    """Decodes changes: the inner decoder takes each row's new state, this one the envelope, ops and deletes."""
+    """Decodes changes: the inner decoder takes each row's new state, this one the envelope, ops and deletes.
 
-    def __init__(self, inner: Decoder, key: tuple[str, ...], envelope: str, fields: list[FieldSpec]):
-        self.inner, self.key_columns, self.envelope = inner, key, envelope
+    ``reads_events``: the inner decoder reads the Debezium envelopes itself (a registry format's writers, see
+    :class:`~tailfill.formats.debezium.DebeziumWriter`), its rows carrying their change columns."""
+
+    def __init__(self, inner: Decoder, key: tuple[str, ...], envelope: str, fields: list[FieldSpec],
+                 reads_events: bool = False):
+        self.inner, self.key_columns, self.envelope, self.reads_events = inner, key, envelope, reads_events
         self.key = inner.key
         self.rows_schema = with_change_columns(inner.rows_schema)
         self.specs = {f.name: f for f in fields}
@@ -93,7 +105,7 @@ class ChangeDecoder:
             try:
                 if value is None:  # a tombstone: delete the Kafka key's row
                     deletes[i] = self._key_of_tombstone(raw_keys[i])
-                elif self.envelope == "debezium":
+                elif self.envelope == "debezium" and not self.reads_events:
                     ops[i], body, ts[i], lsn[i] = _debezium(value)
                     if ops[i] == DELETE_OP:
                         deletes[i] = self._key_columns(body, "'before'")
@@ -104,7 +116,10 @@ class ChangeDecoder:
                     states[i] = value
             except RecordError as exc:
                 errors[i] = str(exc)
-        groups = [self._states(states, keys, table_columns, errors), self._deletes(deletes)]
+        upserts = self._states(states, keys, table_columns, errors)
+        if self.reads_events:
+            upserts = _take_change_columns(upserts, ops, ts, lsn)
+        groups = [upserts, self._deletes(deletes, table_columns)]
         rows = []
         for group in groups:
             group = self._without_null_keys(group, raw_keys, errors)
@@ -135,13 +150,20 @@ class ChangeDecoder:
         order = pa.array(np.argsort(positions.to_numpy(), kind="stable"))
         return Rows(positions.take(order), merged.take(order))
 
-    def _deletes(self, deletes: dict[int, dict[str, Any]]) -> Rows:
-        """Delete rows: the key's columns, every other column null."""
+    def _deletes(self, deletes: dict[int, dict[str, Any]], table_columns: pa.Schema | None) -> Rows:
+        """Delete rows: the key's columns, every other column null. Without declared columns (a registry format)
+        the key columns take the table's types, and a decoded Kafka key comes first as ``kafka_key``."""
         at = sorted(deletes)
-        schema = self._empty_columns().schema
-        columns = [pa.array([deletes[i].get(f.name) for i in at], f.type) if f.name in self.value_keys
-                   else pa.nulls(len(at), f.type) for f in schema]
-        return Rows(pa.array(at, pa.int64()), pa.Table.from_arrays(columns, schema=schema))
+        if self.inner.rows_schema is not None:
+            schema = self._empty_columns().schema
+            columns = [pa.array([deletes[i].get(f.name) for i in at], f.type) if f.name in self.value_keys
+                       else pa.nulls(len(at), f.type) for f in schema]
+            return Rows(pa.array(at, pa.int64()), pa.Table.from_arrays(columns, schema=schema))
+        names = [*([KAFKA_KEY] if self.key == "registry" else []), *self.value_keys]
+        known = table_columns if table_columns is not None else pa.schema([])
+        arrays = {n: pa.array([deletes[i].get(n) for i in at],
+                              known.field(n).type if known.get_field_index(n) >= 0 else None) for n in names}
+        return Rows(pa.array(at, pa.int64()), pa.table(arrays))
 
     def _empty_columns(self) -> pa.Table:
         """No rows, the inner format's decoded columns (what a row holds between the metadata and the raw value)."""
@@ -175,6 +197,11 @@ class ChangeDecoder:
     def _key_of_tombstone(self, raw: bytes | None) -> dict[str, Any]:
         if raw is None:
             raise RecordError("a tombstone (null value) without a Kafka key: no key to delete")
+        if self.key == "registry":  # the key in the wire format, decoded with its own schema
+            decoded = self.inner.key_value(raw)  # type: ignore[attr-defined]
+            doc = decoded if isinstance(decoded, dict) else (
+                {self.value_keys[0]: decoded} if len(self.value_keys) == 1 else {})
+            return {KAFKA_KEY: decoded, **(self._key_columns(doc, "the Kafka key") if self.value_keys else {})}
         if not self.value_keys:
             return {}
         try:
@@ -199,38 +226,27 @@ class ChangeDecoder:
         return out
 
 
+def _take_change_columns(rows: Rows, ops: list, ts: list, lsn: list) -> Rows:
+    """``rows`` decoded with their change columns: each change's op, ts_ms and lsn put at its position in ``ops``,
+    ``ts`` and ``lsn``, and the columns dropped (the decoder adds them to every group alike)."""
+    if rows.columns.schema.get_field_index(CDC_OP) < 0:
+        return rows
+    at = rows.positions.to_pylist()
+    for name, out in ((CDC_OP, ops), (CDC_TS_MS, ts), (CDC_LSN, lsn)):
+        for i, value in zip(at, rows.columns.column(name).to_pylist(), strict=True):
+            out[i] = value
+    return Rows(rows.positions, rows.columns.drop_columns(list(CHANGE_COLUMNS.names)))
+
+
 def _unwrapped(doc: dict[str, Any]) -> Any:
     """A JSON converter's message without its ``schema``/``payload`` wrapper."""
     return doc["payload"] if set(doc) == {"schema", "payload"} else doc
 
 
 def _debezium(value: bytes) -> tuple[str, dict[str, Any], int | None, int | None]:
-    """(op, the row's new state or the deleted row, source.ts_ms, source.lsn) of a Debezium change event."""
+    """(op, the row's new state or the deleted row, source.ts_ms, source.lsn) of a Debezium change event in JSON."""
     try:
         doc = json.loads(value)
     except (ValueError, RecursionError) as exc:
         raise RecordError(f"malformed Debezium change event: {str(exc)[:80]}") from None
-    doc = _unwrapped(doc) if isinstance(doc, dict) else doc
-    if not isinstance(doc, dict):
-        raise RecordError(f"a Debezium change event is a JSON object, got {type(doc).__name__}")
-    op = doc.get("op")
-    source = doc.get("source") if isinstance(doc.get("source"), dict) else {}
-    ts_ms, lsn = _long(source.get("ts_ms", doc.get("ts_ms"))), _long(source.get("lsn"))
-    if op == "t":
-        raise ChangeStreamError(f"a Debezium truncate event (op 't', source {json.dumps(source)[:120]}) cannot be "
-                                "applied to a keyed table; re-create the state table from a new snapshot")
-    if op in UPSERT_OPS:
-        body = doc.get("after")
-        if not isinstance(body, dict):
-            raise RecordError(f"Debezium op '{op}' without an 'after' object")
-    elif op == DELETE_OP:
-        body = doc.get("before")
-        if not isinstance(body, dict):
-            raise RecordError("Debezium op 'd' without a 'before' object")
-    else:
-        raise RecordError(f"unknown Debezium op {op!r} (expected r, c, u, d or t)")
-    return op, body, ts_ms, lsn
-
-
-def _long(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return read_event(_unwrapped(doc) if isinstance(doc, dict) else doc)

@@ -23,8 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailfill.config import FormatConfig
-from tailfill.errors import RegistryError, SchemaChangeError
+from tailfill.errors import ChangeStreamError, RecordError, RegistryError, SchemaChangeError
 from tailfill.formats.base import Decoded, Format, NewTable, Rows
+from tailfill.formats.debezium import DebeziumWriter
 from tailfill.formats.evolve import canon, conflicts, missing_required, required_properties
 from tailfill.formats.schema_registry import RegisteredSchema, RegistryClient
 from tailfill.values.schema import RESERVED_PREFIX
@@ -78,15 +79,19 @@ class WireFormat(Format):
         return out
 
     @classmethod
-    def build(cls, found: RegisteredSchema, imports: dict[str, str], key: bool = False) -> Writer | KeyWriter:
-        """The writer (``key``: key writer) of a registry schema; ValueError if it cannot be one."""
+    def build(cls, found: RegisteredSchema, imports: dict[str, str], key: bool = False,
+              envelope: str = "none") -> Writer | KeyWriter:
+        """The writer (``key``: key writer) of a registry schema; ValueError if it cannot be one. ``envelope:
+        debezium``: the schema is a Debezium envelope, its rows the changes' row images (:mod:`.debezium`)."""
         if found.kind != cls.schema_type:
             raise ValueError(f"it is a {found.kind} schema, the pipeline reads {cls.name}")
         if imports and cls.schema_type != "PROTOBUF":
             raise ValueError("it references other subjects, which Tailfill reads for Protobuf schemas only")
         if key:
             return cls.key_class(found.text, imports)
-        writer = cls.writer_class(found.text, imports)
+        writer: Writer = cls.writer_class(found.text, imports)
+        if envelope == "debezium":
+            writer = DebeziumWriter(writer)
         reserved = [f.name for f in writer.columns_of(cls.first_variant) if f.name.startswith(RESERVED_PREFIX)]
         if reserved:
             raise ValueError(f"fields {', '.join(reserved)} use the reserved prefix '{RESERVED_PREFIX}'")
@@ -97,7 +102,7 @@ class WireFormat(Format):
         assert self.registry is not None, "a registry format has a registry client"
         latest = self.registry.latest(subject)
         try:
-            return self.build(latest, self.registry.imports(latest), key)
+            return self.build(latest, self.registry.imports(latest), key, self.fmt.envelope)
         except (ValueError, KeyError) as exc:
             raise ValueError(f"the latest schema of {'key ' if key else ''}subject {subject!r} (id {latest.id}) "
                              f"cannot be {'kafka_key' if key else 'a table'}: {exc}") from exc
@@ -140,7 +145,7 @@ class WireDecoder:
             writer: Writer | KeyWriter | str = f"unknown schema id {schema_id} (the registry has no such schema)"
         else:
             try:
-                writer = self.kind.build(found, self.client.imports(found), key)
+                writer = self.kind.build(found, self.client.imports(found), key, self.fmt.envelope)
             except RegistryError:  # unreachable: the batch fails, nothing commits
                 raise
             except Exception as exc:  # a schema we cannot map: its records are quarantined with the reason
@@ -164,6 +169,13 @@ class WireDecoder:
             return f"key does not decode with key schema id {key_id}: {str(exc)[:200] or type(exc).__name__}"
         return key_id, variant, value
 
+    def key_value(self, raw: bytes) -> object:
+        """One record's key decoded with its own key schema; RecordError saying why it cannot be."""
+        found = self._key(raw)
+        if isinstance(found, str):
+            raise RecordError(found)
+        return found[2]
+
     def decode(self, values: pa.Array, keys: pa.Array, table_columns: pa.Schema | None) -> Decoded:
         """Rows per writer schema (and key schema), and why each other record is none; ``table_columns``: the
         target table's columns now (for ``on_incompatible_schema: quarantine``), None to let the driver judge."""
@@ -184,6 +196,8 @@ class WireDecoder:
                 continue
             try:
                 variant, row = writer.read(value[HEADER:])
+            except ChangeStreamError:  # a change no keyed table can apply (a truncate): the run stops
+                raise
             except Exception as exc:
                 errors[i] = f"does not decode with writer schema id {schema_id}: {str(exc)[:200]}"
                 continue

@@ -110,17 +110,21 @@ def format_problems(cfg: PipelineConfig) -> list[str]:
     return problems or _column_problems(cfg, declared)
 
 
+DEBEZIUM_FORMATS = ("json", "avro", "protobuf", "json_schema")  # what Debezium's converters write
+
+
 def keyed_problems(cfg: PipelineConfig, declared: pa.Schema | None) -> list[str]:
     """What is wrong with a keyed pipeline's key, version and envelope (``field: problem`` lines)."""
     out = []
     target = cfg.target
-    if cfg.format.envelope == "debezium" and cfg.format.type != "json":
-        out.append(f"format.envelope: debezium reads JSON change events (format.type: json), not {cfg.format.type}")
+    if cfg.format.envelope == "debezium" and cfg.format.type not in DEBEZIUM_FORMATS:
+        out.append(f"format.envelope: debezium reads change events in {', '.join(DEBEZIUM_FORMATS)}, not "
+                   f"{cfg.format.type}")
     if cfg.format.unknown_fields == "evolve":
         out.append("format.unknown_fields: evolve is for append tables; a keyed table takes the fields it declares "
                    "(declare the new ones, or use ignore)")
-    if declared is None:
-        if any(k != "kafka_key" for k in target.key):
+    if declared is None:  # a registry's schema: the key columns are checked when the table is made
+        if cfg.format.envelope != "debezium" and any(k != "kafka_key" for k in target.key):
             out.append(f"target.key: with format.type {cfg.format.type} the key must be [kafka_key] (tombstones "
                        "carry only the Kafka key)")
         return out

@@ -23,7 +23,7 @@ from helpers import backfill, kill_job_tree, offline_duckdb, set_dotted, tail
 from pyiceberg.expressions import EqualTo
 
 from tailfill.config import MaintenanceConfig
-from tailfill.dev.change_stream import Change, change_stream, ends, fold, produce_changes, records
+from tailfill.dev.change_stream import Change, avro_changes, change_stream, ends, fold, produce_changes, records
 from tailfill.errors import ChangeStreamError, InjectedFault
 from tailfill.lake.keyed import applied_ranges, state_counts
 from tailfill.lake.ledger import read_ledger
@@ -295,6 +295,46 @@ def test_maintain_compacts_the_state_with_its_deletes_and_keeps_the_proof(cdc):
 
     for b, ranges in enumerate(plan[4:], start=4):  # the same committer goes on after the compaction
         commit(pipeline, changes, ranges, "run-m", b, committer)
+    assert_state_is_the_fold(pipeline, changes)
+
+
+def avro_cdc(cdc, registry, topic: str, **changes) -> Pipeline:
+    """The orders_cdc pipeline on Debezium's Avro converter (values and keys in the wire format) on ``topic``, whose
+    subjects must be registered first: the data table takes its columns from the latest value schema."""
+    fmt = {"type": "avro", "envelope": "debezium", "key": "registry", "on_incompatible_schema": "quarantine",
+           "schema_registry": {"url": registry.url, "attempts": 2, "timeout_seconds": 2}}
+    return cdc(format=fmt, source__topic=topic, **changes)
+
+
+def test_debezium_avro_stream_lands_as_the_fold_of_its_changes(cdc, registry):
+    topic = f"cdc-avro-{uuid.uuid4().hex[:8]}"
+    changes = avro_changes(change_stream(4000, 600, partitions=3, snapshot=200), registry.url, topic)
+    pipeline = avro_cdc(cdc, registry, topic)
+    ingest(pipeline, changes, batches(changes, topic, 400), "run-avro")
+
+    assert_state_is_the_fold(pipeline, changes)
+    counts = state_counts(pipeline.open_state_table())
+    assert counts.changes == len(changes)  # tombstones included: their keys decoded with the key schema
+    assert counts.inserted and counts.updated and counts.deleted and counts.superseded
+    assert {"order_id", "status", "amount", "updated_at", "cdc_op", "cdc_lsn"} <= set(table_columns(
+        pipeline.open_tables().data).names)
+
+
+def test_spark_avro_backfill_committed_after_the_tail_on_the_broker(cdc, registry, broker, spark):
+    """Debezium Avro on the broker through Spark: the tail first (newer changes), then the backfill of history."""
+    topic = f"cdc-avro-{uuid.uuid4().hex[:8]}"
+    changes = avro_changes(change_stream(3000, 300, partitions=2, snapshot=100), registry.url, topic)
+    pipeline = avro_cdc(cdc, registry, topic, source__bootstrap_servers=broker.bootstrap_servers,
+                        source__partitions=2)
+    cfg = pipeline.cfg
+    half = {p: e // 2 for p, e in ends(changes).items()}
+    history = [c for c in changes if c.offset < half[c.partition]]
+    produce_changes(broker.bootstrap_servers, topic, history, 2)
+    tail(spark, cfg)  # records the cutover at the end of history
+    produce_changes(broker.bootstrap_servers, topic, [c for c in changes if c.offset >= half[c.partition]], 2)
+    assert sum(r.offsets for r in tail(spark, cfg)) == len(changes) - len(history)
+    assert sum(r.offsets for r in backfill(spark, cfg)) == len(history)  # older changes, committed after
+
     assert_state_is_the_fold(pipeline, changes)
 
 

@@ -31,12 +31,6 @@ pytestmark = pytest.mark.integration
 PARTITIONS, HISTORY, LIVE, NOT_WIRE_EVERY = 4, 2_000, 600, 97
 
 
-@pytest.fixture
-def registry():
-    with DevRegistry() as reg:
-        yield reg
-
-
 def registry_pipeline(make_pipeline, kind: str, url: str, **changes):
     fmt = {"type": kind, "schema_registry": {"url": url, "attempts": 2, "timeout_seconds": 2},
            "on_incompatible_schema": changes.pop("on_incompatible", "quarantine"), "key": changes.pop("key", "raw")}

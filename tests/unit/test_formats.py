@@ -22,7 +22,6 @@ from tailfill.config import FieldSpec, FormatConfig
 from tailfill.dev.avro_compat import backward_problems
 from tailfill.dev.broker import free_port
 from tailfill.dev.format_samples import avro_schema, order_class, sample_order
-from tailfill.dev.registry import DevRegistry
 from tailfill.errors import RegistryError, SchemaChangeError
 from tailfill.formats.base import Decoder, split_records
 from tailfill.formats.evolve import conflicts
@@ -35,12 +34,6 @@ from tailfill.values.column_types import parse_type
 from tailfill.values.schema import HEADERS, TIMESTAMP
 
 CTX = SerializationContext("orders", MessageField.VALUE)
-
-
-@pytest.fixture
-def registry():
-    with DevRegistry() as reg:
-        yield reg
 
 
 def raw(values: list[bytes | None], keys: list[bytes | None] | None = None) -> pa.Table:

@@ -14,6 +14,7 @@ from helpers import set_dotted
 from tailfill.errors import ChangeStreamError, ConfigError
 from tailfill.formats.base import split_records
 from tailfill.formats.registry import pipeline_format
+from tailfill.formats.schema_registry import RegistryClient
 from tailfill.pipeline.load import load_pipeline
 from tailfill.values.schema import HEADERS, RAW_SCHEMA, TIMESTAMP
 
@@ -58,9 +59,9 @@ def test_bad_keyed_settings_are_refused_with_one_line(tmp_path, changes, message
     assert str(info.value).startswith(str(tmp_path))
 
 
-def test_debezium_needs_json(tmp_path):
+def test_debezium_needs_a_format_its_converters_write(tmp_path):
     path = variant(tmp_path, format__type="raw", format__fields=[])
-    with pytest.raises(ConfigError, match="debezium reads JSON change events"):
+    with pytest.raises(ConfigError, match="debezium reads change events in json, avro, protobuf, json_schema, not raw"):
         load_pipeline(path)
 
 
@@ -157,3 +158,79 @@ def test_a_reset_of_a_keyed_pipeline_removes_its_state_table_with_the_change_log
         assert pipeline.open_state_table() is None and pipeline.open_tables() is None
     finally:
         pipeline.close()
+
+
+def avro_cdc(tmp_path, registry, topic: str = "shop.orders", **changes):
+    """The orders_cdc pipeline reading Debezium's Avro converter: values and keys in the wire format."""
+    fmt = {"type": "avro", "envelope": "debezium", "key": "registry", "schema_registry": {"url": registry.url}}
+    cfg = load_pipeline(variant(tmp_path, format=fmt, source__topic=topic, **changes))
+    return pipeline_format(cfg, RegistryClient(cfg.format.schema_registry))
+
+
+def avro_events(registry, topic: str, events: list[tuple[int, dict | None]]) -> tuple[list, list]:
+    """(values, keys) of ``events`` (order id, Debezium event or None for a tombstone) in Avro's wire format."""
+    from tailfill.dev.change_stream import Change, avro_changes
+
+    plain = [Change(0, i, json.dumps({"order_id": k}).encode(), None if e is None else json.dumps(e).encode(), k,
+                    "u") for i, (k, e) in enumerate(events)]
+    encoded = avro_changes(plain, registry.url, topic)
+    return [c.value for c in encoded], [c.key for c in encoded]
+
+
+def test_debezium_avro_events_become_the_same_rows_as_json_ones(tmp_path, registry):
+    def after(i: int) -> dict:
+        return {"order_id": i, "status": "paid", "amount": 3.5, "updated_at": "2026-01-01T00:00:00+00:00"}
+
+    fmt = avro_cdc(tmp_path, registry)
+    values, keys = avro_events(registry, "shop.orders", [
+        (1, {"op": "r", "before": None, "after": after(1), "source": SOURCE, "ts_ms": 1}),
+        (1, {"op": "u", "before": None, "after": after(1), "source": SOURCE, "ts_ms": 1}),
+        (1, {"op": "d", "before": {"order_id": 1}, "after": None, "source": {**SOURCE, "lsn": 9}, "ts_ms": 1}),
+        (1, None)])
+    new = fmt.new_table()
+    assert new.columns.names == ["order_id", "status", "amount", "updated_at", "cdc_op", "cdc_ts_ms", "cdc_lsn"]
+    rows, bad = split_records(raw(values, keys), fmt.decoder(), "run", new.schema)
+    assert bad.num_rows == 0
+    got = rows.select(["kafka_offset", "kafka_key", "order_id", "status", "cdc_op", "cdc_ts_ms", "cdc_lsn"])
+    assert got.to_pylist() == [
+        {"kafka_offset": 0, "kafka_key": {"order_id": 1}, "order_id": 1, "status": "paid", "cdc_op": "r",
+         "cdc_ts_ms": 1700, "cdc_lsn": 7},
+        {"kafka_offset": 1, "kafka_key": {"order_id": 1}, "order_id": 1, "status": "paid", "cdc_op": "u",
+         "cdc_ts_ms": 1700, "cdc_lsn": 7},
+        {"kafka_offset": 2, "kafka_key": {"order_id": 1}, "order_id": 1, "status": None, "cdc_op": "d",
+         "cdc_ts_ms": 1700, "cdc_lsn": 9},
+        {"kafka_offset": 3, "kafka_key": {"order_id": 1}, "order_id": 1, "status": None, "cdc_op": "d",
+         "cdc_ts_ms": None, "cdc_lsn": None},  # the tombstone: its key decoded with the key schema
+    ]
+
+
+SOURCE = {"connector": "postgresql", "ts_ms": 1700, "lsn": 7, "table": "orders"}
+
+
+def test_bad_debezium_avro_changes_are_quarantined_and_a_truncate_stops(tmp_path, registry):
+    fmt = avro_cdc(tmp_path, registry)
+    values, keys = avro_events(registry, "shop.orders", [
+        (1, {"op": "x", "before": None, "after": {"order_id": 1}, "source": SOURCE, "ts_ms": 1}),
+        (2, {"op": "c", "before": None, "after": None, "source": SOURCE, "ts_ms": 1}),
+        (3, None)])
+    keys[2] = b"not in the wire format"
+    rows, bad = split_records(raw(values, keys), fmt.decoder(), "run", fmt.new_table().schema)
+    assert rows.num_rows == 0
+    reasons = dict(zip(bad["kafka_offset"].to_pylist(), bad["error"].to_pylist(), strict=True))
+    assert reasons[0].startswith("does not decode with writer schema id ") and "unknown Debezium op 'x'" in reasons[0]
+    assert reasons[1].endswith("Debezium op 'c' without an 'after' object")
+    assert reasons[2].startswith("key not in the Confluent wire format")
+
+    values, keys = avro_events(registry, "shop.orders", [
+        (1, {"op": "t", "before": None, "after": None, "source": SOURCE, "ts_ms": 1})])
+    with pytest.raises(ChangeStreamError, match="truncate event"):
+        split_records(raw(values, keys), fmt.decoder(), "run", fmt.new_table().schema)
+
+
+def test_a_key_column_the_envelope_lacks_is_named_when_the_table_is_made(tmp_path, registry):
+    avro_events(registry, "shop.orders", [(1, {"op": "c", "before": None, "after": {"order_id": 1},
+                                               "source": SOURCE, "ts_ms": 1})])
+    fmt = avro_cdc(tmp_path, registry, target__key=["customer_id"])
+    with pytest.raises(ConfigError, match=r"target.key: 'customer_id' names no column of the table's schema "
+                                          r"\(columns: order_id, status, amount, updated_at\)"):
+        fmt.new_table()
