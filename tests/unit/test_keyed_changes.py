@@ -234,3 +234,72 @@ def test_a_key_column_the_envelope_lacks_is_named_when_the_table_is_made(tmp_pat
     with pytest.raises(ConfigError, match=r"target.key: 'customer_id' names no column of the table's schema "
                                           r"\(columns: order_id, status, amount, updated_at\)"):
         fmt.new_table()
+
+
+def protobuf_envelope() -> type:
+    """Debezium's envelope of an orders row as a Protobuf message class (built from a descriptor), its row and
+    source messages nested in it as Connect's Protobuf converter writes them."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    pool = descriptor_pool.Default()
+    try:
+        return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.orders.Envelope"))
+    except KeyError:
+        pass
+    f = descriptor_pb2.FileDescriptorProto(name="shop/orders/envelope.proto", package="shop.orders", syntax="proto3")
+    T = descriptor_pb2.FieldDescriptorProto
+    envelope = f.message_type.add(name="Envelope")
+    value = envelope.nested_type.add(name="Value")
+    value.field.add(name="order_id", number=1, type=T.TYPE_INT64, label=T.LABEL_OPTIONAL)
+    value.field.add(name="status", number=2, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL)
+    source = envelope.nested_type.add(name="Source")
+    source.field.add(name="ts_ms", number=1, type=T.TYPE_INT64, label=T.LABEL_OPTIONAL)
+    source.field.add(name="lsn", number=2, type=T.TYPE_INT64, label=T.LABEL_OPTIONAL)
+    for n, (name, kind) in enumerate([("before", "Value"), ("after", "Value"), ("source", "Source")], start=1):
+        envelope.field.add(name=name, number=n, type=T.TYPE_MESSAGE, label=T.LABEL_OPTIONAL,
+                           type_name=f".shop.orders.Envelope.{kind}")
+    envelope.field.add(name="op", number=4, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL)
+    return message_factory.GetMessageClass(pool.Add(f).message_types_by_name["Envelope"])
+
+
+JSON_SCHEMA_ENVELOPE = {
+    "type": "object", "definitions": {"Value": {"type": "object", "properties": {
+        "order_id": {"type": "integer"}, "status": {"type": ["null", "string"]}}}},
+    "properties": {"before": {"oneOf": [{"type": "null"}, {"$ref": "#/definitions/Value"}]},
+                   "after": {"oneOf": [{"type": "null"}, {"$ref": "#/definitions/Value"}]},
+                   "source": {"type": "object", "properties": {"ts_ms": {"type": "integer"},
+                                                               "lsn": {"type": "integer"}}},
+                   "op": {"type": "string"}}}
+
+
+@pytest.mark.parametrize("kind", ["protobuf", "json_schema"])
+def test_debezium_protobuf_and_json_schema_events_become_rows_with_their_op(tmp_path, registry, kind):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client, ctx = SchemaRegistryClient({"url": registry.url}), SerializationContext("shop.orders", MessageField.VALUE)
+    events = [("r", None, {"order_id": 1, "status": "new"}), ("u", None, {"order_id": 1, "status": "paid"}),
+              ("d", {"order_id": 1, "status": "paid"}, None)]
+    if kind == "protobuf":
+        cls = protobuf_envelope()
+        ser = ProtobufSerializer(cls, client, {"use.deprecated.format": False})
+        values = [ser(cls(op=op, source={"ts_ms": 1700, "lsn": 7 + i},
+                          **{k: v for k, v in (("before", before), ("after", after)) if v is not None}), ctx)
+                  for i, (op, before, after) in enumerate(events)]
+    else:
+        ser = JSONSerializer(json.dumps(JSON_SCHEMA_ENVELOPE), client)
+        values = [ser({"op": op, "before": before, "after": after, "source": {"ts_ms": 1700, "lsn": 7 + i}}, ctx)
+                  for i, (op, before, after) in enumerate(events)]
+    fmt = {"type": kind, "envelope": "debezium", "key": "raw", "schema_registry": {"url": registry.url}}
+    cfg = load_pipeline(variant(tmp_path, format=fmt, source__topic="shop.orders"))
+    made = pipeline_format(cfg, RegistryClient(cfg.format.schema_registry))
+    new = made.new_table()
+    assert new.columns.names == ["order_id", "status", "cdc_op", "cdc_ts_ms", "cdc_lsn"]
+    rows, bad = split_records(raw(values, [b"1"] * 3), made.decoder(), "run", new.schema)
+    assert bad.num_rows == 0, bad["error"].to_pylist()
+    assert rows.select(["kafka_offset", "order_id", "status", "cdc_op", "cdc_lsn"]).to_pylist() == [
+        {"kafka_offset": 0, "order_id": 1, "status": "new", "cdc_op": "r", "cdc_lsn": 7},
+        {"kafka_offset": 1, "order_id": 1, "status": "paid", "cdc_op": "u", "cdc_lsn": 8},
+        {"kafka_offset": 2, "order_id": 1, "status": "paid", "cdc_op": "d", "cdc_lsn": 9}]
