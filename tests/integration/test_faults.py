@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import pytest
 import yaml
+from conftest import REPO
 from crashes import CatalogServer, own_postgres
 from fault_outcomes import prove
 from helpers import (
@@ -47,6 +48,7 @@ from s3_fault_proxy import Fault, S3FaultProxy
 from tcp_outage import broker_behind_outage
 
 from tailfill import cli
+from tailfill.dev.change_stream import change_stream, fold, produce_changes
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import TailfillError
 from tailfill.lake.batch_summary import SUMMARY_RUN, BatchSummary
@@ -151,11 +153,56 @@ def warehouse_files(cfg) -> tuple[set[str], set[str]]:
     return on_disk, referenced
 
 
-def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, tmp_path, soak):
+class Events:
+    """The scenario's records: sample events (one in :data:`BAD_EVERY` malformed) into an append table; ``most``:
+    how many it may be asked for in all."""
+
+    table = "events"
+
+    def __init__(self, make_pipeline, most: int, **settings):
+        self.cfg = make_pipeline(**settings)
+
+    def produce(self, count: int) -> None:
+        produce_sample(self.cfg.source.bootstrap_servers, self.cfg.source.topic, count, PARTITIONS,
+                       bad_every=BAD_EVERY)
+
+    def check(self) -> None:
+        """What the table must hold besides every offset once (:func:`fault_outcomes.prove` counts those)."""
+
+
+class Changes(Events):
+    """The scenario's records: a Debezium change stream (inserts, updates, deletes, tombstones) into a keyed
+    table, whose state must be the fold of every change produced."""
+
+    table = "keyed table"
+
+    def __init__(self, make_pipeline, most: int, **settings):
+        shipped = yaml.safe_load((REPO / "pipelines/orders_cdc.yaml").read_text())  # its format and key
+        self.cfg = make_pipeline(format=shipped["format"], target__mode="upsert", target__key=["order_id"],
+                                 target__state_table="itest_state", expectations=[], **settings)
+        self.stream = change_stream(most, most // 10, partitions=PARTITIONS, snapshot=2_000)
+        self.sent = 0
+
+    def produce(self, count: int) -> None:
+        changes, self.sent = self.stream[self.sent:self.sent + count], self.sent + count
+        assert len(changes) == count, "the scenario produced more changes than its stream holds"
+        produce_changes(self.cfg.source.bootstrap_servers, self.cfg.source.topic, changes, PARTITIONS)
+
+    def check(self) -> None:
+        state = open_pipeline(self.cfg).open_state_table()
+        rows = state.scan(selected_fields=("order_id", "kafka_partition", "kafka_offset")).to_arrow().to_pylist()
+        held = {r["order_id"]: (r["kafka_partition"], r["kafka_offset"]) for r in rows}
+        assert len(held) == len(rows), "a key has two rows in the state"
+        assert held == fold(self.stream[:self.sent]), "the state is not the fold of the changes produced"
+
+
+@pytest.mark.parametrize("records", [Events, Changes], ids=["events", "changes"])
+def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, tmp_path, soak, records):
     """SIGKILL ``spark-submit`` and all its processes (see :class:`Victim`), a backfill and a tail
     running side by side (each replaced by a new run as soon as it is killed), then run both to the
     end: each resumes from the ledger, nothing is lost or doubled, and no file a killed attempt wrote
-    ever becomes part of the table.
+    ever becomes part of the table. With a keyed table (``changes``) the kills also land in its merges,
+    and its state must end as the fold of every change.
 
     The first backfill dies at a fixed point while its executors write data files, the first tail
     between its prepare and its commit; every other kill is at a random moment.
@@ -167,11 +214,12 @@ def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, t
     history, live_step, batch = 24_000, 2_000, 1_000
     # The sample's history is minutes old when the tail reads it: a freshness objective it can meet keeps
     # the backfill from yielding to a killed tail whose last heartbeat is still recent (run/governor.py).
-    cfg = make_pipeline(backfill__slices=2, backfill__max_offsets_per_batch=batch, backfill__batch_seconds=None,
-                        tail__max_offsets_per_batch=batch, tail__min_offsets_per_batch=batch,
-                        tail__freshness_seconds=3_600)
-    bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
-    produce_sample(bs, topic, history, PARTITIONS, bad_every=BAD_EVERY)
+    feed = records(make_pipeline, history + live_step * (3 * kills + 2), backfill__slices=2,
+                   backfill__max_offsets_per_batch=batch,
+                   backfill__batch_seconds=None, tail__max_offsets_per_batch=batch,
+                   tail__min_offsets_per_batch=batch, tail__freshness_seconds=3_600)
+    cfg = feed.cfg
+    feed.produce(history)
     planned = backfill_spec(open_pipeline(cfg))  # records the cutover at the end of the history
     assert planned is not None
     env = submit_env() | {"TAILFILL_HOME": str(home)}
@@ -188,7 +236,7 @@ def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, t
         for kind in wanted:
             if kind not in active and launched < 3 * kills + 2:
                 if kind == "tail":
-                    produce_sample(bs, topic, live_step, PARTITIONS, bad_every=BAD_EVERY)
+                    feed.produce(live_step)
                 spec = planned if kind == "backfill" else tail_spec(cfg)
                 launched += 1  # an interrupted backfill is run again with the same plan, as a retry would
                 active[kind] = Victim(spec, cfg, env, tmp_path / f"job-{launched}.log", rng, fixed.pop(kind, None))
@@ -214,10 +262,11 @@ def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, t
     on_disk, referenced = warehouse_files(cfg)
     assert referenced <= on_disk, "a committed snapshot references a file that is not there"
     assert not killed_files & referenced, "a file of a killed attempt became part of the table"
+    feed.check()
     at_random = [(v, c) for v, c in killed if v.pause is None]
     starting = sum(v.after_batches is None for v, _ in at_random)
-    prove(cfg, f"SIGKILL at fixed points, then at random moments ({'soak' if soak else 'CI'}, seed {seed}, "
-          f"{(time.monotonic() - began) / 60:.0f} min)",
+    prove(cfg, f"SIGKILL at fixed points, then at random moments, {feed.table} ({'soak' if soak else 'CI'}, "
+          f"seed {seed}, {(time.monotonic() - began) / 60:.0f} min)",
           f"{len(killed)} SIGKILLs of spark-submit and all its processes, a backfill and a tail side by side: 2 at "
           f"failpoints (executors writing data files; between prepare and commit), {starting} while a job "
           f"started, {len(at_random) - starting} 0-1.5 s into one of its first 3 batches",
