@@ -136,6 +136,27 @@ def _clear_dead(home: Path) -> int | None:
     return recorded.get("port")
 
 
+def shared_session(home: Path, state: dict, fingerprint: str, closed: str | None = None) -> str:
+    """The id of the session this home's jobs share on its local server while they run the same code.
+
+    Spark gives each session its own Python workers (their start and imports are most of a job's startup), so
+    jobs that share one reuse the last job's. The id is kept in ``connect-session.json``; a new one is made
+    when the server or the code is another, or when the server said it closed ``closed`` (a session nobody
+    used for the server's idle timeout ends, and its id cannot be taken again)."""
+    key = {"pid": state["pid"], "started_at": state["started_at"], "fingerprint": fingerprint}
+    path = home / "connect-session.json"
+    with locked(home / "connect-session.lock"):
+        try:
+            kept = json.loads(path.read_text())
+        except (OSError, ValueError):
+            kept = {}
+        if {k: kept.get(k) for k in key} == key and kept.get("session") not in (None, closed):
+            return kept["session"]
+        session = str(uuid.uuid4())
+        write_whole(path, json.dumps({**key, "session": session}))
+        return session
+
+
 def connect_server_down(home: Path | None = None) -> bool:
     """Stop the local server (queries running on it stop: what they committed stays); True if one ran."""
     home = home or settings().home

@@ -202,26 +202,31 @@ class ConnectRunner:
         self.home = home or settings().home
 
     def submit(self, spec: JobSpec, on_line: OnLine) -> ConnectRun:
-        from tailfill.run.connect_server import connect_server_up, job_file, serves
+        from tailfill.run.connect_server import connect_server_up, job_file, serves, shared_session
 
         if self.remote and not serves(self.remote, self.home):
             return ConnectRun(spec, self.remote, on_line, None)
         job = job_file(self.home, spec.run_id)  # the server is busy with this job from now on
         try:
-            url = connect_server_up(self.home, self.env, self.secrets, job)["url"]
+            state = connect_server_up(self.home, self.env, self.secrets, job)
         except BaseException:
             job.unlink(missing_ok=True)
             raise
-        return ConnectRun(spec, url, on_line, job)
+        fingerprint = runtime.code_fingerprint()
+        return ConnectRun(spec, state["url"], on_line, job,
+                          lambda closed: shared_session(self.home, state, fingerprint, closed))
 
 
 class ConnectRun:
-    """A job whose client runs in a thread of this process, on a Spark Connect session of its own."""
+    """A job whose client runs in a thread of this process, on a Spark Connect session: its own, or (``shared``)
+    the one the jobs of this home share on its local server."""
 
     stopping = "stopping its query on the Spark Connect server"
 
-    def __init__(self, spec: JobSpec, url: str, on_line: OnLine, job: Path | None):
+    def __init__(self, spec: JobSpec, url: str, on_line: OnLine, job: Path | None,
+                 shared: Callable[[str | None], str] | None = None):
         self.spec, self.url, self.job = spec, url, job  # job: the local server's note that it runs this job
+        self.shared = shared
         self.lines = _Lines(on_line)
         self.cancel = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"connect-{spec.run_id}", daemon=True)
@@ -239,7 +244,7 @@ class ConnectRun:
         from tailfill.run.spark_job import run_to_result
 
         try:
-            spark = connect_session(self.url, self.spec.run_id)
+            spark = connect_session(self.url, self.spec.run_id, self.shared)
         except SparkServerError as exc:
             self.lines(f"error: {exc}")
             self.lines(JobResult(error=ErrorInfo.of(exc)).line())

@@ -2,13 +2,15 @@
 
 The code archive (:func:`tailfill.run.runtime.code_archive`) is added under a name that carries its
 fingerprint (a session's artifacts cannot be replaced), and the data source is registered through
-:mod:`tailfill.run.spark_connect_code`, so the server's Python needs tailfill's dependencies only. Each job
-gets its own session, its operations tagged with the run id.
+:mod:`tailfill.run.spark_connect_code`, so the server's Python needs tailfill's dependencies only. A job's
+operations are tagged with its run id; its session is its own, or one that the jobs of a home share on its
+local server (:func:`tailfill.run.connect_server.shared_session`).
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -47,27 +49,57 @@ def shipped_archive() -> Path:
     return runtime.code_archive(settings().home / "dist" / f"tailfill-{fingerprint}.zip", fingerprint)
 
 
-def connect_session(url: str, run_id: str | None = None) -> SparkSession:
-    """A new session on the Connect server at ``url`` with Tailfill's code and data source; one line
-    (:class:`ConnectServerError`) when the server cannot be reached."""
-    from pyspark.sql.connect.client.retries import DefaultPolicy
+SharedSession = Callable[[str | None], str]  # the id of a session to share, given the id the server closed (if any)
 
-    try:
-        spark = SparkSession.builder.remote(url).create()
-        spark.client.set_retry_policies([DefaultPolicy(max_retries=RETRIES, backoff_multiplier=2.0,
-                                                       initial_backoff=200, max_backoff=2000)])
-        archive = shipped_archive()
-        spark.addArtifacts(str(archive), pyfile=True)
-        register_by_value()
-        code = Code(archive)
-        spark.dataSource.register(shipped_data_source(code))
-    except Exception as exc:
-        raise ConnectServerError(f"the Spark Connect server at {redact_url(url)} did not take a session: "
-                               f"{first_line(exc)}") from None
+
+def connect_session(url: str, run_id: str | None = None, shared: SharedSession | None = None) -> SparkSession:
+    """A session on the Connect server at ``url`` with Tailfill's code and data source: a new one, or with
+    ``shared`` the one it names (taken again by every job that shares it, never released by one); one line
+    (:class:`ConnectServerError`) when the server cannot be reached."""
+    closed = None
+    while True:
+        session = shared(closed) if shared is not None else None
+        try:
+            spark = _session(url, session)
+            break
+        except Exception as exc:
+            if session is not None and closed is None and "SESSION_CLOSED" in str(exc):
+                closed = session  # it ended while idle: share a new one
+                continue
+            raise ConnectServerError(f"the Spark Connect server at {redact_url(url)} did not take a session: "
+                                     f"{first_line(exc)}") from None
     if run_id:
         spark.addTag(run_tag(run_id))
+    return spark
+
+
+def _session(url: str, session: str | None) -> SparkSession:
+    """The session ``session`` (None: a new one) with the code shipped and the data source registered."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    spark = SparkSession.builder.remote(f"{url}/;session_id={session}" if session else url).create()
+    if session is not None:
+        spark.release_session_on_close = False  # the next job takes it again, Python workers and all
+    spark.client.set_retry_policies([DefaultPolicy(max_retries=RETRIES, backoff_multiplier=2.0,
+                                                   initial_backoff=200, max_backoff=2000)])
+    archive = shipped_archive()
+    try:
+        spark.addArtifacts(str(archive), pyfile=True)  # a shared session has it already: the same bytes are taken
+    except Exception as exc:
+        if session is None or not _added_meanwhile(exc, archive.name):
+            raise
+    register_by_value()
+    code = Code(archive)
+    spark.dataSource.register(shipped_data_source(code))
     _CODE[spark] = code
     return spark
+
+
+def _added_meanwhile(exc: BaseException, name: str) -> bool:
+    """Whether adding the archive ``name`` failed because another job added it to the shared session at the same
+    moment (the server moves each upload into place, and the second move finds the first's file there)."""
+    text = str(exc)
+    return "FileAlreadyExistsException" in text and name in text
 
 
 def foreach_batch(spark: SparkSession, fn):

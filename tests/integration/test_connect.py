@@ -95,6 +95,36 @@ def test_lanes_and_the_tail_run_on_one_connect_server_exactly_once(server_home, 
     assert all(r.freshness for r in outcome.result.results)  # the records' latencies, measured on the server
     assert_exactly_once(cfg, high_watermarks(cfg))
     assert connect_server.server_state(home)["pid"] == state["pid"]  # the same server throughout
+    sessions = {ln.split(", session ")[1].split(",")[0] for ln in lines if ln.startswith(SERVED_BY)}
+    assert len(sessions) == 1, sessions  # both lanes and the tail on one session: the tail took the lanes' workers
+
+
+def test_a_shared_session_the_server_closed_is_replaced_by_a_new_one(server_home):
+    """A home's jobs share one session on its local server; once the server has closed it (idle past its timeout,
+    or released), the next job takes a new one instead of failing on the old one's id."""
+    from tailfill.run.spark_connect import connect_session
+
+    home, state = server_home
+    fingerprint = "test-" + uuid.uuid4().hex[:8]  # a code version of this test's own: a session of its own
+    first = connect_server.shared_session(home, state, fingerprint)
+    assert connect_server.shared_session(home, state, fingerprint) == first  # kept while server and code are
+    released = connect_session(state["url"], None, lambda _closed: first)
+    released.release_session_on_close = True
+    released.stop()  # as the server's idle timeout would: the id cannot be taken again
+    asked: list[str | None] = []
+
+    def shared(closed: str | None) -> str:
+        asked.append(closed)
+        return connect_server.shared_session(home, state, fingerprint, closed)
+
+    spark = connect_session(state["url"], None, shared)
+    try:
+        assert asked == [None, first]
+        assert spark.session_id not in (None, first)
+        assert spark.range(3).count() == 3  # a working session
+        assert connect_server.shared_session(home, state, fingerprint) == spark.session_id  # kept for the next job
+    finally:
+        spark.stop()  # not released: a shared session stays for the next job
 
 
 def test_a_single_batch_backfill_shows_what_its_task_read_on_the_server_before_the_commit(
