@@ -10,7 +10,9 @@ everywhere else; the client (:class:`RemoteQuery`) reads its tally from them.
 
 While a batch runs, the handler's watch thread publishes what its tasks have read so far
 (``….reading``, :mod:`tailfill.source.read_counts`), and clears it before the batch's record: the client shows it
-apart from the committed offsets and never counts a batch twice.
+apart from the committed offsets and never counts a batch twice. It also publishes the pacer's note whenever it
+changes (``….note``: a backfill governor's state, such as rate-limited or paused for the tail, while it waits
+between batches), which the client's progress line shows instead of its own pacer's.
 
 A client that stops its query says so first (:meth:`RemoteQuery.ask_stop`, the setting ``….stop``): the
 handler's pacer, which may be waiting between batches (a backfill's rate limit, a pause for the tail), watches
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from tailfill.run.batch import BatchHandler
+    from tailfill.run.pacing import Pacer
     from tailfill.state.store import ReportLog
 
 LEASE_S = 20.0  # a batch finding its client's lease older than this (server's clock) is cancelled
@@ -69,6 +72,11 @@ def lease_key(req: IngestRequest) -> str:
 def reading_key(req: IngestRequest) -> str:
     """The session setting the handler publishes what the batch in flight has read into (empty between batches)."""
     return f"{record_key(req)}.reading"
+
+
+def note_key(req: IngestRequest) -> str:
+    """The session setting the handler publishes its pacer's note into (what the progress line adds)."""
+    return f"{record_key(req)}.note"
 
 
 def published_reading(raw: str | None) -> InBatch | None:
@@ -121,6 +129,7 @@ class RemoteBatch:
         self._lease = LeaseAge()
         self._published_lock = threading.RLock()  # the reading is cleared before a batch's record is published
         self._reading = ""  # what reading_key holds
+        self._note: str | None = None  # what note_key holds
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
@@ -147,13 +156,14 @@ class RemoteBatch:
             raise JobCancelled(f"[{self.req.label}] cancelled on the Spark Connect server: its client has not "
                                f"renewed its lease for {age:.0f}s (it went away)")
 
-    def _watch(self, spark: SparkSession, state: QueryState) -> None:
-        """Every second until the query stops: publish what the batch in flight has read, and set
-        ``state.stopping`` (the pacer's waits end) once the client asks the query to stop or its lease lapses."""
+    def _watch(self, spark: SparkSession, state: QueryState, pacer: Pacer) -> None:
+        """Every second until the query stops: publish what the batch in flight has read and the pacer's note, and
+        set ``state.stopping`` (the pacer's waits end) once the client asks the query to stop or its lease lapses."""
         lease = LeaseAge()  # this thread's own: the batch's check keeps its
         while not state.stopping.is_set():
             time.sleep(1.0)
             try:
+                self._publish_note(spark, pacer.note())
                 with self._published_lock:  # taken and published at once: never after the batch's record
                     self._publish_reading(spark, state.in_batch())
                 asked = spark.conf.get(stop_key(self.req), None)
@@ -171,6 +181,12 @@ class RemoteBatch:
                 spark.conf.set(reading_key(self.req), value)
                 self._reading = value
 
+    def _publish_note(self, spark: SparkSession, note: str) -> None:
+        """Set :func:`note_key` to the pacer's ``note`` if it changed."""
+        if note != self._note:
+            spark.conf.set(note_key(self.req), note)
+            self._note = note
+
     def _build(self, spark: SparkSession) -> BatchHandler:
         from pathlib import Path
 
@@ -186,7 +202,8 @@ class RemoteBatch:
         state = QueryState(fold(reports))
         pacer = pacer_for(pipeline, self.req, self.cores, state.stopping,
                           lambda line: print(f"[{self.req.label}] {line}", flush=True))
-        threading.Thread(target=self._watch, args=(spark, state), name="tailfill-query-watch", daemon=True).start()
+        threading.Thread(target=self._watch, args=(spark, state, pacer), name="tailfill-query-watch",
+                         daemon=True).start()
         self._handler = BatchHandler(self.req, self.shipped, pipeline.committer(tables), reports, pacer,
                                      Path(self.budget_file), state)
         return self._handler
@@ -197,6 +214,7 @@ class RemoteBatch:
                   "latencies": [list(latencies.seconds), list(latencies.weights)]}
         if failure is not None:
             record["failure"] = {"error": failure.error.to_dict(), "step": failure.step}
+        self._publish_note(spark, handler.pacer.note())
         with self._published_lock:  # the batch's reading gone before its record: never counted twice by the client
             self._publish_reading(spark, None)
             spark.conf.set(record_key(self.req), json.dumps(record))
@@ -222,6 +240,7 @@ class RemoteQuery:
         self.spark.conf.set(lease_key(self.req), f"{self.beats}")
         raw = self.spark.conf.get(record_key(self.req), None)
         self.state.published = published_reading(self.spark.conf.get(reading_key(self.req), None))  # after the record
+        self.state.note = self.spark.conf.get(note_key(self.req), None)
         if raw == self._seen and not force:
             return
         self._seen = raw
@@ -256,3 +275,4 @@ class RemoteQuery:
         self.spark.conf.unset(record_key(self.req))
         self.spark.conf.unset(stop_key(self.req))
         self.spark.conf.unset(reading_key(self.req))
+        self.spark.conf.unset(note_key(self.req))

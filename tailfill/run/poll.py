@@ -119,7 +119,8 @@ def _watch(query: StreamingQuery, watch: Watch) -> None:
             since = time.monotonic() - printed_at
             if (tally.batches != printed or since >= HEARTBEAT_S
                     or (reading != printed_reading and since >= READING_EVERY_S)):
-                watch.log(progress_line(req, tally, started, watch.pacer.note(), reading))
+                note = state.note if state.note is not None else watch.pacer.note()  # the server's, over Connect
+                watch.log(progress_line(req, tally, started, note, reading))
                 printed, printed_reading, printed_at = tally.batches, reading, time.monotonic()
     except KeyboardInterrupt:
         watch.log(f"[{req.label}] stopping after the current batch")

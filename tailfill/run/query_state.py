@@ -69,6 +69,7 @@ class QueryState:
         self.pending_yield = 0.0  # the pacer's wait after the last batch, counted in the next batch's stages
         self.reads: BatchReads | None = None  # the read counters of the batch in flight, where its handler runs
         self.published: InBatch | None = None  # over Connect: what the server's handler last said it read
+        self.note: str | None = None  # over Connect: the server's pacer's note (None: none published yet)
 
     def in_batch(self) -> InBatch | None:
         """What the batch in flight has read so far, not committed yet (None between batches). Its handler

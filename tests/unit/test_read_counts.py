@@ -117,11 +117,44 @@ class Conf:
         self.values.pop(key, None)
 
 
+class Pacer:
+    def __init__(self, note: str = ""):
+        self.said = note
+
+    def note(self) -> str:
+        return self.said
+
+
+def test_over_connect_the_client_shows_the_governor_state_of_the_servers_pacer():
+    req = type("Req", (), {"run_id": "backfill-1", "name": "backfill", "label": "backfill"})()
+    spark = type("Spark", (), {"conf": Conf()})()
+    batch = connect_batch.RemoteBatch(req, "{}", 2, "/budget")
+    pacer = Pacer("rate-limited to 5/s")
+    handler = type("Handler", (), {"state": QueryState(Tally()), "pacer": pacer})()
+    state = QueryState(Tally())
+    remote = connect_batch.RemoteQuery(spark, req, type("Reports", (), {"read": lambda self: []})(), state)
+    remote.sync()
+    assert state.note is None  # nothing published yet: the client's own pacer speaks for the server's
+    batch._publish(spark, handler, None)  # a batch ended
+    remote.sync()
+    assert state.note == "rate-limited to 5/s"
+    pacer.said = "paused for the tail (tail freshness p95 40s > objective 10s)"
+
+    class Watched(QueryState):  # one round of the watch, while the pacer waits between batches
+        def in_batch(self):
+            self.stopping.set()
+            return None
+
+    batch._watch(spark, Watched(Tally()), pacer)
+    remote.sync()
+    assert state.note == pacer.said
+
+
 def test_over_connect_the_client_sees_the_batch_read_and_never_alongside_its_commit():
     req = type("Req", (), {"run_id": "backfill-1", "name": "backfill", "label": "backfill"})()
     spark = type("Spark", (), {"conf": Conf()})()
     batch = connect_batch.RemoteBatch(req, "{}", 2, "/budget")
-    handler = type("Handler", (), {"state": QueryState(Tally())})()
+    handler = type("Handler", (), {"state": QueryState(Tally()), "pacer": Pacer()})()
     state = QueryState(Tally())
     remote = connect_batch.RemoteQuery(spark, req, type("Reports", (), {"read": lambda self: []})(), state)
     batch._publish_reading(spark, InBatch(0, 41_200))
@@ -142,7 +175,7 @@ def test_over_connect_a_reading_taken_just_before_the_batch_ended_is_not_publish
     req = type("Req", (), {"run_id": "backfill-1", "name": "backfill", "label": "backfill"})()
     spark = type("Spark", (), {"conf": Conf()})()
     batch = connect_batch.RemoteBatch(req, "{}", 2, "/budget")
-    handler = type("Handler", (), {"state": QueryState(Tally())})()
+    handler = type("Handler", (), {"state": QueryState(Tally()), "pacer": Pacer()})()
     ended = threading.Thread(target=batch._publish, args=(spark, handler, None))
 
     class Watched(QueryState):
@@ -152,7 +185,7 @@ def test_over_connect_a_reading_taken_just_before_the_batch_ended_is_not_publish
             self.stopping.set()  # one round of the watch
             return InBatch(0, 41_200)
 
-    batch._watch(spark, Watched(Tally()))
+    batch._watch(spark, Watched(Tally()), Pacer())
     ended.join()
     assert json.loads(spark.conf.values[connect_batch.record_key(req)])["step"]
     assert not spark.conf.values.get(connect_batch.reading_key(req))
