@@ -122,3 +122,10 @@ def test_the_comparison_over_buckets_finds_what_one_bucket_finds(monkeypatch, ra
     folded = _fold(keyed_whole(log, ["cdc_op", "kafka_partition", "kafka_offset"]), None)
     every = len(set(folded) | set(encode_keys(state, ["id"])))  # a key live in the fold or held by the state
     assert (keys == every) if ranges is None else (0 < keys < every)
+
+
+def test_a_run_with_no_applied_change_checks_no_key(monkeypatch):
+    log = changes(3000, 500)
+    monkeypatch.setattr(keyed, "BUCKET_ROWS", 400)
+    found, rows, live = _fold_and_compare(scan(log), scan(tampered_state(log)), ["id"], None, [])
+    assert (found.keys, found.differing, found.named(), rows) == (0, 0, [], log.num_rows) and live > 0
