@@ -65,12 +65,24 @@ def _plain(value: object) -> object:
 
 def encode_keys(table: pa.Table, columns: Sequence[str]) -> list[str]:
     """The canonical text of each row's key (``columns`` of ``table``), as :func:`encode_key` gives it."""
-    if all(pa.types.is_integer(table.schema.field(c).type) for c in columns) and not any(
-            table.column(c).null_count for c in columns):  # integers: the same text, built by Arrow
-        joined = pc.binary_join_element_wise(*(pc.cast(table.column(c), pa.string()) for c in columns), ",")
-        return pc.binary_join_element_wise("[", joined, "]", "").to_pylist()
+    if _integer_keys(table, columns):
+        return key_array(table, columns).to_pylist()
     values = [table.column(c).to_pylist() for c in columns]
     return [encode_key(v) for v in zip(*values, strict=True)]
+
+
+def key_array(table: pa.Table, columns: Sequence[str]) -> pa.ChunkedArray | pa.Array:
+    """:func:`encode_keys` as Arrow strings (for integer keys built by Arrow, without a Python string per row)."""
+    if not _integer_keys(table, columns):
+        return pa.array(encode_keys(table, columns), pa.string())
+    joined = pc.binary_join_element_wise(*(pc.cast(table.column(c), pa.string()) for c in columns), ",")
+    return pc.binary_join_element_wise("[", joined, "]", "")
+
+
+def _integer_keys(table: pa.Table, columns: Sequence[str]) -> bool:
+    """Whether every key column is an integer without nulls: then Arrow builds the same text as JSON."""
+    return all(pa.types.is_integer(table.schema.field(c).type) for c in columns) and not any(
+        table.column(c).null_count for c in columns)
 
 
 class KeyIndex:
