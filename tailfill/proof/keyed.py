@@ -268,6 +268,7 @@ def _compare(expected: dict[str, tuple[int, int]], held: pa.Table, touched: set[
         (k, f"key {k}: the state holds {_where(seen.get(k))}, the fold of the change log gives "
             f"{_where(expected.get(k))}") for k in heapq.nsmallest(NAMED, differ)])
 
+
 def _where(at: tuple[int, int] | None) -> str:
     return "no row (deleted)" if at is None else f"the change at partition {at[0]} offset {at[1]}"
 
