@@ -174,11 +174,19 @@ def code_archive(dest: Path | None = None, fingerprint: str | None = None) -> Pa
         zf.comment = comment
         for name, path in code_modules().items():
             source = path.read_bytes()
-            zf.writestr(name, source)
+            zf.writestr(_entry(name), source)
             code = compile(source, f"{dest}/{name}", "exec", dont_inherit=True)
-            zf.writestr(name + "c", _code_to_hash_pyc(code, importlib.util.source_hash(source), checked=False))
+            zf.writestr(_entry(name + "c"), _code_to_hash_pyc(code, importlib.util.source_hash(source), checked=False))
     write_whole(dest, buffer.getvalue())
     return dest
+
+
+def _entry(name: str) -> zipfile.ZipInfo:
+    """An archive entry dated at zip's epoch, not when it was written: the same code makes the same bytes, which a
+    Spark Connect session shared by several jobs takes again (another archive under the same name it refuses)."""
+    entry = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    entry.compress_type = zipfile.ZIP_DEFLATED
+    return entry
 
 
 @functools.cache

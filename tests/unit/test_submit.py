@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from dataclasses import fields
 from pathlib import Path
@@ -79,6 +80,16 @@ def test_the_archive_is_imported_from_its_bytecode_in_a_fresh_python(tmp_path):
     done = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(archive)!r}); {probe}"],
                           capture_output=True, text=True, check=True)
     assert done.stdout.strip() == f"{archive}/tailfill/lake/prepare.pyc"
+
+
+def test_the_same_code_makes_the_same_archive_bytes_whenever_it_is_built(tmp_path):
+    # A Spark Connect session shared by a home's jobs takes the same archive again, but refuses other bytes under
+    # its name: two jobs that each build it (at different moments) must ship identical archives.
+    path = tmp_path / "dist" / "code.zip"
+    first = runtime.code_archive(path).read_bytes()
+    path.unlink()
+    time.sleep(2.1)  # zip entries are dated to 2 s
+    assert runtime.code_archive(path).read_bytes() == first
 
 
 @pytest.mark.parametrize("bad", ["spark.executor.memory", "=2g", " spark.x=1"])
