@@ -35,7 +35,6 @@ from tailfill.run.warm_spark import (
     job_env_digests,
     job_request,
     spark_server_up,
-    why_cold,
 )
 from tailfill.settings import settings
 
@@ -68,6 +67,17 @@ class Runner(Protocol):
     def submit(self, spec: JobSpec, on_line: OnLine) -> JobRun:
         """Start ``spec``; its lines go to ``on_line``. Raises :class:`SparkServerError` when it cannot start."""
         ...
+
+
+def why_submit(master: str | None, conf: Mapping[str, str] | None) -> str | None:
+    """Why a job with this master and these extra Spark settings needs an application of its own
+    (``spark-submit``), or None: a long-lived server's application already runs, with its own settings, on
+    :func:`~tailfill.run.runtime.master`."""
+    if conf:
+        return f"extra Spark settings asked for ({', '.join(sorted(conf))}) apply only to a new application"
+    if master and master != runtime.master():
+        return f"master {master} asked for; this home's long-lived Spark server runs on {runtime.master()}"
+    return None
 
 
 class _Lines:
@@ -178,7 +188,7 @@ class WarmFirst:
         self.warm, self.cold, self.proceed = warm, cold, proceed
 
     def submit(self, spec: JobSpec, on_line: OnLine) -> JobRun:
-        why = why_cold(self.cold.master, self.cold.conf)
+        why = why_submit(self.cold.master, self.cold.conf)
         if why is None:
             try:
                 return self.warm.submit(spec, on_line)
@@ -333,7 +343,7 @@ def _auto(remote: str | None, master: str | None, conf: Mapping[str, str] | None
 
     if remote:
         return ConnectRunner(remote, env, secrets), f"Spark Connect at {redact_url(remote)} (configured)"
-    why = why_cold(master, conf)
+    why = why_submit(master, conf)
     if why is not None:
         return cold, f"spark-submit: {why}"
     state = server_state()

@@ -6,7 +6,8 @@ the local Airflow sets) goes to the server recorded in ``$TAILFILL_HOME/spark-se
 one running has other code and is idle. The server refuses a job (:class:`Refused`; the job then runs
 cold, through ``spark-submit``, saying why) when settings that reach the job (``TAILFILL_*``,
 ``AWS_*``, Spark's, the pipeline's secrets) differ from the server's (compared as digests, never sent
-or printed); other Spark settings or master (:func:`why_cold`) need a new application anyway. No
+or printed); other Spark settings or master
+(:func:`~tailfill.run.runners.why_submit`) need a new application anyway. No
 pyspark here.
 """
 
@@ -101,15 +102,6 @@ def spark_server_down(home: Path | None = None) -> bool:
     home = home or settings().home
     with locked(home / "spark-server.lock"):
         return stop_detached(server_state(home), state_file(home), grace_s=30.0)
-
-
-def why_cold(master: str | None, conf: Mapping[str, str] | None) -> str | None:
-    """Why a job with this master and these extra Spark settings cannot run warm, or None if it can."""
-    if conf:
-        return f"extra Spark settings asked for ({', '.join(sorted(conf))}) apply only to a new application"
-    if master and master != runtime.master():
-        return f"master {master} asked for; the warm Spark server runs on {runtime.master()}"
-    return None
 
 
 class Refused(SparkServerError):
