@@ -60,12 +60,12 @@ class Runner(Protocol):
 
 def why_submit(master: str | None, conf: Mapping[str, str] | None) -> str | None:
     """Why a job with this master and these extra Spark settings needs an application of its own
-    (``spark-submit``), or None: a long-lived server's application already runs, with its own settings, on
-    :func:`~tailfill.run.runtime.master`."""
+    (``spark-submit``), or None: the application of this home's Spark Connect server already runs, with its own
+    settings, on :func:`~tailfill.run.runtime.master`."""
     if conf:
         return f"extra Spark settings asked for ({', '.join(sorted(conf))}) apply only to a new application"
     if master and master != runtime.master():
-        return f"master {master} asked for; this home's long-lived Spark server runs on {runtime.master()}"
+        return f"master {master} asked for; this home's Spark Connect server runs on {runtime.master()}"
     return None
 
 
