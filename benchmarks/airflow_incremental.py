@@ -6,13 +6,12 @@ first incremental run records the cutover (nothing to ingest, no Spark); then, `
 ``--count`` new events are produced and the incremental DAG is triggered through the REST API.
 Printed per run: seconds from the trigger to the end of ``validate`` (validated), to the end of the
 run, and each task's duration. Modes: ``auto`` (the default: the local Airflow starts this home's Spark
-Connect server and the ``spark_connect_default`` connection to it; jobs run there), ``warm``
-(``TAILFILL_SPARK=warm``: jobs on the home-made warm Spark server, which the first run starts) and
-``submit`` (a ``spark-submit`` per run).
+Connect server and the ``spark_connect_default`` connection to it; jobs run there) and ``submit`` (a
+``spark-submit`` per run).
 
     .venv/bin/python benchmarks/airflow_incremental.py [--count 10000] [--runs 3] [--modes auto,submit]
 
-Every process it starts is stopped at the end (Airflow, its Postgres, the broker, the Spark server).
+Every process it starts is stopped at the end (Airflow, its Postgres, the broker, the Spark Connect server).
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ from airflow_server import AirflowServer  # noqa: E402
 from tailfill.dev.broker import EmbeddedBroker  # noqa: E402
 from tailfill.dev.sample import produce_sample  # noqa: E402
 from tailfill.pipeline.load import load_pipeline  # noqa: E402
+from tailfill.settings import spark_mode_problem  # noqa: E402
 
 NAME = "bench"
 INCREMENTAL = f"{NAME}_incremental"
@@ -94,14 +94,19 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--count", type=int, default=10_000)
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--modes", default="auto,submit")
+    p.add_argument("--modes", default="auto,submit", help="TAILFILL_SPARK of each Airflow, comma-separated: "
+                                                          "auto (Spark Connect), connect, submit")
     args = p.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    for mode in modes:
+        if (problem := spark_mode_problem(mode)) is not None:
+            p.error(f"--modes: {mode!r}: {problem}")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
     results = {}
     with tempfile.TemporaryDirectory(prefix="tailfill-af-bench-") as tmp, EmbeddedBroker() as broker:
         Path(tmp).chmod(0o755)  # Airflow's Postgres runs as the postgres user when this runs as root
-        for mode in args.modes.split(","):
+        for mode in modes:
             print(f"{mode}: Airflow up, {args.runs} incremental runs of {args.count:,} new offsets", flush=True)
             results[mode] = bench_mode(mode, Path(tmp) / mode, broker, args.count, args.runs)
     print(f"\nincremental run of {args.count:,} new offsets in Airflow, trigger → validated (median of runs; "

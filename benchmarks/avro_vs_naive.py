@@ -9,9 +9,11 @@ On the embedded broker and the development registry, N sample orders in Avro (co
       ``fastavro.schemaless_reader`` on the payload, Arrow, Parquet out (records not in the wire format
       to a second file);
   (c) ``tailfill backfill`` exactly as the CLI runs it (``pipelines/orders_avro.yaml``'s settings);
-      spark-submit's startup is reported apart from the steady state.
+      spark-submit's startup is reported apart from the steady state;
+  (e) ``tailfill backfill --spark connect`` twice, as in ``ingest_vs_consume.py``: the first job of a freshly
+      started Spark Connect server, then the next job.
 
-Prints offsets/s for each and the ratios c/a, c/b. Nothing here is a test: it prints figures.
+Prints offsets/s for each and the ratios c/a, c/b, e/b. Nothing here is a test: it prints figures.
 
     .venv/bin/python benchmarks/avro_vs_naive.py [--events 1000000]
 """
@@ -34,7 +36,7 @@ import yaml
 from ingest_vs_consume import (
     PARTITIONS,
     consume_all,
-    report_warm,
+    report_served,
     served_backfills,
     stage_times,
     timed_backfill,
@@ -138,7 +140,7 @@ def main() -> int:
         launched, backfill_s = timed_backfill(path, home, "--spark", "submit")
         batches, stages, first, last = stage_times(cfg)
         complete = validate_all(path, home)
-        up_s, warm = served_backfills(spec, home, "connect")
+        up_s, served = served_backfills(spec, home)
 
     a, b, c = events / consume_s, events / naive_s, events / backfill_s
     steady = last - first
@@ -152,8 +154,8 @@ def main() -> int:
         print("      batch time by stage   " + ", ".join(f"{k} {v:.1f}s" for k, v in stages.items()))
     print(f"      validate --all: {'COMPLETE' if complete else 'INCOMPLETE'}")
     print(f"  ratios: c/a {c / a:.2f}   c/b {c / b:.2f} (steady {events / steady / b:.2f})")
-    report_warm(events, naive_s, up_s, warm)
-    return 0 if complete and all(w.complete for w in warm) else 1
+    report_served(events, naive_s, up_s, served)
+    return 0 if complete and all(r.complete for r in served) else 1
 
 
 if __name__ == "__main__":

@@ -8,10 +8,9 @@ On the embedded broker, N sample events (~120 B of JSON, 4 partitions, 0.1% deli
   (c) ``tailfill backfill`` exactly as the CLI runs it: plan, ``spark-submit``, the demo pipeline's
       shipped settings; spark-submit's startup is reported apart from the steady state;
   (d) ``tailfill validate --all`` of that backfill in a fresh process (cold);
-  (e) ``tailfill backfill --spark connect`` (and ``--spark warm`` with ``--servers connect,warm``) of the
-      same events into a new table of its own, twice: the first job of a freshly started long-lived
-      server, then the next job (the server's own startup, paid once and not per run, is printed
-      apart); each validated.
+  (e) ``tailfill backfill --spark connect`` of the same events into a new table of its own, twice: the
+      first job of a freshly started Spark Connect server of this home, then the next job (the server's
+      own startup, paid once and not per run, is printed apart); each validated.
 
 Prints offsets/s for each, the ratios c/a, c/b, d/c and e/b, the per-stage time of the backfill's batches,
 and with ``--scale`` the same at 5N and the 5N/N cost. Nothing here is a test: it prints figures.
@@ -42,8 +41,8 @@ CONSUMER_TUNING = {"queued.min.messages": 1_000_000}  # as Tailfill's consumers
 
 
 @dataclass
-class WarmRun:
-    """One ``tailfill backfill --spark warm`` into a table of its own."""
+class ServedRun:
+    """One ``tailfill backfill --spark connect`` into a table of its own."""
 
     label: str
     seconds: float
@@ -68,7 +67,7 @@ class Figures:
     validate_s: float
     complete: bool
     server_up_s: float = 0.0
-    warm: list[WarmRun] | None = None
+    served: list[ServedRun] | None = None
 
 
 def consumer(bootstrap: str, topic: str, ends: dict[int, int]):
@@ -197,7 +196,7 @@ def validate_all(path: Path, home: Path) -> bool:
     return _tailfill(home, "validate", str(path), "--all").returncode == 0
 
 
-def run_once(events: int, servers: tuple[str, ...] = ("connect",)) -> Figures:
+def run_once(events: int) -> Figures:
     from tailfill.dev.broker import EmbeddedBroker
     from tailfill.dev.sample import produce_sample
     from tailfill.pipeline.load import load_pipeline
@@ -234,55 +233,44 @@ def run_once(events: int, servers: tuple[str, ...] = ("connect",)) -> Figures:
         check = validate_all(path, home)
         validate_s = time.perf_counter() - t0
         print(f"  (d) tailfill validate: {validate_s:.1f}s", flush=True)
-        up_s, warm = 0.0, []
-        for mode in servers:
-            mode_up_s, runs = served_backfills(spec, home, mode)
-            up_s, warm = up_s + mode_up_s, warm + runs
+        up_s, served = served_backfills(spec, home)
     return Figures(events, consume_s, naive_s, naive_rows, naive_bad, backfill_s,
                    startup_s=first - launched, steady_s=last - first, batches=batches, stages=stages,
-                   validate_s=validate_s, complete=check, server_up_s=up_s, warm=warm)
+                   validate_s=validate_s, complete=check, server_up_s=up_s, served=served)
 
 
-SERVERS = {"warm": ("warm Spark server", "tailfill.run.warm_spark", "spark_server_up", "spark_server_down"),
-           "connect": ("Spark Connect server", "tailfill.run.connect_server", "connect_server_up",
-                       "connect_server_down")}
-
-
-def served_backfills(spec: dict, home: Path, mode: str) -> tuple[float, list[WarmRun]]:
-    """Start the long-lived server of ``mode`` (warm | connect; seconds taken), then backfill ``spec``'s topic
-    with ``--spark <mode>`` twice, each into a table of its own; the server is stopped afterwards."""
-    import importlib
-
+def served_backfills(spec: dict, home: Path) -> tuple[float, list[ServedRun]]:
+    """Start this home's Spark Connect server (seconds taken), then backfill ``spec``'s topic with
+    ``--spark connect`` twice, each into a table of its own; the server is stopped afterwards."""
     from tailfill.pipeline.load import load_pipeline
+    from tailfill.run.connect_server import connect_server_down, connect_server_up
 
-    title, module, up_name, down_name = SERVERS[mode]
-    server = importlib.import_module(module)
     t0 = time.perf_counter()
-    getattr(server, up_name)(home)
+    connect_server_up(home)
     up_s = time.perf_counter() - t0
-    print(f"  ({mode}) {title} up: {up_s:.1f}s", flush=True)
+    print(f"  (connect) Spark Connect server up: {up_s:.1f}s", flush=True)
     runs = []
     try:
         for i, label in enumerate(("first job of the server", "next job")):
             data = copy.deepcopy(spec)
-            data["name"] = f"{spec['name']}_{mode}{i}"
-            data["target"]["table"] = f"{data['target']['table']}_{mode}{i}"
+            data["name"] = f"{spec['name']}_connect{i}"
+            data["target"]["table"] = f"{data['target']['table']}_connect{i}"
             path = home / f"{data['name']}.yaml"
             path.write_text(yaml.safe_dump(data))
-            launched, seconds = timed_backfill(path, home, "--spark", mode)
+            launched, seconds = timed_backfill(path, home, "--spark", "connect")
             _, stages, first, last = stage_times(load_pipeline(path))
-            runs.append(WarmRun(f"{mode}: {label}", seconds, first - launched, last - first, stages,
-                                validate_all(path, home)))
-            print(f"  ({mode}) backfill, {label}: {seconds:.1f}s", flush=True)
+            runs.append(ServedRun(f"connect: {label}", seconds, first - launched, last - first, stages,
+                                  validate_all(path, home)))
+            print(f"  (connect) backfill, {label}: {seconds:.1f}s", flush=True)
     finally:
-        getattr(server, down_name)(home)
+        connect_server_down(home)
     return up_s, runs
 
 
-def report_warm(events: int, naive_s: float, up_s: float, runs: list[WarmRun]) -> None:
-    """The warm backfills' lines: end to end, startup (submit → first batch read), steady state, e/b."""
+def report_served(events: int, naive_s: float, up_s: float, runs: list[ServedRun]) -> None:
+    """The Spark Connect backfills' lines: end to end, startup (submit → first batch read), steady state, e/b."""
     b = events / naive_s
-    print(f"  (e) long-lived servers    {up_s:7.1f} s  to start (once, not per run)")
+    print(f"  (e) Spark Connect server  {up_s:7.1f} s  to start (once, not per run)")
     for r in runs:
         e = events / r.seconds
         print(f"      {r.label:22s}{r.seconds:7.1f} s  {e:>10,.0f} offsets/s end to end; startup {r.startup_s:.1f} s, "
@@ -306,31 +294,29 @@ def report(f: Figures) -> None:
     print(f"  (d) validate (cold)       {f.validate_s:7.1f} s  {'COMPLETE' if f.complete else 'INCOMPLETE'}")
     print(f"  ratios: c/a {c / a:.2f} (steady {c_steady / a:.2f})   c/b {c / b:.2f} (steady {c_steady / b:.2f})   "
           f"d/c {f.validate_s / f.backfill_s:.2f}")
-    if f.warm:
-        report_warm(f.events, f.naive_s, f.server_up_s, f.warm)
-        e_steady = f.events / f.warm[-1].steady_s
-        print(f"  warm steady state / consume only: {e_steady / a:.2f}")
+    if f.served:
+        report_served(f.events, f.naive_s, f.server_up_s, f.served)
+        e_steady = f.events / f.served[-1].steady_s
+        print(f"  Connect steady state / consume only: {e_steady / a:.2f}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--scale", action="store_true", help="also run 5 × events and print the 5N/N cost")
-    parser.add_argument("--servers", default="connect",
-                        help="long-lived servers to run the backfill on as well, comma-separated: connect, warm")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     runs = [args.events, 5 * args.events] if args.scale else [args.events]
     figures = []
     for n in runs:
         print(f"run with {n:,} events", flush=True)
-        figures.append(run_once(n, tuple(m for m in args.servers.split(",") if m)))
+        figures.append(run_once(n))
         report(figures[-1])
     if args.scale:
         small, big = figures
         print(f"\n5N/N cost: backfill {big.backfill_s / small.backfill_s:.2f}× "
               f"(steady {big.steady_s / small.steady_s:.2f}×), validate {big.validate_s / small.validate_s:.2f}×")
-    return 0 if all(f.complete and all(w.complete for w in f.warm or ()) for f in figures) else 1
+    return 0 if all(f.complete and all(r.complete for r in f.served or ()) for f in figures) else 1
 
 
 if __name__ == "__main__":

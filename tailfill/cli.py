@@ -29,8 +29,7 @@ from tailfill.run.planner import (
 )
 from tailfill.run.runners import Runner, choose_runner, run_side_by_side
 from tailfill.run.submit import parse_conf
-from tailfill.run.warm_spark import server_state, spark_server_down, spark_server_up
-from tailfill.settings import settings
+from tailfill.settings import REMOVED_SPARK_MODES, SPARK_MODES, settings, spark_mode_problem
 from tailfill.source.embedded import broker_state, registry_state, resolve_bootstrap, resolve_registry
 from tailfill.state.records import format_stages
 from tailfill.values.drift import describe
@@ -45,9 +44,7 @@ def _say(line: str) -> None:
 _DEV_SERVICES = {"broker": (broker_up, broker_down, broker_state, "bootstrap_servers", ""),
                  "registry": (registry_up, registry_down, registry_state, "url", "for demos and tests only; "),
                  "connect-server": (connect_server_up, connect_server_down, connect_state, "url",
-                                    "jobs run there with --spark connect, or auto while it runs; "),
-                 "spark-server": (spark_server_up, spark_server_down, server_state, "url",
-                                  "jobs run there with --spark warm or TAILFILL_SPARK=warm; ")}
+                                    "jobs run there with --spark connect, or auto while it runs; ")}
 
 
 def cmd_dev_service(args: argparse.Namespace) -> int:
@@ -476,11 +473,17 @@ def _spark_options(parser: argparse.ArgumentParser) -> None:
                                          "(default: $TAILFILL_SPARK_MASTER, else local[2])")
     parser.add_argument("--conf", action="append", metavar="KEY=VALUE",
                         help="a Spark setting for spark-submit (repeatable), e.g. spark.executor.memory=2g")
-    parser.add_argument("--spark", choices=("auto", "connect", "warm", "submit"),
+    parser.add_argument("--spark", choices=SPARK_MODES, type=_spark_mode,
                         help="connect: on Spark Connect ($TAILFILL_SPARK_REMOTE, else this home's local server, "
-                             "started if need be); warm: on the home-made warm Spark server (`tailfill spark-server`); "
-                             "submit: a spark-submit of its own; auto: Connect when a server is configured or "
-                             "running, else spark-submit (default: $TAILFILL_SPARK, else auto)")
+                             "started if need be); submit: a spark-submit of its own; auto: Connect when a server "
+                             "is configured or running, else spark-submit (default: $TAILFILL_SPARK, else auto)")
+
+
+def _spark_mode(value: str) -> str:
+    """``--spark``'s value: a mode that was removed is refused saying so (``choices`` refuses any other)."""
+    if value in REMOVED_SPARK_MODES:
+        raise argparse.ArgumentTypeError(f"{value!r}: {spark_mode_problem(value)}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -533,10 +536,6 @@ def build_parser() -> argparse.ArgumentParser:
     cs = sub.add_parser("connect-server", help="this home's local Spark Connect server (Spark's own, on loopback)")
     cs.add_argument("action", choices=("up", "down", "status"))
     cs.set_defaults(func=cmd_dev_service)
-
-    ss = sub.add_parser("spark-server", help="the warm Spark server: one long-lived driver that runs ingest jobs")
-    ss.add_argument("action", choices=("up", "down", "status"))
-    ss.set_defaults(func=cmd_dev_service)
 
     s = sub.add_parser("produce-sample", help="write sample events to a pipeline's topic (JSON, a registry format, or "
                                                  "Debezium change events)")

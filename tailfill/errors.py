@@ -142,7 +142,7 @@ class IngestError(TailfillError):
 
 
 class JobCancelled(IngestError):
-    """A job on the warm Spark server was stopped because its caller went away or asked it to."""
+    """A job on Spark Connect was stopped because its caller went away or asked it to."""
 
     fix = "nothing to fix: what it committed stays; running it again resumes"
 
@@ -175,10 +175,11 @@ class QueryStalled(IngestError):
 
 
 class SparkServerError(TailfillError):
-    """The warm Spark server could not be started, reached, or would not take a job."""
+    """A Spark Connect server could not be started, reached, or would not take a job."""
 
     retryable = True
-    fix = "see $TAILFILL_HOME/logs/spark-server.log; `tailfill spark-server down` then `up` starts a fresh one"
+    fix = ("see $TAILFILL_HOME/logs/connect-server.log; a local server busy with other settings takes the job once "
+           "its jobs end; `tailfill connect-server down` then `up` starts a fresh one")
 
 
 class ConnectServerError(SparkServerError):

@@ -2,7 +2,7 @@
 
 - ``pause(point)``: with ``TAILFILL_FAULT_PAUSE=<point>`` (and ``TAILFILL_FAULT_SKIP=N`` to let the
   first N arrivals pass), or while ``$TAILFILL_FAULT_DIR/pause-<point>`` exists (armed by a file, for
-  a process started earlier: the warm Spark server), create ``$TAILFILL_FAULT_DIR/<point>`` and sleep
+  a process started earlier: the Spark Connect server), create ``$TAILFILL_FAULT_DIR/<point>`` and sleep
   until killed, or until a test creates ``$TAILFILL_FAULT_DIR/<point>.release`` (after it broke
   something meanwhile). A point passed a ``scope`` (the pipeline's name) can also be armed for that
   pipeline alone, by ``$TAILFILL_FAULT_DIR/pause-<point>@<scope>``: its arrivals, marker and release

@@ -20,7 +20,8 @@ from tailfill.errors import ConfigError
 LOOPBACK = "127.0.0.1"
 DEFAULT_MASTER = "local[2]"
 DEFAULT_SPARK_SLOTS = 4  # three backfill lanes (the form's default) beside one incremental run
-SPARK_MODES = ("auto", "connect", "warm", "submit")
+SPARK_MODES = ("auto", "connect", "submit")
+REMOVED_SPARK_MODES = {"warm": "the warm Spark server was removed, Spark Connect replaces it: use connect"}
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Settings:
 
     home: Path  # TAILFILL_HOME: local state (logs, caches, the embedded services' addresses); ./.tailfill
     pipelines: Path  # TAILFILL_PIPELINES: the folder of the pipelines' YAML files; ./pipelines
-    spark_mode: Literal["auto", "connect", "warm", "submit"]  # TAILFILL_SPARK: how jobs run unless told; auto
+    spark_mode: Literal["auto", "connect", "submit"]  # TAILFILL_SPARK: how jobs run unless told; auto
     spark_remote: str | None  # TAILFILL_SPARK_REMOTE: a Spark Connect server's sc://host:port (none: the local one)
     spark_master: str  # TAILFILL_SPARK_MASTER: local[2]
     spark_driver_host: str  # TAILFILL_SPARK_DRIVER_HOST: a host a cluster's executors reach; loopback
@@ -51,8 +52,9 @@ class Settings:
         """The settings ``env`` (default: this process's environment) gives; ConfigError naming a bad one."""
         env = os.environ if env is None else env
         mode = env.get("TAILFILL_SPARK") or "auto"
-        if mode not in SPARK_MODES:
-            raise ConfigError(f"TAILFILL_SPARK={mode!r}: use {', '.join(SPARK_MODES)}")
+        problem = spark_mode_problem(mode)
+        if problem is not None:
+            raise ConfigError(f"TAILFILL_SPARK={mode!r}: {problem}")
         remote = env.get("TAILFILL_SPARK_REMOTE") or None
         if remote is not None and not remote.startswith("sc://"):
             raise ConfigError(f"TAILFILL_SPARK_REMOTE={remote!r}: not a Spark Connect address (fix: sc://host:port)")
@@ -81,6 +83,16 @@ class Settings:
             airflow_db=env.get("TAILFILL_AIRFLOW_DB") or None,
             on_failure=env.get("TAILFILL_ON_FAILURE") or None,
         )
+
+
+def spark_mode_problem(mode: str) -> str | None:
+    """What is wrong with ``mode`` as a way to run jobs (``TAILFILL_SPARK``, ``--spark``), naming the ways there
+    are, or None when it is one of them."""
+    if mode in SPARK_MODES:
+        return None
+    removed = REMOVED_SPARK_MODES.get(mode)
+    choices = ", ".join(SPARK_MODES)
+    return f"{removed} (the modes: {choices})" if removed else f"use {choices}"
 
 
 def _number(env: Mapping[str, str], name: str) -> int | None:

@@ -29,15 +29,14 @@ import secrets
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from tailfill.config import EMBEDDED
 from tailfill.dev.broker import broker_down, broker_up, describe_storage, free_port
-from tailfill.errors import TailfillError
+from tailfill.errors import ConfigError, TailfillError
 from tailfill.pipeline.load import load_pipeline, pipeline_files
-from tailfill.run import runtime, warm_spark
+from tailfill.run import runtime
 from tailfill.run.connect_server import connect_server_down, connect_server_up
 from tailfill.run.server_settings import MODE_ENV
 from tailfill.settings import settings
@@ -145,8 +144,12 @@ def _stop_on_sigterm(*_: object) -> None:
 
 
 def main() -> None:
+    try:
+        port = settings().airflow_port  # a bad TAILFILL_* setting is one line, before anything starts
+    except ConfigError as exc:
+        raise SystemExit(f"error: {exc}") from None
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=settings().airflow_port)
+    parser.add_argument("--port", type=int, default=port)
     parser.add_argument("--serve-logs", type=int, metavar="PORT", help="run only a log server on 127.0.0.1:PORT")
     args = parser.parse_args()
     if args.serve_logs:
@@ -177,8 +180,6 @@ def main() -> None:
                 port = env[f"AIRFLOW__LOGGING__{key}_LOG_SERVER_PORT"]
                 procs.append(_start([sys.executable, "-m", "tailfill_airflow.local", "--serve-logs", port], env))
             procs += [_start([airflow, *component], env) for component in COMPONENTS]
-            if env[MODE_ENV] == "warm":  # so that the first run finds it warm too
-                threading.Thread(target=_warm_up, args=(env,), name="warm-spark-up", daemon=True).start()
             while all(p.poll() is None for p in procs):  # one component gone: stop the others too
                 time.sleep(1)
             sys.exit(next(p.returncode for p in procs if p.returncode is not None))
@@ -186,8 +187,6 @@ def main() -> None:
             pass
         finally:
             _stop_all(procs)
-            if warm_spark.spark_server_down():
-                print("warm Spark server stopped", flush=True)
             if connect_server_down():
                 print("Spark Connect server stopped", flush=True)
 
@@ -229,15 +228,6 @@ def _embedded_broker_up():
     print(f"embedded broker: {state['bootstrap_servers']} ({describe_storage(state)}); stopped with Airflow",
           flush=True)
     return broker_down
-
-
-def _warm_up(env: dict[str, str]) -> None:
-    """Start the warm Spark server with the tasks' environment (a task starts it otherwise)."""
-    try:
-        state = warm_spark.spark_server_up(env=env)
-        print(f"warm Spark server up: {state['url']} (pid {state['pid']})", flush=True)
-    except Exception as exc:  # the tasks start it themselves, or run spark-submit
-        print(f"warm Spark server not started ({exc}); the first task that needs it starts it", flush=True)
 
 
 def create_pool(airflow: str, env: dict[str, str]) -> None:

@@ -1,7 +1,7 @@
 """``TailfillSubmitOperator``: Tailfill's ingest job as an Airflow task.
 
 Thin on purpose: where the job runs is Tailfill's one runner choice (:mod:`tailfill.run.runners`:
-``spark-submit``, or the warm Spark server), the Spark settings and code archive come from
+Spark Connect or ``spark-submit``), the Spark settings and code archive come from
 :mod:`tailfill.run.runtime`, the arguments from :class:`tailfill.run.contract.JobSpec`, and the
 master (the ``spark_default`` connection) and the environment (with the Kafka login of the
 pipeline's Airflow connection) from :class:`~tailfill_airflow.hooks.TailfillHook` when the task
@@ -202,7 +202,6 @@ class TailfillSubmitOperator(BaseOperator):
         env = {**os.environ, **runtime.shipped_code_env(), **hook.job_env()}
         runner = choose_runner(settings().spark_mode, hook.spark_master(self.conn_id), self.conf, env=env,
                                secrets=env_names(cfg), submit_env_=env, name=self.name,
-                               proceed=lambda: not self._stopped,  # never fall back once Airflow stopped us
                                remote=hook.connect_url(self.connect_conn_id), say=lambda line: log.info("%s", line))
         log.info("%s: run %s, %s; full job output in %s", cfg.name, spec.run_id,
                  f"{planned:,} offsets planned" if planned is not None else "open-ended", self._output_file)
@@ -270,8 +269,8 @@ class TailfillSubmitOperator(BaseOperator):
             signal.signal(signal.SIGTERM, stopped)
 
     def on_kill(self) -> None:
-        """Stop the job (kill its ``spark-submit``, or cancel it on the warm Spark server); what it committed
-        stays committed."""
+        """Stop the job (kill its ``spark-submit``, or stop its query on the Spark Connect server); what it
+        committed stays committed."""
         if self._run is None:
             return
         log.warning("Airflow stopped this task: %s", self._run.stopping)

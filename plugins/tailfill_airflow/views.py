@@ -16,8 +16,7 @@ Airflow's auth manager whether the user may read that DAG (the UI's session cook
 - ``/tailfill/pipeline/<dag>``: the pipeline's live offsets (earliest, cutover, committed, lag) and its lag
   over the latest incremental runs (also on an incremental run's tab);
 - ``/tailfill/quarantine/<dag>`` and ``/tailfill/table/<dag>``: counts per partition, and the quarantined
-  records or the table's first rows;
-- ``/tailfill/spark-server-log/<dag>``: the end of the warm Spark server's log.
+  records or the table's first rows.
 
 A page that cannot read its source (a broker down, a topic missing, the catalog unreachable) answers
 with the cause and its fix in the page.
@@ -205,8 +204,7 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     indexed = run_lanes(pipeline, kind, run_id)
     lanes = [p for _, p in indexed]
     failures = run_failures(pipeline.state, dag_id, run_id)
-    links = run_links(dag_id, run_id, [(i, p["label"]) for i, p in indexed], docs=data_docs_site(pipeline).is_dir(),
-                      server_log=bool(indexed) and spark_server_log().is_file())
+    links = run_links(dag_id, run_id, [(i, p["label"]) for i, p in indexed], docs=data_docs_site(pipeline).is_dir())
     tries = _failure_rows(failures)
     lag = lag_section(read_lag_points(dag_id)) if kind == INCREMENTAL else ""
     if not lanes:
@@ -295,11 +293,10 @@ def _failure_rows(failures: list[FailureRecord]) -> str:
             f"<th>try</th><th>then</th><th>cause</th></tr>{rows}</table>")
 
 
-def run_links(dag_id: str, run_id: str, lanes: list[tuple[int, str]], docs: bool = True,
-              server_log: bool = False) -> str:
+def run_links(dag_id: str, run_id: str, lanes: list[tuple[int, str]], docs: bool = True) -> str:
     """The run's links: each started lane's report, progress and job output (``lanes``: map index and label;
     the tail's index is -1), then the pipeline's Data Docs (``docs``: once a validation made them), quarantine
-    and offsets, and the warm Spark server's log (``server_log``: when there is one)."""
+    and offsets."""
     dag, run = quote(dag_id), quote(run_id, safe="")
 
     def a(path: str, text: str) -> str:
@@ -315,8 +312,7 @@ def run_links(dag_id: str, run_id: str, lanes: list[tuple[int, str]], docs: bool
     pipeline = " · ".join(((a(f"docs/{dag}/index.html", "Data Docs"),) if docs else ())
                           + (a(f"quarantine/{dag}", "quarantined records and counts per partition"),
                              a(f"table/{dag}", "table preview"),
-                             a(f"pipeline/{dag}", "live offsets"))
-                          + ((a(f"spark-server-log/{dag}", "warm Spark server log"),) if server_log else ()))
+                             a(f"pipeline/{dag}", "live offsets")))
     return f'<h3>Links</h3><ul class="links">{per_lane}<li>{pipeline}</li></ul>'
 
 
@@ -363,9 +359,7 @@ def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
     tries = [f for f in run_failures(pipeline.state, dag_id, run_id) if f.task_id in ("ingest_slice", "tail")
              and (f.map_index if f.map_index is not None else -1) == index]
     here = f"{quote(dag_id)}/{quote(run_id, safe='')}/{index}"  # relative to /tailfill/batches/<dag>/<run>/<index>
-    links = (f'<p><a href="../../../output/{here}" target="_blank" rel="noopener">Spark job output (latest try)</a>'
-             + (f' · <a href="../../../spark-server-log/{quote(dag_id)}" target="_blank" rel="noopener">the warm '
-                "Spark server's log</a>" if spark_server_log().is_file() else "") + "</p>")
+    links = f'<p><a href="../../../output/{here}" target="_blank" rel="noopener">Spark job output (latest try)</a></p>'
     body = (f"<p class=muted>run {html.escape(tf_run)}</p>{_lane_rows([p], freshness=kind != BACKFILL)}"
             f"{_restart_rows(p['restarts'], f'../../../output/{here}')}{_failure_rows(tries)}{links}<h3>Batches</h3>"
             f"<table>{head}{''.join(rows) or '<tr><td colspan=9>none committed yet</td></tr>'}</table>")
@@ -428,30 +422,6 @@ def job_output(dag_id: str, run_id: str, map_index: str, try_number: int | None 
         raise HTTPException(404, f"no spark-submit output{'' if try_number is None else f' of try {try_number}'} "
                                  f"in {folder}")
     return PlainTextResponse(f"# {tries[-1]}\n" + redact_text(Path(tries[-1]).read_text(errors="replace")))
-
-
-SERVER_LOG_BYTES = 256 * 1024  # the end of the warm Spark server's log a page shows
-
-
-def spark_server_log() -> Path:
-    """The warm Spark server's log (``$TAILFILL_HOME/logs/spark-server.log``), shared by every pipeline."""
-    return settings().home / "logs" / "spark-server.log"
-
-
-@app.get("/spark-server-log/{dag_id}", response_class=PlainTextResponse, dependencies=[_authorized()])
-def server_log(dag_id: str) -> PlainTextResponse:
-    """The end of the warm Spark server's log: where Spark's own failures (a Python worker that could not
-    connect back) are told in full."""
-    pipeline_of(dag_id)  # one of Tailfill's DAGs
-    path = spark_server_log()
-    if not path.is_file():
-        raise HTTPException(404, f"no warm Spark server log at {path} (no job ran on the warm server)")
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        f.seek(max(0, size - SERVER_LOG_BYTES))
-        text = f.read().decode(errors="replace")
-    shown = "" if size <= SERVER_LOG_BYTES else f" (its last {SERVER_LOG_BYTES:,} of {size:,} bytes)"
-    return PlainTextResponse(f"# {path}{shown}\n" + redact_text(text))
 
 
 @app.get("/pipeline/{dag_id}", response_class=HTMLResponse, dependencies=[_authorized()])

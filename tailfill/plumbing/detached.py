@@ -1,4 +1,4 @@
-"""Detached local processes (the embedded broker, the development registry, the warm Spark server):
+"""Detached local processes (the embedded broker, the development registry, the local Spark Connect server):
 the state file each records when it is up, whether it is alive, stopping it, and the loopback ports they
 listen on."""
 

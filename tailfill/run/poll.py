@@ -1,7 +1,7 @@
 """The poll loop: what the driver does while one streaming query runs, once a second, until it ends.
 
-It stops the query when asked — at once when its caller cancels (a killed task, the warm Spark server's
-caller gone: what it committed stays, the rest is replayed later), between batches after
+It stops the query when asked — at once when its caller cancels (a killed task, a Spark Connect job's
+client gone: what it committed stays, the rest is replayed later), between batches after
 ``stop_after_seconds`` or on ``tailfill stop-tail`` — beats the pacer's heartbeat, and prints a
 progress line after every batch, every :data:`HEARTBEAT_S` seconds, and while a batch runs, every
 :data:`READING_EVERY_S` seconds in which its tasks read more. It returns when the query

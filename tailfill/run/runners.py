@@ -4,15 +4,13 @@ A :class:`Runner` submits a spec and hands back a :class:`JobRun` to wait for, o
 the job prints (its events among them) goes to the caller's ``on_line`` as it comes, secrets redacted.
 Backends: :class:`SparkSubmitRunner` (a ``spark-submit`` of its own: a new application),
 :class:`ConnectRunner` (a session on a Spark Connect server: a cluster's ``sc://`` endpoint or this
-home's local one, :mod:`tailfill.run.connect_server`) and :class:`WarmServerRunner` (the home-made
-long-lived Spark server, :mod:`tailfill.run.warm_spark`). :func:`choose_runner` makes the one decision
-for the CLI and the Airflow operator alike, and ``auto`` says which it took and why.
+home's local one, :mod:`tailfill.run.connect_server`). :func:`choose_runner` makes the one decision for the
+CLI and the Airflow operator alike, and ``auto`` says which it took and why.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -22,22 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from tailfill.errors import ErrorInfo, SparkServerError
-from tailfill.plumbing.detached import alive
+from tailfill.errors import ConfigError, ErrorInfo, SparkServerError
 from tailfill.redact import redact_text
 from tailfill.run import runtime
 from tailfill.run.contract import JobResult, JobSpec, read_event
-from tailfill.run.server_settings import server_env
 from tailfill.run.submit import spark_submit_command, submit_env
-from tailfill.run.warm_spark import (
-    Refused,
-    cancel_warm,
-    job_env_digests,
-    job_request,
-    spark_server_up,
-    why_cold,
-)
-from tailfill.settings import settings
+from tailfill.settings import settings, spark_mode_problem
 
 OnLine = Callable[[str], None]
 SERVED_BY = "Spark Connect:"  # the first line of a job run over Spark Connect
@@ -68,6 +56,17 @@ class Runner(Protocol):
     def submit(self, spec: JobSpec, on_line: OnLine) -> JobRun:
         """Start ``spec``; its lines go to ``on_line``. Raises :class:`SparkServerError` when it cannot start."""
         ...
+
+
+def why_submit(master: str | None, conf: Mapping[str, str] | None) -> str | None:
+    """Why a job with this master and these extra Spark settings needs an application of its own
+    (``spark-submit``), or None: the application of this home's Spark Connect server already runs, with its own
+    settings, on :func:`~tailfill.run.runtime.master`."""
+    if conf:
+        return f"extra Spark settings asked for ({', '.join(sorted(conf))}) apply only to a new application"
+    if master and master != runtime.master():
+        return f"master {master} asked for; this home's Spark Connect server runs on {runtime.master()}"
+    return None
 
 
 class _Lines:
@@ -124,71 +123,6 @@ class SparkSubmitRun:
 
     def kill(self) -> None:
         self.proc.kill()
-
-
-class WarmServerRunner:
-    """The warm Spark server of ``home`` (started if none runs); ``env``: the caller's settings, compared with the
-    server's as digests (``secrets``: the pipeline's secret variables by name)."""
-
-    def __init__(self, env: Mapping[str, str] | None = None, secrets: tuple[str, ...] = (), home: Path | None = None):
-        self.env = dict(env if env is not None else os.environ)
-        self.secrets, self.home = secrets, home or settings().home
-
-    def submit(self, spec: JobSpec, on_line: OnLine) -> WarmRun:
-        status = spark_server_up(self.home, self.env)
-        if status["code"] != runtime.code_fingerprint():
-            raise Refused("the warm Spark server runs other code and is busy")
-        digests = job_env_digests(server_env(self.env, self.home), self.secrets)
-        return WarmRun(spec, status, job_request(status, spec, digests), on_line, self.home)
-
-
-class WarmRun:
-    """A job on the warm Spark server: its lines as the server streams them."""
-
-    stopping = "cancelling its job on the warm Spark server"
-
-    def __init__(self, spec: JobSpec, status: dict, response, on_line: OnLine, home: Path):
-        self.spec, self.status, self.response, self.home = spec, status, response, home
-        self.lines = _Lines(on_line)
-
-    def wait(self) -> Outcome:
-        try:
-            for raw in self.response:
-                self.lines(raw.decode("utf-8", "replace"))
-        except OSError as exc:
-            self.lines(f"error: the warm Spark server's connection broke: {exc}")
-        result = self.lines.result
-        if result is None:
-            pid = self.status["pid"]
-            self.lines(f"error: the warm Spark server (pid {pid}) ended the job without a result"
-                       + ("" if alive(pid) else ": it is no longer running"))
-            return Outcome(1, None)
-        return Outcome(2 if result.error else 0, result)
-
-    def kill(self) -> None:
-        cancel_warm(self.spec.run_id, self.home)
-
-
-class WarmFirst:
-    """The warm Spark server when it can take the job, else ``spark-submit``, saying why; ``proceed`` says whether
-    falling back is still wanted (not once the caller was stopped)."""
-
-    def __init__(self, warm: WarmServerRunner, cold: SparkSubmitRunner,
-                 proceed: Callable[[], bool] = lambda: True):
-        self.warm, self.cold, self.proceed = warm, cold, proceed
-
-    def submit(self, spec: JobSpec, on_line: OnLine) -> JobRun:
-        why = why_cold(self.cold.master, self.cold.conf)
-        if why is None:
-            try:
-                return self.warm.submit(spec, on_line)
-            except SparkServerError as exc:
-                why = str(exc)
-        if not self.proceed():
-            raise SparkServerError(f"not started: the warm Spark server did not take it ({why}), and its caller "
-                                   "has stopped")
-        on_line(f"[{spec.run_id}] running cold (spark-submit): {why}")
-        return self.cold.submit(spec, on_line)
 
 
 class ConnectRunner:
@@ -301,22 +235,22 @@ def run_side_by_side(runner: Runner, specs: Sequence[JobSpec], on_line: OnLine) 
 
 def choose_runner(mode: str | None = None, master: str | None = None, conf: Mapping[str, str] | None = None,
                   env: Mapping[str, str] | None = None, secrets: tuple[str, ...] = (),
-                  submit_env_: Mapping[str, str] | None = None, name: str | None = None,
-                  proceed: Callable[[], bool] = lambda: True, remote: str | None = None,
+                  submit_env_: Mapping[str, str] | None = None, name: str | None = None, remote: str | None = None,
                   say: OnLine | None = None) -> Runner:
     """Where a job runs (``mode``, default ``TAILFILL_SPARK``): ``connect`` (the Spark Connect server at
-    ``remote``, default ``TAILFILL_SPARK_REMOTE``, else this home's local one), ``warm`` (the warm Spark server
-    when it can take the job, else ``spark-submit``), ``submit``, or ``auto``: Connect when a server is
-    configured or this home's local one runs, else ``spark-submit``; ``say`` gets one line saying which and
-    why. ``env``: the caller's environment (the settings a long-lived server's job is compared by);
-    ``submit_env_``: a ``spark-submit``'s whole environment (default: this process's, with Tailfill's)."""
+    ``remote``, default ``TAILFILL_SPARK_REMOTE``, else this home's local one), ``submit``, or ``auto``:
+    Connect when a server is configured or this home's local one runs, else ``spark-submit``; ``say`` gets one
+    line saying which and why. ``env``: the caller's environment (the settings a long-lived server's job is
+    compared by); ``submit_env_``: a ``spark-submit``'s whole environment (default: this process's, with
+    Tailfill's)."""
     cold = SparkSubmitRunner(master, conf, submit_env_, name)
     mode = mode or settings().spark_mode
+    problem = spark_mode_problem(mode)
+    if problem is not None:
+        raise ConfigError(f"Spark mode {mode!r}: {problem}")
     remote = remote or settings().spark_remote
     if mode == "connect":
         return ConnectRunner(remote, env, secrets)
-    if mode == "warm":
-        return WarmFirst(WarmServerRunner(env, secrets), cold, proceed)
     if mode == "submit":
         return cold
     runner, why = _auto(remote, master, conf, env, secrets, cold)
@@ -333,7 +267,7 @@ def _auto(remote: str | None, master: str | None, conf: Mapping[str, str] | None
 
     if remote:
         return ConnectRunner(remote, env, secrets), f"Spark Connect at {redact_url(remote)} (configured)"
-    why = why_cold(master, conf)
+    why = why_submit(master, conf)
     if why is not None:
         return cold, f"spark-submit: {why}"
     state = server_state()

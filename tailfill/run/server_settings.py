@@ -1,6 +1,6 @@
 """The settings that reach a job on a long-lived server, compared as digests (never sent or printed). No pyspark.
 
-A long-lived server (the local Spark Connect server, the warm Spark server) runs every job in the
+A long-lived server (the local Spark Connect server) runs every job in the
 environment it was started with. A job whose settings differ (``TAILFILL_*``, ``AWS_*``, Spark's, the
 pipeline's secrets by name) must not run there as if they were the same: the server's digests are
 compared with the job's, and the names that differ are all anyone is told.

@@ -28,7 +28,7 @@ def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log | No
         cancel: threading.Event | None = None) -> list[IngestResult]:
     """Run ``spec``; returns one :class:`IngestResult` per streaming query (run of adjacent slices, or the tail).
 
-    ``spark``: the session (tests and the warm Spark server share one), or one being built for a new
+    ``spark``: the session (tests share one; a Spark Connect job's), or one being built for a new
     application (see ``spark_jobs/ingest.py``), whose executors are warmed while the first query
     starts; the broker and the table are read meanwhile. ``log`` takes the job's progress lines
     (default: stderr), ``emit`` its events (default: their lines on stdout); ``cancel``, once set, stops
@@ -58,7 +58,7 @@ def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log | No
 def run_to_result(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log, emit: Emit,
                   cancel: threading.Event | None = None) -> JobResult:
     """Run ``spec`` and describe it as its :class:`JobResult`; whatever stops it is logged as ``error: …``
-    and becomes the result's error, as data (what ``spark-submit`` and the warm Spark server both hand back)."""
+    and becomes the result's error, as data (what ``spark-submit`` and a Spark Connect job both hand back)."""
     try:
         return JobResult(run(spec, spark, log, emit, cancel))
     except Exception as exc:

@@ -307,7 +307,7 @@ def test_lane_links_progress_and_proof_in_headless_chromium(airflow, pipeline, b
 
 
 def _loopback(addr: str) -> bool:
-    """127.0.0.1, ::1, or 127.0.0.1 as an IPv6 socket has it (``::ffff:7f00:1``: the warm Spark server's JVM)."""
+    """127.0.0.1, ::1, or 127.0.0.1 as an IPv6 socket has it (``::ffff:7f00:1``: a Spark JVM's)."""
     ip = ipaddress.ip_address(addr)
     return ip.is_loopback or (ip.version == 6 and ip.ipv4_mapped is not None and ip.ipv4_mapped.is_loopback)
 
@@ -380,8 +380,7 @@ def test_an_impossible_range_fails_before_spark_with_one_line_in_headless_chromi
     wait_for_text(browser, shot, "impossible-range", "asked up to 500,000", f"the broker's end is {high:,}")
 
 
-STOPPING = ("cancelling its job on the warm Spark server", "killing its spark-submit",
-            "stopping its query on the Spark Connect server")  # on_kill's line
+STOPPING = ("killing its spark-submit", "stopping its query on the Spark Connect server")  # on_kill's line
 
 
 def incremental_held_before_commit(airflow: AirflowServer, faults: Path) -> tuple[str, dict]:

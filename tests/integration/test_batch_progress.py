@@ -1,5 +1,5 @@
 """Progress within a batch: a single-batch backfill's progress line moves while its task reads, before the commit,
-and never counts what it read as committed (on the warm Spark server and over Spark Connect: their own modules)."""
+and never counts what it read as committed (over Spark Connect: its own module)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tailfill.errors import JobCancelled
+from tailfill.errors import ConfigError, JobCancelled
 from tailfill.run import connect_batch, connect_server
 from tailfill.run.contract import JobSpec
 from tailfill.run.query_state import QueryState, Tally
@@ -39,6 +39,25 @@ def test_auto_takes_a_configured_server_then_a_running_local_one_then_spark_subm
     extra = choose_runner(conf={"spark.executor.memory": "2g"}, say=said.append)  # only a new application takes it
     assert isinstance(extra, SparkSubmitRunner) and "spark.executor.memory" in said[-1]
     assert isinstance(choose_runner("connect"), ConnectRunner)  # the caller's word wins, and says nothing
+
+
+def test_one_runner_choice_from_the_environment_or_the_caller_and_a_removed_or_unknown_mode_is_named(monkeypatch):
+    monkeypatch.setenv("TAILFILL_SPARK", "submit")
+    assert isinstance(choose_runner(), SparkSubmitRunner)
+    assert isinstance(choose_runner("connect"), ConnectRunner)  # the caller's word wins
+    runner = choose_runner(master="spark://h:7077", conf={"spark.executor.memory": "2g"}, name="app")
+    assert isinstance(runner, SparkSubmitRunner) and (runner.master, runner.conf, runner.name) == (
+        "spark://h:7077", {"spark.executor.memory": "2g"}, "app")
+    monkeypatch.setenv("TAILFILL_SPARK", "warm")
+    with pytest.raises(ConfigError, match=r"^TAILFILL_SPARK='warm': the warm Spark server was removed, Spark Connect "
+                                          r"replaces it: use connect \(the modes: auto, connect, submit\)$"):
+        choose_runner()
+    monkeypatch.setenv("TAILFILL_SPARK", "hot")
+    with pytest.raises(ConfigError, match=r"^TAILFILL_SPARK='hot': use auto, connect, submit$"):
+        choose_runner()
+    monkeypatch.delenv("TAILFILL_SPARK")
+    with pytest.raises(ConfigError, match=r"^Spark mode 'warm': the warm Spark server was removed"):
+        choose_runner("warm")
 
 
 def test_the_local_server_address_is_known_even_after_its_death(tmp_path):

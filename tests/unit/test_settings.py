@@ -18,16 +18,18 @@ def test_defaults_when_nothing_is_set():
 
 
 def test_every_variable_is_read_into_its_field():
-    s = settings({"TAILFILL_HOME": "/h", "TAILFILL_SPARK": "warm", "TAILFILL_SPARK_MASTER": "spark://m:7077",
+    s = settings({"TAILFILL_HOME": "/h", "TAILFILL_SPARK": "connect", "TAILFILL_SPARK_MASTER": "spark://m:7077",
                   "TAILFILL_SPARK_SLOTS": "6", "TAILFILL_FAULT_DIR": "/f", "TAILFILL_FAULT_SKIP": "2",
                   "TAILFILL_BROKER_PORT": "9092", "TAILFILL_BROKER_STORAGE": "memory", "TAILFILL_ON_FAILURE": "m:f"})
-    assert (s.home, s.spark_mode, s.spark_master, s.spark_slots) == (Path("/h"), "warm", "spark://m:7077", 6)
+    assert (s.home, s.spark_mode, s.spark_master, s.spark_slots) == (Path("/h"), "connect", "spark://m:7077", 6)
     assert (s.fault_dir, s.fault_skip, s.broker_port, s.on_failure) == (Path("/f"), 2, 9092, "m:f")
     assert s.broker_storage == "memory" and settings({}).broker_storage is None
 
 
 @pytest.mark.parametrize(("name", "value", "says"), [
-    ("TAILFILL_SPARK", "hot", "TAILFILL_SPARK='hot': use auto, connect, warm, submit"),
+    ("TAILFILL_SPARK", "hot", "TAILFILL_SPARK='hot': use auto, connect, submit"),
+    ("TAILFILL_SPARK", "warm", "TAILFILL_SPARK='warm': the warm Spark server was removed, Spark Connect replaces it: "
+                               "use connect (the modes: auto, connect, submit)"),
     ("TAILFILL_SPARK_REMOTE", "127.0.0.1:15002", "TAILFILL_SPARK_REMOTE='127.0.0.1:15002': not a Spark Connect "),
     ("TAILFILL_SPARK_SLOTS", "1", "TAILFILL_SPARK_SLOTS='1': the Spark pool needs at least 2 slots (fix: "),
     ("TAILFILL_BROKER_PORT", "ninety", "TAILFILL_BROKER_PORT='ninety': not a whole number (fix: "),
