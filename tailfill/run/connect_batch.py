@@ -32,6 +32,7 @@ session open.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -272,7 +273,11 @@ class RemoteQuery:
 
     def forget(self) -> None:
         """A new attempt: the last attempt's failure record and stop are no longer this one's."""
-        self.spark.conf.unset(record_key(self.req))
-        self.spark.conf.unset(stop_key(self.req))
-        self.spark.conf.unset(reading_key(self.req))
-        self.spark.conf.unset(note_key(self.req))
+        for key in (record_key(self.req), stop_key(self.req), reading_key(self.req), note_key(self.req)):
+            self.spark.conf.unset(key)
+
+    def close(self) -> None:
+        """The query ended: none of its settings stays in the session (a home's jobs share one, for hours)."""
+        with contextlib.suppress(Exception):  # a server that went away keeps nothing either
+            self.forget()
+            self.spark.conf.unset(lease_key(self.req))

@@ -9,6 +9,7 @@ local server (:func:`tailfill.run.connect_server.shared_session`).
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -80,17 +81,22 @@ def _session(url: str, session: str | None) -> SparkSession:
     spark = SparkSession.builder.remote(f"{url}/;session_id={session}" if session else url).create()
     if session is not None:
         spark.release_session_on_close = False  # the next job takes it again, Python workers and all
-    spark.client.set_retry_policies([DefaultPolicy(max_retries=RETRIES, backoff_multiplier=2.0,
-                                                   initial_backoff=200, max_backoff=2000)])
-    archive = shipped_archive()
     try:
-        spark.addArtifacts(str(archive), pyfile=True)  # a shared session has it already: the same bytes are taken
-    except Exception as exc:
-        if session is None or not _added_meanwhile(exc, archive.name):
-            raise
-    register_by_value()
-    code = Code(archive)
-    spark.dataSource.register(shipped_data_source(code))
+        spark.client.set_retry_policies([DefaultPolicy(max_retries=RETRIES, backoff_multiplier=2.0,
+                                                       initial_backoff=200, max_backoff=2000)])
+        archive = shipped_archive()
+        try:
+            spark.addArtifacts(str(archive), pyfile=True)  # a shared session has it: the same bytes are taken
+        except Exception as exc:
+            if session is None or not _added_meanwhile(exc, archive.name):
+                raise
+        register_by_value()
+        code = Code(archive)
+        spark.dataSource.register(shipped_data_source(code))
+    except BaseException:
+        with contextlib.suppress(Exception):  # the session was not taken: its client's channel goes with it
+            spark.client.close()
+        raise
     _CODE[spark] = code
     return spark
 

@@ -145,6 +145,8 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
         restarts, causes = _attempts(spark, pipeline, req, handler, watch, emit, cores, remote)
     finally:
         pacer.stopped()
+        if remote is not None:
+            remote.close()
     shutil.rmtree(req.checkpoint, ignore_errors=True)  # finished: the ledger holds everything it did
     result = state.tally.result(req.run_id, req.label)
     result.seconds, result.restarts, result.causes = time.monotonic() - started, restarts, causes

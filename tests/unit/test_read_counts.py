@@ -150,6 +150,22 @@ def test_over_connect_the_client_shows_the_governor_state_of_the_servers_pacer()
     assert state.note == pacer.said
 
 
+def test_over_connect_a_query_that_ended_leaves_none_of_its_settings_in_the_shared_session():
+    req = type("Req", (), {"run_id": "backfill-1", "name": "backfill", "label": "backfill"})()
+    spark = type("Spark", (), {"conf": Conf()})()
+    batch = connect_batch.RemoteBatch(req, "{}", 2, "/budget")
+    handler = type("Handler", (), {"state": QueryState(Tally()), "pacer": Pacer("rate-limited to 5/s")})()
+    remote = connect_batch.RemoteQuery(spark, req, type("Reports", (), {"read": lambda self: []})(),
+                                       QueryState(Tally()))
+    remote.sync()
+    batch._publish_reading(spark, InBatch(0, 10))
+    batch._publish(spark, handler, None)
+    remote.ask_stop()
+    assert spark.conf.values
+    remote.close()
+    assert spark.conf.values == {}
+
+
 def test_over_connect_the_client_sees_the_batch_read_and_never_alongside_its_commit():
     req = type("Req", (), {"run_id": "backfill-1", "name": "backfill", "label": "backfill"})()
     spark = type("Spark", (), {"conf": Conf()})()
