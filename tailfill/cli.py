@@ -27,7 +27,7 @@ from tailfill.run.planner import (
     plan_tail,
     topic_names,
 )
-from tailfill.run.runners import Runner, choose_runner, run_side_by_side
+from tailfill.run.runners import ConnectRunner, Outcome, Runner, choose_runner, run_side_by_side
 from tailfill.run.submit import parse_conf
 from tailfill.settings import REMOVED_SPARK_MODES, SPARK_MODES, settings, spark_mode_problem
 from tailfill.source.embedded import broker_state, registry_state, resolve_bootstrap, resolve_registry
@@ -98,8 +98,15 @@ def cmd_pipelines(args: argparse.Namespace) -> int:
     code = 0
     for path in files:
         try:
-            with open_pipeline(str(path)) as pipeline:
-                _say(pipeline_line(pipeline))
+            cfg = resolve_pipeline(str(path))
+            refs = [cfg.ref]
+            if cfg.target.routed:
+                from tailfill.run.routed import routes_for
+
+                refs = [r.cfg.ref for r in routes_for(cfg)[0]]
+            for ref in refs:
+                with open_pipeline(ref) as pipeline:
+                    _say(pipeline_line(pipeline))
         except TailfillError as exc:
             _say(f"{path.stem:<20} cannot be read: {exc}")
             code = 1
@@ -287,22 +294,123 @@ def _run(runner: Runner, spec: JobSpec) -> tuple[int, list[IngestResult]]:
     return outcome.code, outcome.result.results if outcome.result is not None else []
 
 
+def _tables(args: argparse.Namespace, run: str | None = None) -> list[str] | None:
+    """The tables a command on ``args.pipeline`` works on, as refs: None for a pipeline of one table. Of a routed
+    pipeline, its topics' tables now (its notes said first), and for commands that only read (``run`` None) the
+    known tables whose topics are gone. ``run`` (``backfill``, ``tail``): the tables are remembered, and a tail
+    starts the new ones at their earliest offsets."""
+    cfg = resolve_pipeline(args.pipeline)
+    if not cfg.target.routed or cfg.route is not None:
+        return None
+    from tailfill.run.routed import routes_for
+
+    routes, notes = routes_for(cfg, run)
+    for note in notes:
+        _say(note)
+    return [r.cfg.ref for r in routes]
+
+
+def _route_of(ref: str) -> tuple[str, tuple[str, ...]]:
+    """A route's table and topics from its ref (``<file>#<table>:<topics>``)."""
+    from tailfill.pipeline.routes import parse_route
+
+    return parse_route(ref.partition("#")[2])
+
+
+def _for_table(args: argparse.Namespace, ref: str, **changes: object) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(args), "pipeline": ref, **changes})
+
+
+def _each_table(args: argparse.Namespace, what: str, one: Callable[[argparse.Namespace], int]) -> int:
+    """``one`` for each table of a routed pipeline (a failing table does not stop the others), or for the
+    pipeline itself; exit code: the worst table's."""
+    refs = _tables(args)
+    if refs is None:
+        return one(args)
+    failed = []
+    for ref in refs:
+        table = _route_of(ref)[0]
+        _say(f"\n== table {table}")
+        try:
+            code = one(_for_table(args, ref))
+        except TailfillError as exc:
+            _say(f"{what} of table {table} failed: {exc}")
+            code = 1
+        if code:
+            failed.append(table)
+    return _tables_verdict(args.pipeline, what, len(refs), failed)
+
+
+def _tables_verdict(pipeline: str, what: str, tables: int, failed: list[str]) -> int:
+    """The one-line summary of a command over a routed pipeline's tables; 1 when one failed."""
+    failed = sorted(set(failed))
+    _say(f"{what} of {resolve_pipeline(pipeline).name}: {tables - len(failed)} of {tables} table(s) ok"
+         + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
 def cmd_backfill(args: argparse.Namespace) -> int:
     conf = parse_conf(args.conf)  # before planning: a typo fails at once
-    with open_pipeline(args.pipeline) as pipeline:
-        plan = backfill_plan(pipeline, args)
-        if getattr(args, "on_committed", None) == "replay":  # the committed part first, then the rest as any backfill
-            from tailfill.run.replay import replay
-            from tailfill.run.replay_plan import ReplayRequest
+    refs = _tables(args, run="backfill")
+    if refs is None:
+        return _backfill(args, conf)
+    asked = topic_names(getattr(args, "topics", None))
+    planned: list[tuple[Pipeline, list[JobSpec]]] = []
+    failed: list[str] = []
+    for ref in refs:
+        table, topics = _route_of(ref)
+        mine = [t for t in topics if t in asked] if asked else list(topics)
+        if not mine:
+            continue
+        try:
+            with open_pipeline(ref) as pipeline:
+                planned.append((pipeline, _backfill_specs(pipeline, _for_table(
+                    args, ref, topics=",".join(mine) if asked else None))))
+        except TailfillError as exc:  # this table cannot start: the others still run
+            _say(f"backfill of table {table} cannot start: {exc}")
+            failed.append(table)
+    tables = len(planned) + len(failed)
+    specs = [spec for _, mine in planned for spec in mine]
+    runner = choose_runner(args.spark, args.master, conf, secrets=env_names(planned[0][0].cfg), say=_show) \
+        if specs else None
+    # On a Spark Connect server every table's jobs run at once; spark-submits (a JVM each) one table at a time.
+    together = iter(run_side_by_side(runner, specs, _show)) if isinstance(runner, ConnectRunner) else None
+    for pipeline, mine in planned:
+        if together is not None:
+            outcomes = [next(together) for _ in mine]
+        else:
+            outcomes = run_side_by_side(runner, mine, _show) if mine and runner is not None else []
+        if _summarise(pipeline, "backfill", _first_failure(outcomes), _results(outcomes)) != 0:
+            failed.append(_route_of(pipeline.cfg.ref)[0])
+    return _tables_verdict(args.pipeline, "backfill", tables, failed)
 
-            replay(pipeline, ReplayRequest(plan.start, plan.end), _say)
-    specs = plan.specs
+
+def _backfill(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    with open_pipeline(args.pipeline) as pipeline:
+        specs = _backfill_specs(pipeline, args)
     if not specs:
         return _summarise(pipeline, "backfill", 0, [])
     runner = choose_runner(args.spark, args.master, conf, secrets=env_names(pipeline.cfg), say=_show)
     outcomes = run_side_by_side(runner, specs, _show)  # Ctrl-C stops every lane's job
-    code = next((o.code for o in outcomes if o.code != 0), 0)
-    return _summarise(pipeline, "backfill", code, [r for o in outcomes if o.result for r in o.result.results])
+    return _summarise(pipeline, "backfill", _first_failure(outcomes), _results(outcomes))
+
+
+def _backfill_specs(pipeline: Pipeline, args: argparse.Namespace) -> list[JobSpec]:
+    plan = backfill_plan(pipeline, args)
+    if getattr(args, "on_committed", None) == "replay":  # the committed part first, then the rest as any backfill
+        from tailfill.run.replay import replay
+        from tailfill.run.replay_plan import ReplayRequest
+
+        replay(pipeline, ReplayRequest(plan.start, plan.end), _say)
+    return plan.specs
+
+
+def _first_failure(outcomes: list[Outcome]) -> int:
+    return next((o.code for o in outcomes if o.code != 0), 0)
+
+
+def _results(outcomes: list[Outcome]) -> list[IngestResult]:
+    return [r for o in outcomes if o.result for r in o.result.results]
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -319,16 +427,42 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_tail(args: argparse.Namespace) -> int:
     conf = parse_conf(args.conf)
-    with open_pipeline(args.pipeline) as pipeline:
-        plan = plan_tail(pipeline, TailRequest(args.once, getattr(args, "stop_after", None)), new_run_id("tail"))
-    for note in plan.notes:
-        _say(note)
-    runner = choose_runner(args.spark, args.master, conf, secrets=env_names(pipeline.cfg), say=_show)
-    code, results = _run(runner, plan.spec)
-    return _summarise(pipeline, "tail", code, results)
+    refs = _tables(args, run="tail") or [args.pipeline]
+    request = TailRequest(args.once, getattr(args, "stop_after", None))
+    planned: list[tuple[Pipeline, JobSpec]] = []
+    failed: list[str] = []
+    for ref in refs:
+        try:
+            with open_pipeline(ref) as pipeline:
+                plan = plan_tail(pipeline, request, new_run_id("tail"))
+        except TailfillError as exc:
+            if len(refs) == 1:
+                raise
+            _say(f"tail of table {_route_of(ref)[0]} cannot start: {exc}")
+            failed.append(_route_of(ref)[0])
+            continue
+        for note in plan.notes:
+            _say(note)
+        planned.append((pipeline, plan.spec))
+    if not planned:
+        return _tables_verdict(args.pipeline, "tail", len(failed), failed)
+    runner = choose_runner(args.spark, args.master, conf, secrets=env_names(planned[0][0].cfg), say=_show)
+    if len(refs) == 1:
+        code, results = _run(runner, planned[0][1])
+        return _summarise(planned[0][0], "tail", code, results)
+    outcomes = run_side_by_side(runner, [spec for _, spec in planned], _show)  # every table's tail at once
+    for (pipeline, _), outcome in zip(planned, outcomes, strict=True):
+        if _summarise(pipeline, "tail", outcome.code, _results([outcome])) != 0:
+            failed.append(_route_of(pipeline.cfg.ref)[0])
+    return _tables_verdict(args.pipeline, "tail", len(refs), failed)
 
 
 def cmd_stop_tail(args: argparse.Namespace) -> int:
+    """``tailfill stop-tail`` of the pipeline, or of each table of a routed one."""
+    return _each_table(args, "stop-tail", _stop_tail)
+
+
+def _stop_tail(args: argparse.Namespace) -> int:
     from tailfill.state.store import read_health, request_stop
 
     pipeline = open_pipeline(args.pipeline)
@@ -342,6 +476,11 @@ def cmd_stop_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """``tailfill status`` of the pipeline, or of each table of a routed one."""
+    return _each_table(args, "status", _status)
+
+
+def _status(args: argparse.Namespace) -> int:
     from tailfill.lake.schema_change import schema_line
     from tailfill.proof.reports import read_latest
     from tailfill.run.plan import source_state
@@ -379,6 +518,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
+    """``tailfill preflight`` of the pipeline, or of each table of a routed one."""
+    return _each_table(args, "preflight", _preflight)
+
+
+def _preflight(args: argparse.Namespace) -> int:
     from tailfill.errors import PreflightError
     from tailfill.run.preflight import preflight
 
@@ -395,6 +539,11 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    """``tailfill validate`` of the pipeline, or of each table of a routed one."""
+    return _each_table(args, "validate", _validate)
+
+
+def _validate(args: argparse.Namespace) -> int:
     from tailfill.proof.validate import validate
 
     with open_pipeline(args.pipeline) as pipeline:
@@ -404,6 +553,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:
+    """``tailfill maintain`` of the pipeline, or of each table of a routed one."""
+    return _each_table(args, "maintain", _maintain)
+
+
+def _maintain(args: argparse.Namespace) -> int:
     from tailfill.run.maintain import maintain, maintenance_settings
 
     with open_pipeline(args.pipeline) as pipeline:
@@ -413,6 +567,18 @@ def cmd_maintain(args: argparse.Namespace) -> int:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
+    """``tailfill reset`` of the pipeline, or of each table of a routed one (and the tables it knew)."""
+    code = _each_table(args, "reset", _reset)
+    cfg = resolve_pipeline(args.pipeline)
+    if code == 0 and cfg.target.routed and cfg.route is None:
+        from tailfill.pipeline.routes import ROUTES_KEY
+
+        with open_pipeline(cfg) as base:
+            base.state.delete(ROUTES_KEY)
+    return code
+
+
+def _reset(args: argparse.Namespace) -> int:
     from tailfill.run.reset import reset, reset_targets
 
     with open_pipeline(args.pipeline) as pipeline:

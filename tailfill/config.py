@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from tailfill.values.partition_terms import parse_term
 from tailfill.values.schema import RESERVED_PREFIX, field_type
+from tailfill.values.table_template import is_template, template_problems
 
 PIPELINE_NAME = r"^[a-z][a-z0-9_]*$"  # a pipeline's name: its DAGs' and run state's names are made from it
 EMBEDDED = "embedded"  # bootstrap_servers of the local broker started by `tailfill broker up`
@@ -325,7 +326,9 @@ class CatalogConfig(_Model):
 class TargetConfig(_Model):
     catalog: CatalogConfig = Field(description="The Iceberg catalog that holds the tables.")
     namespace: str = Field(description="The tables' namespace in the catalog.")
-    table: str = Field(description="The data table's name.")
+    table: str = Field(description="The data table's name, or a template that routes each topic to a table of its "
+                                   "own: {topic} (the topic's name) or {topic.N} (its N-th dot-separated part, from "
+                                   "0), dots and dashes made _ (e.g. '{topic.2}': shop.public.orders to orders).")
     warehouse: str = Field(description="Where data files are written: a local path, or an s3:// URI (which needs "
                                        "target.s3).")
     quarantine_table: str | None = Field(default=None, description="The quarantine table's name (null: "
@@ -391,6 +394,25 @@ class TargetConfig(_Model):
                    else "a local path (shared by every machine of the pipeline)")
             )
         return self
+
+    @model_validator(mode="after")
+    def _table_template(self) -> TargetConfig:
+        if not is_template(self.table):
+            return self
+        problems = template_problems(self.table)
+        if problems:
+            raise ValueError(f"table {self.table!r}: {'; '.join(problems)}")
+        given = [n for n in ("quarantine_table", "state_table") if getattr(self, n)]
+        if given:
+            raise ValueError(f"table {self.table!r} routes topics to tables of their own, each with its own "
+                             f"{' and '.join(given)}: leave {' and '.join(given)} unset (each is <table>_quarantine, "
+                             "<table>_state)")
+        return self
+
+    @property
+    def routed(self) -> bool:
+        """Whether ``table`` is a template that routes each topic to a table of its own."""
+        return is_template(self.table)
 
     @model_validator(mode="after")
     def _keyed_settings(self) -> TargetConfig:
@@ -564,9 +586,16 @@ class PipelineConfig(_Model):
         default=None, description="Table upkeep (`tailfill maintain`, and the <name>_maintenance DAG when set).")
     path: str | None = Field(default=None, exclude=True, description="The file it was loaded from (set by the "
                                                                      "loader, not written in the YAML).")
+    route: str | None = Field(default=None, exclude=True, description="Of one table of a routed pipeline: "
+                              "'<table>:<topic>,<topic>' (set by tailfill.pipeline.routes, not written in the YAML).")
 
     @model_validator(mode="after")
     def _one_schema_for_several_topics(self) -> PipelineConfig:
+        if self.target.routed:  # each table's own topics are checked when the topics are routed
+            if not self.source.several:
+                raise ValueError(f"target.table {self.target.table!r} routes topics to tables: read several topics "
+                                 "(source.topics or source.topic_pattern), or name one table")
+            return self
         if self.source.several and self.target.mode == "upsert":
             raise ValueError("target.mode: upsert reads one topic: a keyed table of several topics is not supported "
                              "(fix: one keyed pipeline per topic)")
@@ -578,6 +607,13 @@ class PipelineConfig(_Model):
             raise ValueError("format.schema_registry.key_subject: a pipeline of several topics reads their keys with "
                              "one schema; name its subject")
         return self
+
+    @property
+    def ref(self) -> str:
+        """How another process loads this pipeline: its file (or name), and of one table of a routed pipeline
+        ``#<table>:<topics>`` after it (:func:`tailfill.pipeline.load.resolve_pipeline` reads it back)."""
+        base = self.path or self.name
+        return f"{base}#{self.route}" if self.route else base
 
     @property
     def secret_env_names(self) -> tuple[str, ...]:

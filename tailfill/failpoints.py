@@ -7,9 +7,9 @@
   something meanwhile). A point passed a ``scope`` (the pipeline's name) can also be armed for that
   pipeline alone, by ``$TAILFILL_FAULT_DIR/pause-<point>@<scope>``: its arrivals, marker and release
   files are then ``<point>@<scope>…``, so each pipeline is counted and held on its own.
-- ``maybe_fail(point)``: if ``$TAILFILL_FAULT_DIR/fail-<point>`` holds a count above zero,
-  decrement it and raise :class:`InjectedFault`. File-based, so a test can arm it after Spark's
-  workers have started.
+- ``maybe_fail(point)``: if ``$TAILFILL_FAULT_DIR/fail-<point>`` (or, for a point passed a ``scope``,
+  ``fail-<point>@<scope>``) holds a count above zero, decrement it and raise :class:`InjectedFault`.
+  File-based, so a test can arm it after Spark's workers have started.
 """
 
 from __future__ import annotations
@@ -46,17 +46,20 @@ def pause(point: str, scope: str | None = None) -> None:
         time.sleep(0.2)
 
 
-def maybe_fail(point: str) -> None:
-    """Raise :class:`InjectedFault` while the armed count for ``point`` lasts."""
+def maybe_fail(point: str, scope: str | None = None) -> None:
+    """Raise :class:`InjectedFault` while the armed count for ``point`` lasts (armed for every pipeline, or by
+    ``fail-<point>@<scope>`` for ``scope``'s alone)."""
     flag_dir = settings().fault_dir
-    armed = flag_dir / f"fail-{point}" if flag_dir else None
-    if armed is None or not armed.exists():
+    if flag_dir is None:
         return
-    with locked(armed, "r+") as f:
-        left = int(f.read().strip() or 0)
-        if left <= 0:
-            return
-        f.seek(0)
-        f.truncate()
-        f.write(str(left - 1))
-    raise InjectedFault(f"injected failure at {point} ({left - 1} more armed)")
+    for armed in [flag_dir / f"fail-{point}", *([flag_dir / f"fail-{point}@{scope}"] if scope else [])]:
+        if not armed.exists():
+            continue
+        with locked(armed, "r+") as f:
+            left = int(f.read().strip() or 0)
+            if left <= 0:
+                continue
+            f.seek(0)
+            f.truncate()
+            f.write(str(left - 1))
+        raise InjectedFault(f"injected failure at {point} ({left - 1} more armed)")

@@ -24,12 +24,14 @@ from processes import kill_marked
 from tailfill.config import PipelineConfig
 from tailfill.lake.ledger import read_ledger
 from tailfill.lake.tables import Tables
-from tailfill.offsets import PartitionOffsets, total
+from tailfill.offsets import PartitionOffsets, TopicPartition, total
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.plumbing.warehouse import filesystem, fs_path
+from tailfill.proof.validate import validate
 from tailfill.run.contract import IngestResult, JobSpec, new_run_id, parse_result
 from tailfill.run.planner import backfill_spec
 from tailfill.run.submit import spark_submit_command, submit_env
+from tailfill.source.kafka import consumer_config, list_partitions, watermarks
 from tailfill.values.partition_terms import parse_terms
 
 DEMO = Path(__file__).resolve().parent.parent / "pipelines" / "demo.yaml"
@@ -303,3 +305,37 @@ def github_event(i: int) -> dict:
     if i % 3 == 0:
         event["org"] = {"id": 7, "login": "acme"}
     return event
+
+
+def stored(cfg) -> Counter:
+    """(topic, partition, offset) of every row in the data and quarantine tables."""
+    out: Counter = Counter()
+    for table in tables_of(cfg):
+        table.refresh()
+        arrow = table.scan(selected_fields=("kafka_topic", "kafka_partition", "kafka_offset")).to_arrow()
+        out.update(zip(*(arrow[c].to_pylist() for c in ("kafka_topic", "kafka_partition", "kafka_offset")),
+                       strict=True))
+    return out
+
+
+def ends(cfg, topics: list[str]) -> dict[TopicPartition, int]:
+    conf = consumer_config(cfg.source)
+    parts = [tp for t in topics for tp in list_partitions(conf, t)]
+    marks = watermarks(conf, parts, probe_timeout_s=30)
+    assert not marks.unconfirmed
+    return {tp: marks.high[tp] for tp in parts}
+
+
+def assert_each_offset_once(cfg, topics: list[str]) -> Counter:
+    """Every offset of every partition of ``topics`` is in the tables exactly once, and nothing else is;
+    the proof (``validate --all``) says so too. Returns the offsets per topic."""
+    rows = stored(cfg)
+    expected = {(tp.topic, tp.partition, o) for tp, end in ends(cfg, topics).items() for o in range(end)}
+    assert expected
+    assert not [k for k, n in rows.items() if n > 1], "duplicated offsets"
+    assert set(rows) == expected, (f"missing {sorted(expected - set(rows))[:5]}, "
+                                   f"unexpected {sorted(set(rows) - expected)[:5]}")
+    result = validate(open_pipeline(cfg), all_runs=True)
+    assert result.success, result.problems
+    assert sum(p["missing"] + p["duplicated"] for p in result.partitions) == 0
+    return Counter(t for t, _, _ in rows)

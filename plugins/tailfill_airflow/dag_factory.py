@@ -509,6 +509,10 @@ def build_dags(folder: Path | None = None) -> dict[str, DAG]:
         except ConfigError as exc:
             log.error("skipping pipeline %s: %s", path, exc)
             continue
+        if cfg.target.routed:  # a table per topic: run from the command line (docs/concepts.md, "A table per topic")
+            log.warning("skipping pipeline %s: it routes its topics to tables by %r, which its DAGs do not run yet "
+                        "(run it with the tailfill command)", path, cfg.target.table)
+            continue
         for dag in (backfill_dag(cfg), incremental_dag(cfg), *([maintenance_dag(cfg)] if cfg.maintenance else [])):
             dags[dag.dag_id] = dag
     return dags

@@ -19,7 +19,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from tailfill.config import PipelineConfig, SourceConfig
-from tailfill.errors import LakeError
+from tailfill.errors import ConfigError, LakeError
 from tailfill.formats.base import Format
 from tailfill.formats.registry import pipeline_format
 from tailfill.formats.schema_registry import RegistryClient
@@ -99,11 +99,18 @@ class Pipeline:
 
     def open_tables(self) -> Tables | None:
         """The data and quarantine tables as they are now; None when they were never made. Changes nothing."""
+        self._one_table()
         return open_tables(self.catalog, self.cfg.target)
+
+    def _one_table(self) -> None:
+        if self.cfg.target.routed:
+            raise ConfigError(f"pipeline {self.name} routes its topics to tables by {self.cfg.target.table!r}: a "
+                              "table's work is its route's (tailfill.pipeline.routes), not the routed pipeline's")
 
     def provision_tables(self) -> Tables:
         """The tables, made if missing and evolved to the pipeline's settings (the planner's, before a run); a
         keyed pipeline's state table too."""
+        self._one_table()
         tables = provision_tables(self.catalog, self.cfg.target, self.format)
         if self.keyed:
             provision_state_table(self.catalog, self.cfg.target, tables.data)

@@ -194,7 +194,18 @@ def pipeline_files(folder: Path | None = None) -> list[Path]:
 
 
 def resolve_pipeline(name_or_path: str) -> PipelineConfig:
-    """A pipeline by name (``pipelines/NAME.yaml``) or by path to its YAML file."""
+    """A pipeline by name (``pipelines/NAME.yaml``) or by path to its YAML file; a ref with ``#<table>:<topics>``
+    after it (:attr:`PipelineConfig.ref`) gives that table's route of a routed pipeline."""
+    base, sep, route = name_or_path.partition("#")
+    cfg = _resolve_file(base)
+    if not sep:
+        return cfg
+    from tailfill.pipeline.routes import parse_route, route_config
+
+    return route_config(cfg, *parse_route(route))
+
+
+def _resolve_file(name_or_path: str) -> PipelineConfig:
     candidate = Path(name_or_path)
     if candidate.suffix in (".yaml", ".yml") or candidate.is_file():
         return load_pipeline(candidate)

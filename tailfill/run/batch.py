@@ -125,7 +125,7 @@ def commit_report(committer: Committer, run_id: str, batch_id: int, prepared: li
     come from the executors, commit is measured here.
     """
     failpoints.pause("before-commit", scope=committer.pipeline)
-    failpoints.maybe_fail("before-commit")
+    failpoints.maybe_fail("before-commit", scope=committer.pipeline)
     result, commit_s = committer.commit(run_id, batch_id, prepared)
     failpoints.maybe_fail("after-commit")
     ended = time.time()

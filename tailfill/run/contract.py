@@ -75,7 +75,7 @@ class Slice:
 class JobSpec:
     """One run of the ingest job: a pipeline, a mode, a run id; a backfill's slices, a tail's cutover."""
 
-    pipeline: str  # name or path of the pipeline YAML
+    pipeline: str  # name or path of the pipeline YAML; of a routed table, its ref (PipelineConfig.ref)
     mode: Mode
     run_id: str
     slices: tuple[Slice, ...] = ()  # backfill: exactly these slices (bounds as planned)
@@ -105,7 +105,7 @@ class JobSpec:
     @classmethod
     def parse(cls, argv: list[str] | None = None) -> JobSpec:
         p = argparse.ArgumentParser(prog="spark_jobs/ingest.py", description="Tailfill's ingest job")
-        p.add_argument("--pipeline", required=True, help="pipeline name or path to its YAML")
+        p.add_argument("--pipeline", required=True, help="pipeline name or path to its YAML (a routed table: its ref)")
         p.add_argument("--mode", choices=("backfill", "tail"), required=True)
         p.add_argument("--run-id", required=True, help="run id recorded in every commit")
         p.add_argument("--slices", help="backfill: JSON list of slices {index, count, start, end}")

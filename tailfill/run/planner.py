@@ -171,7 +171,7 @@ def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
     blocks = lanes_of(todo, request.lanes)
     if len(blocks) < request.lanes:
         lines.append(f"lanes: {request.lanes} asked, {len(blocks)} used: there are {len(todo)} slice(s) to run")
-    specs = [JobSpec(cfg.path or cfg.name, "backfill", run_id(lane), tuple(block),
+    specs = [JobSpec(cfg.ref, "backfill", run_id(lane), tuple(block),
                      max_offsets_per_batch=tuning.max_offsets_per_batch, max_offsets_per_second=rate)
              for lane, block in enumerate(blocks)]
     return BackfillPlan(specs, tuning, lines, start, end)
@@ -192,7 +192,7 @@ def plan_tail(pipeline: Pipeline, request: TailRequest, run_id: str) -> TailPlan
     if not request.once and cfg.tail.trigger == "processing_time":  # it sizes each batch itself, up to the maximum
         tuning = replace(tuning, max_offsets_per_batch=tuning.configured_max,
                          reason="the adaptive tail sizes each batch from its last one, up to the configured maximum")
-    spec = JobSpec(cfg.path or cfg.name, "tail", run_id, cutover=cutover, once=request.once,
+    spec = JobSpec(cfg.ref, "tail", run_id, cutover=cutover, once=request.once,
                    stop_after_seconds=request.stop_after_seconds, max_offsets_per_batch=tuning.max_offsets_per_batch)
     return TailPlan(spec, tuning, start, state.marks.high, total(ranges_between(start, state.marks.high)), notes)
 

@@ -70,11 +70,15 @@ def test_a_pipeline_of_several_topics_parses_with_a_topics_field_in_its_backfill
     _, env = airflow_env
     pattern = make_pipeline(name="shop", source__topic=None, source__topic_pattern=r"shop\..*")
     Path(env["TAILFILL_PIPELINES"], "shop.yaml").write_text(Path(pattern.path).read_text())
+    routed = make_pipeline(name="routed", source__topic=None, source__topic_pattern=r"shop\..*",
+                           target__table="{topic.1}")  # a table per topic: no DAGs (yet), and no import error
+    Path(env["TAILFILL_PIPELINES"], "routed.yaml").write_text(Path(routed.path).read_text())
     out = subprocess.run([sys.executable, "-c", PARSE, str(REPO / "dags"), ",".join(HEAVY)], env=env,
                          capture_output=True, text=True, timeout=120, check=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
     assert result["errors"] == {} and result["imported"] == []
     assert {"shop_backfill", "shop_incremental"} <= set(result["dags"])
+    assert not [d for d in result["dags"] if d.startswith("routed")]
     assert "topics" in result["forms"]["shop_backfill"] and "topics" not in result["forms"]["afdemo_backfill"]
 
 

@@ -12,57 +12,21 @@ import uuid
 from collections import Counter
 
 import pytest
-from helpers import backfill, tables_of, tail
+from helpers import assert_each_offset_once, backfill, stored, tail
 
 from tailfill.cli import main
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import ConfigError
-from tailfill.offsets import TopicPartition
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.proof.validate import validate
 from tailfill.run.contract import new_run_id
 from tailfill.run.planner import BackfillRequest, TailRequest, plan_backfill_lanes, plan_tail
 from tailfill.run.spark_job import run
-from tailfill.source.kafka import consumer_config, list_partitions, watermarks
 from tailfill.source.topics import ensure_topic
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 2
-
-
-def stored(cfg) -> Counter:
-    """(topic, partition, offset) of every row in the data and quarantine tables."""
-    out: Counter = Counter()
-    for table in tables_of(cfg):
-        table.refresh()
-        arrow = table.scan(selected_fields=("kafka_topic", "kafka_partition", "kafka_offset")).to_arrow()
-        out.update(zip(*(arrow[c].to_pylist() for c in ("kafka_topic", "kafka_partition", "kafka_offset")),
-                       strict=True))
-    return out
-
-
-def ends(cfg, topics: list[str]) -> dict[TopicPartition, int]:
-    conf = consumer_config(cfg.source)
-    parts = [tp for t in topics for tp in list_partitions(conf, t)]
-    marks = watermarks(conf, parts, probe_timeout_s=30)
-    assert not marks.unconfirmed
-    return {tp: marks.high[tp] for tp in parts}
-
-
-def assert_each_offset_once(cfg, topics: list[str]) -> Counter:
-    """Every offset of every partition of ``topics`` is in the tables exactly once, and nothing else is;
-    the proof (``validate --all``) says so too. Returns the offsets per topic."""
-    rows = stored(cfg)
-    expected = {(tp.topic, tp.partition, o) for tp, end in ends(cfg, topics).items() for o in range(end)}
-    assert expected
-    assert not [k for k, n in rows.items() if n > 1], "duplicated offsets"
-    assert set(rows) == expected, (f"missing {sorted(expected - set(rows))[:5]}, "
-                                   f"unexpected {sorted(set(rows) - expected)[:5]}")
-    result = validate(open_pipeline(cfg), all_runs=True)
-    assert result.success, result.problems
-    assert sum(p["missing"] + p["duplicated"] for p in result.partitions) == 0
-    return Counter(t for t, _, _ in rows)
 
 
 def topics_made(cfg, names: list[str], records: int) -> None:

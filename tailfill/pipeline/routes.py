@@ -1,0 +1,131 @@
+"""One pipeline, a table per topic: the routes of a pipeline whose ``target.table`` is a template.
+
+Each table the template gives is a **route**: a pipeline of its own, made from the routed one's settings with
+its name (``<pipeline>__<table>``), its topics and its table. So each table has its own ledger, cutover, schema
+(and key), run state and proof, and everything that runs one pipeline runs a route. Routes are made at the edge,
+from the topics the broker has now (:func:`resolve_routes`), and travel as their ref
+(``<file>#<table>:<topic>,<topic>``), which :func:`route_config` turns back into the same route anywhere,
+without the broker.
+
+The tables a pipeline has routed to are remembered in its run state (``routes.json``): a table whose topics
+are all gone stays known (its rows are kept, :attr:`RouteSet.gone`), and a table that appears after the
+pipeline's first run is new (:attr:`RouteSet.new`): its tail reads its topics from their earliest offsets.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from tailfill.config import PipelineConfig
+from tailfill.errors import ConfigError
+from tailfill.values.table_template import route_suffix, table_for
+
+ROUTES_KEY = "routes.json"  # in the routed pipeline's own state folder: every table it has routed to
+
+
+@dataclass(frozen=True)
+class Route:
+    """One table of a routed pipeline: its name, its topics, and the pipeline that runs it."""
+
+    table: str
+    topics: tuple[str, ...]
+    cfg: PipelineConfig
+
+
+@dataclass(frozen=True)
+class RouteSet:
+    """A routed pipeline's tables now: those with topics on the broker (``routes``), the tables among them that
+    came after its first run (``new``), and known tables whose topics are all gone (``gone``, topics as last
+    seen)."""
+
+    routes: list[Route]
+    new: frozenset[str] = frozenset()
+    gone: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def notes(self, bootstrap: str) -> list[str]:
+        """One line per new table and per table whose topics are gone."""
+        out = [f"new table {r.table} for topic{'s' * (len(r.topics) > 1)} {', '.join(r.topics)}: the tail reads "
+               f"{'them' if len(r.topics) > 1 else 'it'} from the earliest offset" for r in self.routes
+               if r.table in self.new]
+        out += [f"table {table}: its topic{'s' * (len(topics) > 1)} {', '.join(topics)} "
+                f"{'are' if len(topics) > 1 else 'is'} gone from {bootstrap}; the table and its rows stay"
+                for table, topics in sorted(self.gone.items())]
+        return out
+
+
+def route_name(pipeline: str, table: str) -> str:
+    """The name of the route of ``pipeline`` into ``table`` (its run state's and validation's folder)."""
+    return f"{pipeline}__{route_suffix(table)}"
+
+
+def route_config(cfg: PipelineConfig, table: str, topics: Iterable[str]) -> PipelineConfig:
+    """The pipeline that runs ``cfg``'s table ``table`` from ``topics``: checked as any pipeline is, a problem
+    reported naming the table."""
+    topics = tuple(topics)
+    if not cfg.target.routed or cfg.route is not None:
+        raise ConfigError(f"pipeline {cfg.name} does not route topics to tables (target.table {cfg.target.table!r})")
+    if not topics:
+        raise ConfigError(f"pipeline {cfg.name}: table {table} has no topic")
+    data = cfg.model_dump()
+    data["name"] = route_name(cfg.name, table)
+    data["target"]["table"] = table
+    data["source"].update(topic=topics[0] if len(topics) == 1 else None,
+                          topics=list(topics) if len(topics) > 1 else None, topic_pattern=None)
+    try:
+        route = PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        why = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
+                        for e in exc.errors())
+        raise ConfigError(f"{cfg.path or cfg.name}: table {table} (topics {', '.join(topics)}): {why}") from None
+    return route.model_copy(update={"path": cfg.path, "route": f"{table}:{','.join(topics)}"})
+
+
+def parse_route(text: str) -> tuple[str, tuple[str, ...]]:
+    """A ref's route part (``<table>:<topic>,<topic>``) as its table and topics."""
+    table, sep, topics = text.partition(":")
+    names = tuple(t for t in topics.split(",") if t)
+    if not sep or not table or not names:
+        raise ConfigError(f"route {text!r}: expected <table>:<topic>[,<topic>…]")
+    return table, names
+
+
+def group_topics(cfg: PipelineConfig, topics: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """``topics`` of ``cfg``'s source by the table its template routes each to, tables and topics sorted."""
+    out: dict[str, list[str]] = {}
+    for topic in sorted(set(topics)):
+        if not cfg.source.matches(topic):
+            continue
+        try:
+            out.setdefault(table_for(cfg.target.table, topic), []).append(topic)
+        except ValueError as exc:
+            raise ConfigError(f"{cfg.path or cfg.name}: target.table: {exc}") from None
+    return {table: tuple(names) for table, names in sorted(out.items())}
+
+
+def routes_of(cfg: PipelineConfig, topics: Iterable[str], known: dict[str, tuple[str, ...]] | None = None,
+              ) -> RouteSet:
+    """The route set of ``cfg`` over the broker's ``topics``, given the tables it routed to before (``known``:
+    ``None`` or empty when it never ran)."""
+    grouped = group_topics(cfg, topics)
+    known = known or {}
+    routes = [Route(table, names, route_config(cfg, table, names)) for table, names in grouped.items()]
+    new = frozenset(grouped) - frozenset(known) if known else frozenset()
+    gone = {table: names for table, names in known.items() if table not in grouped}
+    return RouteSet(routes, new, gone)
+
+
+def read_known(raw: str | None) -> dict[str, tuple[str, ...]]:
+    """The tables a pipeline routed to before, from its ``routes.json`` text (None: none yet)."""
+    if not raw:
+        return {}
+    return {table: tuple(topics) for table, topics in json.loads(raw).items()}
+
+
+def known_text(known: dict[str, tuple[str, ...]], routes: RouteSet) -> str:
+    """``routes.json`` after ``routes``: every table known, each with the topics last seen routing to it."""
+    merged = {**{t: list(n) for t, n in known.items()}, **{r.table: list(r.topics) for r in routes.routes}}
+    return json.dumps(dict(sorted(merged.items())), indent=1)
