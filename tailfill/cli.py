@@ -114,6 +114,11 @@ def cmd_pipelines(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    """``tailfill show`` of the pipeline, or of each table of a routed one."""
+    return _each_table(args, "show", _show_one)
+
+
+def _show_one(args: argparse.Namespace) -> int:
     from tailfill.run.overview import show_lines
 
     with open_pipeline(args.pipeline) as pipeline:
@@ -123,6 +128,11 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
+    """``tailfill preview`` of the pipeline, or of each table of a routed one."""
+    return _each_table(args, "preview", _preview_one)
+
+
+def _preview_one(args: argparse.Namespace) -> int:
     from tailfill.run.overview import format_rows, preview_rows
 
     with open_pipeline(args.pipeline) as pipeline:

@@ -70,6 +70,11 @@ def test_a_pattern_routes_each_topic_to_its_table_and_a_new_topic_gets_one_with_
     assert f"topic {eu}: {PARTITIONS} partitions, committed 150, lag 0" in out
     assert main(["validate", cfg.path, "--all"]) == 0
     assert "validate of shop: 4 of 4 table(s) ok" in capsys.readouterr().out
+    assert main(["preflight", cfg.path]) == 0 and main(["show", cfg.path]) == 0
+    out = capsys.readouterr().out
+    assert f"{eu} has {PARTITIONS} partitions, {us} has {PARTITIONS} partitions" in out  # the refunds table's
+    assert f"topic '{invoices}' has {PARTITIONS} partitions" in out
+    assert "preflight of shop: 4 of 4 table(s) ok" in out and "show of shop: 4 of 4 table(s) ok" in out
 
 
 def keyed_pattern(tmp_path, bootstrap: str, pattern: str) -> str:
