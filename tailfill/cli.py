@@ -27,7 +27,7 @@ from tailfill.run.planner import (
     plan_tail,
     topic_names,
 )
-from tailfill.run.runners import ConnectRunner, Outcome, Runner, choose_runner, run_side_by_side
+from tailfill.run.runners import Outcome, Runner, choose_runner, run_side_by_side
 from tailfill.run.submit import parse_conf
 from tailfill.settings import REMOVED_SPARK_MODES, SPARK_MODES, settings, spark_mode_problem
 from tailfill.source.embedded import broker_state, registry_state, resolve_bootstrap, resolve_registry
@@ -381,16 +381,13 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             failed.append(table)
     tables = len(planned) + len(failed)
     specs = [spec for _, mine in planned for spec in mine]
-    runner = choose_runner(args.spark, args.master, conf, secrets=env_names(planned[0][0].cfg), say=_show) \
-        if specs else None
-    # On a Spark Connect server every table's jobs run at once; spark-submits (a JVM each) one table at a time.
-    together = iter(run_side_by_side(runner, specs, _show)) if isinstance(runner, ConnectRunner) else None
+    outcomes = iter([])
+    if specs:  # every table's jobs at once, in one Spark application
+        runner = choose_runner(args.spark, args.master, conf, secrets=env_names(planned[0][0].cfg), say=_show)
+        outcomes = iter(run_side_by_side(runner, specs, _show, one_application=True))
     for pipeline, mine in planned:
-        if together is not None:
-            outcomes = [next(together) for _ in mine]
-        else:
-            outcomes = run_side_by_side(runner, mine, _show) if mine and runner is not None else []
-        if _summarise(pipeline, "backfill", _first_failure(outcomes), _results(outcomes)) != 0:
+        done = [next(outcomes) for _ in mine]
+        if _summarise(pipeline, "backfill", _first_failure(done), _results(done)) != 0:
             failed.append(_route_of(pipeline.cfg.ref)[0])
     return _tables_verdict(args.pipeline, "backfill", tables, failed)
 
@@ -460,7 +457,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     if len(refs) == 1:
         code, results = _run(runner, planned[0][1])
         return _summarise(planned[0][0], "tail", code, results)
-    outcomes = run_side_by_side(runner, [spec for _, spec in planned], _show)  # every table's tail at once
+    outcomes = run_side_by_side(runner, [spec for _, spec in planned], _show, one_application=True)
     for (pipeline, _), outcome in zip(planned, outcomes, strict=True):
         if _summarise(pipeline, "tail", outcome.code, _results([outcome])) != 0:
             failed.append(_route_of(pipeline.cfg.ref)[0])

@@ -29,6 +29,7 @@ from tailfill.values.drift import describe
 Mode = Literal["backfill", "tail"]
 RESULT_PREFIX = "TAILFILL_RESULT "
 RESTART_PREFIX = "TAILFILL_RESTART "
+NEXT_JOB = "--next-job"  # between the specs of jobs that run together in one application (:func:`together_argv`)
 
 
 def new_run_id(mode: str) -> str:
@@ -125,6 +126,25 @@ class JobSpec:
                    a.max_offsets_per_second)
 
 
+def together_argv(specs: Iterable[JobSpec]) -> list[str]:
+    """The arguments of several jobs run together by one application, :data:`NEXT_JOB` between them."""
+    out: list[str] = []
+    for spec in specs:
+        out += [*([NEXT_JOB] if out else []), *spec.argv()]
+    return out
+
+
+def parse_together(argv: list[str]) -> list[JobSpec]:
+    """The specs of :func:`together_argv`'s arguments (one spec's arguments give that one)."""
+    groups: list[list[str]] = [[]]
+    for arg in argv:
+        if arg == NEXT_JOB:
+            groups.append([])
+        else:
+            groups[-1].append(arg)
+    return [JobSpec.parse(group) for group in groups]
+
+
 @dataclass
 class IngestResult:
     """What one streaming query of a run did (a backfill run has one per run of adjacent slices)."""
@@ -159,10 +179,12 @@ class JobResult:
 
     results: list[IngestResult] = field(default_factory=list)
     error: ErrorInfo | None = None
+    run_id: str | None = None  # the job's, when several run together in one application
 
     def asdict(self) -> dict:
         return {"results": [asdict(r) for r in self.results],
-                "error": self.error.to_dict() if self.error is not None else None}
+                "error": self.error.to_dict() if self.error is not None else None,
+                **({"run_id": self.run_id} if self.run_id is not None else {})}
 
     def asstr(self) -> str:
         if self.error is not None:
@@ -180,7 +202,7 @@ class JobResult:
     def from_dict(cls, data: dict) -> JobResult:
         error = data.get("error")
         return cls([IngestResult(**r) for r in data.get("results", [])],
-                   ErrorInfo.from_dict(error) if error else None)
+                   ErrorInfo.from_dict(error) if error else None, data.get("run_id"))
 
 
 @dataclass(frozen=True)

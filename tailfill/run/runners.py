@@ -74,12 +74,15 @@ class _Lines:
 
     def __init__(self, on_line: OnLine):
         self.on_line, self.result = on_line, None
+        self.results: dict[str, JobResult] = {}  # of jobs run together, by run id
 
     def __call__(self, line: str) -> None:
         line = redact_text(line.rstrip("\n"))
         event = read_event(line)
         if isinstance(event, JobResult):
             self.result = event
+            if event.run_id is not None:
+                self.results[event.run_id] = event
         self.on_line(line)
 
 
@@ -97,6 +100,15 @@ class SparkSubmitRunner:
         if self.name:
             cmd[1:1] = ["--name", self.name]
         return SparkSubmitRun(cmd, dict(self.env) if self.env is not None else submit_env(), on_line)
+
+
+    def submit_together(self, specs: Sequence[JobSpec], on_line: OnLine) -> list[JobRun]:
+        """Start every spec's job in one ``spark-submit`` (one JVM, one session, the jobs at once); a run each."""
+        cmd = spark_submit_command(specs, self.master, self.conf)
+        if self.name:
+            cmd[1:1] = ["--name", self.name]
+        run = SparkSubmitRun(cmd, dict(self.env) if self.env is not None else submit_env(), on_line)
+        return [TogetherRun(run, spec.run_id) for spec in specs]
 
 
 class SparkSubmitRun:
@@ -123,6 +135,25 @@ class SparkSubmitRun:
 
     def kill(self) -> None:
         self.proc.kill()
+
+
+class TogetherRun:
+    """One of the jobs a ``spark-submit`` runs together: the application's end, with this job's own result."""
+
+    stopping = "killing its spark-submit, which runs other jobs too"
+
+    def __init__(self, run: SparkSubmitRun, run_id: str):
+        self.run, self.run_id = run, run_id
+
+    def wait(self) -> Outcome:
+        code = self.run.wait().code
+        result = self.run.lines.results.get(self.run_id)
+        if result is None:
+            return Outcome(code or 1, None)
+        return Outcome(2 if result.error else 0, result)
+
+    def kill(self) -> None:
+        self.run.kill()
 
 
 class ConnectRunner:
@@ -210,14 +241,18 @@ class ConnectRun:
         self.cancel.set()
 
 
-def run_side_by_side(runner: Runner, specs: Sequence[JobSpec], on_line: OnLine) -> list[Outcome]:
+def run_side_by_side(runner: Runner, specs: Sequence[JobSpec], on_line: OnLine,
+                     one_application: bool = False) -> list[Outcome]:
     """Every spec's job at once (a backfill's lanes, as the DAG runs them), waited for together, in ``specs``'
     order. Ctrl-C, or a job that cannot start, kills every job already started (what each committed stays)
-    and waits for them to end before it goes on up."""
+    and waits for them to end before it goes on up. ``one_application``: through ``spark-submit``, one
+    application runs them all (a routed pipeline's tables); a Spark Connect server is one already."""
     started: list[tuple[JobSpec, JobRun]] = []
     pool = ThreadPoolExecutor(max_workers=max(len(specs), 1), thread_name_prefix="lane")
     try:
-        for spec in specs:
+        if one_application and isinstance(runner, SparkSubmitRunner) and len(specs) > 1:
+            started = list(zip(specs, runner.submit_together(specs, on_line), strict=True))
+        for spec in specs[len(started):]:
             started.append((spec, runner.submit(spec, on_line)))
         waits = [pool.submit(run.wait) for _, run in started]
         while not all(w.done() for w in waits):

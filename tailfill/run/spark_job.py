@@ -11,14 +11,15 @@ from __future__ import annotations
 import sys
 import threading
 import traceback
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import replace
 
 from pyspark.sql import SparkSession
 
 from tailfill.errors import ConfigError, ErrorInfo, LakeError, TailfillError
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.redact import redact_text
-from tailfill.run.contract import IngestResult, JobResult, JobSpec
+from tailfill.run.contract import IngestResult, JobResult, JobSpec, Restarted, parse_together
 from tailfill.run.plan import backfill_requests, source_state, tail_request
 from tailfill.run.spark_ingest import Emit, Log, run_ingest
 from tailfill.run.spark_prepare import warm_executors
@@ -72,8 +73,25 @@ def run_to_result(spec: JobSpec, spark: SparkSession | Future[SparkSession], log
 
 
 def main(argv: list[str] | None, spark: SparkSession | Future[SparkSession]) -> int:
-    """The job's entry point: run the spec in ``argv``; 0 on success, 2 with the cause on stderr."""
-    result = run_to_result(JobSpec.parse(argv), spark, lambda line: print(line, file=sys.stderr, flush=True),
-                           lambda event: print(event.line(), flush=True))
-    print(result.line(), flush=True)
-    return 2 if result.error else 0
+    """The job's entry point: run the spec in ``argv`` (several, run at once, for jobs run together:
+    :func:`~tailfill.run.contract.together_argv`); 0 on success, 2 with the cause on stderr when one failed."""
+    specs = parse_together(list(sys.argv[1:] if argv is None else argv))
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    def emit(event: Restarted) -> None:
+        print(event.line(), flush=True)
+
+    if len(specs) == 1:
+        result = run_to_result(specs[0], spark, log, emit)
+        print(result.line(), flush=True)
+        return 2 if result.error else 0
+    failed = False
+    with ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="job") as pool:  # a table's job each
+        runs = {pool.submit(run_to_result, spec, spark, log, emit): spec for spec in specs}
+        for done in as_completed(runs):
+            result = replace(done.result(), run_id=runs[done].run_id)
+            print(result.line(), flush=True)
+            failed = failed or result.error is not None
+    return 2 if failed else 0

@@ -7,10 +7,11 @@ is read back by :func:`~tailfill.run.contract.read_event`.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from tailfill.errors import ConfigError
 from tailfill.run import runtime
-from tailfill.run.contract import JobSpec
+from tailfill.run.contract import JobSpec, together_argv
 
 
 def parse_conf(pairs: list[str] | None) -> dict[str, str]:
@@ -24,8 +25,10 @@ def parse_conf(pairs: list[str] | None) -> dict[str, str]:
     return conf
 
 
-def spark_submit_command(spec: JobSpec, master: str | None = None, conf: dict[str, str] | None = None) -> list[str]:
-    """The full ``spark-submit`` command for ``spec``, shipping the tailfill code to the executors.
+def spark_submit_command(spec: JobSpec | Sequence[JobSpec], master: str | None = None,
+                         conf: dict[str, str] | None = None) -> list[str]:
+    """The full ``spark-submit`` command for ``spec`` (several: run together by the one application), shipping the
+    tailfill code to the executors.
 
     ``master`` defaults to :func:`runtime.master`; ``conf`` is laid over Tailfill's Spark settings
     (:func:`runtime.spark_conf`). Builds the ``--py-files`` archive (:func:`runtime.code_archive`),
@@ -35,7 +38,7 @@ def spark_submit_command(spec: JobSpec, master: str | None = None, conf: dict[st
     for key, value in (runtime.spark_conf() | (conf or {})).items():
         cmd += ["--conf", f"{key}={value}"]
     cmd += ["--py-files", str(runtime.code_archive())]
-    return [*cmd, str(runtime.job_file()), *spec.argv()]
+    return [*cmd, str(runtime.job_file()), *(spec.argv() if isinstance(spec, JobSpec) else together_argv(spec))]
 
 
 def submit_env() -> dict[str, str]:

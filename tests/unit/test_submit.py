@@ -20,7 +20,16 @@ from tailfill.cli import build_parser, main
 from tailfill.errors import ConfigError
 from tailfill.offsets import PartitionOffsets, TopicPartition
 from tailfill.run import runtime
-from tailfill.run.contract import IngestResult, JobResult, JobSpec, Slice, parse_result
+from tailfill.run.contract import (
+    IngestResult,
+    JobResult,
+    JobSpec,
+    Slice,
+    parse_result,
+    parse_together,
+    read_event,
+    together_argv,
+)
 from tailfill.run.submit import parse_conf, spark_submit_command
 
 SPEC = JobSpec("demo", "tail", "tail-1", once=True)
@@ -158,12 +167,20 @@ def test_the_job_reads_back_every_field_a_planner_writes(spec):
     assert JobSpec.parse(spec.argv()) == spec
 
 
+@settings(max_examples=100, deadline=None)
+@given(specs=st.lists(job_specs(), min_size=1, max_size=4))
+def test_jobs_run_together_read_back_each_spec(specs):
+    assert parse_together(together_argv(specs)) == specs
+
+
 def test_the_submitter_reads_back_the_results_the_job_prints():
     results = [IngestResult("backfill-1", "demo backfill", batches=3, offsets=900, rows=890, quarantined=10,
                             restarts=1, causes=["InjectedFault: x"], stages={"commit": 0.4}, freshness={"p95": 2.0})]
     lines = ["[demo backfill] 900/900 offsets (100%)", JobResult(results).line() + "\n"]
     assert parse_result(lines).results == results
     assert parse_result(lines[:1]) is None
+    together = JobResult(results, run_id="backfill-1")  # one of the jobs an application runs together
+    assert read_event(together.line()) == together and read_event(JobResult(results).line()).run_id is None
 
 
 def test_a_python_that_imports_tailfill_from_the_archive_runs_its_code_and_never_empties_it(tmp_path):
