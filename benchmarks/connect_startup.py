@@ -100,11 +100,12 @@ def timed_tail(path: Path, home: Path, variant: str, timeline: bool) -> tuple[fl
     return launched, seconds, run_id, sorted(lines, key=lambda ln: float(ln.split()[0]))
 
 
-def first_read(path: Path, run_id: str) -> float:
+def first_read(path: Path, home: Path, run_id: str) -> float:
     """When the run's first batch started reading (its report's start plus its plan stage), epoch seconds."""
     from tailfill.pipeline.load import load_pipeline
     from tailfill.state.store import StateStore, run_reports
 
+    os.environ["TAILFILL_HOME"] = str(home)  # the variant's home holds the pipeline's state
     reports = run_reports(StateStore.of(load_pipeline(path)), run_id)
     first = min(reports, key=lambda r: r.at - r.seconds)
     return first.at - first.seconds + first.stages.get("plan", 0.0)
@@ -154,7 +155,7 @@ def main() -> None:
                 for v in order:
                     timeline = args.timeline and r == args.rounds - 1
                     launched, seconds, run_id, lines = timed_tail(paths[v], homes[v], v, timeline)
-                    startup = first_read(paths[v], run_id) - launched
+                    startup = first_read(paths[v], homes[v], run_id) - launched
                     results[v].append((startup, seconds))
                     print(f"  round {r + 1} {v:9s} startup {startup:5.2f}s  end to end {seconds:5.2f}s", flush=True)
                     if timeline:
