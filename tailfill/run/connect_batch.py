@@ -151,6 +151,15 @@ class RemoteBatch:
             raise
         self._publish(spark, handler, None)
 
+    def warm(self) -> None:
+        """Import what :meth:`_build` needs (pyiceberg, pandas, the catalog's driver): called by the server's
+        ``foreachBatch`` worker in a thread as soon as it has this function, so the first batch finds them loaded."""
+        import tailfill.config
+        import tailfill.pipeline.handle
+        import tailfill.run.batch
+        import tailfill.run.pacing
+        import tailfill.state.store  # noqa: F401
+
     def _check_lease(self, spark: SparkSession) -> None:
         age = self._lease.of(spark.conf.get(lease_key(self.req), None))
         if age > LEASE_S:

@@ -29,6 +29,7 @@ from tailfill.plumbing.detached import alive, free_port, port_free, running, sto
 from tailfill.plumbing.durable import locked, write_whole
 from tailfill.run import runtime
 from tailfill.run.server_settings import differing_settings, job_env_digests, server_env
+from tailfill.run.worker_python import worker_python
 from tailfill.settings import LOOPBACK, settings
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -164,15 +165,16 @@ def connect_server_down(home: Path | None = None) -> bool:
         return stop_detached(server_state(home), state_file(home), grace_s=30.0)
 
 
-def server_command(port: int) -> list[str]:
-    """``spark-submit`` of Spark's Connect server on loopback ``port`` with Tailfill's Spark settings."""
+def server_command(port: int, python: str | None = None) -> list[str]:
+    """``spark-submit`` of Spark's Connect server on loopback ``port`` with Tailfill's Spark settings; ``python``:
+    the Python of its Python workers (default: :func:`tailfill.run.runtime.driver_python`)."""
     conf = {
         **runtime.spark_conf(),
         "spark.connect.grpc.binding.address": LOOPBACK,
         "spark.connect.grpc.binding.port": str(port),
         "spark.connect.session.manager.defaultSessionTimeout": SESSION_TIMEOUT,
         "spark.default.parallelism": str(master_cores(runtime.master())),
-        "spark.pyspark.python": runtime.driver_python(),
+        "spark.pyspark.python": python or runtime.driver_python(),
         "spark.sql.streaming.stopActiveRunOnRestart": "true",
     }
     cmd = [runtime.spark_submit(), "--class", SERVER_CLASS, "--name", "tailfill-connect",
@@ -212,11 +214,15 @@ def _start(home: Path, env: dict[str, str], digests: dict[str, str | None], why:
     workdir.mkdir(parents=True, exist_ok=True)
     port = _port(port)
     started = time.time()
+    # The workers' Python, through a launcher that has them import pyspark compiled (the settings compared are
+    # the caller's, not this launcher's path).
+    python = worker_python(home, env.get("PYSPARK_PYTHON") or runtime.driver_python(), env)
+    env = {**env, "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
     with open(log_path, "ab") as log:
         log.write(f"tailfill: starting the local Spark Connect server ({why})\n".encode())
         log.flush()
-        proc = subprocess.Popen(server_command(port), env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(server_command(port, python), env=env, cwd=workdir, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
     state = {"pid": proc.pid, "url": f"sc://{LOOPBACK}:{port}", "port": port, "master": runtime.master(),
              "settings": digests, "started_because": why, "started_at": started, "ready_s": None, "log": str(log_path)}
     # Recorded before it answers: a caller killed while it starts leaves a server that the next caller (or

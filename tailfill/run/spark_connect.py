@@ -10,6 +10,7 @@ local server (:func:`tailfill.run.connect_server.shared_session`).
 from __future__ import annotations
 
 import contextlib
+import os
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from tailfill.run import runtime
 from tailfill.run.spark_connect_code import Code, ShippedForeachBatch, register_by_value, shipped_data_source
 from tailfill.settings import settings
 
+PRELOAD_ENV = "TAILFILL_CONNECT_PRELOAD"  # "0": the foreachBatch worker loads tailfill's function on the first batch
 RETRIES = 3  # a server that went away fails the job within seconds, not after pyspark's ten minutes
 _CODE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session → the code shipped to it
 
@@ -109,8 +111,9 @@ def _added_meanwhile(exc: BaseException, name: str) -> bool:
 
 
 def foreach_batch(spark: SparkSession, fn):
-    """``fn`` wrapped so that the server's ``foreachBatch`` worker loads it from the session's shipped code."""
-    return ShippedForeachBatch(_CODE[spark], fn)
+    """``fn`` wrapped so that the server's ``foreachBatch`` worker loads it from the session's shipped code, as soon
+    as it has it (``TAILFILL_CONNECT_PRELOAD=0``: on the first batch, the old way, for comparison)."""
+    return ShippedForeachBatch(_CODE[spark], fn, preload=os.environ.get(PRELOAD_ENV, "1") != "0")
 
 
 def redact_url(url: str) -> str:

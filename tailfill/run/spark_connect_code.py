@@ -181,19 +181,51 @@ def shipped_data_source(code: Code, ref: str = "tailfill.source.spark_source:Kaf
 
 
 class ShippedForeachBatch:
-    """A ``foreachBatch`` function whose real function (tailfill's) is unpickled after :meth:`Code.ensure`."""
+    """A ``foreachBatch`` function whose real function (tailfill's) is unpickled after :meth:`Code.ensure`.
 
-    def __init__(self, code: Code, fn):
+    Unpickled on the server (the ``foreachBatch`` worker reads it before the query goes on to start its source),
+    it starts loading the real function at once, in a thread: :meth:`Code.ensure`, unpickling, and the
+    function's ``warm()`` if it has one (the imports of its first call). The first batch waits for that load
+    instead of doing it, so the imports overlap the query's start (its source's Python processes) rather than
+    follow it. A load that failed is done again by the first batch, which raises its error.
+    """
+
+    def __init__(self, code: Code, fn, preload: bool = True):
         self.code = code
         self.payload = _dumps(fn)
+        self.preload = preload  # False: the first batch loads it (the old way, for comparison)
         self.fn = None
+        self._loading = None
 
     def __getstate__(self):
-        return {"code": self.code, "payload": self.payload, "fn": None}
+        return {"code": self.code, "payload": self.payload, "preload": self.preload, "fn": None}
+
+    def __setstate__(self, state):
+        import threading
+
+        self.__dict__.update(state)
+        self._loaded, self._loading = None, None
+        if self.preload:
+            self._loading = threading.Thread(target=self._load, name="tailfill-load", daemon=True)
+            self._loading.start()
+
+    def _load(self) -> None:
+        try:
+            fn = _loads(self.code, self.payload)
+            warm = getattr(fn, "warm", None)
+            if callable(warm):
+                warm()
+            self._loaded = fn
+        except BaseException:  # the first batch loads it again, and fails with its error
+            self._loaded = None
 
     def __call__(self, df, batch_id):
         if self.fn is None:
-            self.fn = _loads(self.code, self.payload)
+            if self._loading is not None:
+                self._loading.join()
+                self.fn, self._loading = self._loaded, None
+            if self.fn is None:
+                self.fn = _loads(self.code, self.payload)
         return self.fn(df, batch_id)
 
 
