@@ -1,9 +1,12 @@
 """Benchmark: the startup of a next job on this home's local Spark Connect server, old behaviour beside new.
 
+With ``--spark submit``: the same jobs through ``spark-submit`` (a new application each; no server), where
+``old`` is Spark's pyspark.zip on the driver's and workers' path and ``new`` the installed, compiled pyspark.
+
 One embedded broker; one home (and local Connect server) per variant, all up at once, so that every measured
 job is a *next* job: its server and shared session already warm from a first job of the same variant.
 
-  old        Spark's pyspark.zip on the Python workers' path (``TAILFILL_CONNECT_PYSPARK_ZIP=1``) and the
+  old        Spark's pyspark.zip on the Python workers' path (``TAILFILL_PYSPARK_ZIP=1``) and the
              foreachBatch function loaded by the first batch (``TAILFILL_CONNECT_PRELOAD=0``)
   zip-only   the workers import the installed, compiled pyspark; the function loaded by the first batch
   new        compiled pyspark, and the function loaded in a thread as soon as the worker has it
@@ -14,7 +17,7 @@ per job and the median per variant: startup (command start → first batch's rea
 report) and end to end. ``--timeline`` also prints, for the last round, each job's output lines and the new
 Python processes on the machine, timestamped from the command's start (the figure in docs/performance.md).
 
-    .venv/bin/python benchmarks/connect_startup.py [--rounds 5] [--events 20000] [--timeline]
+    .venv/bin/python benchmarks/connect_startup.py [--rounds 5] [--events 20000] [--timeline] [--spark submit]
 """
 
 from __future__ import annotations
@@ -33,9 +36,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = {
-    "old": {"TAILFILL_CONNECT_PYSPARK_ZIP": "1", "TAILFILL_CONNECT_PRELOAD": "0"},
-    "zip-only": {"TAILFILL_CONNECT_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "0"},
-    "new": {"TAILFILL_CONNECT_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "1"},
+    "old": {"TAILFILL_PYSPARK_ZIP": "1", "TAILFILL_CONNECT_PRELOAD": "0"},
+    "zip-only": {"TAILFILL_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "0"},
+    "new": {"TAILFILL_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "1"},
 }
 
 
@@ -66,8 +69,9 @@ def _python_procs() -> dict[str, str]:
     return found
 
 
-def timed_tail(path: Path, home: Path, variant: str, timeline: bool) -> tuple[float, float, str, list[str]]:
-    """One ``tail --once --spark connect``: (when launched, seconds, run id, timestamped lines)."""
+def timed_tail(path: Path, home: Path, variant: str, timeline: bool, spark: str = "connect",
+               ) -> tuple[float, float, str, list[str]]:
+    """One ``tail --once --spark <spark>``: (when launched, seconds, run id, timestamped lines)."""
     lines: list[str] = []
     seen, done = _python_procs(), threading.Event()
     launched, t0 = time.time(), time.perf_counter()
@@ -84,7 +88,7 @@ def timed_tail(path: Path, home: Path, variant: str, timeline: bool) -> tuple[fl
     if timeline:
         threading.Thread(target=watch, daemon=True).start()
     proc = subprocess.Popen([str(Path(sys.executable).parent / "tailfill"), "tail", str(path), "--once",
-                             "--spark", "connect"], env=_env(home, variant), stdout=subprocess.PIPE,
+                             "--spark", spark], env=_env(home, variant), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     run_id = ""
     for line in proc.stdout:
@@ -117,6 +121,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=20_000)
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
     ap.add_argument("--timeline", action="store_true", help="print the last round's timelines")
+    ap.add_argument("--spark", choices=("connect", "submit"), default="connect")
     args = ap.parse_args()
     variants = args.variants.split(",")
 
@@ -143,18 +148,19 @@ def main() -> None:
         try:
             for v, home in homes.items():
                 t0 = time.perf_counter()
-                connect_server_up(home, env=_env(home, v))
+                if args.spark == "connect":
+                    connect_server_up(home, env=_env(home, v))
                 print(f"  {v}: server up in {time.perf_counter() - t0:.1f}s; first job (sets the session up) ...",
                       flush=True)
                 for _ in range(2):  # the first sets the cutover, the second reads events: both warm the session
                     produce_sample(broker.bootstrap_servers, topic, args.events, 4)
-                    timed_tail(paths[v], home, v, False)
+                    timed_tail(paths[v], home, v, False, args.spark)
             for r in range(args.rounds):
                 produce_sample(broker.bootstrap_servers, topic, args.events, 4)
                 order = variants[r % len(variants):] + variants[:r % len(variants)]
                 for v in order:
                     timeline = args.timeline and r == args.rounds - 1
-                    launched, seconds, run_id, lines = timed_tail(paths[v], homes[v], v, timeline)
+                    launched, seconds, run_id, lines = timed_tail(paths[v], homes[v], v, timeline, args.spark)
                     startup = first_read(paths[v], homes[v], run_id) - launched
                     results[v].append((startup, seconds))
                     print(f"  round {r + 1} {v:9s} startup {startup:5.2f}s  end to end {seconds:5.2f}s", flush=True)
@@ -163,7 +169,8 @@ def main() -> None:
         finally:
             for home in homes.values():
                 connect_server_down(home)
-    print(f"\nnext job on a warm local Spark Connect server, tail --once of {args.events:,} events, "
+    where = "on a warm local Spark Connect server" if args.spark == "connect" else "through spark-submit"
+    print(f"\nnext job {where}, tail --once of {args.events:,} events, "
           f"{os.cpu_count()} cores, {args.rounds} rounds (medians):")
     for v in variants:
         startups, totals = zip(*results[v], strict=True)

@@ -216,7 +216,8 @@ def _start(home: Path, env: dict[str, str], digests: dict[str, str | None], why:
     started = time.time()
     # The workers' Python, through a launcher that has them import pyspark compiled (the settings compared are
     # the caller's, not this launcher's path).
-    python = worker_python(home, env.get("PYSPARK_PYTHON") or runtime.driver_python(), env)
+    python = worker_python(home / "connect-server" / "python", env.get("PYSPARK_PYTHON") or runtime.driver_python(),
+                           env)
     env = {**env, "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
     with open(log_path, "ab") as log:
         log.write(f"tailfill: starting the local Spark Connect server ({why})\n".encode())

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from tailfill.errors import ConfigError
 from tailfill.run import runtime
 from tailfill.run.contract import JobSpec, together_argv
+from tailfill.run.worker_python import worker_python
+from tailfill.settings import settings
 
 
 def parse_conf(pairs: list[str] | None) -> dict[str, str]:
@@ -34,11 +36,22 @@ def spark_submit_command(spec: JobSpec | Sequence[JobSpec], master: str | None =
     (:func:`runtime.spark_conf`). Builds the ``--py-files`` archive (:func:`runtime.code_archive`),
     so executors need only tailfill's dependencies, never tailfill itself.
     """
-    cmd = [runtime.spark_submit(), "--master", master or runtime.master()]
-    for key, value in (runtime.spark_conf() | (conf or {})).items():
+    master = master or runtime.master()
+    cmd = [runtime.spark_submit(), "--master", master]
+    for key, value in (runtime.spark_conf() | local_python_conf(master) | (conf or {})).items():
         cmd += ["--conf", f"{key}={value}"]
     cmd += ["--py-files", str(runtime.code_archive())]
     return [*cmd, str(runtime.job_file()), *(spec.argv() if isinstance(spec, JobSpec) else together_argv(spec))]
+
+
+def local_python_conf(master: str) -> dict[str, str]:
+    """On a ``local`` master, the driver and its Python workers run through the launcher that has them import
+    pyspark compiled instead of from Spark's zip (:mod:`tailfill.run.worker_python`: seconds per application);
+    on a cluster's master nothing, since its executors have a Python of their own."""
+    if not master.startswith("local"):
+        return {}
+    python = worker_python(settings().home / "spark" / "python", runtime.driver_python(), os.environ)
+    return {"spark.pyspark.python": python, "spark.pyspark.driver.python": python}
 
 
 def submit_env() -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""The Python the local Spark Connect server starts its Python workers with: compiled pyspark, not Spark's zip.
+"""The Python a local Spark application starts its Python processes with: compiled pyspark, not Spark's zip.
 
 Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` (and py4j's zip) first on every Python worker's
 ``PYTHONPATH``. ``zipimport`` never caches bytecode, so each worker compiles the pyspark modules it imports
@@ -8,21 +8,24 @@ daemon for the query's new artifact set).
 
 When the server's ``SPARK_HOME`` is the very pyspark package the workers' Python has installed (the local
 server is ``spark-submit`` from the pyspark wheel beside Tailfill), the zip holds the same sources as that
-package, whose bytecode pip compiled at install. So the server runs its workers through a small launcher
+package, whose bytecode pip compiled at install. So the local Spark Connect server, and a ``spark-submit`` on a
+``local`` master, run their Python (driver and workers) through a small launcher
 that takes those two zips off ``PYTHONPATH`` and execs the Python: the same code, imported compiled. With any
-other ``SPARK_HOME`` (a Spark distribution, another wheel), it changes nothing. ``TAILFILL_CONNECT_PYSPARK_ZIP=1``
+other ``SPARK_HOME`` (a Spark distribution, another wheel), it changes nothing. ``TAILFILL_PYSPARK_ZIP=1``
 keeps Spark's zips (the old behaviour, for comparison).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-KEEP_ZIP_ENV = "TAILFILL_CONNECT_PYSPARK_ZIP"  # "1": workers import pyspark from Spark's zip, as Spark sets it
+KEEP_ZIP_ENV = "TAILFILL_PYSPARK_ZIP"  # "1": workers import pyspark from Spark's zip, as Spark sets it
 
 
 @dataclass(frozen=True)
@@ -97,19 +100,22 @@ exec {q(python)} "$@"
 """
 
 
-def worker_python(home: Path, python: str, env: dict[str, str]) -> str:
-    """The Python the local server of ``home`` runs its Python workers with: a launcher of ``python``
-    (``home/connect-server/python``) when ``python`` has pyspark installed, else ``python`` itself; ``python``
-    when ``env`` sets :data:`KEEP_ZIP_ENV`."""
+def worker_python(path: Path, python: str, env: Mapping[str, str]) -> str:
+    """The Python a local Spark application runs its Python processes with: a launcher of ``python`` written to
+    ``path`` when ``python`` has pyspark installed, else ``python`` itself; ``python`` when ``env`` sets
+    :data:`KEEP_ZIP_ENV`. A launcher already there with the same text is kept."""
     if env.get(KEEP_ZIP_ENV, "") not in ("", "0"):
         return python
     found = installed(python)
     if found is None:
         return python
-    path = home / "connect-server" / "python"
+    script = launcher_script(python, found)
+    with contextlib.suppress(OSError):
+        if path.read_text() == script and os.access(path, os.X_OK):
+            return str(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"python.{os.getpid()}.tmp")
-    tmp.write_text(launcher_script(python, found))
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(script)
     tmp.chmod(0o755)
     os.replace(tmp, path)
     return str(path)

@@ -77,9 +77,10 @@ def test_installed_finds_this_pythons_pyspark():
 
 
 def test_worker_python_is_the_python_itself_when_asked_to_keep_the_zip(tmp_path):
-    assert worker_python(tmp_path, sys.executable, {KEEP_ZIP_ENV: "1"}) == sys.executable
-    launcher = worker_python(tmp_path, sys.executable, {})
-    assert launcher == str(tmp_path / "connect-server" / "python") and os.access(launcher, os.X_OK)
+    assert worker_python(tmp_path / "python", sys.executable, {KEEP_ZIP_ENV: "1"}) == sys.executable
+    launcher = worker_python(tmp_path / "python", sys.executable, {})
+    assert launcher == str(tmp_path / "python") and os.access(launcher, os.X_OK)
+    assert worker_python(tmp_path / "python", sys.executable, {}) == launcher  # kept as it is
 
 
 def test_preload_switch_is_not_a_server_setting():

@@ -63,10 +63,17 @@ def test_master_defaults_to_the_environment(monkeypatch):
 
 
 def test_executor_python_from_conf_does_not_move_the_driver():
-    cmd = spark_submit_command(SPEC, conf={"spark.pyspark.python": "/opt/executor/bin/python"})
+    cmd = spark_submit_command(SPEC, "spark://10.0.0.5:7077", conf={"spark.pyspark.python": "/opt/executor/bin/python"})
     conf = dict(c.split("=", 1) for c in _options(cmd, "--conf"))
     assert conf["spark.pyspark.python"] == "/opt/executor/bin/python"
     assert conf["spark.pyspark.driver.python"] == runtime.driver_python() != "/opt/executor/bin/python"
+
+
+def test_a_local_application_runs_its_python_through_the_launcher_of_this_interpreter():
+    conf = dict(c.split("=", 1) for c in _options(spark_submit_command(SPEC, "local[2]"), "--conf"))
+    launcher = Path(conf["spark.pyspark.driver.python"])
+    assert conf["spark.pyspark.python"] == str(launcher) != runtime.driver_python()
+    assert launcher.read_text().rstrip().endswith(f'exec {runtime.driver_python()} "$@"')
 
 
 def test_every_submit_ships_the_installed_package():
