@@ -35,6 +35,10 @@ from tailfill.settings import LOOPBACK, settings
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_TIMEOUT_S = 180.0  # a JVM on a busy 2-core machine
 SESSION_TIMEOUT = "60s"  # a session nobody talks to (its client was killed) ends, and its queries with it
+# Spark 4.2 keeps a Python daemon per query's artifacts until the server stops (SPARK-54055): an idle server
+# that has this many is replaced, so that a long-lived server's processes do not grow with the jobs it ran.
+RECYCLE_ENV = "TAILFILL_CONNECT_RECYCLE_DAEMONS"
+RECYCLE_DAEMONS = 24
 
 
 def state_file(home: Path | None = None) -> Path:
@@ -103,18 +107,50 @@ def connect_server_up(home: Path | None = None, env: Mapping[str, str] | None = 
         if state is not None and _answers(state["port"]):
             differs = differing_settings(digests, state["settings"])
             if not differs:
-                return _taken(state, job)
-            jobs = busy(home, job)
-            if jobs:
-                raise SparkServerError("the local Spark Connect server runs with other settings ("
-                                       + ", ".join(differs) + f") and is busy with {', '.join(jobs)}")
-            why = f"settings differ: {', '.join(differs)}"
+                left = leftover_daemons(state["pid"])
+                if left < recycle_limit() or busy(home, job):
+                    return _taken(state, job)
+                why = f"{left} Python daemons left by its past jobs (Spark keeps one per query until it stops)"
+            else:
+                jobs = busy(home, job)
+                if jobs:
+                    raise SparkServerError("the local Spark Connect server runs with other settings ("
+                                           + ", ".join(differs) + f") and is busy with {', '.join(jobs)}")
+                why = f"settings differ: {', '.join(differs)}"
         else:
             why = "none running" if state is None else "the one recorded does not answer"
         if state is not None:
             port = state["port"]
             stop_detached(state, state_file(home), grace_s=30.0)
         return _taken(_start(home, ours, digests, why, port), job)
+
+
+def recycle_limit() -> int:
+    """How many leftover Python daemons make an idle local server be replaced (``TAILFILL_CONNECT_RECYCLE_DAEMONS``)."""
+    raw = os.environ.get(RECYCLE_ENV, "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else RECYCLE_DAEMONS
+
+
+def leftover_daemons(server_pid: int, processes: Mapping[int, tuple[int, str]] | None = None) -> int:
+    """The Python daemons Spark started for the server (``processes``: pid → (parent, command line), default: this
+    machine's): its ``pyspark.daemon`` children (each in a process group of its own), not the workers they fork.
+    Each query's planners and executors have theirs, kept after the query ends."""
+    procs = _processes() if processes is None else processes
+    return sum(1 for ppid, cmd in procs.values() if ppid == server_pid and "pyspark.daemon" in cmd)
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        out[int(entry)] = (int(stat.rsplit(")", 1)[1].split()[1]), cmd)  # ppid: after the name, which may hold spaces
+    return out
 
 
 def _taken(state: dict, job: Path | None) -> dict:

@@ -20,7 +20,8 @@ _SETTING_PREFIXES = ("TAILFILL_", "AWS_", "SPARK_", "PYSPARK_")
 # How to run, not what the job does; and what a Spark Connect client sets in its own process.
 CLIENT_ONLY = frozenset({"SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE",
                          "SPARK_CONNECT_AUTHENTICATE_TOKEN"})
-_NOT_SETTINGS = frozenset({MODE_ENV, "TAILFILL_SPARK_REMOTE", "TAILFILL_CONNECT_PRELOAD"}) | CLIENT_ONLY
+_NOT_SETTINGS = frozenset({MODE_ENV, "TAILFILL_SPARK_REMOTE", "TAILFILL_CONNECT_PRELOAD",
+                           "TAILFILL_CONNECT_RECYCLE_DAEMONS"}) | CLIENT_ONLY
 
 
 def digest(value: str | None) -> str | None:

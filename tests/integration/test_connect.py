@@ -21,10 +21,12 @@ from helpers import (
     assert_exactly_once,
     committed,
     high_watermarks,
+    ingested,
     on_runner,
     one_batch_backfill,
     read_before_commit,
     tables_of,
+    tail_spec,
     wait_until,
 )
 from processes import kill_marked, processes_with
@@ -257,3 +259,27 @@ def test_a_caller_killed_while_the_server_starts_leaves_no_server_nobody_knows_o
         wait_until(lambda: not processes_with(marker), "the server to stop")
     finally:
         kill_marked(marker)
+
+
+def test_an_idle_server_with_the_daemons_past_queries_left_is_replaced_on_its_port(server_home, connect_pipeline,
+                                                                                  monkeypatch):
+    """Spark 4.2 keeps a Python daemon per query until the server stops: once an idle server has as many as the
+    limit, the next job gets a new server on the same address, and runs there."""
+    home, _ = server_home
+    cfg = connect_pipeline()
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 100, cfg.source.partitions)
+    tail_spec(cfg)  # the cutover: the tails below read what comes after
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 500, cfg.source.partitions)
+    lines: list[str] = []
+    assert on_connect(tail_spec(cfg), lines.append, home).code == 0, lines[-30:]
+    before = connect_server.server_state(home)
+    left = connect_server.leftover_daemons(before["pid"])
+    assert left >= 1  # the query's planner daemon outlives it
+    monkeypatch.setenv(connect_server.RECYCLE_ENV, str(left))
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 500, cfg.source.partitions)
+    assert on_connect(tail_spec(cfg), lines.append, home).code == 0, lines[-30:]
+    after = connect_server.server_state(home)
+    assert after["pid"] != before["pid"] and after["url"] == before["url"]
+    assert "Python daemons left by its past jobs" in after["started_because"]
+    rows, bad = ingested(cfg)  # both tails' offsets after the cutover, each once
+    assert committed(cfg) == 1_000 and sum((rows + bad).values()) == len(rows + bad) == 1_000

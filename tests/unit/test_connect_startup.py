@@ -134,3 +134,20 @@ def test_a_load_that_failed_in_the_background_fails_the_first_batch_with_its_err
     shipped = pickle.loads(pickle.dumps(ShippedForeachBatch(code, Broken())))
     with pytest.raises(ValueError, match="cannot load"):
         shipped(1, 0)
+
+
+def test_the_daemons_a_server_left_are_its_daemon_children_not_their_workers_nor_other_servers(monkeypatch):
+    from tailfill.run.connect_server import RECYCLE_DAEMONS, RECYCLE_ENV, leftover_daemons, recycle_limit
+
+    planner = "python -m pyspark.daemon pyspark.sql.worker.plan_data_source_read"
+    procs = {100: (1, "java -cp … org.apache.spark.deploy.SparkSubmit --class SparkConnectServer"),
+             101: (100, planner), 102: (101, planner),  # a daemon and the worker it forked
+             103: (100, "python -m pyspark.daemon pyspark.worker"),
+             104: (100, "python -m pyspark.sql.connect.streaming.worker.foreach_batch_worker"),
+             200: (1, "java … SparkConnectServer"), 201: (200, "python -m pyspark.daemon")}  # another server's
+    assert leftover_daemons(100, procs) == 2 and leftover_daemons(200, procs) == 1
+    assert leftover_daemons(os.getpid()) == 0  # this machine's processes, read from /proc
+    assert recycle_limit() == RECYCLE_DAEMONS
+    monkeypatch.setenv(RECYCLE_ENV, "3")
+    assert recycle_limit() == 3
+    assert RECYCLE_ENV not in job_env_digests({RECYCLE_ENV: "3"})  # not a setting: it never replaces a busy one
