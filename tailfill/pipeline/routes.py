@@ -45,6 +45,7 @@ class RouteSet:
     routes: list[Route]
     new: frozenset[str] = frozenset()
     gone: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    known: dict[str, tuple[str, ...]] = field(default_factory=dict)  # the tables routed to before, as read
 
     def notes(self, bootstrap: str) -> list[str]:
         """One line per new table and per table whose topics are gone."""
@@ -115,7 +116,7 @@ def routes_of(cfg: PipelineConfig, topics: Iterable[str], known: dict[str, tuple
     routes = [Route(table, names, route_config(cfg, table, names)) for table, names in grouped.items()]
     new = frozenset(grouped) - frozenset(known) if known else frozenset()
     gone = {table: names for table, names in known.items() if table not in grouped}
-    return RouteSet(routes, new, gone)
+    return RouteSet(routes, new, gone, known)
 
 
 def read_known(raw: str | None) -> dict[str, tuple[str, ...]]:
@@ -125,7 +126,7 @@ def read_known(raw: str | None) -> dict[str, tuple[str, ...]]:
     return {table: tuple(topics) for table, topics in json.loads(raw).items()}
 
 
-def known_text(known: dict[str, tuple[str, ...]], routes: RouteSet) -> str:
+def known_text(routes: RouteSet) -> str:
     """``routes.json`` after ``routes``: every table known, each with the topics last seen routing to it."""
-    merged = {**{t: list(n) for t, n in known.items()}, **{r.table: list(r.topics) for r in routes.routes}}
+    merged = {**{t: list(n) for t, n in routes.known.items()}, **{r.table: list(r.topics) for r in routes.routes}}
     return json.dumps(dict(sorted(merged.items())), indent=1)

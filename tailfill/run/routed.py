@@ -28,7 +28,7 @@ def resolve_routes(cfg: PipelineConfig) -> RouteSet:
 def remember_routes(cfg: PipelineConfig, routes: RouteSet) -> None:
     """Record ``routes``' tables (with the ones known before) in ``cfg``'s run state."""
     with open_pipeline(cfg) as base:
-        base.state.put(ROUTES_KEY, known_text(read_known(base.state.get(ROUTES_KEY)), routes))
+        base.state.put(ROUTES_KEY, known_text(routes))
 
 
 def start_new_tables(routes: RouteSet) -> None:

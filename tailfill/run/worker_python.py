@@ -18,6 +18,7 @@ keeps Spark's zips (the old behaviour, for comparison).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shlex
 import subprocess
@@ -36,6 +37,7 @@ class Installed:
     py4j_version: str | None
 
 
+@functools.cache  # once per process: every spark-submit of a local master asks
 def installed(python: str, timeout: float = 60.0) -> Installed | None:
     """What ``python`` has installed (found, not imported: a few tens of milliseconds), or None when it has no
     pyspark or cannot say."""

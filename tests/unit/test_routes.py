@@ -103,13 +103,13 @@ def test_a_keyed_table_takes_one_topic_and_says_which_table_has_more(tmp_path):
 def test_new_and_gone_tables_are_known_from_the_tables_routed_before(tmp_path):
     cfg = routed(tmp_path)
     first = routes_of(cfg, ["shop.public.orders", "shop.public.customers"])
-    known = read_known(known_text({}, first))
+    known = read_known(known_text(first))
     later = routes_of(cfg, ["shop.public.orders", "shop.public.payments"], known)
     assert later.new == {"payments"} and later.gone == {"customers": ("shop.public.customers",)}
     assert later.notes("127.0.0.1:9092") == [
         "new table payments for topic shop.public.payments: the tail reads it from the earliest offset",
         "table customers: its topic shop.public.customers is gone from 127.0.0.1:9092; the table and its rows stay"]
-    assert read_known(known_text(known, later)) == {"customers": ("shop.public.customers",),
+    assert read_known(known_text(later)) == {"customers": ("shop.public.customers",),
                                                      "orders": ("shop.public.orders",),
                                                      "payments": ("shop.public.payments",)}
     assert RouteSet([]).notes("b") == []
