@@ -143,6 +143,21 @@ def server_log(home: Path) -> str:
     return (home / "logs" / "connect-server.log").read_text(errors="replace")
 
 
+def finished(command: list[str], home: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``command`` run to its end; if it has not ended after ``timeout`` seconds (a hang, not a slow machine), the
+    failure shows its output, the server log's end and the server's Java threads that run queries or batches."""
+    try:
+        return subprocess.run(command, env=dict(os.environ), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as hung:
+        state = connect_server.server_state(home) or {}
+        threads = subprocess.run(["jstack", str(state.get("pid", 0))], capture_output=True, text=True).stdout
+        busy = [t for t in threads.split("\n\n") if "stream execution" in t or "ForeachBatch" in t or "Python" in t]
+        out = (hung.stderr or b"").decode(errors="replace") if isinstance(hung.stderr, bytes) else hung.stderr or ""
+        pytest.fail(f"{command[1]} did not end in {timeout:.0f}s\n--- its output ---\n{out[-4000:]}"
+                    f"\n--- the server log ---\n{server_log(home)[-4000:]}\n--- the server's threads ---\n"
+                    + "\n\n".join(busy)[-8000:])
+
+
 def test_ctrl_c_on_a_backfill_with_lanes_stops_every_lane_and_the_next_backfill_completes_it(server_home,
                                                                                             connect_pipeline):
     home, _ = server_home
@@ -165,7 +180,7 @@ def test_ctrl_c_on_a_backfill_with_lanes_stops_every_lane_and_the_next_backfill_
     assert 0 < stopped_at < 40_000  # the lanes were far from done: they stopped, not finished
     time.sleep(5)
     assert committed(cfg) == stopped_at  # no query went on on the server
-    done = subprocess.run(command, env=dict(os.environ), capture_output=True, text=True, timeout=300)
+    done = finished(command, home)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_exactly_once(cfg, high_watermarks(cfg))
 
@@ -195,8 +210,7 @@ def test_a_tail_whose_caller_is_killed_stops_on_the_server_and_the_next_run_resu
         produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 100, cfg.source.partitions)
         time.sleep(2)
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 1_000, cfg.source.partitions)
-    done = subprocess.run([TAILFILL, "tail", str(cfg.path), "--once", "--spark", "connect"], env=dict(os.environ),
-                          capture_output=True, text=True, timeout=300)
+    done = finished([TAILFILL, "tail", str(cfg.path), "--once", "--spark", "connect"], home)
     assert done.returncode == 0, done.stderr[-3000:]
     assert SERVED_BY in done.stderr, done.stderr[-3000:]
     assert_exactly_once(cfg, high_watermarks(cfg))
