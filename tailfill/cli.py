@@ -15,6 +15,7 @@ from tailfill.errors import ConfigError, TailfillError
 from tailfill.offsets import PartitionOffsets
 from tailfill.pipeline.handle import Pipeline, open_pipeline
 from tailfill.pipeline.load import env_names, resolve_pipeline
+from tailfill.pipeline.routes import Route, routes_asked
 from tailfill.redact import redact_text
 from tailfill.run.connect_server import connect_server_down, connect_server_up
 from tailfill.run.connect_server import server_state as connect_state
@@ -304,8 +305,8 @@ def _run(runner: Runner, spec: JobSpec) -> tuple[int, list[IngestResult]]:
     return outcome.code, outcome.result.results if outcome.result is not None else []
 
 
-def _tables(args: argparse.Namespace, run: str | None = None) -> list[str] | None:
-    """The tables a command on ``args.pipeline`` works on, as refs: None for a pipeline of one table. Of a routed
+def _routes(args: argparse.Namespace, run: str | None = None) -> list[Route] | None:
+    """The tables a command on ``args.pipeline`` works on: None for a pipeline of one table. Of a routed
     pipeline, its topics' tables now (its notes said first), and for commands that only read (``run`` None) the
     known tables whose topics are gone. ``run`` (``backfill``, ``tail``): the tables are remembered, and a tail
     starts the new ones at their earliest offsets."""
@@ -317,7 +318,13 @@ def _tables(args: argparse.Namespace, run: str | None = None) -> list[str] | Non
     routes, notes = routes_for(cfg, run)
     for note in notes:
         _say(note)
-    return [r.cfg.ref for r in routes]
+    return routes
+
+
+def _tables(args: argparse.Namespace, run: str | None = None) -> list[str] | None:
+    """:func:`_routes` as refs (``PipelineConfig.ref``)."""
+    routes = _routes(args, run)
+    return None if routes is None else [r.cfg.ref for r in routes]
 
 
 def _route_of(ref: str) -> tuple[str, tuple[str, ...]]:
@@ -361,24 +368,20 @@ def _tables_verdict(pipeline: str, what: str, tables: int, failed: list[str]) ->
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     conf = parse_conf(args.conf)  # before planning: a typo fails at once
-    refs = _tables(args, run="backfill")
-    if refs is None:
+    routes = _routes(args, run="backfill")
+    if routes is None:
         return _backfill(args, conf)
     asked = topic_names(getattr(args, "topics", None))
     planned: list[tuple[Pipeline, list[JobSpec]]] = []
     failed: list[str] = []
-    for ref in refs:
-        table, topics = _route_of(ref)
-        mine = [t for t in topics if t in asked] if asked else list(topics)
-        if not mine:
-            continue
+    for route, mine in routes_asked(routes, asked):
         try:
-            with open_pipeline(ref) as pipeline:
+            with open_pipeline(route.cfg) as pipeline:
                 planned.append((pipeline, _backfill_specs(pipeline, _for_table(
-                    args, ref, topics=",".join(mine) if asked else None))))
+                    args, route.cfg.ref, topics=",".join(mine) or None))))
         except TailfillError as exc:  # this table cannot start: the others still run
-            _say(f"backfill of table {table} cannot start: {exc}")
-            failed.append(table)
+            _say(f"backfill of table {route.table} cannot start: {exc}")
+            failed.append(route.table)
     tables = len(planned) + len(failed)
     specs = [spec for _, mine in planned for spec in mine]
     outcomes = iter([])

@@ -19,13 +19,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import DAG, Asset, Param, get_current_context, task
+from airflow.sdk import DAG, Asset, AssetAlias, Param, get_current_context, task
 from airflow.sdk.definitions.callback import AsyncCallback
 from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
 from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
-from tailfill.pipeline.load import load_pipeline, pipeline_files
+from tailfill.pipeline.load import load_pipeline, pipeline_files, resolve_pipeline
 from tailfill.state.store import read_lane, run_reports
 from tailfill.values.drift import describe, unknown_in
 from tailfill_airflow.callbacks import deadline_missed, objective_missed, on_failure, on_retry
@@ -47,6 +47,7 @@ from tailfill_airflow.naming import (
 )
 from tailfill_airflow.operators import TailfillSubmitOperator, docs_url, run_page_url
 from tailfill_airflow.retry_label import keep_label_on_retry
+from tailfill_airflow.routed_plans import plan_routed_lanes, tables_verdict, tune_routed
 
 if TYPE_CHECKING:
     from tailfill.pipeline.handle import Pipeline
@@ -63,6 +64,12 @@ def table_asset(cfg: PipelineConfig) -> Asset:
     t = cfg.target
     return Asset(name=f"{t.namespace}.{t.table}", uri=f"iceberg://{t.catalog.name}/{t.namespace}/{t.table}",
                  group="iceberg")
+
+
+def table_outlet(cfg: PipelineConfig) -> Asset | AssetAlias:
+    """What a pipeline's validations update: its table's asset; of a pipeline with a table per topic, an alias
+    whose events each name one table's asset (the tables are known when the tasks run, not when Airflow parses)."""
+    return AssetAlias(name=f"tailfill.{cfg.name}.tables") if cfg.target.routed else table_asset(cfg)
 
 
 def _opened(cfg: PipelineConfig) -> Pipeline:
@@ -83,9 +90,17 @@ def _preflight_task(cfg: PipelineConfig, mode: str):
     def preflight() -> list[str]:
         from tailfill.run.preflight import preflight as run_checks
 
-        with causes_first(f"preflight of {cfg.name} ({mode})"), TailfillHook(cfg).credentials_exported(), \
-                _opened(cfg) as pipeline:
-            passed = run_checks(pipeline, mode)
+        with causes_first(f"preflight of {cfg.name} ({mode})"), TailfillHook(cfg).credentials_exported():
+            if cfg.target.routed:
+                from tailfill.run.routed import resolve_routes
+
+                passed = []
+                for route in resolve_routes(cfg).routes:
+                    with _opened(route.cfg) as pipeline:
+                        passed += [f"table {route.table}: {line}" for line in run_checks(pipeline, mode)]
+            else:
+                with _opened(cfg) as pipeline:
+                    passed = run_checks(pipeline, mode)
         for line in passed:
             log.info("preflight ok: %s", line)
         return passed
@@ -108,8 +123,9 @@ def table_totals(pipeline: Pipeline) -> dict:
             "table_offsets": total(read_ledger(data).committed)}
 
 
-def _validate(cfg: PipelineConfig, run_id: str) -> dict:
-    """Validate one run; on success record an asset event with its offsets and rows. Returns the XCom.
+def _validate(cfg: PipelineConfig, run_id: str, alias: AssetAlias | None = None) -> dict:
+    """Validate one run; on success record an asset event with its offsets and rows (through ``alias`` for a
+    table of a pipeline with a table per topic). Returns the XCom.
 
     The report and Data Docs are named by the plugin's URLs (under ``[api] base_url``), which any
     browser that reaches Airflow opens; the files behind them may be on this worker's disk only.
@@ -117,7 +133,8 @@ def _validate(cfg: PipelineConfig, run_id: str) -> dict:
     from tailfill.proof.validate import validate
 
     ti = get_current_context()["ti"]
-    report, docs = run_page_url("report", ti.dag_id, ti.run_id, ti.map_index), docs_url(ti.dag_id)
+    report = run_page_url("report", ti.dag_id, ti.run_id, ti.map_index)
+    docs = docs_url(ti.dag_id, cfg.target.table if alias is not None else None)
     with _opened(cfg) as pipeline:
         result = validate(pipeline, run_id=run_id)
         totals = table_totals(pipeline)
@@ -135,7 +152,11 @@ def _validate(cfg: PipelineConfig, run_id: str) -> dict:
                "quarantined": result.quarantined, "report": report, "data_docs": docs, **totals}
     if result.state:  # a keyed table: what the run's merges did, and the state's key
         summary |= {"key": list(cfg.target.key), "changes": result.state["run_counts"]}
-    get_current_context()["outlet_events"][table_asset(cfg)].extra = {"pipeline": cfg.name, **summary}
+    events = get_current_context()["outlet_events"]
+    if alias is None:
+        events[table_asset(cfg)].extra = {"pipeline": cfg.name, **summary}
+    else:
+        events[alias].add(table_asset(cfg), extra={"pipeline": cfg.name, "table": cfg.target.table, **summary})
     emit_lineage(cfg, result.rows, result.quarantined)
     return summary | {"verdict": "COMPLETE", "ranges": result.covered(), "partitions": result.partitions,
                       "restarts": len(lane.restarts) if lane else 0,
@@ -247,8 +268,23 @@ freshness objective: a run whose batches missed it warns (recorded, on the run's
 hook) or fails, as `tail.on_missed_objective` says."""
 
 
+def _into(cfg: PipelineConfig) -> str:
+    """Where a pipeline writes, for its DAGs' docs."""
+    if cfg.target.routed:
+        return f"a table per topic (`{cfg.target.namespace}.{cfg.target.table}`)"
+    return f"`{cfg.target.namespace}.{cfg.target.table}`"
+
+
+ROUTED_DOC = """
+**A table per topic**: each run finds the topics on the broker and their tables when it runs; each table has
+its own cutover, ledger and proof, its lanes or tail are their own tasks (labelled with the table), a table that
+fails does not hold the others back, and the last task gives the verdict table by table. Each validated table
+updates its own asset (through the pipeline's asset alias).
+"""
+
+
 def _backfill_doc(cfg: PipelineConfig) -> str:
-    return f"""### Backfill of `{cfg.source.subscription}` into `{cfg.target.namespace}.{cfg.target.table}`
+    return f"""### Backfill of `{cfg.source.subscription}` into {_into(cfg)}
 
 Loads the topic's history — by default from the earliest offset to the **cutover**, where the
 incremental DAG (`{dag_id(cfg.name, INCREMENTAL)}`) begins — exactly once, in slices run by parallel
@@ -262,18 +298,18 @@ Tailfill ignores it (the offsets *From* and *To* say what a run covers).
 **Capacity**: lanes run in the `{SPARK_POOL}` pool and at most {backfill_lane_slots()} at a time, so the
 incremental DAG always finds a slot. **Proof**: each lane is validated; the table's asset is updated
 with the offsets and rows of each validated lane.
-"""
+""" + (ROUTED_DOC if cfg.target.routed else "")
 
 
 def _incremental_doc(cfg: PipelineConfig) -> str:
-    return f"""### Incremental tail of `{cfg.source.subscription}` into `{cfg.target.namespace}.{cfg.target.table}`
+    return f"""### Incremental tail of `{cfg.source.subscription}` into {_into(cfg)}
 
 Each run ingests what arrived after the committed position (from the cutover on), validates it,
 and updates the table's asset. Schedule: `{cfg.tail.schedule}`. A run with nothing new stops after
 `tune` without starting Spark. History before the cutover is `{dag_id(cfg.name, BACKFILL)}`'s job;
 Airflow's date-range backfill is disabled here (offsets, not dates, define what a run covers).
 {_deadline_doc(cfg)}
-"""
+""" + (ROUTED_DOC if cfg.target.routed else "")
 
 
 def _deadline_doc(cfg: PipelineConfig) -> str:
@@ -332,9 +368,9 @@ def _params(cfg: PipelineConfig) -> dict[str, Param]:
 # --- the DAGs --------------------------------------------------------------------------------------
 
 
-def backfill_dag(cfg: PipelineConfig) -> DAG:
-    """Manual, parameterised backfill of ``[from, to)``: preflight → plan → mapped spark-submit → validate."""
-    with DAG(
+def _manual_dag(cfg: PipelineConfig) -> DAG:
+    """The backfill DAG of a pipeline: manual, with the params form."""
+    return DAG(
         dag_id=dag_id(cfg.name, BACKFILL),
         description=f"Backfill history of {cfg.source.subscription} into {cfg.target.namespace}.{cfg.target.table}",
         schedule=None,
@@ -345,7 +381,21 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
         doc_md=_backfill_doc(cfg),
         default_args=DEFAULTS,
         user_defined_macros={"lane_label_of": label_of_args},
-    ) as dag:
+    )
+
+
+def _lane_jobs(cfg: PipelineConfig, lanes: Any) -> Any:
+    """The backfill's mapped ``ingest_slice`` tasks: one job per lane of the ``plan`` task's XCom."""
+    return TailfillSubmitOperator.partial(
+        task_id="ingest_slice", pipeline=str(cfg.path), name=f"tailfill-{cfg.name}-backfill", doc_md=INGEST_DOC,
+        pool=SPARK_POOL, max_active_tis_per_dag=backfill_lane_slots(),
+        map_index_template="{{ lane_label_of(task.application_args) }}", **RETRIES,
+    ).expand(application_args=lanes.map(lambda lane: lane["args"]))
+
+
+def backfill_dag(cfg: PipelineConfig) -> DAG:
+    """Manual, parameterised backfill of ``[from, to)``: preflight → plan → mapped spark-submit → validate."""
+    with _manual_dag(cfg) as dag:
 
         @task(doc_md=PLAN_DOC)
         def plan() -> list[dict]:
@@ -380,11 +430,7 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
             return out
 
         lanes = plan()
-        submit = TailfillSubmitOperator.partial(
-            task_id="ingest_slice", pipeline=str(cfg.path), name=f"tailfill-{cfg.name}-backfill", doc_md=INGEST_DOC,
-            pool=SPARK_POOL, max_active_tis_per_dag=backfill_lane_slots(),
-            map_index_template="{{ lane_label_of(task.application_args) }}", **RETRIES,
-        ).expand(application_args=lanes.map(lambda lane: lane["args"]))
+        submit = _lane_jobs(cfg, lanes)
         checked = validate_slice.expand(lane=lanes)
         _preflight_task(cfg, "backfill") >> lanes >> submit >> checked
         summary(checked)
@@ -420,6 +466,7 @@ def _scheduled_dag(cfg: PipelineConfig, kind: str, schedule: str | None, doc_md:
         allowed_run_types=["scheduled", "manual"],  # not Airflow's date-range backfill: offsets define a run
         deadline=deadline,
         is_paused_upon_creation=True,
+        user_defined_macros={"lane_label_of": label_of_args},
     )
 
 
@@ -472,6 +519,92 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
     return dag
 
 
+# --- a pipeline with a table per topic: its tables found when the tasks run --------------------------
+
+UNPLANNED_KEY = "unplanned_tables"  # the planning task's XCom of the tables it could not plan, with why
+TABLES_DOC = """The run's verdict table by table: COMPLETE when every run of the table was validated complete;
+a table that could not start, or whose validation failed, is named (and fails this task); the others' rows and
+assets stand."""
+
+
+def _unplanned(task_id: str) -> tuple[list[dict], dict[str, str]]:
+    """What the run's planning task planned, and the tables it could not plan. Fails when it planned nothing
+    (it failed, or a task before it did): this task runs whatever came before, and as the run's last task its
+    state is the run's."""
+    ti = get_current_context()["ti"]
+    runs = ti.xcom_pull(task_ids=task_id)
+    if runs is None:
+        raise RuntimeError(f"the {task_id} task did not plan the run's tables: the task that failed before this "
+                           "one has the cause")
+    return runs, ti.xcom_pull(task_ids=task_id, key=UNPLANNED_KEY) or {}
+
+
+def routed_backfill_dag(cfg: PipelineConfig) -> DAG:
+    """The backfill of a pipeline with a table per topic: preflight of every table → plan (the form's lanes dealt
+    across the tables) → mapped spark-submit → validate each lane (an asset event per table) → a verdict per table."""
+    alias = table_outlet(cfg)
+    with _manual_dag(cfg) as dag:
+
+        @task(doc_md=PLAN_DOC)
+        def plan() -> list[dict]:
+            with causes_first(f"planning the backfill of {cfg.name}"):
+                lanes, unplanned = plan_routed_lanes(cfg, get_current_context()["params"], _airflow_run_id())
+            get_current_context()["ti"].xcom_push(key=UNPLANNED_KEY, value=unplanned)
+            return lanes
+
+        @task(doc_md=VALIDATE_DOC, outlets=[alias], map_index_template="{{ task.op_kwargs['lane']['label'] }}",
+              **RETRIES)
+        def validate_slice(lane: dict) -> dict:
+            return _validate(resolve_pipeline(lane["pipeline"]), lane["run_id"], alias) | {
+                "slices": lane["slices"], "label": lane["label"], "table": lane["table"]}
+
+        @task(trigger_rule="all_done", doc_md=TABLES_DOC)
+        def summary() -> dict:
+            return tables_verdict(f"backfill of {cfg.name}", *_unplanned("plan"))
+
+        lanes = plan()
+        checked = validate_slice.expand(lane=lanes)
+        _preflight_task(cfg, "backfill") >> lanes >> _lane_jobs(cfg, lanes) >> checked >> summary()
+    return dag
+
+
+def routed_incremental_dag(cfg: PipelineConfig) -> DAG:
+    """The scheduled tail of a pipeline with a table per topic: preflight → tune every table (a new one starts at
+    its earliest offsets) → a mapped spark-submit per table with offsets waiting → validate each (every table
+    whatever the others did) → a verdict per table."""
+    alias = table_outlet(cfg)
+    with _scheduled_dag(cfg, INCREMENTAL, cfg.tail.schedule, _incremental_doc(cfg),
+                        f"Tail {cfg.source.subscription} from its committed positions into a table per topic",
+                        run_deadline(cfg.tail.run_deadline_seconds)) as dag:
+
+        @task(doc_md=TUNE_DOC)
+        def tune() -> list[dict]:
+            with causes_first(f"planning the tail of {cfg.name}"):
+                tails, unplanned = tune_routed(cfg, _airflow_run_id())
+            get_current_context()["ti"].xcom_push(key=UNPLANNED_KEY, value=unplanned)
+            return tails
+
+        @task(doc_md=VALIDATE_DOC, outlets=[alias], trigger_rule="all_done",
+              map_index_template="{{ task.op_kwargs['tuned']['table'] }}", **RETRIES)
+        def validate(tuned: dict) -> dict:
+            return _validate(resolve_pipeline(tuned["pipeline"]), tuned["run_id"], alias) | {"table": tuned["table"]}
+
+        @task(trigger_rule="all_done", doc_md=TABLES_DOC)
+        def report() -> dict:
+            tails, unplanned = _unplanned("tune")
+            out = tables_verdict(f"tail of {cfg.name}", tails, unplanned)
+            return out | {"objectives": {t["table"]: objective_of_run(resolve_pipeline(t["pipeline"]), t["run_id"])
+                                         for t in tails}}
+
+        tuned = tune()
+        tail = TailfillSubmitOperator.partial(
+            task_id="tail", pipeline=str(cfg.path), name=f"tailfill-{cfg.name}-tail", doc_md=TAIL_DOC, pool=SPARK_POOL,
+            map_index_template="{{ lane_label_of(task.application_args) }}", **RETRIES,
+        ).expand_kwargs(tuned.map(lambda t: {"application_args": t["args"], "planned_offsets": t["pending"]}))
+        _preflight_task(cfg, "tail") >> tuned >> tail >> validate.expand(tuned=tuned) >> report()
+    return dag
+
+
 def maintenance_dag(cfg: PipelineConfig) -> DAG:
     """Scheduled table upkeep (``tailfill maintain``): compact, expire (batch audit archived), clean orphans."""
     assert cfg.maintenance is not None
@@ -490,6 +623,17 @@ def maintenance_dag(cfg: PipelineConfig) -> DAG:
             from tailfill.run.maintain import maintain as run_upkeep
             from tailfill.run.maintain import maintenance_settings
 
+            if cfg.target.routed:
+                from tailfill.run.routed import known_routes
+
+                tables = {}
+                for route in known_routes(cfg):
+                    with _opened(route.cfg) as pipeline:
+                        done = run_upkeep(pipeline, maintenance_settings(route.cfg))
+                    log.info("table %s: %s", route.table, done.asstr())
+                    tables[route.table] = done.asdict() | {"summary": done.asstr()}
+                text = "\n".join(f"table {t}: {v['summary']}" for t, v in tables.items()) or "no table yet"
+                return {"tables": tables, "summary": text}
             with _opened(cfg) as pipeline:
                 result = run_upkeep(pipeline, maintenance_settings(cfg))
             for line in result.asstr().splitlines():
@@ -501,7 +645,8 @@ def maintenance_dag(cfg: PipelineConfig) -> DAG:
 
 
 def build_dags(folder: Path | None = None) -> dict[str, DAG]:
-    """Both DAGs for every ``*.yaml`` in the pipelines folder; a broken file is logged, not fatal."""
+    """The DAGs of every ``*.yaml`` in the pipelines folder (of a pipeline with a table per topic, DAGs that find
+    its tables when they run); a broken file is logged, not fatal."""
     dags: dict[str, DAG] = {}
     for path in pipeline_files(folder):
         try:
@@ -509,10 +654,8 @@ def build_dags(folder: Path | None = None) -> dict[str, DAG]:
         except ConfigError as exc:
             log.error("skipping pipeline %s: %s", path, exc)
             continue
-        if cfg.target.routed:  # a table per topic: run from the command line (docs/concepts.md, "A table per topic")
-            log.warning("skipping pipeline %s: it routes its topics to tables by %r, which its DAGs do not run yet "
-                        "(run it with the tailfill command)", path, cfg.target.table)
-            continue
-        for dag in (backfill_dag(cfg), incremental_dag(cfg), *([maintenance_dag(cfg)] if cfg.maintenance else [])):
+        backfill, incremental = (routed_backfill_dag, routed_incremental_dag) if cfg.target.routed \
+            else (backfill_dag, incremental_dag)
+        for dag in (backfill(cfg), incremental(cfg), *([maintenance_dag(cfg)] if cfg.maintenance else [])):
             dags[dag.dag_id] = dag
     return dags

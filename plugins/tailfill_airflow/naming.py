@@ -25,8 +25,10 @@ def split_dag_id(dag: str) -> tuple[str, str]:
 
 
 def tailfill_run_id(pipeline: str, kind: str, airflow_run_id: str, lane: int | None = None) -> str:
-    """The file-name-safe Tailfill run id of a backfill lane or a tail run (stable across task retries)."""
-    prefix = f"{pipeline}-backfill-lane{lane}" if kind == BACKFILL else f"{pipeline}-tail"
+    """The file-name-safe Tailfill run id of a backfill lane or a tail run (stable across task retries); ``lane``
+    of a tail: its table's place among the run's tails (a pipeline with a table per topic)."""
+    prefix = f"{pipeline}-backfill-lane{lane}" if kind == BACKFILL else \
+        f"{pipeline}-tail" + (f"-lane{lane}" if lane is not None else "")
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"af-{prefix}-{airflow_run_id}").strip("-")
 
 
@@ -45,13 +47,22 @@ def lane_label(slices: list[dict]) -> str:
 
 
 def label_of_args(argv: list[str]) -> str:
-    """The lane label of a job's arguments (``--slices`` JSON), for the ingest task's map index template."""
+    """The lane label of a job's arguments (``--slices`` JSON), for the ingest task's map index template; of a
+    table of a pipeline with a table per topic, led by the table's name."""
     import json
 
     args = list(argv)
-    if "--slices" not in args:
-        return "tail"
-    return lane_label(json.loads(args[args.index("--slices") + 1]))
+    label = lane_label(json.loads(args[args.index("--slices") + 1])) if "--slices" in args else "tail"
+    table = table_of_job(args[args.index("--pipeline") + 1]) if "--pipeline" in args else None
+    return f"{table} · {label}" if table else label
+
+
+def table_of_job(pipeline: str) -> str | None:
+    """The table of a job's ``--pipeline`` when it is a route's ref (``<file>#<table>:<topics>``), else None."""
+    from tailfill.pipeline.routes import parse_route
+
+    _, sep, route = pipeline.partition("#")
+    return parse_route(route)[0] if sep else None
 
 
 # Spark capacity shared by every Tailfill DAG of this Airflow: one pool, created by ``local.py``

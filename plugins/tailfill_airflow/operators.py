@@ -35,7 +35,7 @@ from airflow.sdk.exceptions import AirflowException
 from tailfill.config import PipelineConfig
 from tailfill.errors import SparkServerError, TailfillError
 from tailfill.offsets import total
-from tailfill.pipeline.load import env_names, load_pipeline
+from tailfill.pipeline.load import env_names, load_pipeline, resolve_pipeline
 from tailfill.redact import redact_text
 from tailfill.run import runtime
 from tailfill.settings import settings
@@ -43,7 +43,7 @@ from tailfill.state.store import StateStore, read_lane, run_reports, write_lane
 from tailfill_airflow.causes import JobOutput, committed_summary, fix_for, headline, push_failure, restart_record
 from tailfill_airflow.hooks import TailfillHook
 from tailfill_airflow.lineage import emit_lineage
-from tailfill_airflow.naming import lane_label
+from tailfill_airflow.naming import label_of_args, table_of_job
 from tailfill_airflow.progress import Progress, ProgressWatcher
 
 log = logging.getLogger(__name__)
@@ -74,11 +74,12 @@ def run_page_url(page: str, dag_id: str, run_id: str, map_index: int) -> str:
     return plugin_url(f"{page}/{quote(dag_id)}/{quote(run_id, safe='')}/{map_index}")
 
 
-def docs_url(dag_id: str) -> str:
-    """The absolute URL of a pipeline's Great Expectations Data Docs, served by the plugin."""
+def docs_url(dag_id: str, table: str | None = None) -> str:
+    """The absolute URL of a pipeline's Great Expectations Data Docs, served by the plugin (``table``: of a table
+    of a pipeline with a table per topic)."""
     from urllib.parse import quote
 
-    return plugin_url(f"docs/{quote(dag_id)}/index.html")
+    return plugin_url(f"docs/{quote(dag_id)}/" + (f"{quote(table)}/" if table else "") + "index.html")
 
 
 class _RunLink(BaseOperatorLink):
@@ -189,12 +190,12 @@ class TailfillSubmitOperator(BaseOperator):
         from tailfill.run.contract import JobSpec  # not at parse time
         from tailfill.run.runners import choose_runner
 
-        cfg = load_pipeline(self.pipeline)
-        store = self._state = StateStore.of(cfg)
         spec = JobSpec.parse(list(self.application_args))
+        cfg = resolve_pipeline(spec.pipeline) if table_of_job(spec.pipeline) else load_pipeline(self.pipeline)
+        store = self._state = StateStore.of(cfg)
         planned = (sum(total(s.ranges) for s in spec.slices) if spec.slices
                    else int(self.planned_offsets) if self.planned_offsets is not None else None)
-        label = lane_label([s.to_dict() for s in spec.slices]) if spec.slices else "tail"
+        label = label_of_args(spec.argv())
         ti = context["ti"]
         self._output = JobOutput()
         self._output_file = runtime.log_dir(cfg.name, spec.run_id) / f"spark-submit-try{ti.try_number}.log"

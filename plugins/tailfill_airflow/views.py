@@ -103,9 +103,55 @@ def map_index_of(value: str) -> int:
     return int(value) if value.removeprefix("-").isdigit() else -1
 
 
-def lane_run_id(pipeline: str, kind: str, run_id: str, map_index: str | int) -> str:
+def lane_run_id(pipeline: str, kind: str, run_id: str, map_index: str | int, routed: bool = False) -> str:
+    """The Tailfill run id of a lane (``routed``: of a pipeline with a table per topic, whose tails are mapped)."""
     index = map_index_of(str(map_index))
-    return tailfill_run_id(pipeline, kind, run_id, index if kind == BACKFILL and index >= 0 else None)
+    mapped = kind == BACKFILL or (routed and kind == INCREMENTAL)
+    return tailfill_run_id(pipeline, kind, run_id, index if mapped and index >= 0 else None)
+
+
+def lane_of(pipeline: Pipeline, kind: str, run_id: str, map_index: str | int) -> tuple[Pipeline, str]:
+    """The pipeline whose run state holds a lane (of a pipeline with a table per topic: its table's), and the
+    lane's run id."""
+    routed = pipeline.cfg.target.routed
+    tf_run = lane_run_id(pipeline.name, kind, run_id, map_index, routed)
+    if routed:
+        from tailfill.run.routed import known_routes
+
+        for route in known_routes(pipeline.cfg):
+            owner = Pipeline(route.cfg)
+            if run_exists(owner.state, tf_run):
+                return owner, tf_run
+    return pipeline, tf_run
+
+
+def of_table(pipeline: Pipeline, table: str | None) -> Pipeline | None:
+    """The pipeline a page shows: ``pipeline`` itself; of one with a table per topic, its table ``table``'s (404
+    when it has none such), or None when no table was named (the page lists them: :func:`tables_index`)."""
+    if not pipeline.cfg.target.routed:
+        return pipeline
+    if table is None:
+        return None
+    from tailfill.run.routed import known_routes
+
+    for route in known_routes(pipeline.cfg):
+        if route.table == table:
+            return Pipeline(route.cfg)
+    raise HTTPException(404, f"pipeline {pipeline.name} has no table {table!r} (yet: a run finds its topics' tables)")
+
+
+def tables_index(pipeline: Pipeline, what: str) -> HTMLResponse:
+    """The page of a pipeline with a table per topic that needs a table: a link to it for each of its tables."""
+    from tailfill.run.routed import known_routes
+
+    routes = known_routes(pipeline.cfg)
+    items = "".join(f'<li><a href="?table={quote(r.table)}">{html.escape(r.table)}</a> '
+                    f'<span class=muted>({html.escape(", ".join(r.topics))})</span></li>' for r in routes)
+    body = (f"<p>{html.escape(pipeline.name)} routes {html.escape(pipeline.cfg.source.described)} to a table per "
+            f"topic by <code>{html.escape(pipeline.cfg.target.table)}</code>. Its tables:</p>"
+            + (f"<ul class=tables>{items}</ul>" if items else
+               "<p class=muted>none yet: the first backfill or tail run finds its topics' tables.</p>"))
+    return _page(f"{pipeline.name} · {what}", body)
 
 
 def lane_progress(store: StateStore, tf_run: str) -> dict:
@@ -182,14 +228,19 @@ def _restart_rows(restarts: list[dict], output: str) -> str:
             f"{rows}</table>")
 
 
-def run_lanes(pipeline: Pipeline, kind: str, run_id: str) -> list[tuple[int, dict]]:
-    """The lanes of a run that have started, with their map index (-1: the tail); none for upkeep."""
+def run_lanes(pipeline: Pipeline, kind: str, run_id: str) -> list[tuple[int, dict, Pipeline]]:
+    """The lanes of a run that have started, with their map index (-1: the tail) and the pipeline whose state holds
+    each (of a pipeline with a table per topic: its table's, whose name the lane's progress has as ``table``);
+    none for upkeep."""
+    routed = pipeline.cfg.target.routed
+    mapped = kind == BACKFILL or (routed and kind == INCREMENTAL)
     lanes = []
-    for index in range(MAX_LANES if kind == BACKFILL else 1 if kind == INCREMENTAL else 0):
-        tf_run = lane_run_id(pipeline.name, kind, run_id, index)
-        if not run_exists(pipeline.state, tf_run):
+    for index in range(MAX_LANES if mapped else 1 if kind == INCREMENTAL else 0):
+        owner, tf_run = lane_of(pipeline, kind, run_id, index)
+        if not run_exists(owner.state, tf_run):
             break
-        lanes.append((index if kind == BACKFILL else -1, lane_progress(pipeline.state, tf_run)))
+        p = lane_progress(owner.state, tf_run) | ({"table": owner.cfg.target.table} if routed else {})
+        lanes.append((index if mapped else -1, p, owner))
     return lanes
 
 
@@ -202,9 +253,10 @@ def run_failures(store: StateStore, dag_id: str, run_id: str) -> list[FailureRec
 def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     pipeline, kind = pipeline_of(dag_id)
     indexed = run_lanes(pipeline, kind, run_id)
-    lanes = [p for _, p in indexed]
+    lanes = [p for _, p, _ in indexed]
     failures = run_failures(pipeline.state, dag_id, run_id)
-    links = run_links(dag_id, run_id, [(i, p["label"]) for i, p in indexed], docs=data_docs_site(pipeline).is_dir())
+    links = run_links(dag_id, run_id, [(i, p["label"]) for i, p, _ in indexed],
+                      docs=data_docs_site(pipeline).is_dir())  # a table per topic: each lane's report links its table's
     tries = _failure_rows(failures)
     lag = lag_section(read_lag_points(dag_id)) if kind == INCREMENTAL else ""
     if not lanes:
@@ -219,15 +271,21 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     planned = sum(p["offsets_planned"] or 0 for p in lanes)
     quarantined = sum(p["quarantined"] for p in lanes)
     stored = sum(p["rows"] for p in lanes) - quarantined
-    cls, text = verdict([read_result(pipeline, p["run_id"]) for p in lanes])
+    results = [read_result(owner, p["run_id"]) for _, p, owner in indexed]
+    cls, text = verdict(results)
     summary = (f'<p class="{cls}"><b>{html.escape(text)}</b></p>'
                f"<p><b>{done:,}</b>{f' of {planned:,}' if planned else ''} offsets: {stored:,} rows + "
                f"{quarantined:,} quarantined in {len(lanes)} lane(s); "
                f"{sum(p['rows_per_s'] for p in lanes):,.0f} rows/s together.</p>")
+    if pipeline.cfg.target.routed:
+        summary += tables_html(lanes, results)
     if kind == INCREMENTAL:
-        check = check_objective(pipeline.cfg.tail.freshness_seconds, run_reports(pipeline.state, lanes[0]["run_id"]))
-        summary += f'<p class="{"good" if check.met else "bad"} objective">{html.escape(check.asstr())}</p>'
-    summary += unknown_fields_html(pipeline, [p["run_id"] for p in lanes])
+        for _, p, owner in indexed:
+            check = check_objective(pipeline.cfg.tail.freshness_seconds, run_reports(owner.state, p["run_id"]))
+            of = f"table {p['table']}: " if "table" in p else ""
+            summary += f'<p class="{"good" if check.met else "bad"} objective">{html.escape(of + check.asstr())}</p>'
+    for owner in dict.fromkeys(o for _, _, o in indexed):
+        summary += unknown_fields_html(owner, [p["run_id"] for _, p, o in indexed if o is owner])
     going = verdict_pending(lanes, cls, lambda: read_run_state(dag_id, run_id))
     return _page(f"{dag_id} · {run_id}",
                  summary + _lane_rows(lanes, freshness=kind != BACKFILL) + tries + lag + links, refresh=going)
@@ -324,6 +382,18 @@ def verdict_pending(lanes: list[dict], verdict_cls: str, run_state: Callable[[],
     return verdict_cls == "muted" and run_state() not in ("success", "failed")
 
 
+def tables_html(lanes: list[dict], results: list[ValidationResult | None]) -> str:
+    """The verdict of each table of a run of a pipeline with a table per topic (``lanes``' ``table``)."""
+    by_table: dict[str, list[ValidationResult | None]] = {}
+    for p, result in zip(lanes, results, strict=True):
+        by_table.setdefault(p["table"], []).append(result)
+    rows = []
+    for table, mine in sorted(by_table.items()):
+        cls, text = verdict(mine)
+        rows.append(f'<tr><td class=l>{html.escape(table)}</td><td class="l {cls}">{html.escape(text)}</td></tr>')
+    return f"<table class=tables><tr><th>table</th><th>verdict</th></tr>{''.join(rows)}</table>"
+
+
 def verdict(results: list[ValidationResult | None]) -> tuple[str, str]:
     """The run's verdict at a glance from its lanes' validations: (css class, text)."""
     failed = [r for r in results if r is not None and not r.success]
@@ -341,8 +411,8 @@ def verdict(results: list[ValidationResult | None]) -> tuple[str, str]:
 def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
     """A lane's tab: progress, restarts, failed tries, links, batches. For the maintenance task, a backfill's
     tasks that are not lanes and a lane that has not started, the run's tab (:func:`run_page`)."""
-    pipeline, kind = pipeline_of(dag_id)
-    tf_run = lane_run_id(pipeline.name, kind, run_id, map_index)
+    base, kind = pipeline_of(dag_id)
+    pipeline, tf_run = lane_of(base, kind, run_id, map_index)  # for a table per topic, the lane's table's
     if kind == MAINTENANCE or (kind == BACKFILL and map_index_of(map_index) < 0) \
             or not run_exists(pipeline.state, tf_run):  # not a lane, or one not started: what the run did
         return run_page(dag_id, run_id)
@@ -356,7 +426,7 @@ def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
             f"<td class=l>{html.escape(', '.join(map(str, r.committed)) or 'replay: already committed')}</td></tr>"
             for r in run_reports(pipeline.state, tf_run)]
     index = map_index_of(map_index)
-    tries = [f for f in run_failures(pipeline.state, dag_id, run_id) if f.task_id in ("ingest_slice", "tail")
+    tries = [f for f in run_failures(base.state, dag_id, run_id) if f.task_id in ("ingest_slice", "tail")
              and (f.map_index if f.map_index is not None else -1) == index]
     here = f"{quote(dag_id)}/{quote(run_id, safe='')}/{index}"  # relative to /tailfill/batches/<dag>/<run>/<index>
     links = f'<p><a href="../../../output/{here}" target="_blank" rel="noopener">Spark job output (latest try)</a></p>'
@@ -371,11 +441,11 @@ def report_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
     from tailfill.plumbing.warehouse import fs_path
     from tailfill.proof.reports import results_uri
 
-    pipeline, kind = pipeline_of(dag_id)
-    tf_run = lane_run_id(pipeline.name, kind, run_id, map_index)
+    pipeline, tf_run = lane_of(*pipeline_of(dag_id), run_id, map_index)
     try:
         with pipeline.fs.open_input_stream(fs_path(f"{results_uri(pipeline.cfg)}/{tf_run}.html")) as f:
-            return HTMLResponse(served_docs_links(f.read().decode(), dag_id))
+            table = pipeline.cfg.target.table if pipeline.cfg.route else None
+            return HTMLResponse(served_docs_links(f.read().decode(), dag_id, table))
     except (FileNotFoundError, OSError):
         return _page(f"{tf_run}: not validated yet",
                      "<p>The completeness report appears here once the run's validation task has run.</p>",
@@ -385,10 +455,12 @@ def report_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
 _LOCAL_DOCS = re.compile(r'href="file://[^"]*/local_site/([^"]*)"')
 
 
-def served_docs_links(report: str, dag_id: str) -> str:
-    """A completeness report with its ``file://`` link to the Data Docs turned into the plugin's."""
+def served_docs_links(report: str, dag_id: str, table: str | None = None) -> str:
+    """A completeness report with its ``file://`` link to the Data Docs turned into the plugin's (``table``: of a
+    pipeline with a table per topic, the report's table's)."""
     # relative to /tailfill/report/<dag>/<run>/<map index>
-    return _LOCAL_DOCS.sub(lambda m: f'href="../../../docs/{quote(dag_id)}/{m[1]}"', report)
+    docs = f"../../../docs/{quote(dag_id)}/" + (f"{quote(table)}/" if table else "")
+    return _LOCAL_DOCS.sub(lambda m: f'href="{docs}{m[1]}"', report)
 
 
 def data_docs_site(pipeline: Pipeline) -> Path:
@@ -400,7 +472,11 @@ def data_docs_site(pipeline: Pipeline) -> Path:
 
 @app.get("/docs/{dag_id}/{path:path}", dependencies=[_authorized()])
 def data_docs(dag_id: str, path: str) -> FileResponse:
+    """A page of the pipeline's Data Docs; of a pipeline with a table per topic, ``<table>/<page>`` of a table's."""
     pipeline = pipeline_of(dag_id)[0]
+    if pipeline.cfg.target.routed:
+        table, _, path = path.partition("/")
+        pipeline = of_table(pipeline, table) or pipeline
     cfg = pipeline.cfg
     site = data_docs_site(pipeline)
     file = (site / (path or "index.html")).resolve()
@@ -413,8 +489,8 @@ def data_docs(dag_id: str, path: str) -> FileResponse:
 def job_output(dag_id: str, run_id: str, map_index: str, try_number: int | None = Query(None, alias="try")) \
         -> PlainTextResponse:
     """The job output of a lane's latest try (``?try=N``: of that try)."""
-    pipeline, kind = pipeline_of(dag_id)
-    folder = log_dir(pipeline.name, lane_run_id(pipeline.name, kind, run_id, map_index))
+    owner, tf_run = lane_of(*pipeline_of(dag_id), run_id, map_index)
+    folder = log_dir(owner.name, tf_run)
     tries = sorted(folder.glob("spark-submit-try*.log"), key=lambda f: int(f.stem.removeprefix("spark-submit-try")))
     if try_number is not None:
         tries = [f for f in tries if f.stem == f"spark-submit-try{try_number}"]
@@ -425,10 +501,15 @@ def job_output(dag_id: str, run_id: str, map_index: str, try_number: int | None 
 
 
 @app.get("/pipeline/{dag_id}", response_class=HTMLResponse, dependencies=[_authorized()])
-def pipeline_page(dag_id: str) -> HTMLResponse:
+def pipeline_page(dag_id: str, table: str | None = None) -> HTMLResponse:
+    """The pipeline's offsets now: earliest, cutover, committed, pending (``?table=``: which table of a pipeline
+    with a table per topic), and the tail's lag over its runs."""
     from tailfill_airflow.live import live_context
 
-    pipeline, _ = pipeline_of(dag_id)
+    base, _ = pipeline_of(dag_id)
+    pipeline = of_table(base, table)
+    if pipeline is None:
+        return tables_index(base, "live offsets")
     cfg = pipeline.cfg
     title = f"{cfg.name}: {cfg.source.subscription} → {cfg.target.namespace}.{cfg.target.table}"
     try:
@@ -436,7 +517,7 @@ def pipeline_page(dag_id: str) -> HTMLResponse:
             ctx = live_context(pipeline)
     except TailfillError as exc:
         return problem_page(title, "the live offsets cannot be read", exc)
-    lag = lag_section(read_lag_points(dag_id_of(pipeline.name, INCREMENTAL)))
+    lag = lag_section(read_lag_points(dag_id_of(base.name, INCREMENTAL)))
     return _page(title, f"<pre>{html.escape(ctx['text'])}</pre>{lag}")
 
 
@@ -472,10 +553,15 @@ def _counts_table(counts: dict) -> str:
 
 
 @app.get("/quarantine/{dag_id}", response_class=HTMLResponse, dependencies=[_authorized()])
-def quarantine_page(dag_id: str) -> HTMLResponse:
-    """The table's counts per partition, and the quarantined records: offsets, error, run, raw value."""
-    pipeline, _ = pipeline_of(dag_id)
+def quarantine_page(dag_id: str, table: str | None = None) -> HTMLResponse:
+    """The table's counts per partition, and the quarantined records: offsets, error, run, raw value (``?table=``:
+    which table of a pipeline with a table per topic)."""
+    base, _ = pipeline_of(dag_id)
+    pipeline = of_table(base, table)
+    if pipeline is None:
+        return tables_index(base, "quarantine")
     cfg = pipeline.cfg
+    also = f"?table={quote(table)}" if table else ""
     try:
         with pipeline:
             counts, records = table_contents(pipeline, QUARANTINE_ROWS)
@@ -487,7 +573,7 @@ def quarantine_page(dag_id: str) -> HTMLResponse:
         f"<td class=l>{html.escape(r['run_id'] or '')}</td>"
         f"<td class=l><code>{html.escape(_preview(r['kafka_value']))}</code></td></tr>" for r in records)
     total_bad = sum(c["quarantined"] for c in counts.values())
-    body = (f'{_counts_table(counts)}<p><a href="../table/{quote(dag_id)}">the table\'s first rows</a></p>'
+    body = (f'{_counts_table(counts)}<p><a href="../table/{quote(dag_id)}{also}">the table\'s first rows</a></p>'
             f"<h3>Quarantined records ({total_bad:,}; the {min(total_bad, QUARANTINE_ROWS):,} latest offsets "
             f"listed)</h3><table><tr><th>partition</th><th>offset</th><th>error</th><th>run</th><th>raw value</th>"
             f"</tr>{listed or '<tr><td colspan=5>none</td></tr>'}</table>")
@@ -495,10 +581,15 @@ def quarantine_page(dag_id: str) -> HTMLResponse:
 
 
 @app.get("/table/{dag_id}", response_class=HTMLResponse, dependencies=[_authorized()])
-def table_page(dag_id: str) -> HTMLResponse:
-    """The table's counts per partition and its first rows, every column."""
-    pipeline, _ = pipeline_of(dag_id)
+def table_page(dag_id: str, table: str | None = None) -> HTMLResponse:
+    """The table's counts per partition and its first rows, every column (``?table=``: which table of a pipeline
+    with a table per topic)."""
+    base, _ = pipeline_of(dag_id)
+    pipeline = of_table(base, table)
+    if pipeline is None:
+        return tables_index(base, "preview")
     cfg = pipeline.cfg
+    also = f"?table={quote(table)}" if table else ""
     title = f"{cfg.name} · {cfg.target.namespace}.{cfg.target.table} · preview"
     try:
         with pipeline:
@@ -514,8 +605,8 @@ def table_page(dag_id: str) -> HTMLResponse:
     body = "".join("<tr>" + "".join(f"<td class=l>{html.escape(_cell(r[c]))}</td>" for c in columns) + "</tr>"
                    for r in rows)
     stored = sum(c["rows"] for c in counts.values())
-    return _page(title, f'{_counts_table(counts)}<p><a href="../quarantine/{quote(dag_id)}">quarantined records</a>'
-                        f"</p><h3>First rows ({min(stored, len(rows)):,} of {stored:,})</h3>"
+    return _page(title, f'{_counts_table(counts)}<p><a href="../quarantine/{quote(dag_id)}{also}">quarantined '
+                        f"records</a></p><h3>First rows ({min(stored, len(rows)):,} of {stored:,})</h3>"
                         f"<table class=preview><tr>{head}</tr>{body or '<tr><td>none</td></tr>'}</table>")
 
 

@@ -130,3 +130,25 @@ def known_text(routes: RouteSet) -> str:
     """``routes.json`` after ``routes``: every table known, each with the topics last seen routing to it."""
     merged = {**{t: list(n) for t, n in routes.known.items()}, **{r.table: list(r.topics) for r in routes.routes}}
     return json.dumps(dict(sorted(merged.items())), indent=1)
+
+
+def routes_asked(routes: list[Route], asked: Iterable[str]) -> list[tuple[Route, tuple[str, ...]]]:
+    """The routes a run limited to the topics ``asked`` covers, each with its topics among them (every route,
+    with no limit, when ``asked`` is empty); a topic that no route reads is refused, naming those they read."""
+    asked = tuple(asked)
+    if not asked:
+        return [(route, ()) for route in routes]
+    have = sorted(t for route in routes for t in route.topics)
+    unknown = [t for t in asked if t not in have]
+    if unknown:
+        raise ConfigError(f"topics {', '.join(map(repr, unknown))}: no table of the pipeline reads "
+                          f"{'it' if len(unknown) == 1 else 'them'} (fix: name some of: {', '.join(have)})")
+    out = [(route, tuple(t for t in route.topics if t in asked)) for route in routes]
+    return [(route, mine) for route, mine in out if mine]
+
+
+def lane_shares(lanes: int, tables: int) -> list[int]:
+    """How many of ``lanes`` each of ``tables`` gets: dealt in turn, at least one each."""
+    if tables <= 0:
+        return []
+    return [max(1, lanes // tables + (1 if i < lanes % tables else 0)) for i in range(tables)]

@@ -59,4 +59,14 @@ def routes_for(cfg: PipelineConfig, run: str | None = None) -> tuple[list[Route]
 
 def gone_routes(cfg: PipelineConfig, routes: RouteSet) -> list[Route]:
     """The known tables whose topics are gone, as routes over their topics as last seen (to report and prove)."""
-    return [Route(table, topics, route_config(cfg, table, topics)) for table, topics in sorted(routes.gone.items())]
+    return _as_routes(cfg, routes.gone)
+
+
+def known_routes(cfg: PipelineConfig) -> list[Route]:
+    """Every table ``cfg`` has routed to, over its topics as last seen (from its run state; no broker asked)."""
+    with open_pipeline(cfg) as base:
+        return _as_routes(cfg, read_known(base.state.get(ROUTES_KEY)))
+
+
+def _as_routes(cfg: PipelineConfig, tables: dict[str, tuple[str, ...]]) -> list[Route]:
+    return [Route(table, topics, route_config(cfg, table, topics)) for table, topics in sorted(tables.items())]

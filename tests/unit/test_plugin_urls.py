@@ -23,6 +23,25 @@ def test_the_tail_tab_finds_the_tail_run_and_a_lane_tab_its_lane():
     assert lane_run_id("demo", BACKFILL, run, "2") == tailfill_run_id("demo", BACKFILL, run, 2)
 
 
+def test_a_table_per_topic_has_a_tail_per_table_each_labelled_with_its_table():
+    from tailfill_airflow.naming import label_of_args
+
+    run = "scheduled__2026-11-24T00:00:00+00:00"
+    tails = {lane_run_id("shop", INCREMENTAL, run, str(i), routed=True) for i in range(3)}
+    assert len(tails) == 3 and tailfill_run_id("shop", INCREMENTAL, run) not in tails
+    assert label_of_args(["--pipeline", "/p/shop.yaml#orders:shop.public.orders", "--mode", "tail"]) == "orders · tail"
+    assert label_of_args(["--pipeline", "/p/demo.yaml", "--mode", "tail"]) == "tail"
+
+
+def test_the_run_tab_of_a_table_per_topic_gives_each_table_its_verdict():
+    from tailfill_airflow.views import tables_html
+
+    page = tables_html([{"table": "orders"}, {"table": "orders"}, {"table": "refunds"}],
+                       [result(True, 10), result(True, 5), result(False, 3, ["refunds[0] [0, 3) missing"])])
+    assert "COMPLETE: every one of 15 offsets landed exactly once (2 lane(s) validated)" in page
+    assert "INCOMPLETE (1 of 1 lane(s)): refunds[0] [0, 3) missing" in page
+
+
 def result(success: bool, offsets: int, problems: list[str] | None = None):
     from tailfill.proof.result import ValidationResult
 

@@ -10,7 +10,16 @@ import yaml
 from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
 from tailfill.pipeline.load import load_pipeline, resolve_pipeline
-from tailfill.pipeline.routes import RouteSet, group_topics, known_text, read_known, route_config, routes_of
+from tailfill.pipeline.routes import (
+    RouteSet,
+    group_topics,
+    known_text,
+    lane_shares,
+    read_known,
+    route_config,
+    routes_asked,
+    routes_of,
+)
 from tailfill.values.table_template import table_for, template_problems
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,3 +130,21 @@ def test_a_ref_that_is_not_a_route_is_refused(tmp_path):
         resolve_pipeline(f"{cfg.path}#orders")
     with pytest.raises(ConfigError, match="does not route topics to tables"):
         route_config(load_pipeline(REPO / "pipelines" / "demo.yaml"), "t", ["x"])
+
+
+def test_a_run_limited_to_some_topics_covers_their_tables_only_and_refuses_a_topic_no_table_reads(tmp_path):
+    cfg = routed(tmp_path, table="{topic.0}_{topic.2}")
+    routes = routes_of(cfg, ["shop.public.orders", "shop.public.customers", "shop.public.refunds"]).routes
+    assert [(r.table, mine) for r, mine in routes_asked(routes, [])] == [
+        ("shop_customers", ()), ("shop_orders", ()), ("shop_refunds", ())]
+    assert [(r.table, mine) for r, mine in routes_asked(routes, ["shop.public.orders"])] == [
+        ("shop_orders", ("shop.public.orders",))]
+    with pytest.raises(ConfigError, match=r"topics 'shop\.public\.nope': no table of the pipeline reads it \(fix: "
+                                          r"name some of: shop\.public\.customers, shop\.public\.orders, "):
+        routes_asked(routes, ["shop.public.orders", "shop.public.nope"])
+
+
+@pytest.mark.parametrize(("lanes", "tables", "shares"), [
+    (2, 2, [1, 1]), (5, 2, [3, 2]), (1, 3, [1, 1, 1]), (4, 3, [2, 1, 1]), (3, 0, [])])
+def test_lanes_are_dealt_across_tables_at_least_one_each(lanes, tables, shares):
+    assert lane_shares(lanes, tables) == shares
