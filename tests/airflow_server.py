@@ -78,7 +78,7 @@ class AirflowServer:
     """Local Airflow (api-server, scheduler, dag-processor, triggerer) on ``127.0.0.1:<free port>``."""
 
     def __init__(self, home: Path, env: dict[str, str] | None = None, port: int | None = None,
-                 start_timeout: float = 120):
+                 start_timeout: float = 360):  # a hang guard: on a busy machine its four processes start slowly
         self.home = Path(home).absolute()
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"

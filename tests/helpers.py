@@ -22,6 +22,7 @@ import yaml
 from processes import kill_marked
 
 from tailfill.config import PipelineConfig
+from tailfill.errors import SPARK_INFRASTRUCTURE
 from tailfill.lake.ledger import read_ledger
 from tailfill.lake.tables import Tables
 from tailfill.offsets import PartitionOffsets, TopicPartition, total
@@ -339,3 +340,9 @@ def assert_each_offset_once(cfg, topics: list[str]) -> Counter:
     assert result.success, result.problems
     assert sum(p["missing"] + p["duplicated"] for p in result.partitions) == 0
     return Counter(t for t, _, _ in rows)
+
+
+def besides_infrastructure(causes: list[str]) -> list[str]:
+    """The restart causes that are not Spark's own infrastructure failing (on a busy machine its Python workers
+    may be too slow to start: a restart of its own kind, with its own budget)."""
+    return [c for c in causes if not any(s in c for s in SPARK_INFRASTRUCTURE)]

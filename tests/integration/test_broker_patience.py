@@ -15,6 +15,7 @@ import pytest
 from helpers import (
     assert_exactly_once,
     backfill,
+    besides_infrastructure,
     committed,
     finished,
     high_watermarks,
@@ -27,7 +28,6 @@ from tcp_outage import broker_behind_outage
 
 from tailfill.cli import main as cli_main
 from tailfill.dev.sample import produce_sample
-from tailfill.errors import SPARK_INFRASTRUCTURE
 from tailfill.run.spark_job import run
 
 pytestmark = pytest.mark.integration
@@ -63,7 +63,7 @@ def test_a_tail_waits_out_a_broker_that_answers_nothing_and_goes_on(spark, make_
         restarts = [line for line in lines if "restarting from the checkpoint" in line]
         assert result.restarts >= 1 and len(restarts) == result.restarts, "\n".join(lines[-30:])
         # On a busy machine Spark's Python workers may also be too slow to start: a restart of its own kind.
-        outage = [line for line in restarts if not any(s in line for s in SPARK_INFRASTRUCTURE)]
+        outage = besides_infrastructure(restarts)
         assert outage, "\n".join(restarts)
         for line in outage:
             assert "BrokerUnresponsive" in line and bootstrap in line, line

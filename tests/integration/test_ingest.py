@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import assert_exactly_once, backfill, high_watermarks, tables_of, tail
+from helpers import assert_exactly_once, backfill, besides_infrastructure, high_watermarks, tables_of, tail
 
 from tailfill.dev.sample import BAD_VALUES, produce_sample
 from tailfill.lake.ledger import batch_summaries, read_cutover, read_ledger
@@ -105,7 +105,8 @@ def test_a_batch_replayed_after_its_commit_commits_nothing(spark, make_pipeline,
     arm_fault("after-commit", 1)
     [run] = tail(spark, cfg)
 
-    assert run.restarts == 1 and "InjectedFault" in run.causes[0]
+    [injected] = besides_infrastructure(run.causes)  # on a busy machine, maybe Spark's restarts too
+    assert "InjectedFault" in injected
     # 3 batches reported: the replay of the first (its first attempt failed before reporting), then two more.
     assert run.batches == 3 and run.offsets == 6_000 and run.skipped_offsets == 2_000
     assert snapshot_count(cfg) == before + 3  # the replay added no snapshot
