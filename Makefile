@@ -30,7 +30,7 @@ demo: $(STAMP)
 ## Airflow, and Debian's headless Chromium for the UI test).
 test: $(STAMP) /usr/bin/chromedriver postgres-server
 	$(VENV)/bin/ruff check tailfill spark_jobs tests plugins dags benchmarks
-	$(VENV)/bin/pytest -n 2 --dist loadfile -m "not solo and not soak"
+	$(VENV)/bin/pytest -n 2 --dist loadfile -m "not solo and not soak" --durations=15
 	$(VENV)/bin/pytest -m "solo and not soak"
 
 /usr/bin/chromedriver:

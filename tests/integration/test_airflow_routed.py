@@ -17,6 +17,7 @@ import pytest
 from airflow_server import local_airflow
 from helpers import assert_each_offset_once, committed, write_demo_pipeline
 
+from tailfill.dev.broker import free_port
 from tailfill.dev.sample import produce_sample
 from tailfill.pipeline.load import load_pipeline
 from tailfill.run.routed import known_routes
@@ -24,7 +25,7 @@ from tailfill.source.topics import ensure_topic
 
 pytestmark = pytest.mark.integration
 
-NAME = "shop"
+NAME, GONE = "shop", "shopgone"
 BACKFILL, INCREMENTAL = f"{NAME}_backfill", f"{NAME}_incremental"
 PARTITIONS, HISTORY, LIVE, LATE = 2, 600, 100, 50
 PREFIX = f"r{uuid.uuid4().hex[:8]}"
@@ -53,8 +54,12 @@ def pipeline(broker, routed_dir):
 
 @pytest.fixture(scope="module")
 def airflow(pipeline, routed_dir, postgres):
-    with local_airflow(routed_dir, Path(pipeline.path).parent, postgres, (BACKFILL, INCREMENTAL),
-                       env={"TAILFILL_SPARK_SLOTS": "3"}) as server:
+    # Beside it, the same pipeline on a broker that is not there: its runs fail before any table is known.
+    write_demo_pipeline(Path(pipeline.path).parent / f"{GONE}.yaml", GONE, f"127.0.0.1:{free_port()}",
+                        source__topic=None, source__topic_pattern=rf"{PREFIX}\..*", target__table="{topic.1}",
+                        tail__schedule=None, maintenance__schedule=None)
+    with local_airflow(routed_dir, Path(pipeline.path).parent, postgres,
+                       (BACKFILL, INCREMENTAL, f"{GONE}_incremental"), env={"TAILFILL_SPARK_SLOTS": "3"}) as server:
         yield server
 
 
@@ -94,6 +99,15 @@ def test_a_backfill_of_a_topic_no_table_reads_fails_the_run_naming_it(airflow, p
     text = run_tab_text(airflow, BACKFILL, run_id)
     assert (f"FAILED at plan (try 1): planning the backfill of {NAME} failed: topics '{PREFIX}.nope': no table of "
             f"the pipeline reads it (fix: name some of: {CUSTOMERS}, {ORDERS}, {REFUNDS})") in text, text
+
+
+def test_a_tail_whose_broker_is_gone_fails_the_run_at_preflight_and_at_its_last_task(airflow):
+    dag = f"{GONE}_incremental"
+    run_id = airflow.trigger_dag(dag, {})
+    assert airflow.wait_for_end(dag, run_id, timeout=600)["state"] == "failed"  # after the preflight's retries
+    states = {t["task_id"]: t["state"] for t in airflow.task_instances(dag, run_id)}
+    assert (states["preflight"], states["report"]) == ("failed", "failed"), states
+    assert "cannot reach Kafka at" in run_tab_text(airflow, dag, run_id)
 
 
 def test_a_backfill_of_some_topics_then_a_tail_of_every_table_with_a_new_topic(airflow, pipeline, broker):
