@@ -406,12 +406,10 @@ def _backfill(args: argparse.Namespace, conf: dict[str, str]) -> int:
 
 
 def _backfill_specs(pipeline: Pipeline, args: argparse.Namespace) -> list[JobSpec]:
-    plan = backfill_plan(pipeline, args)
-    if getattr(args, "on_committed", None) == "replay":  # the committed part first, then the rest as any backfill
-        from tailfill.run.replay import replay
-        from tailfill.run.replay_plan import ReplayRequest
+    from tailfill.run.replay import replay_committed_first
 
-        replay(pipeline, ReplayRequest(plan.start, plan.end), _say)
+    plan = backfill_plan(pipeline, args)
+    replay_committed_first(pipeline, getattr(args, "on_committed", None) or "skip", plan, _say)
     return plan.specs
 
 

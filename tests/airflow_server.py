@@ -15,8 +15,10 @@ session's Postgres, the pipelines of one folder, the DAGs parsed and unpaused.
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -316,3 +318,9 @@ class AirflowServer:
                              f"try={ti['try_number']} id={ti['id']}:\n{self.task_log(ti)}")
         lines.append(f"--- airflow log tail ({self.log_path}):\n{self.log_tail(3000)}")
         return "\n".join(lines)
+
+
+def text_of(body: str) -> str:
+    """A page's text as a reader sees it (no style, no tags, HTML entities read)."""
+    body = re.sub(r"<style>.*?</style>", "", body, flags=re.S)
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body)))

@@ -41,7 +41,7 @@ from tailfill_airflow.naming import (
     backfill_lane_slots,
     dag_id,
     label_of_args,
-    lane_label,
+    lane_entry,
     lanes_at_once,
     tailfill_run_id,
 )
@@ -187,18 +187,15 @@ def plan_lanes(cfg: PipelineConfig, params: Mapping[str, Any], airflow_run_id: s
         request = BackfillRequest.from_params(params)
         plan = plan_backfill_lanes(pipeline, request,
                                    lambda lane: tailfill_run_id(cfg.name, BACKFILL, airflow_run_id, lane))
-        if request.on_committed == "replay":  # in this task, no Spark job: read, decode and replace per batch
-            from tailfill.run.replay import replay
-            from tailfill.run.replay_plan import ReplayRequest
+        from tailfill.run.replay import replay_committed_first
 
-            replay(pipeline, ReplayRequest(plan.start, plan.end), log.info)
+        replay_committed_first(pipeline, request.on_committed, plan, log.info)  # here: no Spark job
     for line in plan.lines:
         (log.warning if line.startswith("warning:") else log.info)(line)
     log.info(lanes_at_once(len(plan.specs)))
     out = []
     for lane, spec in enumerate(plan.specs):
-        out.append({"run_id": spec.run_id, "label": lane_label([s.to_dict() for s in spec.slices]),
-                    "slices": [s.index for s in spec.slices], "args": spec.argv()})
+        out.append(lane_entry(spec))
         log.info("lane %s: %s", lane, out[-1]["label"])
     return out
 
@@ -527,7 +524,7 @@ a table that could not start, or whose validation failed, is named (and fails th
 assets stand."""
 
 
-def _unplanned(task_id: str) -> tuple[list[dict], dict[str, str]]:
+def _planned(task_id: str) -> tuple[list[dict], dict[str, str]]:
     """What the run's planning task planned, and the tables it could not plan. Fails when it planned nothing
     (it failed, or a task before it did): this task runs whatever came before, and as the run's last task its
     state is the run's."""
@@ -560,7 +557,7 @@ def routed_backfill_dag(cfg: PipelineConfig) -> DAG:
 
         @task(trigger_rule="all_done", doc_md=TABLES_DOC)
         def summary() -> dict:
-            return tables_verdict(f"backfill of {cfg.name}", *_unplanned("plan"))
+            return tables_verdict(f"backfill of {cfg.name}", *_planned("plan"))
 
         lanes = plan()
         checked = validate_slice.expand(lane=lanes)
@@ -591,7 +588,7 @@ def routed_incremental_dag(cfg: PipelineConfig) -> DAG:
 
         @task(trigger_rule="all_done", doc_md=TABLES_DOC)
         def report() -> dict:
-            tails, unplanned = _unplanned("tune")
+            tails, unplanned = _planned("tune")
             out = tables_verdict(f"tail of {cfg.name}", tails, unplanned)
             return out | {"objectives": {t["table"]: objective_of_run(resolve_pipeline(t["pipeline"]), t["run_id"])
                                          for t in tails}}

@@ -7,6 +7,10 @@ index) with the same functions the tasks used to name them, so the two sides can
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tailfill.run.contract import JobSpec
 
 BACKFILL, INCREMENTAL, MAINTENANCE = "backfill", "incremental", "maintenance"
 
@@ -55,6 +59,14 @@ def label_of_args(argv: list[str]) -> str:
     label = lane_label(json.loads(args[args.index("--slices") + 1])) if "--slices" in args else "tail"
     table = table_of_job(args[args.index("--pipeline") + 1]) if "--pipeline" in args else None
     return f"{table} · {label}" if table else label
+
+
+def lane_entry(spec: JobSpec) -> dict:
+    """A backfill lane as the ``plan`` task's XCom lists it: its run id, label, slice indexes and the job's
+    arguments."""
+    args = spec.argv()
+    return {"run_id": spec.run_id, "label": label_of_args(args), "slices": [s.index for s in spec.slices],
+            "args": args}
 
 
 def table_of_job(pipeline: str) -> str | None:

@@ -17,7 +17,7 @@ from typing import Any
 from tailfill.config import PipelineConfig
 from tailfill.errors import TailfillError
 from tailfill_airflow.hooks import TailfillHook
-from tailfill_airflow.naming import BACKFILL, INCREMENTAL, lane_label, lanes_at_once, tailfill_run_id
+from tailfill_airflow.naming import BACKFILL, INCREMENTAL, lane_entry, lanes_at_once, tailfill_run_id
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,7 @@ def plan_routed_lanes(cfg: PipelineConfig, params: Mapping[str, Any],
     from tailfill.pipeline.handle import open_pipeline
     from tailfill.pipeline.routes import lane_shares, routes_asked
     from tailfill.run.planner import BackfillRequest, plan_backfill_lanes
+    from tailfill.run.replay import replay_committed_first
     from tailfill.run.routed import routes_for
 
     request = BackfillRequest.from_params(params)
@@ -47,11 +48,7 @@ def plan_routed_lanes(cfg: PipelineConfig, params: Mapping[str, Any],
                     plan = plan_backfill_lanes(
                         pipeline, replace(request, lanes=share, topics=topics),
                         lambda lane, first=first: tailfill_run_id(cfg.name, BACKFILL, airflow_run_id, first + lane))
-                    if request.on_committed == "replay":
-                        from tailfill.run.replay import replay
-                        from tailfill.run.replay_plan import ReplayRequest
-
-                        replay(pipeline, ReplayRequest(plan.start, plan.end), log.info)
+                    replay_committed_first(pipeline, request.on_committed, plan, log.info)
             except TailfillError as exc:
                 log.error("table %s cannot be backfilled: %s", route.table, exc)
                 failed[route.table] = str(exc).splitlines()[0]
@@ -59,9 +56,7 @@ def plan_routed_lanes(cfg: PipelineConfig, params: Mapping[str, Any],
             for line in plan.lines:
                 (log.warning if line.startswith("warning:") else log.info)("table %s: %s", route.table, line)
             for spec in plan.specs:
-                lanes.append({"run_id": spec.run_id, "table": route.table, "pipeline": route.cfg.ref,
-                              "label": f"{route.table} · {lane_label([s.to_dict() for s in spec.slices])}",
-                              "slices": [s.index for s in spec.slices], "args": spec.argv()})
+                lanes.append(lane_entry(spec) | {"table": route.table, "pipeline": route.cfg.ref})
                 log.info("lane %s: %s", len(lanes) - 1, lanes[-1]["label"])
     log.info(lanes_at_once(len(lanes)))
     return lanes, failed

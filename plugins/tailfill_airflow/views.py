@@ -110,18 +110,25 @@ def lane_run_id(pipeline: str, kind: str, run_id: str, map_index: str | int, rou
     return tailfill_run_id(pipeline, kind, run_id, index if mapped and index >= 0 else None)
 
 
-def lane_of(pipeline: Pipeline, kind: str, run_id: str, map_index: str | int) -> tuple[Pipeline, str]:
-    """The pipeline whose run state holds a lane (of a pipeline with a table per topic: its table's), and the
-    lane's run id."""
+def table_pipelines(pipeline: Pipeline) -> dict[str, Pipeline]:
+    """Of a pipeline with a table per topic, each table it has routed to and the pipeline that runs it (read
+    from its run state once per page); none for a pipeline of one table."""
+    if not pipeline.cfg.target.routed:
+        return {}
+    from tailfill.run.routed import known_routes
+
+    return {route.table: Pipeline(route.cfg) for route in known_routes(pipeline.cfg)}
+
+
+def lane_of(pipeline: Pipeline, kind: str, run_id: str, map_index: str | int,
+            tables: dict[str, Pipeline] | None = None) -> tuple[Pipeline, str]:
+    """The pipeline whose run state holds a lane (of a pipeline with a table per topic: its table's, among
+    ``tables``, default :func:`table_pipelines`), and the lane's run id."""
     routed = pipeline.cfg.target.routed
     tf_run = lane_run_id(pipeline.name, kind, run_id, map_index, routed)
-    if routed:
-        from tailfill.run.routed import known_routes
-
-        for route in known_routes(pipeline.cfg):
-            owner = Pipeline(route.cfg)
-            if run_exists(owner.state, tf_run):
-                return owner, tf_run
+    for owner in (table_pipelines(pipeline) if tables is None else tables).values():
+        if run_exists(owner.state, tf_run):
+            return owner, tf_run
     return pipeline, tf_run
 
 
@@ -132,12 +139,11 @@ def of_table(pipeline: Pipeline, table: str | None) -> Pipeline | None:
         return pipeline
     if table is None:
         return None
-    from tailfill.run.routed import known_routes
-
-    for route in known_routes(pipeline.cfg):
-        if route.table == table:
-            return Pipeline(route.cfg)
-    raise HTTPException(404, f"pipeline {pipeline.name} has no table {table!r} (yet: a run finds its topics' tables)")
+    found = table_pipelines(pipeline).get(table)
+    if found is None:
+        raise HTTPException(404, f"pipeline {pipeline.name} has no table {table!r} (yet: a run finds its topics' "
+                                 "tables)")
+    return found
 
 
 def tables_index(pipeline: Pipeline, what: str) -> HTMLResponse:
@@ -234,9 +240,10 @@ def run_lanes(pipeline: Pipeline, kind: str, run_id: str) -> list[tuple[int, dic
     none for upkeep."""
     routed = pipeline.cfg.target.routed
     mapped = kind == BACKFILL or (routed and kind == INCREMENTAL)
+    tables = table_pipelines(pipeline)
     lanes = []
     for index in range(MAX_LANES if mapped else 1 if kind == INCREMENTAL else 0):
-        owner, tf_run = lane_of(pipeline, kind, run_id, index)
+        owner, tf_run = lane_of(pipeline, kind, run_id, index, tables)
         if not run_exists(owner.state, tf_run):
             break
         p = lane_progress(owner.state, tf_run) | ({"table": owner.cfg.target.table} if routed else {})

@@ -19,6 +19,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from tailfill import failpoints
 from tailfill.errors import LakeError
@@ -33,6 +34,9 @@ from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.warehouse import fs_path
 from tailfill.run.contract import IngestResult, new_run_id
 from tailfill.run.replay_plan import ReplayPlan, ReplayRequest, plan_replay
+
+if TYPE_CHECKING:
+    from tailfill.run.planner import BackfillPlan
 
 JOURNAL = "replay"  # the state folder of batches between their prepare and their last commit
 Say = Callable[[str], None]
@@ -164,6 +168,14 @@ def _commit_batch(pipeline: Pipeline, tables: Tables, run_id: str, batch_id: int
     failpoints.maybe_fail("before-replay-commit")
     _commit(pipeline, tables, batch)
     pipeline.state.delete(batch.key)
+
+
+def replay_committed_first(pipeline: Pipeline, on_committed: str, plan: BackfillPlan, say: Say) -> None:
+    """A backfill's committed part, when it asks to replay it (``on_committed`` ``replay``): the committed offsets
+    of ``plan``'s bounds re-read with the pipeline as it is now and their rows replaced, before its lanes run the
+    rest (for ``backfill --on-committed replay`` and the backfill DAG's ``plan`` task); nothing otherwise."""
+    if on_committed == "replay":
+        replay(pipeline, ReplayRequest(plan.start, plan.end), say)
 
 
 def replay(pipeline: Pipeline, request: ReplayRequest, say: Say) -> IngestResult | None:

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from airflow_server import local_airflow
+from airflow_server import local_airflow, text_of
 from helpers import assert_each_offset_once, committed, write_demo_pipeline
 
 from tailfill.dev.broker import free_port
@@ -82,13 +82,9 @@ def asset_extras(airflow, cfg, table: str) -> list[dict]:
 
 
 def run_tab_text(airflow, dag_id: str, run_id: str) -> str:
-    import html
-    import re
-
     status, body = airflow.get_text(f"{airflow.url}/tailfill/run/{dag_id}/{urllib.parse.quote(run_id, safe='')}")
     assert status == 200, body[:2000]
-    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", re.sub(r"<style>.*?</style>", "", body,
-                                                                               flags=re.S))))
+    return text_of(body)
 
 
 def test_a_backfill_of_a_topic_no_table_reads_fails_the_run_naming_it(airflow, pipeline):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from airflow_server import AirflowServer
+from airflow_server import AirflowServer, text_of
 from airflow_ui import (
     frame_refresh,
     login,
@@ -108,14 +108,6 @@ def run_tab(airflow: AirflowServer, dag_id: str, run_id: str) -> str:
             code, text = airflow.get_text(target)
             assert code not in (404, 500), (target, code, text[:500])
     return body
-
-
-def text_of(body: str) -> str:
-    """A page's text as a reader sees it (no style, no tags, HTML entities read)."""
-    import html
-
-    body = re.sub(r"<style>.*?</style>", "", body, flags=re.S)
-    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body)))
 
 
 def test_a_failed_preflight_names_its_cause_on_the_run_tab(airflow, pipelines, surface_dir, browser, shot):
