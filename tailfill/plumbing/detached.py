@@ -34,14 +34,24 @@ def port_free(port: int) -> bool:
 
 
 def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (a process of another user counts)."""
+    """Whether process ``pid`` runs (a process of another user counts; one that exited and waits for its
+    parent to collect it, a zombie, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    return not zombie(pid)
+
+
+def zombie(pid: int) -> bool:
+    """Whether process ``pid`` has exited and only waits for its parent to collect it (Linux's ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 def running(path: Path) -> dict | None:
