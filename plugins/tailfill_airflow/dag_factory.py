@@ -89,15 +89,11 @@ def _preflight_task(cfg: PipelineConfig, mode: str):
     @task(task_id="preflight", doc_md=PREFLIGHT_DOC, **RETRIES)
     def preflight() -> list[str]:
         from tailfill.run.preflight import preflight as run_checks
+        from tailfill.run.preflight import preflight_tables
 
         with causes_first(f"preflight of {cfg.name} ({mode})"), TailfillHook(cfg).credentials_exported():
             if cfg.target.routed:
-                from tailfill.run.routed import resolve_routes
-
-                passed = []
-                for route in resolve_routes(cfg).routes:
-                    with _opened(route.cfg) as pipeline:
-                        passed += [f"table {route.table}: {line}" for line in run_checks(pipeline, mode)]
+                passed = preflight_tables(cfg, mode)
             else:
                 with _opened(cfg) as pipeline:
                     passed = run_checks(pipeline, mode)

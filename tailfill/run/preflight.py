@@ -11,9 +11,10 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 
+from tailfill.config import PipelineConfig
 from tailfill.errors import BrokerError, ConfigError, LakeError, PreflightError, RegistryError, SourceError
 from tailfill.lake.tables import catalog_label
-from tailfill.pipeline.handle import Pipeline
+from tailfill.pipeline.handle import Pipeline, open_pipeline
 from tailfill.plumbing.durable import write_whole
 from tailfill.plumbing.warehouse import fs_path, make_dirs, warehouse_uri
 from tailfill.proof.reports import results_uri
@@ -106,6 +107,25 @@ def check_retention(state: SourceState, mode: str) -> str:
     return f"retention ok for the {mode}" + (f" (gaps to record: {', '.join(expired)})" if expired else "")
 
 
+SOURCE_PROBLEMS = (SourceError, ConfigError, BrokerError)  # unreachable, missing topic, partitions, credentials
+
+
+def preflight_tables(cfg: PipelineConfig, mode: str) -> list[str]:
+    """:func:`preflight` of each table of routed ``cfg`` (its topics' tables on the broker now), each line
+    prefixed with its table. A broker that cannot list the topics fails it as it fails a table's check."""
+    from tailfill.run.routed import resolve_routes
+
+    try:
+        routes = resolve_routes(cfg).routes
+    except SOURCE_PROBLEMS as exc:
+        raise PreflightError(str(exc)) from exc
+    passed = []
+    for route in routes:
+        with open_pipeline(route.cfg) as pipeline:
+            passed += [f"table {route.table}: {line}" for line in preflight(pipeline, mode)]
+    return passed
+
+
 def preflight(pipeline: Pipeline, mode: str) -> list[str]:
     """Run every check for a ``mode`` ("backfill" or "tail") run; returns what passed. Nothing is created.
 
@@ -119,7 +139,7 @@ def preflight(pipeline: Pipeline, mode: str) -> list[str]:
         raise PreflightError(f"catalog: {exc}") from exc
     try:
         state = source_state(pipeline, tables)  # broker, topic, partition count, the ledger
-    except (SourceError, ConfigError, BrokerError) as exc:  # unreachable, missing topic, partitions, credentials
+    except SOURCE_PROBLEMS as exc:
         raise PreflightError(str(exc)) from exc
     except LakeError as exc:
         raise PreflightError(f"catalog: {exc}") from exc

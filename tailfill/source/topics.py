@@ -34,22 +34,19 @@ def _topic_names(admin: AdminClient, bootstrap: str) -> dict:
 
 
 def list_topics(bootstrap: str) -> list[TopicInfo]:
-    """Every topic on ``bootstrap`` but the broker's internal ones, by name (one consumer reads them all)."""
-    out = []
-    topics = sorted(_topic_names(_admin(bootstrap), bootstrap).items())
+    """Every topic on ``bootstrap`` but the broker's internal ones, by name (one consumer reads them all, every
+    topic's ends confirmed in one go)."""
+    topics = {name: [TopicPartition(name, p) for p in sorted(meta.partitions)]
+              for name, meta in sorted(_topic_names(_admin(bootstrap), bootstrap).items()) if not name.startswith("__")}
     # assign-only and committing nothing: the group id names the reader, whichever topic it reads
     conf = consumer_config(SourceConfig(bootstrap_servers=bootstrap, topic="*"), **{"group.id": "tailfill-topics"})
     owned = OwnedConsumer(conf)
     try:
-        for name, meta in topics:
-            if name.startswith("__"):
-                continue
-            parts = [TopicPartition(name, p) for p in sorted(meta.partitions)]
-            marks = watermarks(conf, parts, consumer=owned)
-            out.append(TopicInfo(name, len(parts), sum(marks.high[tp] - marks.low[tp] for tp in parts)))
+        marks = watermarks(conf, [tp for parts in topics.values() for tp in parts], consumer=owned)
     finally:
         owned.close()
-    return out
+    return [TopicInfo(name, len(parts), sum(marks.high[tp] - marks.low[tp] for tp in parts))
+            for name, parts in topics.items()]
 
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int) -> bool:

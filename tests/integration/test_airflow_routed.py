@@ -100,9 +100,11 @@ def test_a_backfill_of_a_topic_no_table_reads_fails_the_run_naming_it(airflow, p
 def test_a_tail_whose_broker_is_gone_fails_the_run_at_preflight_and_at_its_last_task(airflow):
     dag = f"{GONE}_incremental"
     run_id = airflow.trigger_dag(dag, {})
-    assert airflow.wait_for_end(dag, run_id, timeout=600)["state"] == "failed"  # after the preflight's retries
-    states = {t["task_id"]: t["state"] for t in airflow.task_instances(dag, run_id)}
+    assert airflow.wait_for_end(dag, run_id, timeout=600)["state"] == "failed"
+    tasks = {t["task_id"]: t for t in airflow.task_instances(dag, run_id)}
+    states = {task_id: t["state"] for task_id, t in tasks.items()}
     assert (states["preflight"], states["report"]) == ("failed", "failed"), states
+    assert tasks["preflight"]["try_number"] == 1  # no retry can reach a broker that is not there: failed at once
     assert "cannot reach Kafka at" in run_tab_text(airflow, dag, run_id)
 
 
