@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 NAMES = ("load_a", "load_b")
 HISTORY, LIVE, PARTITIONS, BAD_EVERY = 4_000, 1_000, 4, 499
-BATCH = 200  # offsets per backfill batch: ten batches per lane
+BATCH = 400  # offsets per backfill batch: five batches per lane
 LANES = 2
 PASS_BEFORE_HOLD = 2  # each pipeline's batches that commit before every further one of it holds at its commit
 PARAMS = {"slices": LANES, "max_parallel_slices": LANES, "committed_ranges": "skip"}
@@ -110,7 +110,7 @@ def backfills_holding_while_upkeep_starts(airflow: AirflowServer, pipelines: lis
             wait_until(lambda cfg=cfg: held[cfg.name].exists() and committed(cfg) == PASS_BEFORE_HOLD * BATCH,
                        f"{cfg.name}'s first {PASS_BEFORE_HOLD} batches committed and the next held", timeout=900,
                        poll=1)
-        # Each pipeline has 20 batches to commit and only PASS_BEFORE_HOLD went through: both runs are running.
+        # Each pipeline has 10 batches to commit and only PASS_BEFORE_HOLD went through: both runs are running.
         for name, run_id in backfills.items():
             assert airflow.dag_run(dag(name, "backfill"), run_id)["state"] == "running", \
                 airflow.describe_run(dag(name, "backfill"), run_id)

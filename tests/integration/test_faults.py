@@ -208,7 +208,7 @@ def test_random_sigkills_of_backfill_and_tail_runs(spark, make_pipeline, home, t
     The first backfill dies at a fixed point while its executors write data files, the first tail
     between its prepare and its commit; every other kill is at a random moment.
     """
-    kills = soak or 8  # at random (--soak: 50, or --soak-kills); with the 2 fixed points, 10 kills in CI
+    kills = soak or 5  # at random (--soak: 50, or --soak-kills); with the 2 fixed points, 7 kills in CI
     seed = int(os.environ.get("TAILFILL_FAULT_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
     began = time.monotonic()

@@ -86,6 +86,7 @@ def keyed_pattern(tmp_path, bootstrap: str, pattern: str) -> str:
     for named in ("quarantine_table", "state_table"):
         data["target"].pop(named, None)
     data["target"]["table"] = "{topic.1}"
+    data["tail"]["restart_backoff_seconds"] = 0.5  # a table whose every commit fails spends its budget quickly
     path = tmp_path / "shopcdc.yaml"
     path.write_text(yaml.safe_dump(data))
     return str(path)
