@@ -526,8 +526,15 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    """``tailfill preflight`` of the pipeline, or of each table of a routed one."""
-    return _each_table(args, "preflight", _preflight)
+    """``tailfill preflight`` of the pipeline, or of each table of a routed one (a broker that cannot list a
+    routed pipeline's topics fails it as it fails a table's check)."""
+    from tailfill.run.preflight import SOURCE_PROBLEMS
+
+    try:
+        return _each_table(args, "preflight", _preflight)
+    except SOURCE_PROBLEMS as exc:
+        _say(f"preflight of {resolve_pipeline(args.pipeline).name} ({args.mode}) FAILED: {exc}")
+        return 1
 
 
 def _preflight(args: argparse.Namespace) -> int:

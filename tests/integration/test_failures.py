@@ -212,3 +212,9 @@ def test_preflight_passes_when_ready_and_names_what_is_not(make_pipeline, tmp_pa
     dead = make_pipeline(name="dead", source__bootstrap_servers=f"127.0.0.1:{free_port()}")
     assert cli.main(["preflight", dead.path]) == 1
     assert "cannot reach Kafka at 127.0.0.1:" in capsys.readouterr().out
+    # A table per topic: the topics cannot even be listed, and the preflight fails the same way.
+    routed = make_pipeline(name="deadrouted", source__bootstrap_servers=f"127.0.0.1:{free_port()}",
+                           source__topic=None, source__topic_pattern=r"shop\..*", target__table="{topic.1}")
+    assert cli.main(["preflight", routed.path]) == 1
+    out = capsys.readouterr().out
+    assert "preflight of deadrouted (" in out and ") FAILED: cannot reach Kafka at 127.0.0.1:" in out, out
