@@ -46,12 +46,20 @@ def alive(pid: int) -> bool:
 
 
 def zombie(pid: int) -> bool:
-    """Whether process ``pid`` has exited and only waits for its parent to collect it (Linux's ``/proc``)."""
+    """Whether process ``pid`` has exited and only waits for its parent to collect it (Linux's ``/proc``): every
+    thread of it has ended. Its first thread alone ended is not enough: a JVM's does, and the JVM runs on (its
+    ports still open)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return False
-    return stat.rpartition(")")[2].split()[:1] == ["Z"]
+    states = []
+    for thread in threads:
+        try:
+            states.append(Path(f"/proc/{pid}/task/{thread}/stat").read_text().rpartition(")")[2].split()[:1])
+        except OSError:  # ended while we looked
+            continue
+    return bool(states) and all(state in (["Z"], ["X"]) for state in states)
 
 
 def running(path: Path) -> dict | None:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tailfill.plumbing.detached import alive, running, stop_detached, zombie
 
@@ -33,6 +34,28 @@ def test_a_running_process_is_alive_and_an_exited_uncollected_one_is_not(tmp_pat
     state.write_text(json.dumps({"pid": done.pid}))
     assert running(state) is None  # a server whose process exited is not running, collected or not
     done.wait()
+
+
+LEADER_GONE = """
+import ctypes, threading, time
+threading.Thread(target=time.sleep, args=(60,)).start()
+print("threads up", flush=True)
+ctypes.CDLL(None).pthread_exit(None)  # the first thread ends, as a JVM's does; the process runs on
+"""
+
+
+def test_a_process_whose_first_thread_ended_while_others_run_is_alive():
+    proc = subprocess.Popen([sys.executable, "-c", LEADER_GONE], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "threads up"
+        deadline = time.monotonic() + 60
+        while Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the first thread never ended"
+            time.sleep(0.05)
+        assert alive(proc.pid) and not zombie(proc.pid)  # its first thread is a zombie; the process is not
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_stopping_a_server_that_already_exited_forgets_it_without_waiting_out_its_grace(tmp_path):
