@@ -7,9 +7,11 @@ first incremental run records the cutover (nothing to ingest, no Spark); then, `
 Printed per run: seconds from the trigger to the end of ``validate`` (validated), to the end of the
 run, and each task's duration. Modes: ``auto`` (the default: the local Airflow starts this home's Spark
 Connect server and the ``spark_connect_default`` connection to it; jobs run there) and ``submit`` (a
-``spark-submit`` per run).
+``spark-submit`` per run). A mode ending in ``/plain`` runs on the local Airflow with Airflow's own
+scheduling defaults, the baseline: no task modules imported by the scheduler before it forks the task
+processes (``TAILFILL_AIRFLOW_PRELOAD=0``), and the scheduler's 1 s idle sleep.
 
-    .venv/bin/python benchmarks/airflow_incremental.py [--count 10000] [--runs 3] [--modes auto,submit]
+    .venv/bin/python benchmarks/airflow_incremental.py [--count 10000] [--runs 3] [--modes auto/plain,auto,submit]
 
 Every process it starts is stopped at the end (Airflow, its Postgres, the broker, the Spark Connect server).
 """
@@ -70,10 +72,15 @@ def one_run(af: AirflowServer, cfg, count: int) -> dict:
             "tasks": {k: round(t["duration"] or 0.0, 1) for k, t in tis.items()}}
 
 
+PLAIN = "/plain"  # a mode on Airflow's own scheduling defaults
+PLAIN_ENV = {"TAILFILL_AIRFLOW_PRELOAD": "0", "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1"}
+
+
 def bench_mode(mode: str, home: Path, broker: EmbeddedBroker, count: int, runs: int) -> list[dict]:
     folder = home / "pipelines"
     path = pipeline(folder, broker.bootstrap_servers)
-    env = dict(os.environ, TAILFILL_HOME=str(home), TAILFILL_PIPELINES=str(folder), TAILFILL_SPARK=mode)
+    env = dict(os.environ, TAILFILL_HOME=str(home), TAILFILL_PIPELINES=str(folder),
+               TAILFILL_SPARK=mode.removesuffix(PLAIN), **(PLAIN_ENV if mode.endswith(PLAIN) else {}))
     os.environ["TAILFILL_HOME"] = str(home)
     cfg = load_pipeline(path)
     out = []
@@ -94,12 +101,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--count", type=int, default=10_000)
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--modes", default="auto,submit", help="TAILFILL_SPARK of each Airflow, comma-separated: "
-                                                          "auto (Spark Connect), connect, submit")
+    p.add_argument("--modes", default="auto/plain,auto,submit",
+                   help="TAILFILL_SPARK of each Airflow, comma-separated: auto (Spark Connect), connect, submit; "
+                        f"'{PLAIN}' after one: on Airflow's own scheduling defaults")
     args = p.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     for mode in modes:
-        if (problem := spark_mode_problem(mode)) is not None:
+        if (problem := spark_mode_problem(mode.removesuffix(PLAIN))) is not None:
             p.error(f"--modes: {mode!r}: {problem}")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
@@ -108,19 +116,20 @@ def main() -> None:
         Path(tmp).chmod(0o755)  # Airflow's Postgres runs as the postgres user when this runs as root
         for mode in modes:
             print(f"{mode}: Airflow up, {args.runs} incremental runs of {args.count:,} new offsets", flush=True)
-            results[mode] = bench_mode(mode, Path(tmp) / mode, broker, args.count, args.runs)
+            results[mode] = bench_mode(mode, Path(tmp) / mode.replace("/", "-"), broker, args.count, args.runs)
     print(f"\nincremental run of {args.count:,} new offsets in Airflow, trigger → validated (median of runs; "
           "the first run on a long-lived server is its first job):")
+    def later(mode: str, key: str = "validated") -> float:  # the median of the runs after the first
+        return statistics.median(r[key] for r in results[mode][1:] or results[mode])
+
     for mode, rs in results.items():
-        later = rs[1:] or rs
-        validated, done = (statistics.median(r[k] for r in later) for k in ("validated", "run"))
-        print(f"  {mode:6s}: first {rs[0]['validated']:.1f} s, then median {validated:.1f} s "
-              f"(run done: median {done:.1f} s)")
+        print(f"  {mode:10s}: first {rs[0]['validated']:.1f} s, then median {later(mode):.1f} s "
+              f"(run done: median {later(mode, 'run'):.1f} s)")
+    for mode in [m for m in results if m + PLAIN in results]:
+        print(f"  {mode} / {mode + PLAIN}: {later(mode) / later(mode + PLAIN):.2f}")
     if "submit" in results:
-        cold = statistics.median(r["validated"] for r in results["submit"][1:] or results["submit"])
-        for mode in results.keys() - {"submit"}:
-            served = statistics.median(r["validated"] for r in results[mode][1:] or results[mode])
-            print(f"  {mode} / submit: {served / cold:.2f}")
+        for mode in [m for m in results if m != "submit"]:
+            print(f"  {mode} / submit: {later(mode) / later('submit'):.2f}")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ class Settings:
     postgres_bin: str | None  # TAILFILL_POSTGRES_BIN: where the Postgres server binaries are
     airflow_port: int  # TAILFILL_AIRFLOW_PORT: the local Airflow's port; 8080
     airflow_db: str | None  # TAILFILL_AIRFLOW_DB: the local Airflow's metadata database URL
+    airflow_preload: bool  # TAILFILL_AIRFLOW_PRELOAD: the local scheduler imports the task modules before it forks; 1
     on_failure: str | None  # TAILFILL_ON_FAILURE: module:function called with every recorded failure
 
     @classmethod
@@ -81,6 +82,7 @@ class Settings:
             postgres_bin=env.get("TAILFILL_POSTGRES_BIN") or None,
             airflow_port=_number(env, "TAILFILL_AIRFLOW_PORT") or 8080,
             airflow_db=env.get("TAILFILL_AIRFLOW_DB") or None,
+            airflow_preload=(_choice(env, "TAILFILL_AIRFLOW_PRELOAD", ("0", "1")) or "1") == "1",
             on_failure=env.get("TAILFILL_ON_FAILURE") or None,
         )
 

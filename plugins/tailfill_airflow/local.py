@@ -75,6 +75,10 @@ def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None,
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        # An idle scheduler looks again after 0.25 s, not 1 s: each task of a run waits for a loop to be queued
+        # and another to have its successors queued.
+        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": env.get("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME",
+                                                                 "0.25"),
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
         # The log servers listen on loopback only (:func:`serve_logs`): tasks and triggers say they ran there.
         "AIRFLOW__CORE__HOSTNAME_CALLABLE": "tailfill_airflow.local.loopback_hostname",
@@ -102,6 +106,15 @@ def local_env(airflow_home: Path, port: int, base: dict[str, str] | None = None,
 
 COMPONENTS = (["api-server"], ["scheduler", "--skip-serve-logs"], ["dag-processor"],
               ["triggerer", "--skip-serve-logs"])
+
+
+def component_command(airflow: str, component: list[str], preload: bool) -> list[str]:
+    """The command that starts one component: ``airflow <component>``; the scheduler, when ``preload``, through
+    :mod:`tailfill_airflow.preload`, so that the task processes its LocalExecutor forks start with the task
+    modules imported."""
+    if preload and component[0] == "scheduler":
+        return [sys.executable, "-m", "tailfill_airflow.preload", *component]
+    return [airflow, *component]
 
 
 def loopback_hostname() -> str:
@@ -179,7 +192,8 @@ def main() -> None:
             for key in ("WORKER", "TRIGGER"):
                 port = env[f"AIRFLOW__LOGGING__{key}_LOG_SERVER_PORT"]
                 procs.append(_start([sys.executable, "-m", "tailfill_airflow.local", "--serve-logs", port], env))
-            procs += [_start([airflow, *component], env) for component in COMPONENTS]
+            preload = settings(env).airflow_preload
+            procs += [_start(component_command(airflow, component, preload), env) for component in COMPONENTS]
             while all(p.poll() is None for p in procs):  # one component gone: stop the others too
                 time.sleep(1)
             sys.exit(next(p.returncode for p in procs if p.returncode is not None))

@@ -15,6 +15,7 @@ def test_defaults_when_nothing_is_set():
     assert (s.home, s.pipelines) == (Path(".tailfill").absolute(), Path("pipelines").absolute())
     assert (s.spark_mode, s.spark_master, s.spark_driver_host, s.spark_slots) == ("auto", "local[2]", "127.0.0.1", 4)
     assert (s.fault_dir, s.fault_skip, s.broker_port, s.on_failure) == (None, 0, None, None)
+    assert s.airflow_preload is True
 
 
 def test_every_variable_is_read_into_its_field():
@@ -24,6 +25,7 @@ def test_every_variable_is_read_into_its_field():
     assert (s.home, s.spark_mode, s.spark_master, s.spark_slots) == (Path("/h"), "connect", "spark://m:7077", 6)
     assert (s.fault_dir, s.fault_skip, s.broker_port, s.on_failure) == (Path("/f"), 2, 9092, "m:f")
     assert s.broker_storage == "memory" and settings({}).broker_storage is None
+    assert settings({"TAILFILL_AIRFLOW_PRELOAD": "0"}).airflow_preload is False
 
 
 @pytest.mark.parametrize(("name", "value", "says"), [
@@ -34,6 +36,7 @@ def test_every_variable_is_read_into_its_field():
     ("TAILFILL_SPARK_SLOTS", "1", "TAILFILL_SPARK_SLOTS='1': the Spark pool needs at least 2 slots (fix: "),
     ("TAILFILL_BROKER_PORT", "ninety", "TAILFILL_BROKER_PORT='ninety': not a whole number (fix: "),
     ("TAILFILL_BROKER_STORAGE", "disk", "TAILFILL_BROKER_STORAGE='disk': use one of s3, memory (or unset it)"),
+    ("TAILFILL_AIRFLOW_PRELOAD", "yes", "TAILFILL_AIRFLOW_PRELOAD='yes': use one of 0, 1 (or unset it)"),
 ])
 def test_a_bad_value_is_one_line_naming_the_variable(name, value, says):
     with pytest.raises(ConfigError) as err:
