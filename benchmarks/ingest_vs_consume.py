@@ -13,9 +13,10 @@ On the embedded broker, N sample events (~120 B of JSON, 4 partitions, 0.1% deli
       own startup, paid once and not per run, is printed apart); each validated.
 
 Prints offsets/s for each, the ratios c/a, c/b, d/c and e/b, the per-stage time of the backfill's batches,
-and with ``--scale`` the same at 5N and the 5N/N cost. Nothing here is a test: it prints figures.
+the peak memory of (c)'s and (e)'s processes (:mod:`process_memory`), and with ``--scale K`` the same at K·N
+and the cost per offset at K·N over N. Nothing here is a test: it prints figures.
 
-    .venv/bin/python benchmarks/ingest_vs_consume.py [--events 1000000] [--scale]
+    .venv/bin/python benchmarks/ingest_vs_consume.py [--events 1000000] [--scale 10]
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from process_memory import PeakMemory
+
 REPO = Path(__file__).resolve().parent.parent
 BAD_EVERY = 1_000  # 0.1% bad records, one of each kind in turn
 PARTITIONS = 4
@@ -50,6 +54,7 @@ class ServedRun:
     steady_s: float
     stages: dict[str, float]
     complete: bool
+    memory: str  # peak resident memory of the job's processes (PeakMemory.asstr)
 
 
 @dataclass
@@ -68,6 +73,7 @@ class Figures:
     complete: bool
     server_up_s: float = 0.0
     served: list[ServedRun] | None = None
+    memory: str = ""  # peak resident memory of (c)'s processes (PeakMemory.asstr)
 
 
 def consumer(bootstrap: str, topic: str, ends: dict[int, int]):
@@ -225,7 +231,8 @@ def run_once(events: int) -> Figures:
         assert naive_rows + naive_bad == events
         print(f"  (b) naive script: {naive_s:.1f}s", flush=True)
 
-        launched, backfill_s = timed_backfill(path, home, "--spark", "submit")
+        with PeakMemory(home) as peak:
+            launched, backfill_s = timed_backfill(path, home, "--spark", "submit")
         batches, stages, first, last = stage_times(cfg)
         print(f"  (c) tailfill backfill: {backfill_s:.1f}s", flush=True)
 
@@ -236,7 +243,7 @@ def run_once(events: int) -> Figures:
         up_s, served = served_backfills(spec, home)
     return Figures(events, consume_s, naive_s, naive_rows, naive_bad, backfill_s,
                    startup_s=first - launched, steady_s=last - first, batches=batches, stages=stages,
-                   validate_s=validate_s, complete=check, server_up_s=up_s, served=served)
+                   validate_s=validate_s, complete=check, server_up_s=up_s, served=served, memory=peak.asstr())
 
 
 def served_backfills(spec: dict, home: Path) -> tuple[float, list[ServedRun]]:
@@ -257,10 +264,11 @@ def served_backfills(spec: dict, home: Path) -> tuple[float, list[ServedRun]]:
             data["target"]["table"] = f"{data['target']['table']}_connect{i}"
             path = home / f"{data['name']}.yaml"
             path.write_text(yaml.safe_dump(data))
-            launched, seconds = timed_backfill(path, home, "--spark", "connect")
+            with PeakMemory(home) as peak:
+                launched, seconds = timed_backfill(path, home, "--spark", "connect")
             _, stages, first, last = stage_times(load_pipeline(path))
             runs.append(ServedRun(f"connect: {label}", seconds, first - launched, last - first, stages,
-                                  validate_all(path, home)))
+                                  validate_all(path, home), peak.asstr()))
             print(f"  (connect) backfill, {label}: {seconds:.1f}s", flush=True)
     finally:
         connect_server_down(home)
@@ -278,6 +286,7 @@ def report_served(events: int, naive_s: float, up_s: float, runs: list[ServedRun
               f"{'COMPLETE' if r.complete else 'INCOMPLETE'}")
         if r.stages:
             print("        batch time by stage " + ", ".join(f"{k} {v:.1f}s" for k, v in r.stages.items()))
+        print(f"        peak memory: {r.memory}")
 
 
 def report(f: Figures) -> None:
@@ -291,6 +300,7 @@ def report(f: Figures) -> None:
     print(f"      steady state          {f.steady_s:7.1f} s  {c_steady:>10,.0f} offsets/s")
     if f.stages:
         print("      batch time by stage   " + ", ".join(f"{k} {v:.1f}s" for k, v in f.stages.items()))
+    print(f"      peak memory           {f.memory}")
     print(f"  (d) validate (cold)       {f.validate_s:7.1f} s  {'COMPLETE' if f.complete else 'INCOMPLETE'}")
     print(f"  ratios: c/a {c / a:.2f} (steady {c_steady / a:.2f})   c/b {c / b:.2f} (steady {c_steady / b:.2f})   "
           f"d/c {f.validate_s / f.backfill_s:.2f}")
@@ -303,10 +313,11 @@ def report(f: Figures) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--scale", action="store_true", help="also run 5 × events and print the 5N/N cost")
+    parser.add_argument("--scale", type=int, metavar="K", help="also run K × events and print the cost per offset "
+                                                               "at K·N over N")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    runs = [args.events, 5 * args.events] if args.scale else [args.events]
+    runs = [args.events, args.scale * args.events] if args.scale else [args.events]
     figures = []
     for n in runs:
         print(f"run with {n:,} events", flush=True)
@@ -314,8 +325,16 @@ def main() -> int:
         report(figures[-1])
     if args.scale:
         small, big = figures
-        print(f"\n5N/N cost: backfill {big.backfill_s / small.backfill_s:.2f}× "
-              f"(steady {big.steady_s / small.steady_s:.2f}×), validate {big.validate_s / small.validate_s:.2f}×")
+        k = args.scale
+
+        def per_offset(big_s: float, small_s: float) -> str:  # cost per offset at K·N over N
+            return f"{big_s / k / small_s:.2f}"
+
+        print(f"\ncost per offset, {big.events:,} over {small.events:,} events: backfill (c) "
+              f"{per_offset(big.backfill_s, small.backfill_s)} (steady {per_offset(big.steady_s, small.steady_s)}), "
+              f"validate {per_offset(big.validate_s, small.validate_s)}, naive {per_offset(big.naive_s, small.naive_s)}"
+              + "".join(f", {b.label} {per_offset(b.seconds, s.seconds)} (steady {per_offset(b.steady_s, s.steady_s)})"
+                        for s, b in zip(small.served or (), big.served or (), strict=True)))
     return 0 if all(f.complete and all(r.complete for r in f.served or ()) for f in figures) else 1
 
 

@@ -9,7 +9,11 @@ changes in one partition), in one run:
       per key (pyiceberg's ``upsert`` refuses duplicate keys) and applied with pyiceberg's own
       ``tx.upsert()`` + ``tx.delete()`` in one transaction (copy-on-write);
   (c) Tailfill as the CLI runs it (``pipelines/orders_cdc.yaml``'s settings): ``tailfill backfill`` of the
-      first 80% of each partition, then ``tailfill tail --once`` of the rest, produced after the backfill;
+      first 80% of each partition, then ``tailfill tail --once`` of the rest, produced after the backfill,
+      each through ``spark-submit``;
+  (e) the same on this home's Spark Connect server (``--spark connect``), from a topic and table of their
+      own: the server's start and a first job (a small keyed backfill of a third topic) are paid before,
+      as on a long-lived server, and printed apart;
   (d) the merge alone, batch by batch: the same stream in ``--batches`` batches prepared as executors
       prepare them (no Spark) and committed by the keyed commit, the merge's seconds per batch.
 
@@ -159,30 +163,25 @@ def main() -> int:
         return 0
     end = ends(changes)
     cut = {p: e * 4 // 5 for p, e in end.items()}
+    history = [c for c in changes if c.offset < cut[c.partition]]
+    live = [c for c in changes if c.offset >= cut[c.partition]]
     with EmbeddedBroker() as broker:
-        spec = yaml.safe_load((REPO / "pipelines" / "orders_cdc.yaml").read_text())
-        spec["name"] = "keyed_bench"
-        spec["source"]["bootstrap_servers"] = broker.bootstrap_servers
-        spec["source"]["topic"] = "keyed-bench"
-        path = home / "keyed_bench.yaml"
-        path.write_text(yaml.safe_dump(spec))
-        topic = spec["source"]["topic"]
-        produce_changes(broker.bootstrap_servers, topic, [c for c in changes if c.offset < cut[c.partition]],
-                        PARTITIONS)
+        path = keyed_pipeline(home, "keyed_bench", broker.bootstrap_servers)
+        served_path = keyed_pipeline(home, "keyed_served", broker.bootstrap_servers)
+        for p in (path, served_path):
+            produce_changes(broker.bootstrap_servers, topic_of(p), history, PARTITIONS)
+        submit = backfill_then_tail(path, home, live, "submit")
+        up_s, first_s = warm_server(home, broker.bootstrap_servers)
+        try:
+            served = backfill_then_tail(served_path, home, live, "connect")
+        finally:
+            from tailfill.run.connect_server import connect_server_down
 
-        _, backfill_s = timed_backfill(path, home)
-        print(f"  (c) tailfill backfill of 80%: {backfill_s:.1f}s", flush=True)
-        produce_changes(broker.bootstrap_servers, topic, [c for c in changes if c.offset >= cut[c.partition]],
-                        PARTITIONS)
-        started = time.perf_counter()
-        done = _tailfill(home, "tail", str(path), "--once")
-        tail_s = time.perf_counter() - started
-        if done.returncode != 0:
-            raise SystemExit(f"tail failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-        print(f"  (c) tailfill tail --once of 20%: {tail_s:.1f}s", flush=True)
-        print("\n".join(f"      {line}" for line in done.stdout.splitlines()[-4:]), flush=True)
-        tailfill_ok = state_of(path, home) == expected
-        complete = validate_all(path, home)
+            connect_server_down(home)
+        backfill_s, tail_s = submit
+        tailfill_ok, complete = checked(path, home, expected)
+        served_ok, served_complete = checked(served_path, home, expected)
+        topic = topic_of(path)
 
         consume_s = timed_consume(broker.bootstrap_servers, topic, end)
         started = time.perf_counter()
@@ -191,7 +190,7 @@ def main() -> int:
         print(f"  (b) naive pyiceberg upsert/delete: {naive_s:.1f}s", flush=True)
     merges = merge_only(changes, home, args.batches)
 
-    tailfill_s = backfill_s + tail_s
+    tailfill_s, served_s = backfill_s + tail_s, sum(served)
     print(f"\nkeyed table, {len(changes):,} change records, 4 partitions (this machine: 2 shared cores)")
     print(f"  (a) consume only                          {consume_s:8.1f} s")
     print(f"  (b) naive pyiceberg upsert()+delete()     {naive_s:8.1f} s   state == fold: {naive_state == expected}"
@@ -200,10 +199,70 @@ def main() -> int:
     print(f"  (c) tailfill backfill 80% + tail 20%      {tailfill_s:8.1f} s   state == fold: {tailfill_ok}   "
           f"validate --all: {'COMPLETE' if complete else 'INCOMPLETE'}   (backfill {backfill_s:.1f} s, tail "
           f"{tail_s:.1f} s, each with its spark-submit)")
-    print(f"  end to end (b)/(c): {naive_s / tailfill_s:.2f}x   (c)/(a): {tailfill_s / consume_s:.1f}x")
+    print(f"  (e) the same on Spark Connect             {served_s:8.1f} s   state == fold: {served_ok}   "
+          f"validate --all: {'COMPLETE' if served_complete else 'INCOMPLETE'}   (backfill {served[0]:.1f} s, tail "
+          f"{served[1]:.1f} s; before them, once: the server up {up_s:.1f} s, its first job {first_s:.1f} s)")
+    print(f"  end to end (b)/(c): {naive_s / tailfill_s:.2f}x   (b)/(e): {naive_s / served_s:.2f}x   "
+          f"(c)/(a): {tailfill_s / consume_s:.1f}x")
     report_merges(merges, len(changes))
     print(f"      naive apply per batch (s): {' '.join(f'{x:.2f}' for x in naive_batches)}")
     return 0
+
+
+def keyed_pipeline(home: Path, name: str, bootstrap: str) -> Path:
+    """``pipelines/orders_cdc.yaml``'s settings as pipeline ``name`` reading topic ``<name>`` of ``bootstrap``."""
+    spec = yaml.safe_load((REPO / "pipelines" / "orders_cdc.yaml").read_text())
+    spec["name"] = name
+    spec["target"]["table"] = name
+    spec["source"]["bootstrap_servers"] = bootstrap
+    spec["source"]["topic"] = name.replace("_", "-")
+    path = home / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def topic_of(path: Path) -> str:
+    return yaml.safe_load(path.read_text())["source"]["topic"]
+
+
+def backfill_then_tail(path: Path, home: Path, live: list, spark: str) -> tuple[float, float]:
+    """Backfill what the topic holds, produce ``live``, then ``tail --once`` it, each ``--spark spark``; the seconds
+    of each."""
+    from tailfill.dev.change_stream import produce_changes
+    from tailfill.pipeline.load import load_pipeline
+
+    _, backfill_s = timed_backfill(path, home, "--spark", spark)
+    print(f"  ({spark}) tailfill backfill of 80%: {backfill_s:.1f}s", flush=True)
+    produce_changes(load_pipeline(path).source.bootstrap_servers, topic_of(path), live, PARTITIONS)
+    started = time.perf_counter()
+    done = _tailfill(home, "tail", str(path), "--once", "--spark", spark)
+    tail_s = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"tail failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    print(f"  ({spark}) tailfill tail --once of 20%: {tail_s:.1f}s", flush=True)
+    print("\n".join(f"      {line}" for line in done.stdout.splitlines()[-4:]), flush=True)
+    return backfill_s, tail_s
+
+
+def warm_server(home: Path, bootstrap: str) -> tuple[float, float]:
+    """Start this home's Spark Connect server and run its first job, a keyed backfill of 2,000 changes of a topic of
+    its own: (seconds to start, seconds of that job)."""
+    from tailfill.dev.change_stream import change_stream, produce_changes
+    from tailfill.run.connect_server import connect_server_up
+
+    started = time.perf_counter()
+    connect_server_up(home)
+    up_s = time.perf_counter() - started
+    path = keyed_pipeline(home, "keyed_warmup", bootstrap)
+    produce_changes(bootstrap, topic_of(path), change_stream(2_000, 200, partitions=PARTITIONS), PARTITIONS)
+    _, first_s = timed_backfill(path, home, "--spark", "connect")
+    print(f"  (connect) server up {up_s:.1f}s, its first job {first_s:.1f}s", flush=True)
+    return up_s, first_s
+
+
+def checked(path: Path, home: Path, expected: dict) -> tuple[bool, bool]:
+    """Whether the pipeline's state equals the fold ``expected``, and whether ``validate --all`` finds it COMPLETE."""
+    return state_of(path, home) == expected, validate_all(path, home)
 
 
 def report_merges(merges: list[dict], records: int) -> None:
