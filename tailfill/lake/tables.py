@@ -42,6 +42,7 @@ from tailfill.values.schema import QUARANTINE_SCHEMA
 
 CATALOG_OPEN_ATTEMPTS = 5
 KEY_PROP = "tailfill.key"  # a state table's key columns (JSON list), set when it is made
+CHANGES_PROP = "tailfill.changes"  # the change log (namespace.table) a state table folds, set when it is made
 
 
 def catalog_properties(target: TargetConfig) -> dict[str, str]:
@@ -251,12 +252,21 @@ def provision_state_table(catalog: Catalog, target: TargetConfig, data: Table) -
     """A keyed pipeline's state table (``target.mode: upsert``): made if missing with the data table's columns and
     the key recorded, and given the columns the data table gained since (the planner's, before a run)."""
     ident = (target.namespace, target.state_name)
+    changes = ".".join(data.name()[-2:])
 
     def new_state_table() -> tuple[pa.Schema, dict[str, str]]:
-        return data.schema().as_arrow(), {KEY_PROP: json.dumps(list(target.key))}
+        return data.schema().as_arrow(), {KEY_PROP: json.dumps(list(target.key)), CHANGES_PROP: changes}
 
     try:
         state = _ensure(catalog, ident, new_state_table)
+        folds = state.properties.get(CHANGES_PROP)
+        if folds is None:  # made before the change log was recorded: it is this pipeline's from now on
+            with state.transaction() as tx:
+                tx.set_properties({CHANGES_PROP: changes})
+        elif folds != changes:
+            raise LakeError(f"the state table {'.'.join(ident)} holds the state of the change log {folds}, not of "
+                            f"this pipeline's {changes}: give the pipeline a state table of its own "
+                            "(target.state_table)")
         _add_missing_columns(state, data.schema().as_arrow())
     except LakeError:
         raise

@@ -24,7 +24,7 @@ from pyiceberg.expressions import EqualTo
 
 from tailfill.config import MaintenanceConfig
 from tailfill.dev.change_stream import Change, avro_changes, change_stream, ends, fold, produce_changes, records
-from tailfill.errors import ChangeStreamError, InjectedFault
+from tailfill.errors import ChangeStreamError, InjectedFault, LakeError
 from tailfill.lake.keyed import applied_ranges, state_counts
 from tailfill.lake.ledger import read_ledger
 from tailfill.lake.prepare import Destination, prepare_ranges
@@ -215,6 +215,18 @@ def test_a_failure_between_the_two_commits_is_caught_up_once(cdc, arm_fault, poi
         commit(pipeline, changes, ranges, "run-2", b, committer)
     assert_state_is_the_fold(pipeline, changes)
     assert state_counts(pipeline.open_state_table()).changes == len(changes)  # nothing applied twice
+
+
+def test_a_state_table_that_folds_another_change_log_is_refused(cdc):
+    """Two pipelines merging into one state table would each make it the fold of neither: the second is refused."""
+    first = cdc()
+    with pytest.raises(LakeError) as err:
+        cdc(target__table="other_changes")
+    assert str(err.value) == (
+        "the state table tailfill.orders_state holds the state of the change log tailfill.orders_changes, not of "
+        "this pipeline's tailfill.other_changes: give the pipeline a state table of its own (target.state_table)")
+    assert first.open_state_table().properties["tailfill.changes"] == "tailfill.orders_changes"
+    cdc(target__table="other_changes", target__state_table="other_state")  # a state table of its own
 
 
 def test_validate_names_a_key_whose_state_was_tampered_with(cdc):
