@@ -213,7 +213,7 @@ def keyed_pipeline(home: Path, name: str, bootstrap: str) -> Path:
     """``pipelines/orders_cdc.yaml``'s settings as pipeline ``name`` reading topic ``<name>`` of ``bootstrap``."""
     spec = yaml.safe_load((REPO / "pipelines" / "orders_cdc.yaml").read_text())
     spec["name"] = name
-    spec["target"]["table"] = name
+    spec["target"]["table"], spec["target"]["state_table"] = name, f"{name}_state"
     spec["source"]["bootstrap_servers"] = bootstrap
     spec["source"]["topic"] = name.replace("_", "-")
     path = home / f"{name}.yaml"
