@@ -53,6 +53,7 @@ TAG = re.compile(r"<(?P<tag>script|link|img)\b(?P<attrs>[^>]*)>(?P<close>\s*</sc
 URL_ATTR = re.compile(r"""\b(?:src|href)\s*=\s*["'](?P<url>[^"']*)["']""", re.IGNORECASE)
 CHECKS = re.compile(r"""\s(?:integrity|crossorigin)\s*=\s*["'][^"']*["']""", re.IGNORECASE)
 OUTSIDE = re.compile(r"^\s*(?:[a-z][a-z0-9+.-]*:)?//", re.IGNORECASE)
+MTIME_SLACK_S = 2.0  # a file's time may lag the clock by up to a tick of the file system: older by less still counts
 SITE_STATIC = re.compile(r"^(?:\.\./|\./)*static/")  # GE counts the depth wrong for some (a validation's favicon)
 
 log = logging.getLogger(__name__)
@@ -91,10 +92,14 @@ def offline_page(text: str, to_root: str) -> tuple[str, list[str]]:
     return TAG.sub(local, text), dropped
 
 
-def make_offline(site: Path) -> None:
-    """Copy the vendored assets into the Data Docs ``site`` and point every page (and GE's stylesheets) at them."""
+def make_offline(site: Path, since: float | None = None) -> None:
+    """Copy the vendored assets into the Data Docs ``site`` and point every page (and GE's stylesheets) at them;
+    with ``since`` (a time), only the files written since then (a build rewrites the pages it built, the index
+    and GE's stylesheets), so that the pages of earlier builds are not read again."""
     shutil.copytree(assets_dir(), site / SITE_ASSETS, dirs_exist_ok=True)
     for path in [*site.rglob("*.html"), *(site / "static" / "styles").glob("*.css")]:
+        if since is not None and path.stat().st_mtime < since - MTIME_SLACK_S:
+            continue
         before = path.read_text(encoding="utf-8")
         after, dropped = offline_page(before, "../" * (len(path.relative_to(site).parts) - 1))
         if dropped:

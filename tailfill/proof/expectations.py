@@ -9,6 +9,7 @@ Great Expectations is imported lazily: it takes seconds to import and only valid
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import sys
@@ -59,8 +60,15 @@ def exclusive(root: Path) -> Iterator[None]:
         yield
 
 
+INDEX_LIMIT = 200  # validations the Data Docs index lists, newest first (each run's report keeps the rest)
+
+
 class GxRunner:
     """A file-backed GE context under ``root`` with one pandas datasource.
+
+    Its Data Docs are built for what this runner validated only (the pages of earlier runs stay as they are),
+    and the index lists the newest :data:`INDEX_LIMIT` validations: the cost of a validation does not grow
+    with the number of runs validated before it.
 
     Use it inside :func:`exclusive` on the same ``root`` when other processes may validate too.
     """
@@ -71,12 +79,23 @@ class GxRunner:
         import great_expectations as gx
 
         self.gx = gx
+        _cache_compiled_templates()
         root.mkdir(parents=True, exist_ok=True)
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         self.context = gx.get_context(mode="file", project_root_dir=str(root))
         self.context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+        self._limit_index()
         self._source: Any = None
+        self._validated: list[tuple[str, Any]] = []  # (suite, run id) of each validation of this runner
+
+    def _limit_index(self) -> None:
+        """Have every Data Docs site's index list the newest :data:`INDEX_LIMIT` validations only."""
+        for name, site in self.context.list_data_docs_sites().items():
+            index = dict(site.get("site_index_builder") or {"class_name": "DefaultSiteIndexBuilder"})
+            if index.get("validation_results_limit") != INDEX_LIMIT:
+                index["validation_results_limit"] = INDEX_LIMIT
+                self.context.update_data_docs_site(name, {**site, "site_index_builder": index})
 
     def _batch_definition(self, asset: str):
         if self._source is None:
@@ -110,6 +129,7 @@ class GxRunner:
         )
         run_id = self.gx.RunIdentifier(run_name=run_name)
         result = vd.run(batch_parameters={"dataframe": dataframe}, run_id=run_id, result_format="SUMMARY")
+        self._validated.append((spec["name"], run_id))
         failed = []
         for r in result.results:
             if not r.success:
@@ -124,17 +144,36 @@ class GxRunner:
         return SuiteResult(spec["name"], bool(result.success), failed)
 
     def build_docs(self) -> Path | None:
-        """Build Data Docs, made to work offline (:mod:`tailfill.proof.data_docs`); the path of their index page."""
+        """Build the Data Docs pages of what this runner validated, its suites' and the index, made to work offline
+        (:mod:`tailfill.proof.data_docs`); the path of their index page."""
+        from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
+
         from tailfill.proof.data_docs import make_offline
 
-        self.context.build_data_docs()
+        started = time.time()
+        ours = set(self._validated)
+        results = [key for key in self.context.validation_results_store.list_keys()
+                   if (key.expectation_suite_identifier.name, key.run_id) in ours]
+        suites = [ExpectationSuiteIdentifier(name=name) for name in sorted({name for name, _ in ours})]
+        self.context.build_data_docs(resource_identifiers=[*suites, *results])
         for site in self.context.get_docs_sites_urls():
             url = site.get("site_url") or ""
             if url.startswith("file://"):
                 index = Path(url.removeprefix("file://"))
-                make_offline(index.parent)
+                make_offline(index.parent, since=started)
                 return index
         return None
+
+
+def _cache_compiled_templates() -> None:
+    """Have Great Expectations' Data Docs views keep their compiled Jinja templates in Jinja's own bytecode cache
+    (a folder of this user's, private to it) instead of compiling them in every process: some fifty templates,
+    about a second of each validation. Once per process; a GE without the expected module is left as it is."""
+    import jinja2
+    from great_expectations.render.view import view
+
+    if getattr(view, "Environment", None) is jinja2.Environment:  # not replaced yet (and still what GE uses)
+        view.Environment = functools.partial(jinja2.Environment, bytecode_cache=jinja2.FileSystemBytecodeCache())
 
 
 def run_suites(root: Path, frames: list[tuple[str, str, Any]], run_name: str,

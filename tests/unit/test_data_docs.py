@@ -62,3 +62,27 @@ def test_an_unknown_outside_resource_is_dropped_and_named():
     assert text == ('<link rel="stylesheet" href="../static/tailfill/css/bootstrap.min.css"/>\n'
                     '<script src="../static/tailfill/js/bootstrap.min.js"></script>\n\n\n'
                     '<a href="https://greatexpectations.io">Great Expectations</a>')  # a link is not a fetch
+
+
+def test_a_validation_builds_its_own_pages_and_the_index_lists_the_newest(tmp_path, monkeypatch):
+    """A run's validation renders its pages and the index, never an earlier run's page again (its cost does not
+    grow with the runs before it); the index lists the newest ``INDEX_LIMIT`` validations; every page is offline."""
+    from tailfill.proof import expectations
+
+    monkeypatch.setattr(expectations, "INDEX_LIMIT", 4, raising=False)  # two runs of two suites
+    for run in ("r1", "r2", "r3"):
+        _, _, index = run_suites(tmp_path, _frames(), run)
+    site = index.parent
+    earlier = {p: (p.stat().st_mtime_ns, p.read_text()) for p in (site / "validations").rglob("*.html")}
+    assert len(earlier) == 6  # two suites, three runs
+
+    run_suites(tmp_path, _frames(), "r4")
+
+    pages = {p: (p.stat().st_mtime_ns, p.read_text()) for p in (site / "validations").rglob("*.html")}
+    assert {p: v for p, v in pages.items() if p in earlier} == earlier  # not one earlier page rewritten
+    new = [p for p in pages if p not in earlier]
+    assert len(new) == 2 and all(p.relative_to(site).parts[2] == "r4" for p in new), new
+    text = index.read_text()
+    assert "r4" in text and "r3" in text and "r2" not in text and "r1" not in text
+    for page in [index, *new]:
+        assert all(not url.startswith(("http:", "https:", "//")) for url in LOADED.findall(page.read_text())), page
