@@ -9,7 +9,9 @@ this a task imports them itself, seconds of every ``preflight``, ``tail`` and ``
 
 Only modules are imported here: no connection, session, thread or file is opened before the fork. A
 module that fails to import is named in one line and left to the task that needs it (which then fails with
-its own error, in its own log).
+its own error, in its own log). A logger a module switched off when imported (pyspark's Spark Connect
+client logger is off unless ``SPARK_CONNECT_LOG_LEVEL`` is set) stays silent: Airflow's logging setup,
+which runs after this, switches every existing logger back on.
 """
 
 from __future__ import annotations
@@ -43,7 +45,17 @@ def preload(modules: tuple[str, ...] = TASK_MODULES) -> list[str]:
             importlib.import_module(name)
         except Exception as exc:  # the task that needs it fails on it, with its own error and log
             problems.append(f"{name}: {type(exc).__name__}: {exc}")
+    keep_switched_off_loggers_silent()
     return problems
+
+
+def keep_switched_off_loggers_silent() -> None:
+    """Give every logger that is switched off (``disabled``) a level above CRITICAL, so that it stays silent when a
+    logging setup later switches existing loggers back on (``dictConfig`` with ``disable_existing_loggers`` false,
+    as Airflow's) — as it would have been, had its module been imported after that setup."""
+    for logger in list(logging.Logger.manager.loggerDict.values()):
+        if isinstance(logger, logging.Logger) and logger.disabled:
+            logger.setLevel(logging.CRITICAL + 1)
 
 
 def main(argv: list[str]) -> None:

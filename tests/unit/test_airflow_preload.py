@@ -39,3 +39,17 @@ def test_every_task_module_imports_and_starts_no_thread_before_the_fork(tmp_path
                   "print(preload()); print(threading.active_count()); "
                   "print(all(m in sys.modules for m in TASK_MODULES))", tmp_path)
     assert out == ["[]", "1", "True"], f"preloading {TASK_MODULES}: {out}"
+
+
+def test_a_logger_a_module_switched_off_stays_silent_after_a_logging_setup_that_switches_loggers_on(tmp_path):
+    """pyspark's Spark Connect client logger is off unless asked for; preloaded before Airflow's logging setup
+    (which switches every existing logger back on), its errors must not reach a task's log, as before."""
+    out = _python(
+        "import logging, logging.config, sys; from tailfill_airflow.preload import preload; "
+        "print(preload(('pyspark.sql.connect.logging',))); "
+        "logging.config.dictConfig({'version': 1, 'disable_existing_loggers': False, 'handlers': {'out': "
+        "{'class': 'logging.StreamHandler', 'stream': 'ext://sys.stdout'}}, 'root': {'level': 'INFO', "
+        "'handlers': ['out']}}); "
+        "logging.getLogger('pyspark.sql.connect.logging').error('from the Connect client'); "
+        "logging.getLogger('tailfill').error('from Tailfill')", tmp_path)
+    assert out == ["[]", "from Tailfill"]
