@@ -38,7 +38,9 @@ TASK_MODULES = (
 
 def preload(modules: tuple[str, ...] = TASK_MODULES) -> list[str]:
     """Import ``modules``; returns one line per module that could not be imported (the rest are loaded)."""
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)  # its import logs a line per API it skips
+    from tailfill.proof.expectations import quiet_great_expectations
+
+    quiet_great_expectations()
     problems = []
     for name in modules:
         try:

@@ -60,6 +60,12 @@ def exclusive(root: Path) -> Iterator[None]:
         yield
 
 
+def quiet_great_expectations() -> None:
+    """Keep Great Expectations' INFO out of the logs (some 200 lines at import alone drown a task's log): call it
+    before the first import."""
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+
+
 INDEX_LIMIT = 200  # validations the Data Docs index lists, newest first (each run's report keeps the rest)
 
 
@@ -74,8 +80,7 @@ class GxRunner:
     """
 
     def __init__(self, root: Path):
-        # Its INFO (some 200 lines at import alone) drowns task logs: quiet before the first import.
-        logging.getLogger("great_expectations").setLevel(logging.WARNING)
+        quiet_great_expectations()
         import great_expectations as gx
 
         self.gx = gx
