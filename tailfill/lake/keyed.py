@@ -38,10 +38,10 @@ from pyiceberg.typedef import Record
 from tailfill import failpoints
 from tailfill.errors import ChangeStreamError, CommitConflictError
 from tailfill.lake.commit import Committer
+from tailfill.lake.data_files import data_file
 from tailfill.lake.files import PARQUET_OPTIONS, in_any, new_file_uri, range_filter
 from tailfill.lake.key_index import Applied, KeyIndex, Version, encode_keys, paused_gc, segment
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, CommitResult, commit_attempts, map_by_name, read_ledger
-from tailfill.lake.partition import data_file
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.row_delta import RowDelta, write_position_deletes
 from tailfill.offsets import OffsetRange, merge, ranges_from_json, ranges_to_json, subtract

@@ -24,7 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from tailfill.errors import CommitConflictError, LakeError
 from tailfill.lake.batch_summary import BatchSummary
-from tailfill.lake.partition import data_files
+from tailfill.lake.data_files import data_files
 from tailfill.offsets import (
     OffsetRange,
     PartitionOffsets,

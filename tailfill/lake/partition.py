@@ -1,9 +1,10 @@
 """The table's partition spec (``target.partition_by``, see :mod:`tailfill.values.partition_terms`), applied
-where rows are written. Executors compute each row's partition values from the config
-alone (no catalog), write one file set per partition value, and record the values (and the spec they
-follow) in each Parquet file's footer. The driver builds the files' Iceberg entries from that footer:
-pyiceberg's ``add_files`` infers partitions from column bounds and refuses ``bucket``, so Tailfill
-never relies on it for partitioned tables.
+where rows are written. Executors compute each row's partition values from the config alone (no catalog),
+write one file set per partition value, and record the values (and the spec they follow) in each Parquet
+file's footer; the driver builds the files' Iceberg entries from that footer (:mod:`tailfill.lake.data_files`).
+
+Executors import this module: it needs pyarrow only, not pyiceberg's Arrow I/O (about half a second of
+imports in every Python worker Spark starts).
 """
 
 from __future__ import annotations
@@ -13,40 +14,10 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
-from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import (
-    _check_pyarrow_schema_compatible,
-    compute_statistics_plan,
-    data_file_statistics_from_parquet_metadata,
-    parquet_path_to_id_mapping,
-)
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-from pyiceberg.partitioning import PartitionSpec
-from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.transforms import BucketTransform, TruncateTransform
-from pyiceberg.typedef import Record
-from pyiceberg.utils.concurrent import ExecutorFactory
 
-from tailfill.errors import LakeError
 from tailfill.values.partition_terms import PartitionTerm
 
 FOOTER_KEY = b"tailfill.partition"  # JSON {"spec": [...], "values": [...]} in a data file's Parquet footer
-
-
-def spec_terms(spec: PartitionSpec, schema) -> list[str]:
-    """A table's partition spec as ``partition_by`` entries (for comparing it with the config)."""
-    out = []
-    for f in spec.fields:
-        column = schema.find_column_name(f.source_id)
-        t = f.transform
-        if isinstance(t, BucketTransform):
-            out.append(f"bucket({t.num_buckets}, {column})")
-        elif isinstance(t, TruncateTransform):
-            out.append(f"truncate({t.width}, {column})")
-        else:
-            out.append(f"{t}({column})")
-    return out
 
 
 def split(table: pa.Table, terms: Sequence[PartitionTerm]) -> Iterator[tuple[tuple, pa.Table]]:
@@ -73,38 +44,3 @@ def footer(terms: Sequence[PartitionTerm], values: tuple) -> dict[bytes, bytes]:
     if not terms:
         return {}
     return {FOOTER_KEY: json.dumps({"spec": [str(t) for t in terms], "values": list(values)}).encode()}
-
-
-def data_file(io: FileIO, metadata: TableMetadata, uri: str, partition: Record | None = None) -> DataFile:
-    """The Iceberg entry of data file ``uri`` for ``metadata``'s current spec.
-
-    Its partition is ``partition`` if given, else the one recorded in the file's footer; a file
-    written for another spec than the table's (``partition_by`` changed without the table following)
-    is refused with the two specs named.
-    """
-    input_file = io.new_input(uri)
-    with input_file.open() as stream:
-        parquet = pq.read_metadata(stream)
-    schema, spec = metadata.schema(), metadata.spec()
-    _check_pyarrow_schema_compatible(schema, parquet.schema.to_arrow_schema(), format_version=metadata.format_version)
-    stats = data_file_statistics_from_parquet_metadata(parquet, compute_statistics_plan(schema, metadata.properties),
-                                                       parquet_path_to_id_mapping(schema))
-    if partition is None:
-        partition = _footer_partition(parquet, spec_terms(spec, schema), uri)
-    return DataFile.from_args(content=DataFileContent.DATA, file_path=uri, file_format=FileFormat.PARQUET,
-                              partition=partition, file_size_in_bytes=len(input_file), sort_order_id=None,
-                              spec_id=metadata.default_spec_id, equality_ids=None, key_metadata=None,
-                              **stats.to_serialized_dict())
-
-
-def data_files(io: FileIO, metadata: TableMetadata, uris: Sequence[str]) -> list[DataFile]:
-    """:func:`data_file` of each of ``uris``, footers read in parallel (as pyiceberg's ``add_files`` does)."""
-    return list(ExecutorFactory.get_or_create().map(lambda uri: data_file(io, metadata, uri), uris))
-
-
-def _footer_partition(parquet: pq.FileMetaData, expected: list[str], uri: str) -> Record:
-    recorded = json.loads((parquet.metadata or {}).get(FOOTER_KEY, b'{"spec": [], "values": []}'))
-    if recorded["spec"] != expected:
-        raise LakeError(f"data file {uri} was written for partition spec {recorded['spec']} but the table's is "
-                        f"{expected}: set target.partition_by to match, or let the next run evolve the table")
-    return Record(*recorded["values"])

@@ -25,9 +25,9 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from tailfill.errors import CommitConflictError, LakeError
+from tailfill.lake.data_files import data_file, data_files
 from tailfill.lake.files import in_any, range_filter, rewrite_without
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, commit_attempts, map_by_name
-from tailfill.lake.partition import data_file, data_files
 from tailfill.offsets import OffsetRange, merge, ranges_to_json
 from tailfill.plumbing.warehouse import fs_path
 from tailfill.values.schema import COORDINATES

@@ -32,7 +32,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from tailfill.config import TargetConfig
 from tailfill.errors import LakeError, RegistryError, SchemaChangeError
 from tailfill.formats.base import Format
-from tailfill.lake.partition import spec_terms
+from tailfill.lake.data_files import spec_terms
 from tailfill.lake.schema_change import evolve
 from tailfill.plumbing.retry import retrying
 from tailfill.plumbing.warehouse import s3_credentials, warehouse_uri

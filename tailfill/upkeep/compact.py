@@ -29,9 +29,9 @@ from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
 from tailfill.errors import CommitConflictError, LakeError
+from tailfill.lake.data_files import data_file
 from tailfill.lake.files import PARQUET_OPTIONS, new_file_uri
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, commit_attempts
-from tailfill.lake.partition import data_file
 from tailfill.plumbing.warehouse import fs_path, make_dirs
 
 MAINTENANCE_SUMMARY = "tailfill.maintenance"

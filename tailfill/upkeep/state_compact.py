@@ -23,11 +23,11 @@ from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
 from tailfill.errors import CommitConflictError, LakeError
+from tailfill.lake.data_files import data_file
 from tailfill.lake.files import new_file_uri
 from tailfill.lake.key_index import KeyIndex, encode_keys, segment
 from tailfill.lake.keyed import INDEX_PROP
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, commit_attempts
-from tailfill.lake.partition import data_file
 from tailfill.plumbing.warehouse import fs_path
 from tailfill.upkeep.compact import MAINTENANCE_SUMMARY, CompactionResult, write_rolling
 

@@ -16,7 +16,7 @@ from helpers import (
 )
 
 from tailfill.dev.sample import _SampleProducer
-from tailfill.lake.partition import spec_terms
+from tailfill.lake.data_files import spec_terms
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.proof.validate import validate
 

@@ -19,7 +19,7 @@ from pyiceberg.expressions import EqualTo
 from tailfill.dev.batches import commit_sample_batch
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import LakeError
-from tailfill.lake.partition import spec_terms
+from tailfill.lake.data_files import spec_terms
 from tailfill.offsets import OffsetRange
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.plumbing.warehouse import filesystem, fs_path
