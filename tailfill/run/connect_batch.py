@@ -116,6 +116,19 @@ def fold(reports: ReportLog) -> Tally:
     return tally
 
 
+def release_locally(batch: DataFrame) -> None:
+    """Let go of a ``foreachBatch`` DataFrame without asking the server to drop it.
+
+    The server caches each batch's DataFrame under an id for the worker and drops it itself once the function
+    returned (``StreamingForeachBatchHelper``, in a ``finally``). pyspark's worker also asks it to, from the
+    reference's finalizer, through a blocking call without a deadline; seen hanging for good after a Ctrl-C'd
+    job, with the query waiting on the worker for ever. Clearing the id makes that finalizer a no-op.
+    """
+    plan = getattr(batch, "_plan", None)
+    if type(plan).__name__ == "CachedRemoteRelation":
+        plan._relation_id = None
+
+
 @dataclass
 class RemoteBatch:
     """``foreachBatch`` of one request over Connect: built into a :class:`BatchHandler` on the server."""
@@ -141,15 +154,18 @@ class RemoteBatch:
 
     def __call__(self, ranges: DataFrame, batch_id: int) -> None:
         spark = ranges.sparkSession
-        self._check_lease(spark)
-        handler = self._handler or self._build(spark)
         try:
-            handler(ranges, batch_id)
-        except BaseException:
-            failure = handler.state.failure
-            self._publish(spark, handler, failure)
-            raise
-        self._publish(spark, handler, None)
+            self._check_lease(spark)
+            handler = self._handler or self._build(spark)
+            try:
+                handler(ranges, batch_id)
+            except BaseException:
+                failure = handler.state.failure
+                self._publish(spark, handler, failure)
+                raise
+            self._publish(spark, handler, None)
+        finally:
+            release_locally(ranges)
 
     def warm(self) -> None:
         """Import what :meth:`_build` needs (pyiceberg, pandas, the catalog's driver): called by the server's
