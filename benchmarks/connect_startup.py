@@ -9,7 +9,9 @@ job is a *next* job: its server and shared session already warm from a first job
   old        Spark's pyspark.zip on the Python workers' path (``TAILFILL_PYSPARK_ZIP=1``) and the
              foreachBatch function loaded by the first batch (``TAILFILL_CONNECT_PRELOAD=0``)
   zip-only   the workers import the installed, compiled pyspark; the function loaded by the first batch
-  new        compiled pyspark, and the function loaded in a thread as soon as the worker has it
+  no-archive the same as ``new`` with the JVM's class archive off (``TAILFILL_CLASS_ARCHIVE_DIR=off``)
+  new        compiled pyspark, the function loaded in a thread as soon as the worker has it, and the JVM's
+             classes mapped from its class archive (:mod:`tailfill.run.class_archive`; made first if missing)
 
 Each round produces ``--events`` more events, then runs ``tailfill tail P --once --spark connect`` of each
 variant in turn (the order rotates each round); each job reads those events into a table of its own. Prints
@@ -38,6 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 VARIANTS = {
     "old": {"TAILFILL_PYSPARK_ZIP": "1", "TAILFILL_CONNECT_PRELOAD": "0"},
     "zip-only": {"TAILFILL_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "0"},
+    "no-archive": {"TAILFILL_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "1", "TAILFILL_CLASS_ARCHIVE_DIR": "off"},
     "new": {"TAILFILL_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "1"},
 }
 

@@ -47,6 +47,7 @@ class Settings:
     airflow_db: str | None  # TAILFILL_AIRFLOW_DB: the local Airflow's metadata database URL
     airflow_preload: bool  # TAILFILL_AIRFLOW_PRELOAD: the local scheduler imports the task modules before it forks; 1
     on_failure: str | None  # TAILFILL_ON_FAILURE: module:function called with every recorded failure
+    class_archive_dir: Path | None  # TAILFILL_CLASS_ARCHIVE_DIR: Spark's JVM class archive (off: none); ~/.cache
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -84,7 +85,18 @@ class Settings:
             airflow_db=env.get("TAILFILL_AIRFLOW_DB") or None,
             airflow_preload=(_choice(env, "TAILFILL_AIRFLOW_PRELOAD", ("0", "1")) or "1") == "1",
             on_failure=env.get("TAILFILL_ON_FAILURE") or None,
+            class_archive_dir=_archive_dir(env),
         )
+
+
+def _archive_dir(env: Mapping[str, str]) -> Path | None:
+    given = env.get("TAILFILL_CLASS_ARCHIVE_DIR")
+    if given == "off":
+        return None
+    if given:
+        return Path(given).absolute()
+    cache = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
+    return Path(cache) / "tailfill" / "jvm"
 
 
 def spark_mode_problem(mode: str) -> str | None:

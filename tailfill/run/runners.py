@@ -22,7 +22,7 @@ from typing import Protocol
 
 from tailfill.errors import ConfigError, ErrorInfo, SparkServerError
 from tailfill.redact import redact_text
-from tailfill.run import runtime
+from tailfill.run import class_archive, runtime
 from tailfill.run.contract import JobResult, JobSpec, read_event
 from tailfill.run.submit import spark_submit_command, submit_env
 from tailfill.settings import settings, spark_mode_problem
@@ -96,19 +96,20 @@ class SparkSubmitRunner:
         self.master, self.conf, self.env, self.name = master, dict(conf or {}), env, name
 
     def submit(self, spec: JobSpec, on_line: OnLine) -> SparkSubmitRun:
-        cmd = spark_submit_command(spec, self.master, self.conf)
-        if self.name:
-            cmd[1:1] = ["--name", self.name]
-        return SparkSubmitRun(cmd, dict(self.env) if self.env is not None else submit_env(), on_line)
+        return self._start(spec, on_line)
 
 
     def submit_together(self, specs: Sequence[JobSpec], on_line: OnLine) -> list[JobRun]:
         """Start every spec's job in one ``spark-submit`` (one JVM, one session, the jobs at once); a run each."""
-        cmd = spark_submit_command(specs, self.master, self.conf)
+        run = self._start(specs, on_line)
+        return [TogetherRun(run, spec.run_id) for spec in specs]
+
+    def _start(self, spec: JobSpec | Sequence[JobSpec], on_line: OnLine) -> SparkSubmitRun:
+        dump = class_archive.dump_for(runtime.JVM_OPTIONS)  # the first run without a class archive writes it
+        cmd = spark_submit_command(spec, self.master, self.conf, dump)
         if self.name:
             cmd[1:1] = ["--name", self.name]
-        run = SparkSubmitRun(cmd, dict(self.env) if self.env is not None else submit_env(), on_line)
-        return [TogetherRun(run, spec.run_id) for spec in specs]
+        return SparkSubmitRun(cmd, dict(self.env) if self.env is not None else submit_env(), on_line, dump)
 
 
 class SparkSubmitRun:
@@ -116,8 +117,8 @@ class SparkSubmitRun:
 
     stopping = "killing its spark-submit"
 
-    def __init__(self, cmd: list[str], env: dict[str, str], on_line: OnLine):
-        self.lines = _Lines(on_line)
+    def __init__(self, cmd: list[str], env: dict[str, str], on_line: OnLine, dump: class_archive.Dump | None = None):
+        self.lines, self.dump = _Lines(on_line), dump
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      errors="replace", bufsize=1)
         self.reader = threading.Thread(target=self._read, name="spark-submit-output", daemon=True)
@@ -131,6 +132,8 @@ class SparkSubmitRun:
     def wait(self) -> Outcome:
         code = self.proc.wait()
         self.reader.join(timeout=30)  # a worker the job left behind may hold the pipe; never wait on it for ever
+        if self.dump is not None:
+            self.dump.settle(code)
         return Outcome(code, self.lines.result)
 
     def kill(self) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import tailfill
 from tailfill.plumbing.durable import write_whole
+from tailfill.run import class_archive
 from tailfill.settings import LOOPBACK, settings
 
 JOBS_PACKAGE = "tailfill.spark_jobs"  # the repo's spark_jobs/ folder, installed as package data
@@ -57,12 +58,15 @@ def master() -> str:
     return settings().spark_master
 
 
-def spark_conf() -> dict[str, str]:
-    """Spark settings for every Tailfill driver: loopback-bound, UTC, quiet, Python workers reused.
+def spark_conf(dump: class_archive.Dump | None = None) -> dict[str, str]:
+    """Spark settings for every Tailfill driver: loopback-bound, UTC, quiet, Python workers reused, its JVM's
+    classes mapped from the class archive (:mod:`tailfill.run.class_archive`), or written to it with ``dump``.
 
     The driver's Python is pinned to this interpreter (which has tailfill installed), so that a
     ``spark.pyspark.python`` given for a cluster's executors never moves the driver onto theirs.
     """
+    java = " ".join(filter(None, (f"-Dlog4j.configurationFile={log4j_file()}", JVM_OPTIONS,
+                                  dump.options if dump else class_archive.use_options(JVM_OPTIONS))))
     host = settings().spark_driver_host
     return {
         "spark.pyspark.driver.python": driver_python(),
@@ -74,7 +78,7 @@ def spark_conf() -> dict[str, str]:
         "spark.sql.shuffle.partitions": "4",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
         "spark.python.worker.reuse": "true",
-        "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={log4j_file()} {JVM_OPTIONS}",
+        "spark.driver.extraJavaOptions": java,
     }
 
 

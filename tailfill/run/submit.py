@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from tailfill.errors import ConfigError
 from tailfill.run import runtime
+from tailfill.run.class_archive import Dump
 from tailfill.run.contract import JobSpec, together_argv
 from tailfill.run.worker_python import worker_python
 from tailfill.settings import settings
@@ -28,17 +29,18 @@ def parse_conf(pairs: list[str] | None) -> dict[str, str]:
 
 
 def spark_submit_command(spec: JobSpec | Sequence[JobSpec], master: str | None = None,
-                         conf: dict[str, str] | None = None) -> list[str]:
+                         conf: dict[str, str] | None = None, dump: Dump | None = None) -> list[str]:
     """The full ``spark-submit`` command for ``spec`` (several: run together by the one application), shipping the
     tailfill code to the executors.
 
     ``master`` defaults to :func:`runtime.master`; ``conf`` is laid over Tailfill's Spark settings
     (:func:`runtime.spark_conf`). Builds the ``--py-files`` archive (:func:`runtime.code_archive`),
-    so executors need only tailfill's dependencies, never tailfill itself.
+    so executors need only tailfill's dependencies, never tailfill itself. ``dump``: the driver writes the class
+    archive at exit (:mod:`tailfill.run.class_archive`; the caller settles it).
     """
     master = master or runtime.master()
     cmd = [runtime.spark_submit(), "--master", master]
-    for key, value in (runtime.spark_conf() | local_python_conf(master) | (conf or {})).items():
+    for key, value in (runtime.spark_conf(dump) | local_python_conf(master) | (conf or {})).items():
         cmd += ["--conf", f"{key}={value}"]
     cmd += ["--py-files", str(runtime.code_archive())]
     return [*cmd, str(runtime.job_file()), *(spec.argv() if isinstance(spec, JobSpec) else together_argv(spec))]
