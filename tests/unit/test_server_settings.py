@@ -27,6 +27,7 @@ def test_a_pipeline_secret_is_compared_without_its_value_and_its_absence_counts(
 
 def test_how_to_run_is_not_a_setting_of_the_job():
     assert job_env_digests({"TAILFILL_SPARK": "connect", "TAILFILL_SPARK_REMOTE": "sc://h:1"}) == {}
+    assert job_env_digests({"TAILFILL_CLASS_ARCHIVE_DIR": "off"}) == {}  # how a JVM starts, not what a job does
 
 
 def test_extra_spark_settings_or_another_master_need_a_new_application():
