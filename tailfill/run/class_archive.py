@@ -1,7 +1,7 @@
 """A class-data-sharing archive of the Spark driver's classes: later JVMs start Spark in about half the CPU.
 
-A Spark driver loads and verifies some ten thousand classes before it runs anything: about 12 s of CPU for a
-trivial job on this project's machine, 6 s when the JVM maps them from an archive (Java's AppCDS,
+A Spark driver loads and verifies some ten thousand classes before it runs anything: a trivial job took 13 s of
+CPU on this project's machine, 7 s when the JVM maps them from an archive (Java's AppCDS,
 ``-XX:SharedArchiveFile``). The archive is made by the first ``spark-submit`` that finds none: its JVM writes
 the classes it loaded at exit (``-XX:ArchiveClassesAtExit``) to a name of its own, which :meth:`Dump.settle`
 moves into place once that JVM ended by itself (a killed one leaves nothing behind); concurrent first runs
