@@ -109,6 +109,11 @@ class KeyIndex:
             self.apply(pq.read_table(fs_path(uri), filesystem=fs))
             self.segments.append(uri)
 
+    def add(self, entries: Sequence[tuple[str, Applied]], uri: str) -> None:
+        """Apply the segment at ``uri`` that a merge of this process wrote from ``entries`` and committed."""
+        self.keys.update(entries)
+        self.segments.append(uri)
+
     def apply(self, segment: pa.Table) -> None:
         """Apply one segment (its rows in order: a later row of a key replaces an earlier)."""
         d = segment.to_pydict()

@@ -126,6 +126,10 @@ class StateMerger:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _merge_once(self, run_id: str, batch_id: int, changes: pa.Table, ranges: list[OffsetRange]) -> MergeCounts:
+        with paused_gc():  # else the merge's allocations (plan, segment, pyiceberg's commit) make it walk the index
+            return self._merge_paused(run_id, batch_id, changes, ranges)
+
+    def _merge_paused(self, run_id: str, batch_id: int, changes: pa.Table, ranges: list[OffsetRange]) -> MergeCounts:
         state = self.state
         state.refresh()
         applied = applied_ranges(state)
@@ -134,10 +138,9 @@ class StateMerger:
             return MergeCounts()
         rows = _rows_in(changes, todo)
         data_uri = new_file_uri(state.location(), run_id)  # the merge's data file, if any row wins
-        with paused_gc():
-            self.index.follow(self.fs, json.loads(state.properties.get(INDEX_PROP, "[]")))
-            plan = self._plan(rows, data_uri) if rows.num_rows else MergePlan()
-        segment_uri = deletes = entries = None
+        self.index.follow(self.fs, json.loads(state.properties.get(INDEX_PROP, "[]")))
+        plan = self._plan(rows, data_uri) if rows.num_rows else MergePlan()
+        segment_uri = deletes = None
         if plan.upserts or plan.entries or plan.deletes:  # all three files go under data/, which a new table lacks
             make_dirs(self.fs, f"{state.location().rstrip('/')}/data")
         if plan.upserts:
@@ -145,8 +148,7 @@ class StateMerger:
                            **PARQUET_OPTIONS)
         if plan.entries:
             segment_uri = new_file_uri(state.location(), f"keyindex-{run_id}")
-            entries = segment(plan.entries)
-            pq.write_table(entries, fs_path(segment_uri), filesystem=self.fs)
+            pq.write_table(segment(plan.entries), fs_path(segment_uri), filesystem=self.fs)
         if plan.deletes:
             deletes = write_position_deletes(self.fs, new_file_uri(state.location(), f"deletes-{run_id}"),
                                              [f for f, _ in plan.deletes], [p for _, p in plan.deletes])
@@ -169,9 +171,7 @@ class StateMerger:
                                COUNTS_PROP: json.dumps(counts.to_dict()),
                                LIVE_PROP: str(live_rows(state) + plan.live)})
         if segment_uri is not None:  # into the index only once the commit that makes it true has landed
-            with paused_gc():
-                self.index.apply(entries)
-            self.index.segments.append(segment_uri)
+            self.index.add(plan.entries, segment_uri)
         return plan.counts
 
     def _plan(self, rows: pa.Table, data_uri: str) -> MergePlan:
@@ -184,29 +184,34 @@ class StateMerger:
         ops = rows.column(CDC_OP).to_pylist()
         last = self._last_change(rows, keys)
         plan = MergePlan()
+        get, versioned = self.index.keys.get, self.version_by is not None
+        deletes, entries, upserts = plan.deletes, plan.entries, plan.upserts
         inserted = updated = deleted = superseded = 0
-        for key, i in last.items():
-            at = Version(versions[i], parts[i], offsets[i])
-            now = self.index.get(key)
+        for key, i in last.items():  # a plain loop over locals: it runs once per changed key
+            part = parts[i]
+            at = Version(versions[i], part, offsets[i])
+            now = get(key)
+            replaces = False
             if now is not None:
-                self._same_partition(key, now.at.partition, parts[i])
+                if not versioned and now.at.partition != part:
+                    self._same_partition(key, now.at.partition, part)
                 if at <= now.at:
                     superseded += 1
                     continue
                 if now.file is not None:
-                    plan.deletes.append((now.file, now.pos))
-                    plan.live -= 1
+                    deletes.append((now.file, now.pos))
+                    replaces = True
             if ops[i] == DELETE_OP:
                 deleted += 1
-                plan.entries.append((key, Applied(at, None, -1)))
+                entries.append((key, Applied(at, None, -1)))
             else:
-                if now is not None and now.file is not None:
+                if replaces:
                     updated += 1
                 else:
                     inserted += 1
-                plan.entries.append((key, Applied(at, data_uri, len(plan.upserts))))
-                plan.upserts.append(i)
-                plan.live += 1
+                entries.append((key, Applied(at, data_uri, len(upserts))))
+                upserts.append(i)
+        plan.live = len(upserts) - len(deletes)
         plan.counts = MergeCounts(changes=len(keys), inserted=inserted, updated=updated, deleted=deleted,
                                   superseded=len(keys) - len(last) + superseded)
         return plan
