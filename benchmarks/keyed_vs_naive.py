@@ -15,12 +15,14 @@ changes in one partition), in one run:
       own: the server's start and a first job (a small keyed backfill of a third topic) are paid before,
       as on a long-lived server, and printed apart;
   (d) the merge alone, batch by batch: the same stream in ``--batches`` batches prepared as executors
-      prepare them (no Spark) and committed by the keyed commit, the merge's seconds per batch.
+      prepare them (no Spark) and committed by the keyed commit, the merge's seconds per batch; ``--repeat``
+      times into tables of their own, each batch's figure the median over the repeats (one batch's time
+      on a shared machine varies by a quarter from run to run).
 
 Every state is checked against an independent fold of the stream (each key's last change by offset).
 Prints seconds and ratios; nothing here is a test.
 
-    .venv/bin/python benchmarks/keyed_vs_naive.py [--events 1000000] [--batch 50000] [--batches 20]
+    .venv/bin/python benchmarks/keyed_vs_naive.py [--events 1000000] [--batch 50000] [--batches 20] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -100,7 +102,12 @@ def naive_script(bootstrap: str, topic: str, ends: dict[int, int], home: Path, b
     return {r["order_id"]: (r["kafka_partition"], r["kafka_offset"]) for r in rows}, applied
 
 
-def merge_only(changes: list, home: Path, batches: int) -> list[dict]:
+def merge_runs(changes: list, home: Path, batches: int, repeat: int) -> list[list[dict]]:
+    """:func:`merge_only` ``repeat`` times, each into tables of its own."""
+    return [merge_only(changes, home, batches, f"merge_only_{r}") for r in range(repeat)]
+
+
+def merge_only(changes: list, home: Path, batches: int, name: str) -> list[dict]:
     """The keyed commit's merge per batch, the stream cut in ``batches`` (no Spark, no broker)."""
     from tailfill.dev.change_stream import ends, records
     from tailfill.lake.prepare import Destination, prepare_ranges
@@ -110,8 +117,8 @@ def merge_only(changes: list, home: Path, batches: int) -> list[dict]:
     from tailfill.pipeline.load import load_pipeline
 
     spec = yaml.safe_load((REPO / "pipelines" / "orders_cdc.yaml").read_text())
-    spec["name"], spec["source"]["topic"], spec["target"]["namespace"] = "merge_only", "merge-only", "merge_only"
-    path = home / "merge_only.yaml"
+    spec["name"], spec["source"]["topic"], spec["target"]["namespace"] = name, "merge-only", name
+    path = home / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     pipeline = open_pipeline(load_pipeline(path))
     tables = pipeline.provision_tables()
@@ -145,6 +152,7 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=50_000, help="(b): records per upsert batch")
     parser.add_argument("--batches", type=int, default=20, help="(d): batches the stream is cut in")
+    parser.add_argument("--repeat", type=int, default=3, help="(d): runs of the merge, each batch's median reported")
     parser.add_argument("--merge-only", action="store_true", help="only (d), no broker")
     args = parser.parse_args()
 
@@ -159,7 +167,7 @@ def main() -> int:
     print(f"{len(changes):,} change records over {args.events // 10:,} ids ({ops}); {len(expected):,} live at the "
           "end", flush=True)
     if args.merge_only:
-        report_merges(merge_only(changes, home, args.batches), len(changes))
+        report_merges(merge_runs(changes, home, args.batches, args.repeat), len(changes))
         return 0
     end = ends(changes)
     cut = {p: e * 4 // 5 for p, e in end.items()}
@@ -188,7 +196,7 @@ def main() -> int:
         naive_state, naive_batches = naive_script(broker.bootstrap_servers, topic, end, home, args.batch)
         naive_s = time.perf_counter() - started
         print(f"  (b) naive pyiceberg upsert/delete: {naive_s:.1f}s", flush=True)
-    merges = merge_only(changes, home, args.batches)
+    merges = merge_runs(changes, home, args.batches, args.repeat)
 
     tailfill_s, served_s = backfill_s + tail_s, sum(served)
     print(f"\nkeyed table, {len(changes):,} change records, 4 partitions (this machine: 2 shared cores)")
@@ -265,17 +273,19 @@ def checked(path: Path, home: Path, expected: dict) -> tuple[bool, bool]:
     return state_of(path, home) == expected, validate_all(path, home)
 
 
-def report_merges(merges: list[dict], records: int) -> None:
-    print(f"  (d) the merge alone, {len(merges)} batches of ~{records // len(merges):,}:")
+def report_merges(runs: list[list[dict]], records: int) -> None:
+    """Print the merge's seconds per batch (each batch's median over the runs) and per key it changed."""
+    batches = len(runs[0])
+    print(f"  (d) the merge alone, {batches} batches of ~{records // batches:,}, median of {len(runs)} runs:")
     for what, name in (("wall", "merge_seconds"), ("CPU", "merge_cpu_seconds")):
-        m = [x[name] for x in merges]
+        m = [statistics.median(run[b][name] for run in runs) for b in range(batches)]
         print(f"      {what:>4}: total {sum(m):.2f} s, median {statistics.median(m):.3f} s, batch 2 {m[1]:.3f} s, "
-              f"batch {len(m)} {m[-1]:.3f} s, ratio {m[-1] / m[1]:.2f}; per batch: {' '.join(f'{x:.2f}' for x in m)}")
-    won = [x["inserted"] + x["updated"] + x["deleted"] for x in merges]  # keys whose state changed
-    cpu = [x["merge_cpu_seconds"] / max(w, 1) * 1e6 for x, w in zip(merges, won, strict=True)]
-    print(f"      keys changed: batch 2 {won[1]:,}, batch {len(won)} {won[-1]:,}; CPU per key changed: batch 2 "
-          f"{cpu[1]:.1f} us, batch {len(cpu)} {cpu[-1]:.1f} us, ratio {cpu[-1] / cpu[1]:.2f}")
-
+              f"batch {batches} {m[-1]:.3f} s, ratio {m[-1] / m[1]:.2f}; per batch: {' '.join(f'{x:.2f}' for x in m)}")
+    cpu = [statistics.median(run[b]["merge_cpu_seconds"] for run in runs) for b in range(batches)]
+    won = [x["inserted"] + x["updated"] + x["deleted"] for x in runs[0]]  # keys whose state changed (same each run)
+    per_key = [c / max(w, 1) * 1e6 for c, w in zip(cpu, won, strict=True)]
+    print(f"      keys changed: batch 2 {won[1]:,}, batch {batches} {won[-1]:,}; CPU per key changed: batch 2 "
+          f"{per_key[1]:.1f} us, batch {batches} {per_key[-1]:.1f} us, ratio {per_key[-1] / per_key[1]:.2f}")
 
 if __name__ == "__main__":
     sys.exit(main())
