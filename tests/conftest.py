@@ -53,6 +53,18 @@ def pytest_addoption(parser):
                      help="test_tail_first: the slices and tail batch bounds pipelines/demo.yaml ships")
 
 
+def pytest_configure(config):
+    """Before any worker starts a JVM, the class archive that every Spark driver of the session then maps
+    (:mod:`tailfill.run.class_warmup`): without it each of the session's JVMs loads Spark's classes in full until
+    some job happens to write it. Not for a run of unit tests alone, which start no JVM."""
+    if hasattr(config, "workerinput") or config.option.collectonly or all(
+            Path(a.split("::")[0]).resolve().is_relative_to(REPO / "tests" / "unit") for a in config.args):
+        return
+    from tailfill.run.class_warmup import write_class_archive
+
+    print(write_class_archive(), file=sys.stderr, flush=True)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """A fault scenario's outcome rides on its test report, so it reaches the main process under xdist."""

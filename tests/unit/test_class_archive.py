@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from tailfill.run import class_archive
+from tailfill.run import class_archive, runtime
 from tailfill.settings import settings
 
 
@@ -57,3 +58,31 @@ def test_a_killed_run_or_a_second_first_run_leaves_nothing_behind(archives):
     second.settle(0)
     assert first.path.read_bytes() == b"classes"
     assert sorted(p.name for p in archives.iterdir()) == [first.path.name]
+
+
+def test_the_warm_up_writes_the_archive_that_its_jvm_wrote(archives, monkeypatch):
+    from tailfill.run import class_warmup
+
+    jvm = "import sys; open(sys.argv[1], 'wb').write(b'classes')"  # in place of the JVM that writes at exit
+    monkeypatch.setattr(class_warmup, "warmup_command", lambda dump: [sys.executable, "-c", jvm, str(dump.scratch)])
+    line = class_warmup.write_class_archive()
+    path = class_archive.archive_path(runtime.JVM_OPTIONS)
+    assert line == f"class archive: written to {path}" and path.read_bytes() == b"classes"
+    assert class_warmup.write_class_archive() == f"class archive: {path}"  # there already: no second warm-up
+
+
+def test_a_failed_warm_up_leaves_no_archive_and_says_so(archives, monkeypatch):
+    from tailfill.run import class_warmup
+
+    monkeypatch.setattr(class_warmup, "warmup_command", lambda dump: [sys.executable, "-c", "raise SystemExit(3)"])
+    assert class_warmup.write_class_archive() == ("class archive: the warm-up job ended with exit code 3; jobs "
+                                                  "start without one")
+    assert list(archives.iterdir()) == []
+
+
+def test_no_warm_up_when_archives_are_off(monkeypatch):
+    from tailfill.run import class_warmup
+
+    monkeypatch.setenv("TAILFILL_CLASS_ARCHIVE_DIR", "off")
+    monkeypatch.setattr(class_warmup, "warmup_command", lambda dump: pytest.fail("no job when archives are off"))
+    assert class_warmup.write_class_archive() == "class archive: off"
