@@ -2,8 +2,8 @@
 
 The archive is otherwise written by the first ``spark-submit`` that finds none, so a machine whose first jobs run
 on a Spark Connect server, or a test session that starts dozens of JVMs at once, pays the full class loading in
-every JVM until then. :func:`write_class_archive` runs a small local job for the archive alone (a minute of one
-core at most, about 15 s on a quiet machine), once per Java and Spark install.
+every JVM until then. :func:`write_class_archive` runs a small local job for the archive alone (about 40 s on a
+quiet 2-core machine, the archive's writing at exit included), once per Java and Spark install.
 """
 
 from __future__ import annotations
