@@ -277,15 +277,18 @@ def report_merges(runs: list[list[dict]], records: int) -> None:
     """Print the merge's seconds per batch (each batch's median over the runs) and per key it changed."""
     batches = len(runs[0])
     print(f"  (d) the merge alone, {batches} batches of ~{records // batches:,}, median of {len(runs)} runs:")
+    medians = {name: [statistics.median(run[b][name] for run in runs) for b in range(batches)]
+               for name in ("merge_seconds", "merge_cpu_seconds")}
     for what, name in (("wall", "merge_seconds"), ("CPU", "merge_cpu_seconds")):
-        m = [statistics.median(run[b][name] for run in runs) for b in range(batches)]
+        m = medians[name]
         print(f"      {what:>4}: total {sum(m):.2f} s, median {statistics.median(m):.3f} s, batch 2 {m[1]:.3f} s, "
               f"batch {batches} {m[-1]:.3f} s, ratio {m[-1] / m[1]:.2f}; per batch: {' '.join(f'{x:.2f}' for x in m)}")
-    cpu = [statistics.median(run[b]["merge_cpu_seconds"] for run in runs) for b in range(batches)]
+    cpu = medians["merge_cpu_seconds"]
     won = [x["inserted"] + x["updated"] + x["deleted"] for x in runs[0]]  # keys whose state changed (same each run)
     per_key = [c / max(w, 1) * 1e6 for c, w in zip(cpu, won, strict=True)]
     print(f"      keys changed: batch 2 {won[1]:,}, batch {batches} {won[-1]:,}; CPU per key changed: batch 2 "
           f"{per_key[1]:.1f} us, batch {batches} {per_key[-1]:.1f} us, ratio {per_key[-1] / per_key[1]:.2f}")
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,10 +18,8 @@ TIMEOUT_S = 300  # a warm-up that takes longer than this is killed, and leaves n
 
 def warmup_command(dump: class_archive.Dump) -> list[str]:
     """The ``spark-submit`` of the warm-up job, its JVM asked to write ``dump``'s archive at exit."""
-    cmd = [runtime.spark_submit(), "--master", "local[2]"]
-    for key, value in runtime.spark_conf(dump).items():
-        cmd += ["--conf", f"{key}={value}"]
-    return [*cmd, str(runtime.package_file(runtime.JOBS_PACKAGE, "class_warmup.py"))]
+    return [runtime.spark_submit(), "--master", "local[2]", *runtime.conf_args(runtime.spark_conf(dump)),
+            str(runtime.package_file(runtime.JOBS_PACKAGE, "class_warmup.py"))]
 
 
 def write_class_archive() -> str:

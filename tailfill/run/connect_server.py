@@ -214,9 +214,7 @@ def server_command(port: int, python: str | None = None) -> list[str]:
         "spark.sql.streaming.stopActiveRunOnRestart": "true",
     }
     cmd = [runtime.spark_submit(), "--class", SERVER_CLASS, "--name", "tailfill-connect",
-           "--master", runtime.master()]
-    for key, value in conf.items():
-        cmd += ["--conf", f"{key}={value}"]
+           "--master", runtime.master(), *runtime.conf_args(conf)]
     return [*cmd, "spark-internal"]
 
 

@@ -15,6 +15,7 @@ import io
 import os
 import sys
 import zipfile
+from collections.abc import Mapping
 from importlib import resources
 from importlib._bootstrap_external import _code_to_hash_pyc  # the same bytes compileall writes
 from pathlib import Path
@@ -56,6 +57,11 @@ def spark_submit() -> str:
 def master() -> str:
     """The Spark master: ``TAILFILL_SPARK_MASTER``, else ``local[2]``."""
     return settings().spark_master
+
+
+def conf_args(conf: Mapping[str, str]) -> list[str]:
+    """``conf`` as ``spark-submit`` options: ``--conf KEY=VALUE`` for each setting."""
+    return [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
 
 
 def spark_conf(dump: class_archive.Dump | None = None) -> dict[str, str]:

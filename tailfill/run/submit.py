@@ -39,10 +39,9 @@ def spark_submit_command(spec: JobSpec | Sequence[JobSpec], master: str | None =
     archive at exit (:mod:`tailfill.run.class_archive`; the caller settles it).
     """
     master = master or runtime.master()
-    cmd = [runtime.spark_submit(), "--master", master]
-    for key, value in (runtime.spark_conf(dump) | local_python_conf(master) | (conf or {})).items():
-        cmd += ["--conf", f"{key}={value}"]
-    cmd += ["--py-files", str(runtime.code_archive())]
+    cmd = [runtime.spark_submit(), "--master", master,
+           *runtime.conf_args(runtime.spark_conf(dump) | local_python_conf(master) | (conf or {})),
+           "--py-files", str(runtime.code_archive())]
     return [*cmd, str(runtime.job_file()), *(spec.argv() if isinstance(spec, JobSpec) else together_argv(spec))]
 
 
