@@ -25,6 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from tailfill.errors import CommitConflictError, LakeError
 from tailfill.lake.batch_summary import BatchSummary
 from tailfill.lake.data_files import data_files
+from tailfill.lake.transaction import transaction
 from tailfill.offsets import (
     OffsetRange,
     PartitionOffsets,
@@ -95,7 +96,7 @@ def record_cutover(table: Table, cutover: PartitionOffsets) -> PartitionOffsets:
                 existing = read_cutover(table)
                 if existing is not None:
                     return existing
-                with table.transaction() as tx:
+                with transaction(table) as tx:
                     tx.set_properties({CUTOVER_PROP: cutover.to_json()})
                 return cutover
     except CommitFailedException:
@@ -166,7 +167,7 @@ def _commit_once(table: Table, batch: BatchSummary, asked: list[OffsetRange], fi
     snapshot_id = None
     try:
         with naming_full_disk("the commit's metadata (or the catalog) of", table.location()), \
-                table.transaction() as tx:
+                transaction(table) as tx:
             if kept:
                 map_by_name(tx)
             # Not add_files: it infers partitions from column bounds (refusing bucket); files record theirs.

@@ -19,6 +19,7 @@ from pyiceberg.table import Table
 
 from tailfill.errors import SchemaChangeError
 from tailfill.formats.evolve import REQUIRED_PROP, conflicts, describe_change, needs_change, optional
+from tailfill.lake.transaction import transaction
 from tailfill.plumbing.retry import retrying
 from tailfill.plumbing.warehouse import fs_path
 
@@ -65,7 +66,7 @@ def _evolve_once(table: Table, columns: pa.Schema, source: str) -> bool:
     if not needs_change(current, columns):
         return False
     change = describe_change(current, columns)
-    with table.transaction() as tx:
+    with transaction(table) as tx:
         with tx.update_schema() as update:
             update.union_by_name(optional(columns))
         tx.set_properties({SCHEMA_CHANGE_PROP: json.dumps(

@@ -34,6 +34,7 @@ from tailfill.errors import LakeError, RegistryError, SchemaChangeError
 from tailfill.formats.base import Format
 from tailfill.lake.data_files import spec_terms
 from tailfill.lake.schema_change import evolve
+from tailfill.lake.transaction import transaction
 from tailfill.plumbing.retry import retrying
 from tailfill.plumbing.warehouse import s3_credentials, warehouse_uri
 from tailfill.redact import redact_text
@@ -154,7 +155,7 @@ def _ensure(catalog: Catalog, ident: tuple[str, str], schema: pa.Schema | NewTab
     evolve_spec(table, list(partition_by))
     missing = {k: v for k, v in TABLE_PROPERTIES.items() if table.properties.get(k) != v and k != "format-version"}
     if missing:  # a table created before the property existed
-        with contextlib.suppress(CommitFailedException), table.transaction() as tx:
+        with contextlib.suppress(CommitFailedException), transaction(table) as tx:
             tx.set_properties(missing)
         table.refresh()
     return table
@@ -261,7 +262,7 @@ def provision_state_table(catalog: Catalog, target: TargetConfig, data: Table) -
         state = _ensure(catalog, ident, new_state_table)
         folds = state.properties.get(CHANGES_PROP)
         if folds is None:  # made before the change log was recorded: it is this pipeline's from now on
-            with state.transaction() as tx:
+            with transaction(state) as tx:
                 tx.set_properties({CHANGES_PROP: changes})
         elif folds != changes:
             raise LakeError(f"the state table {'.'.join(ident)} holds the state of the change log {folds}, not of "

@@ -32,6 +32,7 @@ from tailfill.errors import CommitConflictError, LakeError
 from tailfill.lake.data_files import data_file
 from tailfill.lake.files import PARQUET_OPTIONS, new_file_uri
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, commit_attempts
+from tailfill.lake.transaction import transaction
 from tailfill.plumbing.warehouse import fs_path, make_dirs
 
 MAINTENANCE_SUMMARY = "tailfill.maintenance"
@@ -105,7 +106,7 @@ def _commit_rewrite(table: Table, old: Sequence[DataFile], new: list[tuple[str, 
                 live = {t.file.file_path: t.file for t in table.scan().plan_files()}
                 if not wanted <= set(live):
                     return False
-                with table.transaction() as tx, tx.update_snapshot(
+                with transaction(table) as tx, tx.update_snapshot(
                         snapshot_properties={MAINTENANCE_SUMMARY: "compaction"}).overwrite() as overwrite:
                     for path in sorted(wanted):
                         overwrite.delete_data_file(live[path])
