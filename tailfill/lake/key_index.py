@@ -14,6 +14,7 @@ data. A process loads it from the segments once and then applies only the segmen
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import NamedTuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -86,40 +88,144 @@ def _integer_keys(table: pa.Table, columns: Sequence[str]) -> bool:
 
 
 class KeyIndex:
-    """Every key's :class:`Applied`, loaded from a state table's committed segments."""
+    """Every key's :class:`Applied`, loaded from a state table's committed segments.
+
+    Columnar: a dict gives each key a slot, and NumPy arrays hold each slot's version, partition, offset, file
+    (an id into :attr:`files`; -1: deleted) and position, so a merge asks and updates it for a whole batch of
+    keys at a cost of C loops, not of a Python object per key.
+    """
 
     def __init__(self) -> None:
-        self.keys: dict[str, Applied] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        self.slots: dict[str, int] = {}
         self.segments: list[str] = []
+        self.files: list[str] = []
+        self._file_ids: dict[str, int] = {}
+        self._columns = _Columns(1024)  # never empty: a lookup reads slot 0 for unknown keys
+
+    def __len__(self) -> int:
+        return len(self.slots)
 
     def get(self, key: str) -> Applied | None:
-        return self.keys.get(key)
+        """What the state holds for ``key`` (None: a key it never saw)."""
+        slot = self.slots.get(key)
+        return None if slot is None else self._applied(slot)
+
+    def items(self) -> Iterator[tuple[str, Applied]]:
+        """Every key and what the state holds for it."""
+        for key, slot in self.slots.items():
+            yield key, self._applied(slot)
 
     def live(self) -> int:
         """How many keys have a live row."""
-        return sum(1 for a in self.keys.values() if a.file is not None)
+        return int(np.count_nonzero(self._columns.file[:len(self.slots)] >= 0))
+
+    def lookup(self, keys: Sequence[str]) -> Lookup:
+        """What the state holds for each of ``keys``, as arrays (``known`` False: never seen; its other values
+        are meaningless)."""
+        slots = np.fromiter(map(self.slots.get, keys, itertools.repeat(-1)), np.int64, len(keys))
+        known = slots >= 0
+        at = np.where(known, slots, 0)
+        c = self._columns
+        return Lookup(known, c.version[at], c.partition[at], c.offset[at], c.file[at], c.pos[at])
+
+    def file_uri(self, ids: np.ndarray) -> pa.Array:
+        """The data file URIs of file ``ids`` (none -1)."""
+        return pa.array(self.files, pa.string()).take(pa.array(ids, pa.int64()))
 
     def follow(self, fs: pafs.FileSystem, committed: Sequence[str]) -> None:
         """Catch up with the segments the state table lists now (reloading all when its list is not an extension
         of the one applied: the index was rebuilt since)."""
         if list(committed[:len(self.segments)]) != self.segments:
-            self.keys.clear()
-            self.segments = []
+            self._reset()
         for uri in committed[len(self.segments):]:
-            self.apply(pq.read_table(fs_path(uri), filesystem=fs))
-            self.segments.append(uri)
+            self.add(pq.read_table(fs_path(uri), filesystem=fs), uri)
 
-    def add(self, entries: Sequence[tuple[str, Applied]], uri: str) -> None:
-        """Apply the segment at ``uri`` that a merge of this process wrote from ``entries`` and committed."""
-        self.keys.update(entries)
+    def add(self, segment: pa.Table, uri: str) -> None:
+        """Apply the committed segment at ``uri`` (its rows in order: a later row of a key replaces an earlier)."""
+        self.apply(segment)
         self.segments.append(uri)
 
     def apply(self, segment: pa.Table) -> None:
-        """Apply one segment (its rows in order: a later row of a key replaces an earlier)."""
-        d = segment.to_pydict()
-        for key, dead, part, ver, off, file, pos in zip(d["key"], d["deleted"], d["partition"], d["version"],
-                                                        d["offset"], d["file"], d["pos"], strict=True):
-            self.keys[key] = Applied(Version(ver, part, off), None if dead else file, pos)
+        """Apply one segment's rows (a later row of a key replaces an earlier)."""
+        if segment.num_rows == 0:
+            return
+        keys = segment.column("key").to_pylist()
+        slots, fresh = self.slots, {}
+        for key in keys:
+            if key not in slots:
+                fresh[key] = None
+        slots.update(zip(fresh, range(len(slots), len(slots) + len(fresh)), strict=True))
+        self._columns = self._columns.holding(len(slots))
+        at = np.fromiter(map(slots.__getitem__, keys), np.int64, len(keys))
+        # the last row of each slot: unique over the reversed slots gives each slot's last occurrence
+        last = len(at) - 1 - np.unique(at[::-1], return_index=True)[1]
+        dead = segment.column("deleted").to_numpy(zero_copy_only=False)[last]
+        file = self._file_id_array(segment.column("file"))[last]
+        c = self._columns
+        rows = at[last]
+        c.version[rows] = _numpy(segment, "version")[last]
+        c.partition[rows] = _numpy(segment, "partition")[last]
+        c.offset[rows] = _numpy(segment, "offset")[last]
+        c.file[rows] = np.where(dead, -1, file)
+        c.pos[rows] = _numpy(segment, "pos")[last]
+
+    def _file_id_array(self, files: pa.ChunkedArray) -> np.ndarray:
+        """Each row's file id (-1 where null), registering files not seen before."""
+        encoded = pc.dictionary_encode(files.combine_chunks() if isinstance(files, pa.ChunkedArray) else files)
+        ids = np.array([self._file_id(uri) for uri in encoded.dictionary.to_pylist()] + [-1], np.int64)
+        indices = encoded.indices.fill_null(len(encoded.dictionary)).to_numpy(zero_copy_only=False)
+        return ids[indices]
+
+    def _file_id(self, uri: str) -> int:
+        if uri not in self._file_ids:
+            self._file_ids[uri] = len(self.files)
+            self.files.append(uri)
+        return self._file_ids[uri]
+
+    def _applied(self, slot: int) -> Applied:
+        c = self._columns
+        file = int(c.file[slot])
+        return Applied(Version(int(c.version[slot]), int(c.partition[slot]), int(c.offset[slot])),
+                       None if file < 0 else self.files[file], int(c.pos[slot]))
+
+
+class Lookup(NamedTuple):
+    """What the state holds for a batch of keys, one array entry per key (see :meth:`KeyIndex.lookup`)."""
+
+    known: np.ndarray
+    version: np.ndarray
+    partition: np.ndarray
+    offset: np.ndarray
+    file: np.ndarray  # a file id, -1: deleted
+    pos: np.ndarray
+
+
+class _Columns:
+    """The index's arrays, by slot, with room to grow (doubled when full: a merge never copies the whole)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.version = np.zeros(capacity, np.int64)
+        self.partition = np.zeros(capacity, np.int32)
+        self.offset = np.zeros(capacity, np.int64)
+        self.file = np.full(capacity, -1, np.int64)
+        self.pos = np.zeros(capacity, np.int64)
+
+    def holding(self, size: int) -> _Columns:
+        """Columns with room for ``size`` slots: these, or a copy twice as large."""
+        if size <= len(self.version):
+            return self
+        grown = _Columns(max(size, 2 * len(self.version), 1024))
+        n = len(self.version)
+        for name in ("version", "partition", "offset", "file", "pos"):
+            getattr(grown, name)[:n] = getattr(self, name)
+        return grown
+
+
+def _numpy(table: pa.Table, column: str) -> np.ndarray:
+    return table.column(column).to_numpy()
 
 
 @contextmanager
@@ -139,7 +245,14 @@ def segment(entries: Sequence[tuple[str, Applied]]) -> pa.Table:
     """A segment holding ``entries`` (key, what it now is)."""
     keys, applied = zip(*entries, strict=True) if entries else ((), ())
     at = [a.at for a in applied]
-    columns = [list(keys), [a.file is None for a in applied], [v.partition for v in at], [v.version for v in at],
-               [v.offset for v in at], [a.file for a in applied], [a.pos for a in applied]]
-    return pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(columns, SEGMENT_SCHEMA, strict=True)],
-                                schema=SEGMENT_SCHEMA)
+    return segment_of(pa.array(keys, pa.string()), [a.file is None for a in applied], [v.partition for v in at],
+                      [v.version for v in at], [v.offset for v in at], pa.array([a.file for a in applied], pa.string()),
+                      [a.pos for a in applied])
+
+
+def segment_of(keys: pa.Array, deleted: object, partition: object, version: object, offset: object, file: pa.Array,
+               pos: object) -> pa.Table:
+    """A segment from its columns (Arrow arrays, NumPy arrays or lists), one row per key in order."""
+    columns = [keys, deleted, partition, version, offset, file, pos]
+    return pa.Table.from_arrays([c if isinstance(c, pa.Array | pa.ChunkedArray) else pa.array(c, f.type)
+                                 for c, f in zip(columns, SEGMENT_SCHEMA, strict=True)], schema=SEGMENT_SCHEMA)

@@ -27,6 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -40,10 +41,11 @@ from tailfill.errors import ChangeStreamError, CommitConflictError
 from tailfill.lake.commit import Committer
 from tailfill.lake.data_files import data_file
 from tailfill.lake.files import PARQUET_OPTIONS, in_any, new_file_uri, range_filter
-from tailfill.lake.key_index import Applied, KeyIndex, Version, encode_keys, paused_gc, segment
+from tailfill.lake.key_index import KeyIndex, encode_keys, paused_gc, segment_of
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, CommitResult, commit_attempts, map_by_name, read_ledger
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.row_delta import RowDelta, write_position_deletes
+from tailfill.lake.transaction import transaction
 from tailfill.offsets import OffsetRange, merge, ranges_from_json, ranges_to_json, subtract
 from tailfill.plumbing.warehouse import fs_path, make_dirs
 from tailfill.values.schema import CDC_OP, DELETE_OP
@@ -141,27 +143,26 @@ class StateMerger:
         self.index.follow(self.fs, json.loads(state.properties.get(INDEX_PROP, "[]")))
         plan = self._plan(rows, data_uri) if rows.num_rows else MergePlan()
         segment_uri = deletes = None
-        if plan.upserts or plan.entries or plan.deletes:  # all three files go under data/, which a new table lacks
+        if plan.entries.num_rows:  # every file goes under data/, which a new table lacks
             make_dirs(self.fs, f"{state.location().rstrip('/')}/data")
-        if plan.upserts:
+            segment_uri = new_file_uri(state.location(), f"keyindex-{run_id}")
+            pq.write_table(plan.entries, fs_path(segment_uri), filesystem=self.fs)
+        if len(plan.upserts):
             pq.write_table(_state_rows(rows.take(plan.upserts), state), fs_path(data_uri), filesystem=self.fs,
                            **PARQUET_OPTIONS)
-        if plan.entries:
-            segment_uri = new_file_uri(state.location(), f"keyindex-{run_id}")
-            pq.write_table(segment(plan.entries), fs_path(segment_uri), filesystem=self.fs)
-        if plan.deletes:
+        if len(plan.delete_files):
             deletes = write_position_deletes(self.fs, new_file_uri(state.location(), f"deletes-{run_id}"),
-                                             [f for f, _ in plan.deletes], [p for _, p in plan.deletes])
+                                             plan.delete_files, plan.delete_positions)
         failpoints.maybe_fail("before-state-commit")
         failpoints.pause("before-state-commit")
         counts = state_counts(state) + plan.counts
         summary = {"tailfill.pipeline": self.pipeline, "tailfill.run-id": run_id, "tailfill.batch-id": str(batch_id),
                    SUMMARY_MERGED: ranges_to_json(todo), **{f"tailfill.{n}": str(v)
                                                              for n, v in plan.counts.to_dict().items()}}
-        with state.transaction() as tx:
+        with transaction(state) as tx:
             map_by_name(tx)
             delta = RowDelta(tx, summary)
-            if plan.upserts:
+            if len(plan.upserts):
                 delta.append_data_file(data_file(state.io, tx.table_metadata, data_uri, Record()))
             if deletes is not None:
                 delta.add_delete_file(deletes)
@@ -176,45 +177,38 @@ class StateMerger:
 
     def _plan(self, rows: pa.Table, data_uri: str) -> MergePlan:
         """Fold ``rows`` per key by version, and decide each key's last change against the applied version (the
-        winning rows go to ``data_uri``, in the order of :attr:`MergePlan.upserts`)."""
+        winning rows go to ``data_uri``, in the order of :attr:`MergePlan.upserts`). Array operations over the
+        changed keys: no Python step per key but the index's dict lookup."""
         keys = encode_keys(rows, self.key)
-        parts = rows.column("kafka_partition").to_pylist()
-        offsets = rows.column("kafka_offset").to_pylist()
-        versions = rows.column(self.version_by).to_pylist() if self.version_by else offsets
-        ops = rows.column(CDC_OP).to_pylist()
         last = self._last_change(rows, keys)
-        plan = MergePlan()
-        get, versioned = self.index.keys.get, self.version_by is not None
-        deletes, entries, upserts = plan.deletes, plan.entries, plan.upserts
-        inserted = updated = deleted = superseded = 0
-        for key, i in last.items():  # a plain loop over locals: it runs once per changed key
-            part = parts[i]
-            at = Version(versions[i], part, offsets[i])
-            now = get(key)
-            replaces = False
-            if now is not None:
-                if not versioned and now.at.partition != part:
-                    self._same_partition(key, now.at.partition, part)
-                if at <= now.at:
-                    superseded += 1
-                    continue
-                if now.file is not None:
-                    deletes.append((now.file, now.pos))
-                    replaces = True
-            if ops[i] == DELETE_OP:
-                deleted += 1
-                entries.append((key, Applied(at, None, -1)))
-            else:
-                if replaces:
-                    updated += 1
-                else:
-                    inserted += 1
-                entries.append((key, Applied(at, data_uri, len(upserts))))
-                upserts.append(i)
-        plan.live = len(upserts) - len(deletes)
-        plan.counts = MergeCounts(changes=len(keys), inserted=inserted, updated=updated, deleted=deleted,
-                                  superseded=len(keys) - len(last) + superseded)
-        return plan
+        changed = list(last)
+        at = np.fromiter(last.values(), np.int64, len(last))  # each changed key's winning row
+        part, offset = _ints(rows, "kafka_partition")[at], _ints(rows, "kafka_offset")[at]
+        version = _ints(rows, self.version_by)[at] if self.version_by else offset
+        is_delete = pc.equal(rows.column(CDC_OP), DELETE_OP).fill_null(False).to_numpy()[at]
+        now = self.index.lookup(changed)
+        if self.version_by is None:
+            split = now.known & (now.partition != part)
+            if split.any():
+                i = int(np.argmax(split))
+                self._same_partition(changed[i], int(now.partition[i]), int(part[i]))
+        newer = (version > now.version) | ((version == now.version) & (
+            (part > now.partition) | ((part == now.partition) & (offset > now.offset))))
+        wins = ~now.known | newer
+        replaces = wins & now.known & (now.file >= 0)  # the key's live row goes, whatever replaces it
+        upsert = wins & ~is_delete
+        won = np.flatnonzero(wins)
+        upsert_won = upsert[won]
+        file = pc.if_else(pa.array(upsert_won), pa.scalar(data_uri), pa.scalar(None, pa.string()))
+        entries = segment_of(pa.array(changed, pa.string()).take(pa.array(won)), is_delete[won], part[won],
+                             version[won], offset[won], file, np.where(upsert_won, np.cumsum(upsert_won) - 1, -1))
+        updated = int(np.count_nonzero(upsert & replaces))
+        upserts = int(np.count_nonzero(upsert))
+        counts = MergeCounts(changes=len(keys), inserted=upserts - updated, updated=updated,
+                             deleted=int(np.count_nonzero(wins & is_delete)),
+                             superseded=len(keys) - len(won))
+        return MergePlan(counts, at[upsert], self.index.file_uri(now.file[replaces]), now.pos[replaces], entries,
+                         upserts - int(np.count_nonzero(replaces)))
 
     def _last_change(self, rows: pa.Table, keys: list[str]) -> dict[str, int]:
         """Each key's last change by version (its row's index in ``rows``); a key seen in two partitions without
@@ -259,13 +253,20 @@ class StateMerger:
 
 @dataclass
 class MergePlan:
-    """A merge decided: the rows that win (by index in the batch), the rows they replace, the index entries."""
+    """A merge decided: the rows that win (by index in the batch), the rows they replace, the index's segment."""
 
     counts: MergeCounts = field(default_factory=MergeCounts)
-    upserts: list[int] = field(default_factory=list)
-    deletes: list[tuple[str, int]] = field(default_factory=list)  # (data file, position) to delete
-    entries: list[tuple[str, Applied]] = field(default_factory=list)
+    upserts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    delete_files: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))  # rows to delete: file, pos
+    delete_positions: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    entries: pa.Table = field(default_factory=lambda: segment_of(pa.array([], pa.string()), *[[]] * 4,
+                                                                 pa.array([], pa.string()), []))
     live: int = 0  # the change in live rows
+
+
+def _ints(rows: pa.Table, column: str) -> np.ndarray:
+    """An integer column as NumPy (nulls as 0: the rows read from it never hold one)."""
+    return rows.column(column).fill_null(0).to_numpy()
 
 
 def _rows_in(table: pa.Table, ranges: list[OffsetRange]) -> pa.Table:

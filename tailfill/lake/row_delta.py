@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -58,10 +59,11 @@ POS_DELETE_ARROW = pa.schema([
 FULL_METRICS = {"write.metadata.metrics.default": "full"}
 
 
-def write_position_deletes(fs: pafs.FileSystem, uri: str, file_paths: Sequence[str],
-                           positions: Sequence[int]) -> DataFile:
+def write_position_deletes(fs: pafs.FileSystem, uri: str, file_paths: Sequence[str] | pa.Array,
+                           positions: Sequence[int] | np.ndarray) -> DataFile:
     """Write a position delete file at ``uri`` (rows ``positions`` of ``file_paths``); returns its entry."""
-    table = pa.table([pa.array(file_paths, pa.string()), pa.array(positions, pa.int64())], schema=POS_DELETE_ARROW)
+    paths = file_paths if isinstance(file_paths, pa.Array) else pa.array(file_paths, pa.string())
+    table = pa.table([paths, pa.array(positions, pa.int64())], schema=POS_DELETE_ARROW)
     table = table.sort_by([("file_path", "ascending"), ("pos", "ascending")])
     with pq.ParquetWriter(fs_path(uri), POS_DELETE_ARROW, filesystem=fs, compression="zstd") as writer:
         writer.write_table(table)

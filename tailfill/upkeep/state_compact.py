@@ -28,6 +28,7 @@ from tailfill.lake.files import new_file_uri
 from tailfill.lake.key_index import KeyIndex, encode_keys, segment
 from tailfill.lake.keyed import INDEX_PROP
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, commit_attempts
+from tailfill.lake.transaction import transaction
 from tailfill.plumbing.warehouse import fs_path
 from tailfill.upkeep.compact import MAINTENANCE_SUMMARY, CompactionResult, write_rolling
 
@@ -73,10 +74,10 @@ def _compact_once(state: Table, fs: pafs.FileSystem, key: tuple[str, ...], targe
                                 "the key index")
             entries.append((keys[at + pos], applied._replace(file=uri, pos=pos)))
         at += n
-    entries += [(k, a) for k, a in index.keys.items() if a.file is None]  # tombstones carry over
+    entries += [(k, a) for k, a in index.items() if a.file is None]  # tombstones carry over
     base = new_file_uri(state.location(), "keyindex-base")
     pq.write_table(segment(entries), fs_path(base), filesystem=fs)
-    with state.transaction() as tx:
+    with transaction(state) as tx:
         with tx.update_snapshot(snapshot_properties={MAINTENANCE_SUMMARY: "compaction"}).overwrite() as overwrite:
             for f in old:
                 overwrite.delete_data_file(f)

@@ -9,6 +9,7 @@ tables' commits and replays of committed batches.
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import threading
 import time
@@ -191,6 +192,23 @@ def test_a_backfill_committed_after_the_tail_keeps_the_newer_state(cdc):
     still_deleted = deleted_by_tail - set(fold(changes))
     assert still_deleted and not still_deleted & set(state_by_pyiceberg(pipeline))
     assert state_counts(pipeline.open_state_table()).superseded > 0  # older changes lost to newer applied ones
+
+
+@pytest.mark.parametrize("seed", [7, 11])
+def test_batches_committed_in_any_order_and_replayed_leave_the_fold(cdc, seed):
+    pipeline = cdc()
+    changes = change_stream(3000, 300, partitions=3, snapshot=60)
+    plan = batches(changes, pipeline.cfg.source.topic, 250)
+    rng = random.Random(seed)
+    order = rng.sample(plan, len(plan)) + rng.sample(plan, 3)  # every batch once in a random order, then replays
+    committer = pipeline.committer(pipeline.open_tables())
+    for b, ranges in enumerate(order):
+        commit(pipeline, changes, ranges, f"shuffled-{seed}", b, committer)
+
+    assert_state_is_the_fold(pipeline, changes)
+    counts = state_counts(pipeline.open_state_table())  # the replays counted nothing twice
+    assert counts.changes == pipeline.open_tables().data.scan().to_arrow().num_rows
+    assert counts.inserted + counts.updated + counts.deleted + counts.superseded == counts.changes
 
 
 @pytest.mark.parametrize("point", ["before-state-merge", "before-state-commit"])
