@@ -1,10 +1,10 @@
 """The key index of a keyed state table: each key's applied version, where its live row is, or that it is deleted.
 
-The merge asks it what the state holds now for a batch's changed keys at once, at a cost per changed key (not
-per table row: min/max pruning does not help when updates spread over the key space). It is where ordering lives: a change
-wins only if its version is newer than the key's applied one, and a deleted key keeps its version as a
-tombstone, so an older change committed later (a backfill after the tail) cannot bring it back. Tombstones
-are never purged.
+The merge asks it what the state holds now for a batch's changed keys at once, at a cost per changed key
+(not per table row: min/max pruning does not help when updates spread over the key space). It is where
+ordering lives: a change wins only if its version is newer than the key's applied one, and a deleted key
+keeps its version as a tombstone, so an older change committed later (a backfill after the tail) cannot
+bring it back. Tombstones are never purged.
 
 The index is persisted as immutable Parquet segments, one per merge, whose list is a property of the state
 table set in the same catalog commit as the merge's rows and deletes: the index is exactly as committed as the
