@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import replace
 
@@ -21,6 +22,7 @@ from tailfill.pipeline.handle import open_pipeline
 from tailfill.redact import redact_text
 from tailfill.run.contract import IngestResult, JobResult, JobSpec, Restarted, parse_together
 from tailfill.run.plan import backfill_requests, source_state, tail_request
+from tailfill.run.spark_connect import session_cores
 from tailfill.run.spark_ingest import Emit, Log, run_ingest
 from tailfill.run.spark_prepare import warm_executors
 
@@ -88,10 +90,33 @@ def main(argv: list[str] | None, spark: SparkSession | Future[SparkSession]) -> 
         print(result.line(), flush=True)
         return 2 if result.error else 0
     failed = False
+    run_one = _at_most_cores(spark, specs, log)
     with ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="job") as pool:  # a table's job each
-        runs = {pool.submit(run_to_result, spec, spark, log, emit): spec for spec in specs}
+        runs = {pool.submit(run_one, spec, log, emit): spec for spec in specs}
         for done in as_completed(runs):
             result = replace(done.result(), run_id=runs[done].run_id)
             print(result.line(), flush=True)
             failed = failed or result.error is not None
     return 2 if failed else 0
+
+
+def _at_most_cores(spark: SparkSession | Future[SparkSession], specs: list[JobSpec],
+                   log: Log) -> Callable[[JobSpec, Log, Emit], JobResult]:
+    """How jobs run together run: every tail at once (each runs until stopped), backfills as many at a time as
+    the application has cores. A query's start costs Python processes of its own (its source's runner, its
+    planners), and more queries at once than cores only had them compete: measured with 20 tables of 50,000
+    offsets, 2 cores, 36.6 s all at once, 29.4 s two at a time."""
+    session = spark.result() if isinstance(spark, Future) else spark
+    cores = max(1, session_cores(session))
+    backfills = sum(1 for spec in specs if spec.mode == "backfill")
+    if backfills > cores:
+        log(f"{backfills} backfill jobs run {cores} at a time (the application's cores); the others wait their turn")
+    slots = threading.BoundedSemaphore(cores)
+
+    def run_one(spec: JobSpec, log: Log, emit: Emit) -> JobResult:
+        if spec.mode != "backfill":
+            return run_to_result(spec, spark, log, emit)
+        with slots:
+            return run_to_result(spec, spark, log, emit)
+
+    return run_one
