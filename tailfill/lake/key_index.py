@@ -153,10 +153,8 @@ class KeyIndex:
         if segment.num_rows == 0:
             return
         keys = segment.column("key").to_pylist()
-        slots, fresh = self.slots, {}
-        for key in keys:
-            if key not in slots:
-                fresh[key] = None
+        slots = self.slots
+        fresh = dict.fromkeys(key for key in keys if key not in slots)  # new keys, each once, in order
         slots.update(zip(fresh, range(len(slots), len(slots) + len(fresh)), strict=True))
         self._columns = self._columns.holding(len(slots))
         at = np.fromiter(map(slots.__getitem__, keys), np.int64, len(keys))
@@ -217,7 +215,7 @@ class _Columns:
         """Columns with room for ``size`` slots: these, or a copy twice as large."""
         if size <= len(self.version):
             return self
-        grown = _Columns(max(size, 2 * len(self.version), 1024))
+        grown = _Columns(max(size, 2 * len(self.version)))
         n = len(self.version)
         for name in ("version", "partition", "offset", "file", "pos"):
             getattr(grown, name)[:n] = getattr(self, name)

@@ -41,7 +41,7 @@ from tailfill.errors import ChangeStreamError, CommitConflictError
 from tailfill.lake.commit import Committer
 from tailfill.lake.data_files import data_file
 from tailfill.lake.files import PARQUET_OPTIONS, in_any, new_file_uri, range_filter
-from tailfill.lake.key_index import KeyIndex, encode_keys, paused_gc, segment_of
+from tailfill.lake.key_index import KeyIndex, encode_keys, paused_gc, segment, segment_of
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, CommitResult, commit_attempts, map_by_name, read_ledger
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.row_delta import RowDelta, write_position_deletes
@@ -259,8 +259,7 @@ class MergePlan:
     upserts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     delete_files: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))  # rows to delete: file, pos
     delete_positions: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    entries: pa.Table = field(default_factory=lambda: segment_of(pa.array([], pa.string()), *[[]] * 4,
-                                                                 pa.array([], pa.string()), []))
+    entries: pa.Table = field(default_factory=lambda: segment([]))
     live: int = 0  # the change in live rows
 
 

@@ -18,8 +18,6 @@ files that are gone (duplicate keys). Tailfill redoes a conflicting merge from a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -59,11 +57,9 @@ POS_DELETE_ARROW = pa.schema([
 FULL_METRICS = {"write.metadata.metrics.default": "full"}
 
 
-def write_position_deletes(fs: pafs.FileSystem, uri: str, file_paths: Sequence[str] | pa.Array,
-                           positions: Sequence[int] | np.ndarray) -> DataFile:
+def write_position_deletes(fs: pafs.FileSystem, uri: str, file_paths: pa.Array, positions: np.ndarray) -> DataFile:
     """Write a position delete file at ``uri`` (rows ``positions`` of ``file_paths``); returns its entry."""
-    paths = file_paths if isinstance(file_paths, pa.Array) else pa.array(file_paths, pa.string())
-    table = pa.table([paths, pa.array(positions, pa.int64())], schema=POS_DELETE_ARROW)
+    table = pa.table([file_paths, pa.array(positions, pa.int64())], schema=POS_DELETE_ARROW)
     table = table.sort_by([("file_path", "ascending"), ("pos", "ascending")])
     with pq.ParquetWriter(fs_path(uri), POS_DELETE_ARROW, filesystem=fs, compression="zstd") as writer:
         writer.write_table(table)
