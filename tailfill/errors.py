@@ -91,6 +91,18 @@ class LakeError(TailfillError):
     fix = "check the catalog and the warehouse storage (target.*)"
 
 
+class CatalogUnreachable(LakeError):
+    """A batch's commit could not reach the catalog (its server refused or dropped the connection).
+
+    Not the batch's fault: like a broker that answers nothing, it is restarted with patience of its own that
+    leaves the batch's failure budget alone (:mod:`tailfill.run.restarts`); nothing was committed by it, and the
+    batch commits when the catalog answers again.
+    """
+
+    infrastructure: ClassVar[bool] = True
+    fix = "bring the catalog's server back (its own log says why it went away); the run goes on when it answers"
+
+
 class DiskFullError(LakeError):
     """A write found its disk full; the message names the file and what it is. Nothing was committed by it."""
 

@@ -8,6 +8,7 @@ own TAILFILL_HOME and its own topic, so tests never see each other's data.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -128,6 +129,15 @@ def registry():
 
     with DevRegistry() as reg:
         yield reg
+
+
+@pytest.fixture
+def refused_port():
+    """A loopback port where nothing listens for the whole test: bound and never listening, so a connection is
+    refused at once and no server the session starts meanwhile can take it (a port only found free can be)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

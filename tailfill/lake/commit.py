@@ -64,6 +64,14 @@ class Committer:
         return None
 
 
+def catalog_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the catalog's server could not be reached (refused, dropped), not that a commit failed."""
+    import requests
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    return isinstance(exc, OperationalError | InterfaceError | requests.exceptions.ConnectionError)
+
+
 def records_in(fs: pafs.FileSystem, prepared: Sequence[PreparedRange], kept: list[OffsetRange]) -> int:
     """Records the source read in the ``kept`` part of a batch (when another writer committed the rest).
 

@@ -42,6 +42,7 @@ from tailfill.values.partition_terms import parse_terms
 from tailfill.values.schema import QUARANTINE_SCHEMA
 
 CATALOG_OPEN_ATTEMPTS = 5
+CATALOG_CONNECT_TIMEOUT_S = 10  # a Postgres catalog's connection, unless its URI sets connect_timeout
 KEY_PROP = "tailfill.key"  # a state table's key columns (JSON list), set when it is made
 CHANGES_PROP = "tailfill.changes"  # the change log (namespace.table) a state table folds, set when it is made
 
@@ -52,7 +53,7 @@ def catalog_properties(target: TargetConfig) -> dict[str, str]:
     props = {**cat.properties, "type": cat.type,
              "warehouse": cat.warehouse or (warehouse_uri(target) if cat.type == "sql" else None)}
     if cat.uri is not None:
-        props["uri"] = cat.uri
+        props["uri"] = with_connect_timeout(cat.uri)
     if cat.credential_env is not None:
         if not os.environ.get(cat.credential_env):
             raise LakeError(f"target.catalog.credential_env names {cat.credential_env}, which is not set")
@@ -69,6 +70,14 @@ def catalog_properties(target: TargetConfig) -> dict[str, str]:
             }
         )
     return {k: v for k, v in props.items() if v is not None}
+
+
+def with_connect_timeout(uri: str) -> str:
+    """A Postgres catalog's ``uri`` with libpq's ``connect_timeout`` (:data:`CATALOG_CONNECT_TIMEOUT_S`) unless it
+    sets one: without it, a server that takes the connection and never answers holds a run for ever."""
+    if not uri.startswith("postgresql") or "connect_timeout=" in uri:
+        return uri
+    return f"{uri}{'&' if '?' in uri else '?'}connect_timeout={CATALOG_CONNECT_TIMEOUT_S}"
 
 
 def catalog_label(target: TargetConfig) -> str:

@@ -9,8 +9,9 @@ attempts failed at (no endless restart loop). One that committed a batch starts 
 
 The infrastructure around the work failing (:attr:`~tailfill.errors.ErrorInfo.infrastructure`) says
 nothing of the batch: Spark's own machinery (a Python worker that could not connect back to its executor,
-the machine too busy to start one in time) or a broker answering no request
-(:class:`~tailfill.errors.BrokerUnresponsive`). Such failures have a budget and a longer backoff of their
+the machine too busy to start one in time), a broker answering no request
+(:class:`~tailfill.errors.BrokerUnresponsive`) or a catalog that cannot be reached at commit
+(:class:`~tailfill.errors.CatalogUnreachable`). Such failures have a budget and a longer backoff of their
 own, and leave the batch's budget alone; past it, they count as the batch's.
 
 Everything here is values in, a decision out: no clock, no sleeping, no Spark (tested as the governor is).

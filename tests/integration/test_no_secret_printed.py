@@ -24,7 +24,6 @@ import boto3
 import pytest
 
 from tailfill import cli
-from tailfill.dev.broker import free_port
 from tailfill.dev.sample import produce_sample
 
 pytestmark = pytest.mark.integration
@@ -54,7 +53,7 @@ def objects_holding(endpoint: str, warehouse: str, secrets: dict[str, str]) -> t
 
 
 def test_no_secret_reaches_a_file_a_report_or_the_output(make_pipeline, postgres, s3_endpoint, home, capfd,
-                                                          monkeypatch):
+                                                          monkeypatch, refused_port):
     secrets = {name: f"{name}-{uuid.uuid4().hex}" for name in ("kafka-password", "s3-secret-key", "catalog-password")}
     database = f"iceberg_{uuid.uuid4().hex[:8]}"
     postgres.create_databases(database)
@@ -64,7 +63,7 @@ def test_no_secret_reaches_a_file_a_report_or_the_output(make_pipeline, postgres
     monkeypatch.setenv("TF_CATALOG_URI", f"postgresql+psycopg2://tailfill:{secrets['catalog-password']}"
                                          f"@127.0.0.1:{postgres.port}/{database}")
     monkeypatch.setenv("TF_DOWN_URI", f"postgresql+psycopg2://tailfill:{secrets['catalog-password']}"
-                                      f"@127.0.0.1:{free_port()}/none")
+                                      f"@127.0.0.1:{refused_port}/none")
     security = {"protocol": "PLAINTEXT", "username_env": "TF_KAFKA_USER", "password_env": "TF_KAFKA_PASSWORD"}
     cfg = make_pipeline(name="secrets", s3_endpoint=s3_endpoint, catalog_uri="${TF_CATALOG_URI}",
                         source__security=security,

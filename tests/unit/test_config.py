@@ -391,3 +391,36 @@ def test_a_keyed_table_of_several_topics_is_refused_with_one_line(tmp_path):
 
     with pytest.raises(ConfigError, match="a keyed table of several topics is not supported"):
         load_pipeline(write_variant(tmp_path, keyed))
+
+
+def test_a_postgres_catalog_that_never_answers_fails_with_its_name_instead_of_waiting_for_ever(monkeypatch, tmp_path):
+    import socket
+    import threading
+
+    from tailfill.errors import LakeError
+    from tailfill.lake import tables
+
+    assert tables.with_connect_timeout("postgresql+psycopg2://u@h/db?sslmode=disable") == \
+        f"postgresql+psycopg2://u@h/db?sslmode=disable&connect_timeout={tables.CATALOG_CONNECT_TIMEOUT_S}"
+    assert tables.with_connect_timeout("postgresql://u@h/db?connect_timeout=3") == "postgresql://u@h/db?connect_timeout=3"
+    assert tables.with_connect_timeout("sqlite:////tmp/catalog.db") == "sqlite:////tmp/catalog.db"
+
+    silent = socket.create_server(("127.0.0.1", 0))  # takes connections, never says a word
+    monkeypatch.setattr(tables, "CATALOG_CONNECT_TIMEOUT_S", 1)
+    uri = f"postgresql+psycopg2://tailfill:pw@127.0.0.1:{silent.getsockname()[1]}/catalog"
+    cfg = load_pipeline(write_variant(tmp_path, lambda d: d["target"].update(catalog={"type": "sql", "uri": uri})))
+    raised: list[BaseException] = []
+
+    def open_it() -> None:
+        try:
+            tables.load_catalog(cfg.target)
+        except BaseException as exc:
+            raised.append(exc)
+
+    opener = threading.Thread(target=open_it, daemon=True)
+    opener.start()
+    opener.join(60)  # far longer than the timeout; without one it would never return
+    silent.close()
+    assert not opener.is_alive(), "opening a catalog that never answers did not give up"
+    assert len(raised) == 1 and isinstance(raised[0], LakeError), raised
+    assert "cannot open the Iceberg catalog at postgresql+psycopg2://tailfill:***@127.0.0.1:" in str(raised[0])
