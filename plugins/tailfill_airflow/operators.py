@@ -36,6 +36,7 @@ from tailfill.config import PipelineConfig
 from tailfill.errors import SparkServerError, TailfillError
 from tailfill.offsets import total
 from tailfill.pipeline.load import env_names, load_pipeline, resolve_pipeline
+from tailfill.plumbing.detached import die_with_parent
 from tailfill.redact import redact_text
 from tailfill.run import runtime
 from tailfill.settings import settings
@@ -227,6 +228,7 @@ class TailfillSubmitOperator(BaseOperator):
                    try_number=ti.try_number, tries=tries, cause=None, state="running", ended_at=None,
                    restarts=before)
         self._note_sigterm()
+        die_with_parent()  # a worker killed outright takes this task, and the job it runs, with it
         self._output_file.parent.mkdir(parents=True, exist_ok=True)
         failure: JobFailed | None = None
         with self._output_file.open("w") as self._out:

@@ -8,10 +8,13 @@ import json
 import os
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
 
 from tailfill.settings import LOOPBACK
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
 
 
 def free_port() -> int:
@@ -19,6 +22,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind((LOOPBACK, 0))
         return s.getsockname()[1]
+
+
+def die_with_parent() -> None:
+    """Have the kernel SIGKILL this process as soon as its parent dies (Linux; elsewhere nothing happens).
+
+    For a process that runs a job for a parent that supervises it (an Airflow task under its worker): when the
+    parent is killed outright, the job goes with it instead of running on, unseen, beside the retry."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+        return
+    if os.getppid() != parent:  # it died before the kernel was told
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def port_free(port: int) -> bool:
