@@ -11,7 +11,10 @@ job is a *next* job: its server and shared session already warm from a first job
   zip-only   the workers import the installed, compiled pyspark; the function loaded by the first batch
   no-archive the same as ``new`` with the JVM's class archive off (``TAILFILL_CLASS_ARCHIVE_DIR=off``)
   new        compiled pyspark, the function loaded in a thread as soon as the worker has it, and the JVM's
-             classes mapped from its class archive (:mod:`tailfill.run.class_archive`; made first if missing)
+             classes mapped from its class archive (:mod:`tailfill.run.class_archive`; made first if missing);
+             the job plans its batches itself, without a streaming query (:mod:`tailfill.run.direct_query`)
+  query      the same as ``new`` with the job's batches run by a streaming query, as a live tail's are
+             (``TAILFILL_BOUNDED_RUNS=query``)
 
 Each round produces ``--events`` more events, then runs ``tailfill tail P --once --spark connect`` of each
 variant in turn (the order rotates each round); each job reads those events into a table of its own. Prints
@@ -42,6 +45,7 @@ VARIANTS = {
     "zip-only": {"TAILFILL_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "0"},
     "no-archive": {"TAILFILL_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "1", "TAILFILL_CLASS_ARCHIVE_DIR": "off"},
     "new": {"TAILFILL_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "1"},
+    "query": {"TAILFILL_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "1", "TAILFILL_BOUNDED_RUNS": "query"},
 }
 
 

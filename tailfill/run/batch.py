@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tailfill import failpoints
-from tailfill.errors import BatchFailed, ErrorInfo
-from tailfill.lake.commit import Committer
+from tailfill.errors import BatchFailed, CatalogUnreachable, ErrorInfo
+from tailfill.lake.commit import Committer, catalog_unreachable
 from tailfill.lake.evolving import prepare_evolving
 from tailfill.lake.prepare import PreparedRange
 from tailfill.run.pacing import Pacer
@@ -104,14 +104,16 @@ class BatchHandler:
 def short_failure(batch_id: int, failure: Failure, exc: BaseException, stopping: bool) -> BatchFailed:
     """The error a failed batch raises into Spark: one line of at most :data:`SHORT_FAILURE_CHARS` characters.
 
-    Its traceback goes to the driver's log here (one line when the query was being stopped: a batch interrupted
-    by the stop is replayed by the next run); Spark gets only this line (see :class:`~tailfill.errors.BatchFailed`).
+    Its traceback goes to the driver's log here, as a warning: the restart policy retries the batch or ends the
+    run with its own error, which is the one a caller reads (one line when the query was being stopped: a batch
+    interrupted by the stop is replayed by the next run); Spark gets only this line (see
+    :class:`~tailfill.errors.BatchFailed`).
     """
     if stopping:
         log.warning("batch %s did not finish: the query was stopped (%s: %s)", batch_id, failure.error.error_class,
                     failure.error.message[:200])
     else:
-        log.error("batch %s failed at %s", batch_id, failure.step, exc_info=exc)
+        log.warning("batch %s failed at %s", batch_id, failure.step, exc_info=exc)
     line = f"batch {batch_id} failed at {failure.step}: {failure.error.error_class}: {failure.error.message}"
     line = " ".join(line.split())
     return BatchFailed(line if len(line) <= SHORT_FAILURE_CHARS else line[:SHORT_FAILURE_CHARS - 1] + "…")
@@ -126,7 +128,15 @@ def commit_report(committer: Committer, run_id: str, batch_id: int, prepared: li
     """
     failpoints.pause("before-commit", scope=committer.pipeline)
     failpoints.maybe_fail("before-commit", scope=committer.pipeline)
-    result, commit_s = committer.commit(run_id, batch_id, prepared)
+    try:
+        result, commit_s = committer.commit(run_id, batch_id, prepared)
+    except Exception as exc:
+        if not catalog_unreachable(exc):
+            raise
+        cause = getattr(exc, "orig", None) or exc  # SQLAlchemy's: the driver's own error, without the SQL
+        text = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:300]
+        raise CatalogUnreachable(f"the catalog of {committer.pipeline} could not be reached to commit batch "
+                                 f"{batch_id} ({type(cause).__name__}: {text})") from exc
     failpoints.maybe_fail("after-commit")
     ended = time.time()
     sample = LatencySample.at(ended, [p.timestamps for p in prepared if p.timestamps])

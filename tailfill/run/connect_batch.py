@@ -1,5 +1,6 @@
-"""The batch handler of a query run over Spark Connect, and the client's view of it.
+"""The batch handler of a live tail's query run over Spark Connect, and the client's view of it.
 
+(A bounded request over Connect runs its batch handler in the client: :mod:`tailfill.run.direct_query`.)
 Over Connect, ``foreachBatch`` runs in a Python process on the server, not beside the poll loop. So
 :class:`RemoteBatch` (pickled to the server, built there on its first batch) makes the query's
 :class:`~tailfill.run.batch.BatchHandler` with its own state and pacer from the shipped config, and after

@@ -141,6 +141,12 @@ def server_gone(exc: BaseException) -> bool:
     return status is None or str(status).endswith(("UNAVAILABLE", "CANCELLED", "UNKNOWN"))
 
 
+def server_went_away(label: str, exc: BaseException, committed: int) -> ConnectServerError:
+    """The one line for a job whose Connect server went away (``exc``) after it committed ``committed`` offsets."""
+    return ConnectServerError(f"[{label}] the Spark Connect server went away while the job ran ({first_line(exc)}); "
+                              f"{committed:,} offsets committed before")
+
+
 def query_failed(exc: BaseException) -> bool:
     """Whether ``exc`` is a failure Spark reported over Connect while the server is still there (a Python
     worker that could not connect back while the query started, say): one for the restart policy."""

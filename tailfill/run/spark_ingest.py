@@ -1,15 +1,18 @@
 """The one Spark code path: ingest an offset range into the table in capped, atomic micro-batches.
 
 A backfill slice is ``[start, end)`` with trigger availableNow; the tail is ``[start, ∞)`` with
-availableNow (``--once``) or a processing-time trigger. Both run one Structured Streaming query:
-``tailfill_kafka`` plans each micro-batch's offset ranges, and ``foreachBatch``
-(:class:`~tailfill.run.batch.BatchHandler`) prepares them on the executors and commits them here, on
-the driver, while the poll loop (:mod:`tailfill.run.poll`) watches the query. Batches are sized by a
-budget the source reads before each batch: a fixed cap, or a time budget from the rate measured so far.
+availableNow (``--once``) or a processing-time trigger. A bounded request (availableNow) runs as a
+:class:`~tailfill.run.direct_query.DirectQuery`: its batches' offset ranges are planned here, with the
+source's planning, and no streaming query starts. A processing-time tail runs one Structured Streaming
+query, whose ``tailfill_kafka`` plans each micro-batch's ranges. Either way the batch handler
+(:class:`~tailfill.run.batch.BatchHandler`) prepares them on the executors and commits them here, on the
+driver, while the poll loop (:mod:`tailfill.run.poll`) watches the query. Batches are sized by a budget
+the planning reads before each batch: a fixed cap, or a time budget from the rate measured so far.
 
-The table's ledger is the one resume truth: a request starts at its first uncommitted offset, and its
-checkpoint is named by its bounds, so a checkpoint is only ever reused by the same request (to replay a
-failed batch with the same offsets) and is removed when the request finishes. A failed query is
+The table's ledger is the one resume truth: a request starts at its first uncommitted offset, and a live
+tail's checkpoint is named by its bounds, so a checkpoint is only ever reused by the same request (to
+replay a failed batch with the same offsets); the request's checkpoint folder (its budget and read counts)
+is removed when the request finishes. A failed query is
 restarted as its :mod:`~tailfill.run.restarts` policy says, or the run stops with the cause (no endless
 restart loop); each restart is announced as an event of the job contract.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import sys
 import threading
@@ -29,7 +33,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from tailfill.errors import ConnectServerError, ErrorInfo, QueryEnded, QueryFailed, QueryStalled
+from tailfill.errors import ErrorInfo, QueryEnded, QueryFailed, QueryStalled
 from tailfill.lake.tables import Tables
 from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.durable import write_whole
@@ -37,17 +41,18 @@ from tailfill.run import checkpoint
 from tailfill.run.batch import BatchHandler
 from tailfill.run.connect_batch import RemoteBatch, RemoteQuery, fold
 from tailfill.run.contract import Event, IngestResult, Restarted
+from tailfill.run.direct_query import BatchCursor, DirectBatchFailed, DirectQuery
 from tailfill.run.pacing import pacer_for, watcher_pacer_for
 from tailfill.run.plan import IngestRequest
 from tailfill.run.poll import Watch, poll
 from tailfill.run.query_state import QueryState
 from tailfill.run.restarts import Failure, RestartPolicy
 from tailfill.run.spark_connect import (
-    first_line,
     foreach_batch,
     is_connect,
     query_failed,
     server_gone,
+    server_went_away,
     session_cores,
 )
 from tailfill.source.handoff import reported_failure
@@ -58,6 +63,7 @@ REQUEST_FILE = "tailfill-request.json"  # our own note in a checkpoint folder: t
 BUDGET_FILE = "tailfill-budget.json"  # the next batch's cap, read by the source before each batch
 FAILURE_FILE = "tailfill-source-failure.json"  # the error the source's planning failed with, as data
 OURS = (REQUEST_FILE, BUDGET_FILE, FAILURE_FILE, READS_DIR)
+BOUNDED_ENV = "TAILFILL_BOUNDED_RUNS"  # "query": a bounded request runs a streaming query too (for comparison)
 
 Log = Callable[[str], None]
 Emit = Callable[[Event], None]
@@ -81,28 +87,31 @@ def _open_checkpoint(req: IngestRequest, log: Log) -> None:
         {"start": req.start.to_dict(), "end": req.end.to_dict() if req.end else None}))
 
 
+def source_options(pipeline: Pipeline, req: IngestRequest, cores: int) -> dict[str, str]:
+    """``tailfill_kafka``'s options for ``req``: its bounds, its batches' cap, ``cores`` consumers reading each
+    batch's ranges, the batches' budget read from the checkpoint's :data:`BUDGET_FILE`."""
+    options = {
+        "source": pipeline.resolved.source.model_dump_json(),
+        "startingOffsets": req.start.to_json(),
+        "maxOffsetsPerTrigger": str(req.max_offsets_per_batch),
+        "budgetFile": str(req.checkpoint / BUDGET_FILE),
+        "failureFile": str(req.checkpoint / FAILURE_FILE),
+        "output": "ranges",
+        "tasks": str(cores),  # one consumer per core reads the batch
+    }
+    if req.end is not None:
+        options["endingOffsets"] = req.end.to_json()
+    return options
+
+
 def start_query(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handler: Callable,
                 cores: int) -> StreamingQuery:
     """The request's streaming query, started: ``tailfill_kafka`` ranges into ``handler`` (``foreachBatch``),
     ``cores`` consumers reading each batch, the batches' budget read from the checkpoint's :data:`BUDGET_FILE`."""
-    cfg = pipeline.resolved
-    budget_file = req.checkpoint / BUDGET_FILE
-    reader = (
-        spark.readStream.format("tailfill_kafka")
-        .option("source", cfg.source.model_dump_json())
-        .option("startingOffsets", req.start.to_json())
-        .option("maxOffsetsPerTrigger", str(req.max_offsets_per_batch))
-        .option("budgetFile", str(budget_file))
-        .option("failureFile", str(req.checkpoint / FAILURE_FILE))
-        .option("output", "ranges")
-        .option("tasks", str(cores))  # one consumer per core reads the batch
-    )
-    if req.end is not None:
-        reader = reader.option("endingOffsets", req.end.to_json())
     stream = (
-        reader.load()
+        spark.readStream.format("tailfill_kafka").options(**source_options(pipeline, req, cores)).load()
         .writeStream.foreachBatch(handler)
-        .queryName(f"tailfill-{cfg.name}-{req.name}")
+        .queryName(f"tailfill-{pipeline.name}-{req.name}")
         .option("checkpointLocation", str(req.checkpoint))
     )
     if req.trigger == "available_now":
@@ -127,7 +136,9 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
     state = QueryState(fold(reports))  # an earlier try of the same run: its batches count as done
     cores, budget_file = session_cores(spark), req.checkpoint / BUDGET_FILE
     qlog = lambda line: log(f"[{req.label}] {line}")  # noqa: E731
-    if is_connect(spark):  # the batches run in the server's foreachBatch worker, sized by its own pacer
+    # bounded: batches planned here, no streaming query (direct_query)
+    direct = req.trigger == "available_now" and os.environ.get(BOUNDED_ENV, "direct") != "query"
+    if is_connect(spark) and not direct:  # the batches run in the server's foreachBatch worker, its own pacer
         remote = RemoteQuery(spark, req, reports, state)
         pacer = watcher_pacer_for(pipeline, req, cores, state.stopping, qlog)
         handler = foreach_batch(spark, RemoteBatch(req, pipeline.shipped, cores, str(budget_file)))
@@ -142,7 +153,12 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
     try:
         watch = Watch(req, state, pacer, pipeline.state, cancel, log, remote.sync if remote else None,
                       remote.ask_stop if remote else None)
-        restarts, causes = _attempts(spark, pipeline, req, handler, watch, emit, cores, remote)
+        if direct:
+            options, cursor = source_options(pipeline, req, cores), BatchCursor(req.start, state.tally.batches)
+            start = lambda: DirectQuery(spark, req, handler, options, cursor, state).start()  # noqa: E731
+        else:
+            start = lambda: start_query(spark, pipeline, req, handler, cores)  # noqa: E731
+        restarts, causes = _attempts(start, req, watch, emit, remote)
     finally:
         pacer.stopped()
         if remote is not None:
@@ -154,11 +170,12 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
     return result
 
 
-def _attempts(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handler: Callable, watch: Watch,
-              emit: Emit, cores: int, remote: RemoteQuery | None) -> tuple[int, list[str]]:
-    """Run the query until it completes, restarting it from its checkpoint as the restart policy says; returns
-    how many restarts it took and their causes. Raises :class:`~tailfill.errors.QueryFailed` when the policy
-    says stop (the failure's class, ``retryable`` and fix are the error's)."""
+def _attempts(start: Callable[[], StreamingQuery | DirectQuery], req: IngestRequest, watch: Watch, emit: Emit,
+              remote: RemoteQuery | None) -> tuple[int, list[str]]:
+    """Run the query (``start`` starts an attempt) until it completes, restarting it from its checkpoint (or its
+    cursor) as the restart policy says; returns how many restarts it took and their causes. Raises
+    :class:`~tailfill.errors.QueryFailed` when the policy says stop (the failure's class, ``retryable`` and fix are
+    the error's)."""
     state, log = watch.state, watch.log
     restarts = RestartPolicy(req.max_consecutive_failures, req.restart_backoff_seconds).start()
     causes: list[str] = []
@@ -169,10 +186,10 @@ def _attempts(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handl
             remote.forget()
         reported_failure(req.checkpoint / FAILURE_FILE)  # an earlier attempt's: not this one's
         try:
-            _watched(lambda: poll(start_query(spark, pipeline, req, handler, cores), watch), req, remote)
+            _watched(lambda: poll(start(), watch), req, remote)
             return len(causes), causes
         except Exception as exc:
-            if not isinstance(exc, StreamingQueryException | QueryEnded | QueryStalled) and not (
+            if not isinstance(exc, StreamingQueryException | DirectBatchFailed | QueryEnded | QueryStalled) and not (
                     remote is not None and query_failed(exc)):
                 raise
             if remote is not None:
@@ -207,9 +224,7 @@ def _watched(run: Callable[[], None], req: IngestRequest, remote: RemoteQuery | 
     except Exception as exc:
         if isinstance(exc, StreamingQueryException) or not server_gone(exc):
             raise
-        raise ConnectServerError(f"[{req.label}] the Spark Connect server went away while the job ran "
-                                 f"({first_line(exc)}); {remote.state.tally.offsets:,} offsets committed "
-                                 "before") from None
+        raise server_went_away(req.label, exc, remote.state.tally.offsets) from None
     return None
 
 

@@ -110,9 +110,7 @@ class KafkaOptions:
 
     def read(self, partition: RangePartition):
         if self.output == "ranges":
-            yield pa.RecordBatch.from_pylist([{"kafka_topic": r.topic, "kafka_partition": r.partition,
-                                               "start_offset": r.start, "end_offset": r.end}
-                                              for r in partition.ranges], schema=RANGE_SCHEMA)
+            yield range_batch(partition.ranges)
             return
         [r] = partition.ranges
         yield from read_range(self.conf, r, on_expired=self.source.on_expired_offsets, with_marker=self.markers)
@@ -176,15 +174,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @_reported
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        begin = PartitionOffsets.from_dict(start)
-        end = self.latest = self._end()
-        ranges = [r for r in ranges_between(begin, _at_least(end, begin)) if not r.is_empty()]
-        budget = self.opts.budget()  # Spark's limit is maxOffsetsPerTrigger; the budget file may lower it
-        if budget is not None:
-            ranges = cap(ranges, budget)
-        out = dict(begin.offsets)
-        out.update({r.tp: r.end for r in ranges})
-        return PartitionOffsets(out).to_dict()
+        end = self.latest = self._end()  # Spark's limit is maxOffsetsPerTrigger; the budget file may lower it
+        return batch_end(PartitionOffsets.from_dict(start), end, self.opts.budget()).to_dict()
 
     @_reported
     def reportLatestOffset(self) -> dict | None:
@@ -204,6 +195,24 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         """The query stopped: let go of the reader's consumer."""
         self.opts.consumer.close()
+
+
+def batch_end(begin: PartitionOffsets, end: PartitionOffsets, budget: int | None) -> PartitionOffsets:
+    """Where the batch from ``begin`` ends: at ``end``, or sooner on some partitions when its offsets would pass
+    ``budget`` (None: no cap). Equal to ``begin`` when there is nothing to read."""
+    ranges = [r for r in ranges_between(begin, _at_least(end, begin)) if not r.is_empty()]
+    if budget is not None:
+        ranges = cap(ranges, budget)
+    out = dict(begin.offsets)
+    out.update({r.tp: r.end for r in ranges})
+    return PartitionOffsets(out)
+
+
+def range_batch(ranges: list[OffsetRange]) -> pa.RecordBatch:
+    """``ranges`` as rows of :data:`~tailfill.values.schema.RANGE_SCHEMA` (what ``output=ranges`` reads)."""
+    return pa.RecordBatch.from_pylist([{"kafka_topic": r.topic, "kafka_partition": r.partition,
+                                        "start_offset": r.start, "end_offset": r.end} for r in ranges],
+                                      schema=RANGE_SCHEMA)
 
 
 def _at_least(end: PartitionOffsets, start: PartitionOffsets) -> PartitionOffsets:

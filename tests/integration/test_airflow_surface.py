@@ -333,9 +333,11 @@ def test_a_garbage_from_in_the_trigger_form_fails_the_plan_with_one_line_on_the_
     wait_for_tab(browser, shot, "garbage-from-run-tab", "FAILED at plan (try 1)", "From (from_offsets)")
 
 
-def test_the_verdict_refreshes_until_validated_and_each_run_adds_a_lag_point(airflow, pipelines, browser, shot):
-    """The run's tab, opened once while the tail runs, goes from "not validated yet" to the verdict by itself and
-    then sets no refresh timer. Records produced after the tail's job ended are behind at the end of that run (40);
+def test_the_verdict_refreshes_until_validated_and_each_run_adds_a_lag_point(airflow, pipelines, browser, shot,
+                                                                           paused_batches):
+    """The run's tab, opened once while the tail runs (its batch held on the executors until the tab has shown the
+    pending verdict), goes from "not validated yet" to the verdict by itself and then sets no refresh timer.
+    Records produced after the tail's job ended are behind at the end of that run (40);
     the next run takes them (0 behind): the tab and the live-offsets page list both runs with their numbers."""
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -345,12 +347,16 @@ def test_the_verdict_refreshes_until_validated_and_each_run_adds_a_lag_point(air
     assert finished(airflow, dag)[1] == "success"  # a first tail run records the cutover (if none is yet)
     produce_sample(source["bootstrap_servers"], source["topic"], 200, 4)
     login(browser, airflow)
-    first = airflow.trigger_dag(dag)
-    browser.get(f"{airflow.url}/dags/{dag}/runs/{first}/plugin/tailfill_run")
-    browser.execute_script("window.tailfillOpenedOnce = true")  # gone if the Airflow page itself reloads
-    wait_for_tab(browser, shot, "verdict-pending", "not validated yet", timeout=420)
-    pending = frame_refresh(browser, "not validated yet")
-    assert pending is not None and pending[0] == "every 5s" and pending[1] == 1, pending
+    paused_batches.arm()
+    try:
+        first = airflow.trigger_dag(dag)
+        browser.get(f"{airflow.url}/dags/{dag}/runs/{first}/plugin/tailfill_run")
+        browser.execute_script("window.tailfillOpenedOnce = true")  # gone if the Airflow page itself reloads
+        wait_for_tab(browser, shot, "verdict-pending", "not validated yet", timeout=420)
+        pending = frame_refresh(browser, "not validated yet")
+        assert pending is not None and pending[0] == "every 5s" and pending[1] == 1, pending
+    finally:
+        paused_batches.release()
 
     def states() -> dict:
         return {t["task_id"]: t["state"] for t in airflow.task_instances(dag, first)}

@@ -5,6 +5,10 @@ A kill while Spark writes the tail's offset log leaves a 0-byte ``offsets/.0.<uu
 Spark refuses such a checkpoint (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``). These tests lay down
 exactly those leftovers (and the other files a kill can tear) and run the job again: it must succeed
 and stay exactly once.
+
+Only a live tail runs a streaming query with a Spark checkpoint; a backfill or a ``--once`` tail plans its
+batches itself. These tests run theirs as a streaming query (:data:`~tailfill.run.spark_ingest.BOUNDED_ENV`),
+whose checkpoint is handled by the same code as a live tail's, so that the kill's leftovers sit at known bounds.
 """
 
 from __future__ import annotations
@@ -23,9 +27,16 @@ from tailfill.errors import IngestError
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.pipeline.load import load_pipeline
 from tailfill.run.plan import checkpoint_root, source_state, tail_request
+from tailfill.run.spark_ingest import BOUNDED_ENV
 from tailfill.state.store import StateStore, report_file
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def bounded_runs_as_queries(monkeypatch):
+    """Every run of these tests as a streaming query, with its Spark checkpoint (see the module's description)."""
+    monkeypatch.setenv(BOUNDED_ENV, "query")
 
 
 def spark_kill_leftovers(checkpoint, log: str = "offsets") -> list:

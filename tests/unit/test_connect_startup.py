@@ -83,8 +83,9 @@ def test_worker_python_is_the_python_itself_when_asked_to_keep_the_zip(tmp_path)
     assert worker_python(tmp_path / "python", sys.executable, {}) == launcher  # kept as it is
 
 
-def test_preload_switch_is_not_a_server_setting():
+def test_client_side_switches_are_not_server_settings():
     assert "TAILFILL_CONNECT_PRELOAD" not in job_env_digests({"TAILFILL_CONNECT_PRELOAD": "0"})
+    assert "TAILFILL_BOUNDED_RUNS" not in job_env_digests({"TAILFILL_BOUNDED_RUNS": "query"})
     assert KEEP_ZIP_ENV in job_env_digests({KEEP_ZIP_ENV: "1"})  # the server's workers change with it
 
 
