@@ -7,9 +7,9 @@ One embedded broker; one home (and local Connect server) per variant, all up at 
 job is a *next* job: its server and shared session already warm from a first job of the same variant.
 
   old        Spark's pyspark.zip on the Python workers' path (``TAILFILL_PYSPARK_ZIP=1``) and the
-             foreachBatch function loaded by the first batch (``TAILFILL_CONNECT_PRELOAD=0``)
-  zip-only   the workers import the installed, compiled pyspark; the function loaded by the first batch
-  no-archive the same as ``new`` with the JVM's class archive off (``TAILFILL_CLASS_ARCHIVE_DIR=off``)
+             foreachBatch function loaded by the first batch (``TAILFILL_CONNECT_PRELOAD=0``); a streaming query
+  zip-only   the workers import the installed, compiled pyspark; the function loaded by the first batch; a query
+  no-archive the same as ``query`` with the JVM's class archive off (``TAILFILL_CLASS_ARCHIVE_DIR=off``)
   new        compiled pyspark, the function loaded in a thread as soon as the worker has it, and the JVM's
              classes mapped from its class archive (:mod:`tailfill.run.class_archive`; made first if missing);
              the job plans its batches itself, without a streaming query (:mod:`tailfill.run.direct_query`)
@@ -40,12 +40,14 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+QUERY = {"TAILFILL_BOUNDED_RUNS": "query"}  # the job's batches run by a streaming query
 VARIANTS = {
-    "old": {"TAILFILL_PYSPARK_ZIP": "1", "TAILFILL_CONNECT_PRELOAD": "0"},
-    "zip-only": {"TAILFILL_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "0"},
-    "no-archive": {"TAILFILL_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "1", "TAILFILL_CLASS_ARCHIVE_DIR": "off"},
+    "old": {"TAILFILL_PYSPARK_ZIP": "1", "TAILFILL_CONNECT_PRELOAD": "0", **QUERY},
+    "zip-only": {"TAILFILL_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "0", **QUERY},
+    "no-archive": {"TAILFILL_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "1", "TAILFILL_CLASS_ARCHIVE_DIR": "off",
+                   **QUERY},
     "new": {"TAILFILL_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "1"},
-    "query": {"TAILFILL_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "1", "TAILFILL_BOUNDED_RUNS": "query"},
+    "query": {"TAILFILL_PYSPARK_ZIP": "0", "TAILFILL_CONNECT_PRELOAD": "1", **QUERY},
 }
 
 
