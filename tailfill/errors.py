@@ -99,6 +99,7 @@ class CatalogUnreachable(LakeError):
     batch commits when the catalog answers again.
     """
 
+    retryable: ClassVar[bool] = True
     infrastructure: ClassVar[bool] = True
     fix = "bring the catalog's server back (its own log says why it went away); the run goes on when it answers"
 

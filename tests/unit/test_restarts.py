@@ -162,3 +162,17 @@ def test_spark_failing_to_start_a_python_worker_has_its_own_patience():
     _, decision = restarts.after(worker)
     assert decision.stop is not None and "Python worker failed to connect back" in decision.stop
     assert ErrorInfo.of(RuntimeError(WORKER_TIMEOUT)).infrastructure  # seen inside a handler's error too
+
+
+def test_a_catalog_unreachable_at_commit_is_waited_out_with_the_infrastructure_patience():
+    try:
+        try:
+            raise OSError("server closed the connection unexpectedly")
+        except OSError as cause:
+            raise errors.CatalogUnreachable("the catalog of p could not be reached to commit batch 1") from cause
+    except errors.CatalogUnreachable as exc:
+        info = ErrorInfo.of(exc)
+    assert (info.error_class, info.retryable, info.infrastructure) == ("CatalogUnreachable", True, True)
+    restarts = RestartPolicy(tolerated=0, backoff_seconds=1.0).start()  # not one bad batch tolerated
+    restarts, decision = restarts.after(Failure(info, "commit of batch 1"))
+    assert (decision.stop, decision.wait_seconds) == (None, 15.0)
