@@ -48,6 +48,7 @@ class Settings:
     airflow_preload: bool  # TAILFILL_AIRFLOW_PRELOAD: the local scheduler imports the task modules before it forks; 1
     on_failure: str | None  # TAILFILL_ON_FAILURE: module:function called with every recorded failure
     class_archive_dir: Path | None  # TAILFILL_CLASS_ARCHIVE_DIR: Spark's JVM class archive (off: none); ~/.cache
+    bounded_as_query: bool  # TAILFILL_BOUNDED_RUNS=query: a backfill or --once tail runs a streaming query (comparison)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -86,6 +87,7 @@ class Settings:
             airflow_preload=(_choice(env, "TAILFILL_AIRFLOW_PRELOAD", ("0", "1")) or "1") == "1",
             on_failure=env.get("TAILFILL_ON_FAILURE") or None,
             class_archive_dir=_archive_dir(env),
+            bounded_as_query=_choice(env, "TAILFILL_BOUNDED_RUNS", ("direct", "query")) == "query",
         )
 
 

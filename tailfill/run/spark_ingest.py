@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import shutil
 import sys
 import threading
@@ -55,6 +54,7 @@ from tailfill.run.spark_connect import (
     server_went_away,
     session_cores,
 )
+from tailfill.settings import settings
 from tailfill.source.handoff import reported_failure
 from tailfill.source.read_counts import READS_DIR
 from tailfill.state.store import clear_stop, report_file
@@ -63,7 +63,7 @@ REQUEST_FILE = "tailfill-request.json"  # our own note in a checkpoint folder: t
 BUDGET_FILE = "tailfill-budget.json"  # the next batch's cap, read by the source before each batch
 FAILURE_FILE = "tailfill-source-failure.json"  # the error the source's planning failed with, as data
 OURS = (REQUEST_FILE, BUDGET_FILE, FAILURE_FILE, READS_DIR)
-BOUNDED_ENV = "TAILFILL_BOUNDED_RUNS"  # "query": a bounded request runs a streaming query too (for comparison)
+BOUNDED_ENV = "TAILFILL_BOUNDED_RUNS"  # "query": a bounded request runs a streaming query too (settings())
 
 Log = Callable[[str], None]
 Emit = Callable[[Event], None]
@@ -137,7 +137,7 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
     cores, budget_file = session_cores(spark), req.checkpoint / BUDGET_FILE
     qlog = lambda line: log(f"[{req.label}] {line}")  # noqa: E731
     # bounded: batches planned here, no streaming query (direct_query)
-    direct = req.trigger == "available_now" and os.environ.get(BOUNDED_ENV, "direct") != "query"
+    direct = req.trigger == "available_now" and not settings().bounded_as_query
     if is_connect(spark) and not direct:  # the batches run in the server's foreachBatch worker, its own pacer
         remote = RemoteQuery(spark, req, reports, state)
         pacer = watcher_pacer_for(pipeline, req, cores, state.stopping, qlog)

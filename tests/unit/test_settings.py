@@ -26,6 +26,7 @@ def test_every_variable_is_read_into_its_field():
     assert (s.fault_dir, s.fault_skip, s.broker_port, s.on_failure) == (Path("/f"), 2, 9092, "m:f")
     assert s.broker_storage == "memory" and settings({}).broker_storage is None
     assert settings({"TAILFILL_AIRFLOW_PRELOAD": "0"}).airflow_preload is False
+    assert settings({"TAILFILL_BOUNDED_RUNS": "query"}).bounded_as_query and not settings({}).bounded_as_query
 
 
 @pytest.mark.parametrize(("name", "value", "says"), [
@@ -37,6 +38,7 @@ def test_every_variable_is_read_into_its_field():
     ("TAILFILL_BROKER_PORT", "ninety", "TAILFILL_BROKER_PORT='ninety': not a whole number (fix: "),
     ("TAILFILL_BROKER_STORAGE", "disk", "TAILFILL_BROKER_STORAGE='disk': use one of s3, memory (or unset it)"),
     ("TAILFILL_AIRFLOW_PRELOAD", "yes", "TAILFILL_AIRFLOW_PRELOAD='yes': use one of 0, 1 (or unset it)"),
+    ("TAILFILL_BOUNDED_RUNS", "stream", "TAILFILL_BOUNDED_RUNS='stream': use one of direct, query (or unset it)"),
 ])
 def test_a_bad_value_is_one_line_naming_the_variable(name, value, says):
     with pytest.raises(ConfigError) as err:
