@@ -103,9 +103,9 @@ def main(argv: list[str] | None, spark: SparkSession | Future[SparkSession]) -> 
 def _at_most_cores(spark: SparkSession | Future[SparkSession], specs: list[JobSpec],
                    log: Log) -> Callable[[JobSpec, Log, Emit], JobResult]:
     """How jobs run together run: every tail at once (each runs until stopped), backfills as many at a time as
-    the application has cores. A query's start costs Python processes of its own (its source's runner, its
-    planners), and more queries at once than cores only had them compete: measured with 20 tables of 50,000
-    offsets, 2 cores, 36.6 s all at once, 29.4 s two at a time."""
+    the application has cores. Measured when each job ran a streaming query, whose start costs Python processes of
+    its own: 20 tables of 50,000 offsets, 2 cores, 36.6 s all at once, 29.4 s two at a time. Jobs that plan their
+    own batches (:mod:`tailfill.run.direct_query`) start no such processes; the cap was not measured again."""
     session = spark.result() if isinstance(spark, Future) else spark
     cores = max(1, session_cores(session))
     backfills = sum(1 for spec in specs if spec.mode == "backfill")
