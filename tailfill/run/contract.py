@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from tailfill.errors import ErrorInfo
+from tailfill.errors import ErrorInfo, IngestError
 from tailfill.offsets import OffsetRange, PartitionOffsets, ranges_between, subtract, total
 from tailfill.redact import redact_data
 from tailfill.values.drift import describe
@@ -237,10 +237,13 @@ Event = JobResult | Restarted
 def read_event(line: str) -> Event | None:
     """The event a job's output line carries (its result, a restart), or None for any other line."""
     line = line.rstrip("\n")
-    if line.startswith(RESULT_PREFIX):
-        return JobResult.from_dict(json.loads(line[len(RESULT_PREFIX):]))
-    if line.startswith(RESTART_PREFIX):
-        return Restarted.from_dict(json.loads(line[len(RESTART_PREFIX):]))
+    for prefix, kind in ((RESULT_PREFIX, JobResult), (RESTART_PREFIX, Restarted)):
+        if line.startswith(prefix):
+            try:
+                return kind.from_dict(json.loads(line[len(prefix):]))
+            except ValueError as exc:
+                raise IngestError(f"a job's output line starts as its {kind.__name__} but cannot be read as one "
+                                  f"({exc}): {line[:300]}") from None
     return None
 
 

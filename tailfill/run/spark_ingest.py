@@ -36,6 +36,7 @@ from tailfill.errors import ErrorInfo, QueryEnded, QueryFailed, QueryStalled
 from tailfill.lake.tables import Tables
 from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.durable import write_whole
+from tailfill.plumbing.whole_lines import line_printer
 from tailfill.run import checkpoint
 from tailfill.run.batch import BatchHandler
 from tailfill.run.connect_batch import RemoteBatch, RemoteQuery, fold
@@ -129,8 +130,8 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
     stdout). ``cancel``: once set, the query stops at once and :class:`~tailfill.errors.JobCancelled` is
     raised (the job's caller went away); what was committed stays, the rest is replayed later.
     """
-    log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-    emit = emit or (lambda event: print(event.line(), flush=True))
+    log = log or line_printer(sys.stderr)
+    emit = emit or (lambda event: line_printer(sys.stdout)(event.line()))
     reports = report_file(pipeline.state, req.run_id, req.name)
     _open_checkpoint(req, log)
     state = QueryState(fold(reports))  # an earlier try of the same run: its batches count as done

@@ -8,10 +8,11 @@ fix), and exits 2.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import replace
 
@@ -19,23 +20,26 @@ from pyspark.sql import SparkSession
 
 from tailfill.errors import ConfigError, ErrorInfo, LakeError, TailfillError
 from tailfill.pipeline.handle import open_pipeline
+from tailfill.plumbing.whole_lines import line_printer
 from tailfill.redact import redact_text
 from tailfill.run.contract import IngestResult, JobResult, JobSpec, Restarted, parse_together
 from tailfill.run.plan import backfill_requests, source_state, tail_request
 from tailfill.run.spark_connect import session_cores
 from tailfill.run.spark_ingest import Emit, Log, run_ingest
 from tailfill.run.spark_prepare import warm_executors
+from tailfill.settings import settings
 
 
 def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log | None = None, emit: Emit | None = None,
-        cancel: threading.Event | None = None) -> list[IngestResult]:
+        cancel: threading.Event | None = None, together: Together | None = None) -> list[IngestResult]:
     """Run ``spec``; returns one :class:`IngestResult` per streaming query (run of adjacent slices, or the tail).
 
     ``spark``: the session (tests share one; a Spark Connect job's), or one being built for a new
     application (see ``spark_jobs/ingest.py``), whose executors are warmed while the first query
     starts; the broker and the table are read meanwhile. ``log`` takes the job's progress lines
     (default: stderr), ``emit`` its events (default: their lines on stdout); ``cancel``, once set, stops
-    the job's query at once (see :func:`~tailfill.run.spark_ingest.run_ingest`).
+    the job's query at once (see :func:`~tailfill.run.spark_ingest.run_ingest`). ``together``: the policy of the
+    jobs this one runs beside in one application (:class:`Together`).
     """
     with open_pipeline(spec.pipeline) as pipeline:
         tables = pipeline.open_tables()
@@ -53,17 +57,18 @@ def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log | No
             requests = [tail_request(state, spec.cutover, spec.run_id, spec.once, spec.stop_after_seconds,
                                      spec.max_offsets_per_batch)]
         session = spark.result() if isinstance(spark, Future) else spark
-        if isinstance(spark, Future) and requests:
+        if isinstance(spark, Future) and requests and (together is None or together.first_to_warm()):
             warm_executors(session, pipeline.shipped)
-        return [run_ingest(session, pipeline, tables, req, log, emit, cancel) for req in requests]
+        with together.slot(spec, session) if together else contextlib.nullcontext():
+            return [run_ingest(session, pipeline, tables, req, log, emit, cancel) for req in requests]
 
 
 def run_to_result(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log, emit: Emit,
-                  cancel: threading.Event | None = None) -> JobResult:
+                  cancel: threading.Event | None = None, together: Together | None = None) -> JobResult:
     """Run ``spec`` and describe it as its :class:`JobResult`; whatever stops it is logged as ``error: …``
     and becomes the result's error, as data (what ``spark-submit`` and a Spark Connect job both hand back)."""
     try:
-        return JobResult(run(spec, spark, log, emit, cancel))
+        return JobResult(run(spec, spark, log, emit, cancel, together))
     except Exception as exc:
         error = ErrorInfo.of(exc)
         if isinstance(exc, TailfillError | ValueError):
@@ -79,44 +84,68 @@ def main(argv: list[str] | None, spark: SparkSession | Future[SparkSession]) -> 
     :func:`~tailfill.run.contract.together_argv`); 0 on success, 2 with the cause on stderr when one failed."""
     specs = parse_together(list(sys.argv[1:] if argv is None else argv))
 
-    def log(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+    log, out = line_printer(sys.stderr), line_printer(sys.stdout)  # jobs run together print from threads
 
     def emit(event: Restarted) -> None:
-        print(event.line(), flush=True)
+        out(event.line())
 
     if len(specs) == 1:
         result = run_to_result(specs[0], spark, log, emit)
-        print(result.line(), flush=True)
+        out(result.line())
         return 2 if result.error else 0
     failed = False
-    run_one = _at_most_cores(spark, specs, log)
+    backfills = sum(1 for spec in specs if spec.mode == "backfill")
+    together = Together(backfills, log, 1 if settings().bounded_as_query else BACKFILLS_PER_CORE)
     with ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="job") as pool:  # a table's job each
-        runs = {pool.submit(run_one, spec, log, emit): spec for spec in specs}
+        runs = {pool.submit(run_to_result, spec, spark, log, emit, None, together): spec for spec in specs}
         for done in as_completed(runs):
             result = replace(done.result(), run_id=runs[done].run_id)
-            print(result.line(), flush=True)
+            out(result.line())
             failed = failed or result.error is not None
     return 2 if failed else 0
 
 
-def _at_most_cores(spark: SparkSession | Future[SparkSession], specs: list[JobSpec],
-                   log: Log) -> Callable[[JobSpec, Log, Emit], JobResult]:
-    """How jobs run together run: every tail at once (each runs until stopped), backfills as many at a time as
-    the application has cores. Measured when each job ran a streaming query, whose start costs Python processes of
-    its own: 20 tables of 50,000 offsets, 2 cores, 36.6 s all at once, 29.4 s two at a time. Jobs that plan their
-    own batches (:mod:`tailfill.run.direct_query`) start no such processes; the cap was not measured again."""
-    session = spark.result() if isinstance(spark, Future) else spark
-    cores = max(1, session_cores(session))
-    backfills = sum(1 for spec in specs if spec.mode == "backfill")
-    if backfills > cores:
-        log(f"{backfills} backfill jobs run {cores} at a time (the application's cores); the others wait their turn")
-    slots = threading.BoundedSemaphore(cores)
+BACKFILLS_PER_CORE = 4  # 20 tables of 50,000 offsets on 2 cores: about 1.6 x one topic's time with 1, 1.4 with 4
 
-    def run_one(spec: JobSpec, log: Log, emit: Emit) -> JobResult:
+
+class Together:
+    """The policy of jobs run together by one application (a table each).
+
+    Each job opens its tables and reads its source at once (over a new application, while its JVM starts). To
+    ingest, every tail goes ahead (each runs until stopped), and backfills take a slot each: at most ``per_core``
+    × the application's cores at once. Their batches queue for the cores in Spark's scheduler, so more jobs than
+    cores keep the cores busy while others plan and commit on the driver; a job that runs a streaming query starts
+    Python processes of its own, and those are better one per core (``per_core=1``). The first job to start a new
+    application's executors warms them, for all.
+    """
+
+    def __init__(self, backfills: int, log: Log, per_core: int = BACKFILLS_PER_CORE):
+        self._backfills, self._log, self._per_core = backfills, log, per_core
+        self._lock = threading.Lock()
+        self._slots: threading.BoundedSemaphore | None = None
+        self._warmed = False
+
+    def first_to_warm(self) -> bool:
+        """Whether the caller is the first to ask (it warms the executors)."""
+        with self._lock:
+            first, self._warmed = not self._warmed, True
+            return first
+
+    @contextlib.contextmanager
+    def slot(self, spec: JobSpec, session: SparkSession) -> Iterator[None]:
+        """Where ``spec`` ingests: a backfill waits for a free slot, a tail does not."""
         if spec.mode != "backfill":
-            return run_to_result(spec, spark, log, emit)
-        with slots:
-            return run_to_result(spec, spark, log, emit)
+            yield
+            return
+        with self._slots_of(session):
+            yield
 
-    return run_one
+    def _slots_of(self, session: SparkSession) -> threading.BoundedSemaphore:
+        with self._lock:
+            if self._slots is None:
+                at_once = self._per_core * max(1, session_cores(session))
+                if self._backfills > at_once:
+                    self._log(f"{self._backfills} backfill jobs run {at_once} at a time ({self._per_core} per core "
+                              "of the application); the others wait their turn")
+                self._slots = threading.BoundedSemaphore(at_once)
+            return self._slots

@@ -22,6 +22,7 @@ from tailfill.errors import ErrorInfo
 from tailfill.lake.prepare import PREPARED_SCHEMA, PreparedRange, failed, from_arrow, to_arrow
 from tailfill.offsets import OffsetRange
 from tailfill.pipeline.executor import executor_context
+from tailfill.plumbing.whole_lines import line_printer
 from tailfill.run.spark_connect import session_cores
 from tailfill.source.read_counts import BatchReads
 
@@ -68,7 +69,7 @@ def warm_executors(spark: SparkSession, shipped: str) -> threading.Thread:
         try:
             spark.range(tasks, numPartitions=tasks).mapInArrow(warm, "id long").collect()
         except Exception as exc:  # reported, not raised: see above
-            print(f"warming the executors failed (the run goes on): {exc}".splitlines()[0], file=sys.stderr)
+            line_printer(sys.stderr)(f"warming the executors failed (the run goes on): {exc}".splitlines()[0])
 
     thread = threading.Thread(target=run, name="warm-executors", daemon=True)
     thread.start()
