@@ -131,7 +131,7 @@ def registry():
         yield reg
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def refused_port():
     """A loopback port where nothing listens for the whole test: bound and never listening, so a connection is
     refused at once and no server the session starts meanwhile can take it (a port only found free can be)."""

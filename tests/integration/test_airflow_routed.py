@@ -17,7 +17,6 @@ import pytest
 from airflow_server import local_airflow, text_of
 from helpers import assert_each_offset_once, committed, write_demo_pipeline
 
-from tailfill.dev.broker import free_port
 from tailfill.dev.sample import produce_sample
 from tailfill.pipeline.load import load_pipeline
 from tailfill.run.routed import known_routes
@@ -53,9 +52,9 @@ def pipeline(broker, routed_dir):
 
 
 @pytest.fixture(scope="module")
-def airflow(pipeline, routed_dir, postgres):
+def airflow(pipeline, routed_dir, postgres, refused_port):
     # Beside it, the same pipeline on a broker that is not there: its runs fail before any table is known.
-    write_demo_pipeline(Path(pipeline.path).parent / f"{GONE}.yaml", GONE, f"127.0.0.1:{free_port()}",
+    write_demo_pipeline(Path(pipeline.path).parent / f"{GONE}.yaml", GONE, f"127.0.0.1:{refused_port}",
                         source__topic=None, source__topic_pattern=rf"{PREFIX}\..*", target__table="{topic.1}",
                         tail__schedule=None, maintenance__schedule=None)
     with local_airflow(routed_dir, Path(pipeline.path).parent, postgres,

@@ -33,7 +33,6 @@ from airflow_ui import (
 from alert_hook import alerts
 from helpers import wait_until
 
-from tailfill.dev.broker import free_port
 from tailfill.source.topics import ensure_topic
 
 pytestmark = pytest.mark.integration
@@ -50,11 +49,11 @@ def surface_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pipelines(broker, surface_dir) -> dict[str, dict]:
+def pipelines(broker, surface_dir, refused_port) -> dict[str, dict]:
     """The three pipelines' YAML (the demo's, unscheduled), in one folder."""
     folder = surface_dir / "pipelines"
     folder.mkdir()
-    dead = f"127.0.0.1:{free_port()}"  # nothing listens there
+    dead = f"127.0.0.1:{refused_port}"  # nothing listens there
     quiet_topic = f"t-quiet-{uuid.uuid4().hex[:8]}"
     ensure_topic(broker.bootstrap_servers, quiet_topic, 4)
     out = {}

@@ -24,7 +24,6 @@ from helpers import (
 
 from tailfill import cli
 from tailfill.dev.batches import commit_sample_batch
-from tailfill.dev.broker import free_port
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import IngestError
 from tailfill.lake.ledger import read_ledger
@@ -99,8 +98,8 @@ def test_another_writers_commits_do_not_reset_a_stuck_runs_failure_budget(spark,
     assert total(read_ledger(data).committed) == 50, "only the other writer's batch is committed"
 
 
-def test_unreachable_broker_is_a_clear_error(make_pipeline, capsys):
-    dead = f"127.0.0.1:{free_port()}"
+def test_unreachable_broker_is_a_clear_error(make_pipeline, capsys, refused_port):
+    dead = f"127.0.0.1:{refused_port}"
     cfg = make_pipeline(source__bootstrap_servers=dead)
 
     assert cli.main(["status", cfg.path]) == 2
@@ -196,7 +195,7 @@ def test_batch_reader_reads_a_bounded_range_as_dataframe(spark, make_pipeline):
     assert all(r.kafka_headers == [] for r in rows)  # the sample producer sends none; the column is there
 
 
-def test_preflight_passes_when_ready_and_names_what_is_not(make_pipeline, tmp_path, capsys):
+def test_preflight_passes_when_ready_and_names_what_is_not(make_pipeline, tmp_path, capsys, refused_port):
     cfg = make_pipeline()
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 100, 4)
     assert cli.main(["preflight", cfg.path, "--mode", "backfill"]) == 0
@@ -209,11 +208,11 @@ def test_preflight_passes_when_ready_and_names_what_is_not(make_pipeline, tmp_pa
     assert cli.main(["preflight", broken.path]) == 1
     assert f"{blocker}/warehouse" in capsys.readouterr().out
 
-    dead = make_pipeline(name="dead", source__bootstrap_servers=f"127.0.0.1:{free_port()}")
+    dead = make_pipeline(name="dead", source__bootstrap_servers=f"127.0.0.1:{refused_port}")
     assert cli.main(["preflight", dead.path]) == 1
     assert "cannot reach Kafka at 127.0.0.1:" in capsys.readouterr().out
     # A table per topic: the topics cannot even be listed, and the preflight fails the same way.
-    routed = make_pipeline(name="deadrouted", source__bootstrap_servers=f"127.0.0.1:{free_port()}",
+    routed = make_pipeline(name="deadrouted", source__bootstrap_servers=f"127.0.0.1:{refused_port}",
                            source__topic=None, source__topic_pattern=r"shop\..*", target__table="{topic.1}")
     assert cli.main(["preflight", routed.path]) == 1
     out = capsys.readouterr().out

@@ -16,7 +16,6 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from helpers import assert_exactly_once, assert_one_partition_value_per_file, backfill, high_watermarks, tables_of, tail
 
-from tailfill.dev.broker import free_port
 from tailfill.dev.format_samples import avro_schema, produce_format_sample, sample_order
 from tailfill.dev.registry import DevRegistry
 from tailfill.dev.sample import _SampleProducer
@@ -159,8 +158,9 @@ def test_an_incompatible_writer_schema_is_quarantined_or_stops_the_run(spark, ma
         assert read_ledger(tables_of(cfg).data).committed == committed_before  # nothing committed
 
 
-def test_a_registry_down_at_start_or_mid_run_fails_naming_its_url_and_commits_nothing(spark, make_pipeline):
-    down = f"http://127.0.0.1:{free_port()}"
+def test_a_registry_down_at_start_or_mid_run_fails_naming_its_url_and_commits_nothing(spark, make_pipeline,
+                                                                                      refused_port):
+    down = f"http://127.0.0.1:{refused_port}"
     cfg = registry_pipeline(make_pipeline, "avro", down)
     out = _SampleProducer(cfg.source.bootstrap_servers, cfg.source.topic, PARTITIONS)
     for i in range(8):

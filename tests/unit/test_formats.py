@@ -20,7 +20,6 @@ from pydantic import ValidationError
 
 from tailfill.config import FieldSpec, FormatConfig
 from tailfill.dev.avro_compat import backward_problems
-from tailfill.dev.broker import free_port
 from tailfill.dev.format_samples import avro_schema, order_class, sample_order
 from tailfill.errors import RegistryError, SchemaChangeError
 from tailfill.formats.base import Decoder, split_records
@@ -133,8 +132,8 @@ def test_avro_resolution_rules():
     assert backward_problems(reader=rec, writer=longer) == ["n: type long cannot be read as int"]
 
 
-def test_an_unreachable_registry_fails_with_one_line_naming_its_url():
-    cfg = fmt("avro", f"http://127.0.0.1:{free_port()}").schema_registry
+def test_an_unreachable_registry_fails_with_one_line_naming_its_url(refused_port):
+    cfg = fmt("avro", f"http://127.0.0.1:{refused_port}").schema_registry
     with pytest.raises(RegistryError) as err:
         RegistryClient(cfg).schema(1)
     assert "\n" not in str(err.value) and f"{cfg.url}" in str(err.value) and "after 2 tries" in str(err.value)
