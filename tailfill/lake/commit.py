@@ -65,11 +65,20 @@ class Committer:
 
 
 def catalog_unreachable(exc: BaseException) -> bool:
-    """Whether ``exc`` says the catalog's server could not be reached (refused, dropped), not that a commit failed."""
+    """Whether ``exc`` says the catalog's server could not be reached (refused, dropped), not that a commit failed.
+
+    A SQLite catalog has no server: of its errors only a database locked by another writer past the driver's wait
+    is passing; one that cannot be opened or written is not, and is the commit's failure.
+    """
+    import sqlite3
+
     import requests
     from sqlalchemy.exc import InterfaceError, OperationalError
 
-    return isinstance(exc, OperationalError | InterfaceError | requests.exceptions.ConnectionError)
+    if not isinstance(exc, OperationalError | InterfaceError | requests.exceptions.ConnectionError):
+        return False
+    cause = getattr(exc, "orig", None)
+    return not isinstance(cause, sqlite3.Error) or "database is locked" in str(cause)
 
 
 def records_in(fs: pafs.FileSystem, prepared: Sequence[PreparedRange], kept: list[OffsetRange]) -> int:

@@ -176,3 +176,21 @@ def test_a_catalog_unreachable_at_commit_is_waited_out_with_the_infrastructure_p
     restarts = RestartPolicy(tolerated=0, backoff_seconds=1.0).start()  # not one bad batch tolerated
     restarts, decision = restarts.after(Failure(info, "commit of batch 1"))
     assert (decision.stop, decision.wait_seconds) == (None, 15.0)
+
+
+def test_only_a_passing_catalog_error_counts_as_unreachable(tmp_path):
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    from tailfill.lake.commit import catalog_unreachable
+
+    def sqlalchemy_error(cause: Exception) -> OperationalError:
+        return OperationalError("UPDATE iceberg_tables ...", {}, cause)
+
+    assert catalog_unreachable(sqlalchemy_error(sqlite3.OperationalError("database is locked")))
+    assert catalog_unreachable(sqlalchemy_error(OSError("server closed the connection unexpectedly")))  # Postgres
+    with pytest.raises(sqlite3.OperationalError) as cannot_open:  # not waited out: the commit fails at once
+        sqlite3.connect(tmp_path / "missing" / "catalog.db")
+    assert not catalog_unreachable(sqlalchemy_error(cannot_open.value))
+    assert not catalog_unreachable(ValueError("a commit's own error"))
