@@ -53,5 +53,5 @@ def test_lines_printed_from_many_threads_at_once_are_read_back_whole():
 
 def test_an_event_line_glued_to_another_is_an_error_naming_it():
     glued = 'TAILFILL_RESTART {"attempt": 2}TAILFILL_RESULT {"results": []}'
-    with pytest.raises(IngestError, match="cannot be read as one .*Extra data.*TAILFILL_RESTART"):
+    with pytest.raises(IngestError, match=r"cannot be read as one .*Extra data.*TAILFILL_RESTART"):
         read_event(glued)
