@@ -137,6 +137,12 @@ class Pipeline:
         return KeyedCommitter(self.name, tables, self.fs, self.state, self.format.follows_writer_schema,
                               merger=StateMerger(state, self.fs, target.key, target.version_by, self.name))
 
+    def release_connections(self) -> None:
+        """Close the catalog's idle connections and keep everything else: the catalog opens one again when next used
+        (a job that waits its turn holds none meanwhile)."""
+        if "catalog" in self.__dict__:
+            close_catalog(self.__dict__["catalog"])
+
     def close(self) -> None:
         """Let go of the catalog's connections (the handle can be used again: it reopens what it needs)."""
         if "catalog" in self.__dict__:

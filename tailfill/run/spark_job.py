@@ -59,6 +59,8 @@ def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log | No
         session = spark.result() if isinstance(spark, Future) else spark
         if isinstance(spark, Future) and requests and (together is None or together.first_to_warm()):
             warm_executors(session, pipeline.shipped)
+        if together is not None:
+            pipeline.release_connections()  # tables may wait their turn by the hundred: a catalog's connection each
         with together.slot(spec, session) if together else contextlib.nullcontext():
             return [run_ingest(session, pipeline, tables, req, log, emit, cancel) for req in requests]
 
