@@ -131,7 +131,9 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
     raised (the job's caller went away); what was committed stays, the rest is replayed later.
     """
     log = log or line_printer(sys.stderr)
-    emit = emit or (lambda event: line_printer(sys.stdout)(event.line()))
+    if emit is None:
+        out = line_printer(sys.stdout)
+        emit = lambda event: out(event.line())  # noqa: E731
     reports = report_file(pipeline.state, req.run_id, req.name)
     _open_checkpoint(req, log)
     state = QueryState(fold(reports))  # an earlier try of the same run: its batches count as done
