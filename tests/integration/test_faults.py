@@ -145,12 +145,13 @@ class Victim:
 
 
 def warehouse_files(cfg) -> tuple[set[str], set[str]]:
-    """(Parquet files on disk, files the data and quarantine tables reference)."""
-    on_disk = {str(p) for p in Path(cfg.target.warehouse).rglob("*.parquet")}
+    """(Parquet files on disk, files the data and quarantine tables reference). The tables are read first: a job
+    still running may commit in between, and a file it commits was on disk before its commit."""
     referenced = set()
     for table in tables_of(cfg):
         table.refresh()
         referenced |= {t.file.file_path.removeprefix("file://") for t in table.scan().plan_files()}
+    on_disk = {str(p) for p in Path(cfg.target.warehouse).rglob("*.parquet")}
     return on_disk, referenced
 
 
