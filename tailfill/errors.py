@@ -112,6 +112,15 @@ class DiskFullError(LakeError):
            "again: what was committed stays, the rest is written again")
 
 
+class PreparedFilesGone(LakeError):
+    """A batch's prepared files were removed by an orphan cleanup before its commit (they were older than the
+    cleanup's cutoff); nothing was committed, and preparing the batch again writes them anew."""
+
+    retryable = True
+    fix = ("nothing to do if it is rare; if it repeats, raise maintenance.orphan_min_age above the time a batch "
+           "takes from prepare to commit")
+
+
 class CommitConflictError(LakeError):
     """Other writers kept committing to the table first; trying again later can succeed."""
 

@@ -18,6 +18,7 @@ from tailfill.lake.audit_log import audit_log
 from tailfill.lake.batch_summary import BatchSummary
 from tailfill.lake.files import rewrite_files, rows_in
 from tailfill.lake.ledger import CommitResult, commit_batch
+from tailfill.lake.orphan_fence import renew
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.schema_change import follow_files
 from tailfill.lake.tables import Tables
@@ -48,7 +49,8 @@ class Committer:
         def commit(table, files: list[str]) -> CommitResult:
             return commit_batch(table, summary, files,
                                 lambda files_, keep: rewrite_files(fs, files_, keep, table.location(), run_id),
-                                lambda kept: records_in(fs, prepared, kept), audit_log(self.state, table))
+                                lambda kept: records_in(fs, prepared, kept), audit_log(self.state, table),
+                                lambda table_, files_: renew(table_, fs, files_, run_id))
 
         data_files = [f for p in prepared for f in p.data_files]
         if self.follows_writer_schema:  # new columns first: nothing committed if it cannot

@@ -43,6 +43,7 @@ from tailfill.lake.data_files import data_file
 from tailfill.lake.files import PARQUET_OPTIONS, in_any, new_file_uri, range_filter
 from tailfill.lake.key_index import KeyIndex, encode_keys, paused_gc, segment, segment_of
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, CommitResult, commit_attempts, map_by_name, read_ledger
+from tailfill.lake.orphan_fence import gone_or
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.row_delta import RowDelta, write_position_deletes
 from tailfill.lake.transaction import transaction
@@ -298,12 +299,16 @@ class KeyedCommitter(Committer):
         counts = MergeCounts()
         if not self.last_merge:  # before this batch's commit: only what an earlier run left behind
             counts = self.merger.catch_up(run_id, batch_id, self.tables.data)
+        # Read before the commit: it may commit fresh copies of them, and an orphan cleanup delete these.
+        files = [f for p in prepared for f in p.data_files]
+        try:
+            rows = _read(self.fs, files)
+        except OSError as exc:
+            raise gone_or(exc, self.tables.data, self.fs, files) from exc
         catch_up_s, catch_up_cpu = time.perf_counter() - started, time.process_time() - cpu
         result, seconds = super().commit(run_id, batch_id, prepared)
         failpoints.maybe_fail("before-state-merge")
         started, cpu = time.perf_counter(), time.process_time()
-        files = [f for p in prepared for f in p.data_files]
-        rows = _read(self.fs, files)
         # Every range of the batch is in the ledger now (committed by this batch, or skipped as committed before):
         # the merge takes them all, and skips what the state applied already.
         counts += self.merger.merge(run_id, batch_id, rows, [p.marker.range for p in prepared])

@@ -43,6 +43,7 @@ AUDIT_HEAD = "tailfill.audit-head"  # the snapshot id of the latest batch commit
 PREVIOUS_AUDIT = "tailfill.previous-audit"  # in a batch's summary: the head its commit replaced
 LOST_PROP = "tailfill.lost-ranges"
 CUTOVER_PROP = "tailfill.cutover"
+MAINTENANCE_SUMMARY = "tailfill.maintenance"  # in an upkeep snapshot's summary: what it did
 
 COMMIT_ATTEMPTS = 20
 DEFAULT_NAME_MAPPING = TableProperties.DEFAULT_NAME_MAPPING
@@ -116,6 +117,7 @@ class CommitResult:
 
 
 Rewriter = Callable[[Sequence[str], list[OffsetRange]], list[str]]
+Renewer = Callable[[Table, list[str]], list[str]]  # the files to commit, those an orphan cleanup may take copied
 
 
 class AuditWriter(Protocol):
@@ -128,7 +130,7 @@ class AuditWriter(Protocol):
 
 def commit_batch(table: Table, batch: BatchSummary, files: Sequence[str], rewrite: Rewriter,
                  records_in: Callable[[list[OffsetRange]], int] | None = None,
-                 audit: AuditWriter | None = None) -> CommitResult:
+                 audit: AuditWriter | None = None, renew: Renewer | None = None) -> CommitResult:
     """Commit ``batch`` (its ``files``) to ``table`` exactly once per offset; retries concurrency conflicts.
 
     ``rewrite(files, keep)`` must return new files holding only the rows whose offsets lie in
@@ -137,12 +139,14 @@ def commit_batch(table: Table, batch: BatchSummary, files: Sequence[str], rewrit
     in those ranges when they are only part of the batch (the proof compares them with what is stored).
     With ``audit``, the summary is also written there before the commit, and the table's
     :data:`AUDIT_HEAD` moves to the new snapshot in the same transaction (the audit survives any expiry).
+    ``renew(table, files)``, on the table each attempt reads, replaces the files an orphan cleanup may delete
+    (:func:`tailfill.lake.orphan_fence.renew`).
     """
     asked = merge(batch.ranges)
     try:
         for attempt in commit_attempts():
             with attempt:
-                return _commit_once(table, batch, asked, files, rewrite, records_in, audit)
+                return _commit_once(table, batch, asked, files, rewrite, records_in, audit, renew)
     except CommitFailedException:
         raise CommitConflictError(f"commit of batch {batch.batch_id} (run {batch.run_id}) to {table.name()} kept "
                                   f"conflicting after {COMMIT_ATTEMPTS} attempts") from None
@@ -151,7 +155,7 @@ def commit_batch(table: Table, batch: BatchSummary, files: Sequence[str], rewrit
 
 def _commit_once(table: Table, batch: BatchSummary, asked: list[OffsetRange], files: Sequence[str],
                  rewrite: Rewriter, records_in: Callable[[list[OffsetRange]], int] | None,
-                 audit: AuditWriter | None) -> CommitResult:
+                 audit: AuditWriter | None, renew: Renewer | None) -> CommitResult:
     """One attempt of :func:`commit_batch`, from a fresh read of the ledger; CommitFailedException on a conflict."""
     table.refresh()
     ledger = read_ledger(table)
@@ -159,6 +163,8 @@ def _commit_once(table: Table, batch: BatchSummary, asked: list[OffsetRange], fi
     if not new:
         return CommitResult([], asked, None)
     kept = list(files) if new == asked else rewrite(files, new)
+    if renew is not None:
+        kept = renew(table, kept)
     lost = intersect_all(subtract(batch.lost, ledger.lost), new)
     records = batch.records_read if new == asked or records_in is None else records_in(new)
     summary = replace(batch, ranges=new, lost=lost, records_read=records).to_properties()

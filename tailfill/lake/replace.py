@@ -28,6 +28,7 @@ from tailfill.errors import CommitConflictError, LakeError
 from tailfill.lake.data_files import data_file, data_files
 from tailfill.lake.files import in_any, range_filter, rewrite_without
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, commit_attempts, map_by_name
+from tailfill.lake.orphan_fence import renew
 from tailfill.lake.transaction import transaction
 from tailfill.offsets import OffsetRange, merge, ranges_to_json
 from tailfill.plumbing.warehouse import fs_path
@@ -83,9 +84,10 @@ def _replace_once(table: Table, fs: pafs.FileSystem, change: Replacement) -> boo
     old, remains = _touched(table, fs, ranges, change.run_id)
     if not old and not change.files:
         return False  # no rows of these offsets here, before or after
+    files = renew(table, fs, change.files, change.run_id)  # prepared before this read: a cleanup may take them
     with transaction(table) as tx:
         map_by_name(tx)
-        new = [*data_files(table.io, tx.table_metadata, change.files),
+        new = [*data_files(table.io, tx.table_metadata, files),
                *(data_file(table.io, tx.table_metadata, uri, f.partition) for uri, f in remains)]
         with tx.update_snapshot(snapshot_properties=change.summary()).overwrite() as overwrite:
             for f in old:

@@ -10,11 +10,14 @@ same offsets afterwards. A group's files end up at most ``bytes / target + 1``.
 
 A concurrent commit (a tail or backfill batch) makes the overwrite conflict: it is retried on the
 refreshed table as long as the rewritten files are all still live; if another compaction took
-them first, the new files are deleted (they were never referenced) and nothing is committed.
+them first, or an orphan cleanup fenced the table since the new files were written
+(:mod:`tailfill.lake.orphan_fence`), the new files are deleted (they were never referenced) and
+nothing is committed; the next upkeep compacts again.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,11 +34,11 @@ from pyiceberg.typedef import Record
 from tailfill.errors import CommitConflictError, LakeError
 from tailfill.lake.data_files import data_file
 from tailfill.lake.files import PARQUET_OPTIONS, new_file_uri
-from tailfill.lake.ledger import COMMIT_ATTEMPTS, commit_attempts
+from tailfill.lake.ledger import COMMIT_ATTEMPTS, MAINTENANCE_SUMMARY, commit_attempts
+from tailfill.lake.orphan_fence import outlived
 from tailfill.lake.transaction import transaction
 from tailfill.plumbing.warehouse import fs_path, make_dirs
 
-MAINTENANCE_SUMMARY = "tailfill.maintenance"
 CHUNKS_PER_FILE = 8  # rows are written in about this many chunks per target-sized file
 
 
@@ -94,9 +97,9 @@ def _read(fs: pafs.FileSystem, uri: str) -> pa.Table:
                         "offsets it held") from exc
 
 
-def _commit_rewrite(table: Table, old: Sequence[DataFile], new: list[tuple[str, Record]]) -> bool:
+def _commit_rewrite(table: Table, fs: pafs.FileSystem, old: Sequence[DataFile], new: list[tuple[str, Record]]) -> bool:
     """Swap ``old`` for ``new`` (files and their partitions) in one overwrite; False if ``old`` is no longer
-    all live."""
+    all live, or if an orphan cleanup fenced the table since ``new`` was written and may delete them."""
     wanted = {f.file_path for f in old}
     new_files = [data_file(table.io, table.metadata, uri, partition) for uri, partition in new]  # footers read once
     try:
@@ -104,7 +107,7 @@ def _commit_rewrite(table: Table, old: Sequence[DataFile], new: list[tuple[str, 
             with attempt:
                 table.refresh()
                 live = {t.file.file_path: t.file for t in table.scan().plan_files()}
-                if not wanted <= set(live):
+                if not wanted <= set(live) or outlived(table, fs, [uri for uri, _ in new]):
                     return False
                 with transaction(table) as tx, tx.update_snapshot(
                         snapshot_properties={MAINTENANCE_SUMMARY: "compaction"}).overwrite() as overwrite:
@@ -139,10 +142,11 @@ def compact(table: Table, fs: pafs.FileSystem, target_bytes: int) -> CompactionR
             [("kafka_topic", "ascending"), ("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
         old += files
         new += [(uri, files[0].partition) for uri in write_rolling(fs, table.location(), rows, target_bytes)]
-    committed = bool(old) and _commit_rewrite(table, old, new)
-    if old and not committed:  # another compaction took these files first: ours were never referenced
+    committed = bool(old) and _commit_rewrite(table, fs, old, new)
+    if old and not committed:  # another compaction took these files first, or a cleanup may: never referenced
         for uri, _ in new:
-            fs.delete_file(fs_path(uri))
+            with contextlib.suppress(FileNotFoundError):  # the cleanup did
+                fs.delete_file(fs_path(uri))
     table.refresh()
     live = [t.file for t in table.scan().plan_files()]
     return CompactionResult(".".join(table.name()), len(old) if committed else 0, len(new) if committed else 0,

@@ -3,10 +3,12 @@
 Files of failed or killed attempts (prepared, never committed), manifests and metadata files of
 failed commits, and files that only expired snapshots referenced are orphans. A file is deleted
 only if no live snapshot, manifest, manifest list or kept metadata file references it AND it is
-older than the safety age. The listing is taken *before* the references are read, so a file
-committed while cleanup runs is either in the references or too young to be listed as a
-candidate; the safety age must exceed the longest time between writing a file and committing it
-(one micro-batch, with its retries). The durable audit record is never a candidate.
+older than the safety age. The listing is taken *before* the references are read; before it deletes
+anything, the cleanup fences the table with its cutoff (:mod:`tailfill.lake.orphan_fence`) and reads
+the references again, so a commit landing after that read never references a file it deletes: such a
+commit copies each of its files older than the cutoff first. The safety age does not make the cleanup
+safe; it keeps batches from paying for copies (and, for a batch slower than it, from being prepared
+again). The durable audit record is never a candidate.
 
 A candidate may vanish between the listing and its deletion: a commit deletes metadata files that
 fell off the metadata log (``write.metadata.delete-after-commit.enabled``), and another cleanup or
@@ -24,6 +26,7 @@ import pyarrow.fs as pafs
 from pyiceberg.table import Table
 
 from tailfill.lake.keyed import INDEX_PROP
+from tailfill.lake.orphan_fence import fence
 from tailfill.plumbing.warehouse import fs_path
 
 SCANNED_DIRS = ("data", "metadata")
@@ -68,11 +71,16 @@ def remove_orphans(table: Table, fs: pafs.FileSystem, min_age_seconds: float) ->
               for i in fs.get_file_info(pafs.FileSelector(fs_path(f"{base}/{d}"), recursive=True,
                                                           allow_not_found=True))
               if i.type == pafs.FileType.File]
+    cutoff = time.time_ns() - int(min_age_seconds * 1e9)
     table.refresh()  # after listing: anything committed since is referenced, or was too young to list
-    refs = referenced_files(table)
-    oldest_ns = time.time_ns() - int(min_age_seconds * 1e9)
-    orphans = [i for i in listed if i.path not in refs]
-    old = [i for i in orphans if i.mtime_ns is not None and i.mtime_ns < oldest_ns]
+    orphans = [i for i in listed if i.path not in referenced_files(table)]
+    old = [i for i in orphans if i.mtime_ns is not None and i.mtime_ns < cutoff]
+    too_young = len(orphans) - len(old)
+    if old:  # a commit landing from here on copies its files older than the cutoff: read the references again
+        fence(table, cutoff)
+        table.refresh()
+        refs = referenced_files(table)
+        old = [i for i in old if i.path not in refs]
     deleted, gone = [], 0
     for info in old:
         try:
@@ -82,4 +90,4 @@ def remove_orphans(table: Table, fs: pafs.FileSystem, min_age_seconds: float) ->
             continue
         deleted.append(info)
     return OrphanResult(".".join(table.name()), len(listed), [i.path for i in deleted],
-                        sum(i.size or 0 for i in deleted), len(orphans) - len(old), gone)
+                        sum(i.size or 0 for i in deleted), too_young, gone)

@@ -27,10 +27,10 @@ from tailfill.lake.data_files import data_file
 from tailfill.lake.files import new_file_uri
 from tailfill.lake.key_index import KeyIndex, encode_keys, segment
 from tailfill.lake.keyed import INDEX_PROP
-from tailfill.lake.ledger import COMMIT_ATTEMPTS, commit_attempts
+from tailfill.lake.ledger import COMMIT_ATTEMPTS, MAINTENANCE_SUMMARY, commit_attempts
 from tailfill.lake.transaction import transaction
 from tailfill.plumbing.warehouse import fs_path
-from tailfill.upkeep.compact import MAINTENANCE_SUMMARY, CompactionResult, write_rolling
+from tailfill.upkeep.compact import CompactionResult, write_rolling
 
 
 def compact_state(state: Table, fs: pafs.FileSystem, key: tuple[str, ...], target_bytes: int) -> CompactionResult:
