@@ -551,8 +551,9 @@ class MaintenanceConfig(_Model):
                                                         "about this size.")
     expire_older_than: str = Field(description="Expire snapshots older than this duration (90s, 30m, 12h, 7d).")
     keep_last: int = Field(ge=1, description="Always keep at least this many most recent snapshots.")
-    orphan_min_age: str = Field(description="Delete unreferenced files only when older than this duration; it must "
-                                            "exceed the longest time from writing a file to committing it.")
+    orphan_min_age: str = Field(description="Delete unreferenced files only when older than this duration. Keep it "
+                                            "above a batch's time from prepare to commit: a slower batch's files are "
+                                            "copied at its commit, or the batch is prepared again.")
     schedule: str | None = Field(description="The maintenance DAG's Airflow schedule, e.g. a cron expression "
                                              "(null: triggered by hand only).")
 
