@@ -73,7 +73,8 @@ def remove_orphans(table: Table, fs: pafs.FileSystem, min_age_seconds: float) ->
               if i.type == pafs.FileType.File]
     cutoff = time.time_ns() - int(min_age_seconds * 1e9)
     table.refresh()  # after listing: anything committed since is referenced, or was too young to list
-    orphans = [i for i in listed if i.path not in referenced_files(table)]
+    refs = referenced_files(table)
+    orphans = [i for i in listed if i.path not in refs]
     old = [i for i in orphans if i.mtime_ns is not None and i.mtime_ns < cutoff]
     too_young = len(orphans) - len(old)
     if old:  # a commit landing from here on copies its files older than the cutoff: read the references again
