@@ -164,7 +164,9 @@ def _commit_once(table: Table, batch: BatchSummary, asked: list[OffsetRange], fi
         return CommitResult([], asked, None)
     kept = list(files) if new == asked else rewrite(files, new)
     if renew is not None:
-        kept = renew(table, kept)
+        with naming_full_disk("a fresh copy of the batch's files (older than the orphan cleanup's cutoff) in",
+                              table.location()):
+            kept = renew(table, kept)
     lost = intersect_all(subtract(batch.lost, ledger.lost), new)
     records = batch.records_read if new == asked or records_in is None else records_in(new)
     summary = replace(batch, ranges=new, lost=lost, records_read=records).to_properties()
