@@ -80,7 +80,8 @@ def renew(table: Table, fs: pafs.FileSystem, files: Sequence[str], prefix: str) 
         old = outlived(table, fs, files)
         if not old:
             return files
-        files = [f for f in files if f not in old] + [c for uri in old if (c := _copy(table, fs, uri, prefix))]
+        taken = set(old)
+        files = [f for f in files if f not in taken] + [c for uri in old if (c := _copy(table, fs, uri, prefix))]
     raise LakeError(f"the files of a commit to {'.'.join(table.name())} stay older than its orphan cleanup's "
                     f"cutoff after {RENEW_ROUNDS} fresh copies: the store's file times lag the cleanup's clock; "
                     "give maintenance.orphan_min_age a few seconds at least")

@@ -46,6 +46,11 @@ def batch_ranges(cfg, b: int) -> list[OffsetRange]:
     return [OffsetRange(cfg.source.topic, p, b * PER_BATCH, (b + 1) * PER_BATCH) for p in range(PARTITIONS)]
 
 
+def files_of(prepared) -> list[str]:
+    """Every file a batch's prepared ranges wrote, data and quarantine."""
+    return [f for p in prepared for f in [*p.data_files, *p.quarantine_files]]
+
+
 @pytest.fixture
 def committed(make_pipeline):
     """40 micro-batches of 4 x 50 offsets (every 97th record malformed) in two runs: 160 small data files."""
@@ -168,7 +173,7 @@ def test_orphan_cleanup_beside_commits_never_deletes_a_referenced_file(make_pipe
     fs = filesystem(cfg.target)
     # A killed attempt: files prepared for offsets that a later batch commits, never referenced, a day old.
     killed = prepare_sample(open_pipeline(cfg), "killed", batch_ranges(cfg, 0))
-    orphans = [f for p in killed for f in [*p.data_files, *p.quarantine_files]]
+    orphans = files_of(killed)
     assert orphans and all(fs.get_file_info(fs_path(u)).type.name == "File" for u in orphans)
     day_ago = time.time() - 86_400
     for uri in orphans:
@@ -230,7 +235,7 @@ def test_orphan_cleanup_racing_a_deletion_succeeds(make_pipeline, request, wareh
         for b in range(3):
             commit_sample_batch(pipeline, "live", b, batch_ranges(cfg, b), bad_every=97)
         killed = prepare_sample(pipeline, "killed", batch_ranges(cfg, 3), bad_every=97)  # prepared, never committed
-    orphans = [f for p in killed for f in [*p.data_files, *p.quarantine_files]]
+    orphans = files_of(killed)
     assert {written_by(u) for u in orphans} == {"killed"}  # a file names its run (the fault suite relies on it)
     fs = filesystem(cfg.target)
     results = []
@@ -265,7 +270,7 @@ class CommitsAtFirstDelete:
 
 def backdated(prepared) -> list[str]:
     """The prepared files, their times set a day back: a batch that took longer than any safety age."""
-    files = [f for p in prepared for f in [*p.data_files, *p.quarantine_files]]
+    files = files_of(prepared)
     day_ago = time.time() - 86_400
     for uri in files:
         os.utime(fs_path(uri), (day_ago, day_ago))
@@ -286,7 +291,7 @@ def test_a_commit_landing_during_orphan_cleanup_never_references_a_deleted_file(
         prepared = backdated(late)
         cutoff_age = 3_600
     else:  # an object's time cannot be set back: a cutoff after the files were written
-        prepared = [f for p in late for f in [*p.data_files, *p.quarantine_files]]
+        prepared = files_of(late)
         time.sleep(1.5)
         cutoff_age = 1
     data, quarantine = tables_of(cfg)
