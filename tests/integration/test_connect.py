@@ -51,6 +51,18 @@ def on_connect(spec, on_line, home, env=None) -> Outcome:
     return ConnectRunner(None, env, home=home).submit(spec, on_line).wait()
 
 
+def what_failed(lines: list[str]) -> str:
+    """The jobs' error lines, then their last lines (whole: a list's repr would be cut short)."""
+    errors = [ln for ln in lines if ln.startswith("error:") or ('"error": {' in ln)]
+    return "\n".join([*errors, "...", *lines[-30:]])
+
+
+def ctrl_c_not_ignored() -> None:
+    """In a child before it starts: SIGINT as a terminal delivers it (a test run from a script in the background
+    inherits it ignored, and a Python started so never raises KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def server_home(tmp_path_factory):
     home = tmp_path_factory.mktemp("connect") / "home"
@@ -85,13 +97,13 @@ def test_lanes_and_the_tail_run_on_one_connect_server_exactly_once(server_home, 
     lines: list[str] = []
     with ThreadPoolExecutor(max_workers=2) as pool:  # two lanes at once, as the backfill DAG runs them
         runs = list(pool.map(lambda spec: on_connect(spec, lines.append, home), specs))
-    assert [run.code for run in runs] == [0, 0], lines[-40:]
+    assert [run.code for run in runs] == [0, 0], what_failed(lines)
     served = [ln for ln in lines if ln.startswith(SERVED_BY)]
     assert len(served) == 2 and all(state["url"] in ln for ln in served), served
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, cfg.source.partitions, bad_every=500)
     tail = plan_tail(open_pipeline(cfg), TailRequest(once=True), new_run_id("tail")).spec
     outcome = on_connect(tail, lines.append, home)
-    assert outcome.code == 0 and outcome.result is not None, lines[-40:]
+    assert outcome.code == 0 and outcome.result is not None, what_failed(lines)
     assert sum(r.offsets for run in runs for r in run.result.results) == 6_000
     assert sum(r.offsets for r in outcome.result.results) == 2_000
     assert all(r.freshness for r in outcome.result.results)  # the records' latencies, measured on the server
@@ -166,11 +178,15 @@ def test_ctrl_c_on_a_backfill_with_lanes_stops_every_lane_and_the_next_backfill_
     command = [TAILFILL, "backfill", str(cfg.path), "--spark", "connect", "--lanes", "2", "--slices", "2"]
     # At 5 offsets/s, each lane's pacer on the server waits minutes after its first batch of 1,000.
     caller = subprocess.Popen([*command, "--max-rate", "5"], env=dict(os.environ), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+                              stderr=subprocess.STDOUT, text=True, preexec_fn=ctrl_c_not_ignored)
     try:
         wait_until(lambda: committed(cfg) > 0, "the lanes' first batches", timeout=300)
         caller.send_signal(signal.SIGINT)  # as Ctrl-C: to the command only, not to anything it started
-        out, _ = caller.communicate(timeout=150)  # the stop cuts the server's wait short: not 200 s and more
+        try:
+            out, _ = caller.communicate(timeout=150)  # the stop cuts the server's wait short: not 200 s and more
+        except subprocess.TimeoutExpired:
+            caller.kill()
+            pytest.fail(f"the backfill did not end within 150 s of Ctrl-C:\n{caller.communicate()[0][-3000:]}")
     finally:
         caller.kill()
     assert caller.returncode == 130, out[-3000:]
