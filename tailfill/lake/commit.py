@@ -95,5 +95,5 @@ def records_in(fs: pafs.FileSystem, prepared: Sequence[PreparedRange], kept: lis
         if parts == [p.marker.range]:
             count += p.marker.records
         elif parts:
-            count += rows_in(fs, [*p.data_files, *p.quarantine_files], parts)
+            count += rows_in(fs, p.files, parts)
     return count

@@ -45,5 +45,5 @@ def prepare_evolving(prepare: Callable[[pa.Schema], list[PreparedRange]], table:
 def discard(fs: pafs.FileSystem, prepared: list[PreparedRange]) -> None:
     """Delete the files of prepared ranges that will not be committed."""
     for p in prepared:
-        for uri in [*p.data_files, *p.quarantine_files]:
+        for uri in p.files:
             fs.delete_file(fs_path(uri))

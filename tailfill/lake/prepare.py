@@ -48,6 +48,11 @@ class PreparedRange:
     timestamps: TimestampSketch | None = None  # the task's record timestamps (carried by its first range)
     drift: Drift | None = None  # the task's fields not declared (JSON; carried by its first range)
 
+    @property
+    def files(self) -> list[str]:
+        """Every file the task wrote for the range: data, then quarantine."""
+        return [*self.data_files, *self.quarantine_files]
+
 
 PREPARED_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("start", pa.int64()), ("end", pa.int64()),

@@ -48,7 +48,7 @@ def batch_ranges(cfg, b: int) -> list[OffsetRange]:
 
 def files_of(prepared) -> list[str]:
     """Every file a batch's prepared ranges wrote, data and quarantine."""
-    return [f for p in prepared for f in [*p.data_files, *p.quarantine_files]]
+    return [f for p in prepared for f in p.files]
 
 
 @pytest.fixture
