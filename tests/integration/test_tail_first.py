@@ -8,6 +8,10 @@ within 2 × the interval; the backfill completes; every offset lands exactly onc
 What the machine can do is measured in the same run: the tail's batches before the backfill starts. On a busy
 machine, where the tail alone comes near the objective or misses it, the tail beside the backfill is held to the
 tail alone instead (at most :data:`BESIDE_OVER_ALONE` × its worst batch): the backfill must not be what makes it late.
+
+The backfill is rate-limited to :data:`BACKFILL_RATE`, so that it spans several of the tail's intervals on any
+machine: on a fast one, an unlimited backfill of the history ends inside one interval and leaves nothing to
+measure beside it. Where the machine is slower than the limit, the backfill runs at full speed.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ HISTORY = 200_000
 LIVE_PER_SECOND = 500
 ALONE_BATCHES = 3  # the tail's batches measured alone, before the backfill starts
 BESIDE_OVER_ALONE = 1.5  # the tail beside the backfill against the tail alone, on a machine that misses the objective
+BACKFILL_RATE = HISTORY // (4 * INTERVAL)  # offsets/s: the backfill lasts at least about four tail intervals
 
 
 def _start(cmd: list[str], env: dict, log_path) -> subprocess.Popen:
@@ -56,7 +61,7 @@ def test_backfill_beside_a_live_tail_keeps_the_tail_fresh(spark, make_pipeline, 
     sizes = {} if demo else {"tail__min_offsets_per_batch": 500, "tail__max_offsets_per_batch": 50_000,
                              "backfill__slices": 2}
     cfg = make_pipeline(tail__trigger="processing_time", tail__trigger_interval_seconds=INTERVAL,
-                        tail__freshness_seconds=2 * INTERVAL, **sizes)
+                        tail__freshness_seconds=2 * INTERVAL, backfill__max_offsets_per_second=BACKFILL_RATE, **sizes)
     bootstrap, topic = cfg.source.bootstrap_servers, cfg.source.topic
     produce_sample(bootstrap, topic, HISTORY, 4, bad_every=1_001)
     marker = f"TAILFILL_TEST_MARKER={uuid.uuid4().hex}"
