@@ -102,7 +102,8 @@ def main() -> int:
     print(f"  tail alone            {phase(batches, alone_from, backfill_from)}")
     print(f"  tail beside backfill  {phase(batches, backfill_from, backfill_to)}")
     print(f"  backfill              {seconds:5.1f}s end to end, {args.events / seconds:,.0f} offsets/s")
-    print("\n".join(line for line in done.stdout.splitlines() if "beside" in line or "yield" in line)[-600:])
+    job_lines = (done.stdout + done.stderr).splitlines()  # the job's progress lines are on stderr
+    print("\n".join(line for line in job_lines if "beside" in line or "yield" in line)[-600:])
     return 0
 
 

@@ -40,7 +40,7 @@ HISTORY = 200_000
 LIVE_PER_SECOND = 500
 ALONE_BATCHES = 3  # the tail's batches measured alone, before the backfill starts
 BESIDE_OVER_ALONE = 1.5  # the tail beside the backfill against the tail alone, on a machine that misses the objective
-BACKFILL_RATE = HISTORY // (4 * INTERVAL)  # offsets/s: the backfill lasts at least about four tail intervals
+BACKFILL_RATE = HISTORY // (4 * INTERVAL)  # offsets/s: the backfill lasts about four tail intervals
 
 
 def _start(cmd: list[str], env: dict, log_path) -> subprocess.Popen:
