@@ -2,7 +2,8 @@
 PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | sha1sum | cut -c1-12)
+PINS   := pyproject.toml setup.py tailfill/dev/jvm-jars.txt tailfill/dev/jvm-jars.lock
+STAMP  := $(VENV)/.installed-$(shell cat $(PINS) | sha1sum | cut -c1-12)
 
 export SPARK_LOCAL_IP := 127.0.0.1
 export AWS_EC2_METADATA_DISABLED := true
@@ -10,11 +11,15 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 
 .PHONY: install demo test docs docs-gen lint airflow clean postgres-server
 
-$(STAMP): pyproject.toml setup.py
+## The venv, then the pinned JVM jars (Apache Kafka for the embedded broker) from Maven Central into ~/.cache/tailfill:
+## fetched here, once, never when a broker or a job starts.
+$(STAMP): $(PINS)
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "need Maven (mvn) to fetch the pinned JVM jars: apt-get install maven"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m tailfill.dev.jars fetch
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 install: $(STAMP)
@@ -26,7 +31,7 @@ demo: $(STAMP)
 	  $(VENV)/bin/tailfill connect-server down; exit $$status
 
 ## Run the whole test suite in two xdist workers, then the timing tests (marker solo) alone: unit +
-## integration against real tansu, Spark, Iceberg, moto S3,
+## integration against real Apache Kafka, Spark, Iceberg, moto S3 and SeaweedFS, Postgres,
 ## Airflow, and Debian's headless Chromium for the UI test).
 test: $(STAMP) /usr/bin/chromedriver postgres-server
 	$(VENV)/bin/ruff check tailfill spark_jobs tests plugins dags benchmarks

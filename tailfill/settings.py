@@ -40,7 +40,7 @@ class Settings:
     fault_pause: str | None  # TAILFILL_FAULT_PAUSE: the failpoint to pause at
     fault_skip: int  # TAILFILL_FAULT_SKIP: arrivals at the paused point to let pass first
     broker_port: int | None  # TAILFILL_BROKER_PORT: the embedded broker's port (None: the kept one, else a free one)
-    broker_storage: str | None  # TAILFILL_BROKER_STORAGE: s3 (kept across restarts) or memory (None: the kept one)
+    jars_dir: Path  # TAILFILL_JARS_DIR: the cache of pinned JVM jars the install fetches (tailfill.dev.jars); ~/.cache
     registry_port: int | None  # TAILFILL_REGISTRY_PORT: the development Schema Registry's port
     postgres_bin: str | None  # TAILFILL_POSTGRES_BIN: where the Postgres server binaries are
     airflow_port: int  # TAILFILL_AIRFLOW_PORT: the local Airflow's port; 8080
@@ -79,26 +79,25 @@ class Settings:
             fault_pause=env.get("TAILFILL_FAULT_PAUSE") or None,
             fault_skip=_number(env, "TAILFILL_FAULT_SKIP") or 0,
             broker_port=_number(env, "TAILFILL_BROKER_PORT"),
-            broker_storage=_choice(env, "TAILFILL_BROKER_STORAGE", ("s3", "memory")),
+            jars_dir=_cache_dir(env, "TAILFILL_JARS_DIR", "jars"),
             registry_port=_number(env, "TAILFILL_REGISTRY_PORT"),
             postgres_bin=env.get("TAILFILL_POSTGRES_BIN") or None,
             airflow_port=_number(env, "TAILFILL_AIRFLOW_PORT") or 8080,
             airflow_db=env.get("TAILFILL_AIRFLOW_DB") or None,
             airflow_preload=(_choice(env, "TAILFILL_AIRFLOW_PRELOAD", ("0", "1")) or "1") == "1",
             on_failure=env.get("TAILFILL_ON_FAILURE") or None,
-            class_archive_dir=_archive_dir(env),
+            class_archive_dir=None if env.get("TAILFILL_CLASS_ARCHIVE_DIR") == "off" else _cache_dir(
+                env, "TAILFILL_CLASS_ARCHIVE_DIR", "jvm"),
             bounded_as_query=_choice(env, "TAILFILL_BOUNDED_RUNS", ("direct", "query")) == "query",
         )
 
 
-def _archive_dir(env: Mapping[str, str]) -> Path | None:
-    given = env.get("TAILFILL_CLASS_ARCHIVE_DIR")
-    if given == "off":
-        return None
-    if given:
+def _cache_dir(env: Mapping[str, str], name: str, default: str) -> Path:
+    """The folder variable ``name`` gives, else ``default`` in Tailfill's part of the user's cache."""
+    if given := env.get(name):
         return Path(given).absolute()
     cache = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
-    return Path(cache) / "tailfill" / "jvm"
+    return Path(cache) / "tailfill" / default
 
 
 def spark_mode_problem(mode: str) -> str | None:

@@ -21,10 +21,10 @@ def test_defaults_when_nothing_is_set():
 def test_every_variable_is_read_into_its_field():
     s = settings({"TAILFILL_HOME": "/h", "TAILFILL_SPARK": "connect", "TAILFILL_SPARK_MASTER": "spark://m:7077",
                   "TAILFILL_SPARK_SLOTS": "6", "TAILFILL_FAULT_DIR": "/f", "TAILFILL_FAULT_SKIP": "2",
-                  "TAILFILL_BROKER_PORT": "9092", "TAILFILL_BROKER_STORAGE": "memory", "TAILFILL_ON_FAILURE": "m:f"})
+                  "TAILFILL_BROKER_PORT": "9092", "TAILFILL_JARS_DIR": "/j", "TAILFILL_ON_FAILURE": "m:f"})
     assert (s.home, s.spark_mode, s.spark_master, s.spark_slots) == (Path("/h"), "connect", "spark://m:7077", 6)
     assert (s.fault_dir, s.fault_skip, s.broker_port, s.on_failure) == (Path("/f"), 2, 9092, "m:f")
-    assert s.broker_storage == "memory" and settings({}).broker_storage is None
+    assert s.jars_dir == Path("/j") and settings({"HOME": "/u"}).jars_dir == Path("/u/.cache/tailfill/jars")
     assert settings({"TAILFILL_AIRFLOW_PRELOAD": "0"}).airflow_preload is False
     assert settings({"TAILFILL_BOUNDED_RUNS": "query"}).bounded_as_query and not settings({}).bounded_as_query
 
@@ -36,7 +36,6 @@ def test_every_variable_is_read_into_its_field():
     ("TAILFILL_SPARK_REMOTE", "127.0.0.1:15002", "TAILFILL_SPARK_REMOTE='127.0.0.1:15002': not a Spark Connect "),
     ("TAILFILL_SPARK_SLOTS", "1", "TAILFILL_SPARK_SLOTS='1': the Spark pool needs at least 2 slots (fix: "),
     ("TAILFILL_BROKER_PORT", "ninety", "TAILFILL_BROKER_PORT='ninety': not a whole number (fix: "),
-    ("TAILFILL_BROKER_STORAGE", "disk", "TAILFILL_BROKER_STORAGE='disk': use one of s3, memory (or unset it)"),
     ("TAILFILL_AIRFLOW_PRELOAD", "yes", "TAILFILL_AIRFLOW_PRELOAD='yes': use one of 0, 1 (or unset it)"),
     ("TAILFILL_BOUNDED_RUNS", "stream", "TAILFILL_BOUNDED_RUNS='stream': use one of direct, query (or unset it)"),
 ])
