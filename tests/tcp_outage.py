@@ -10,13 +10,12 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
-import subprocess
 import threading
 from collections.abc import Iterator
 
 from ports import restartable_port
 
-from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
+from tailfill.dev.broker import EmbeddedBroker
 
 
 class TcpOutage:
@@ -103,21 +102,11 @@ class TcpOutage:
 
 @contextlib.contextmanager
 def broker_behind_outage() -> Iterator[tuple[str, TcpOutage]]:
-    """A tansu broker reachable only through a :class:`TcpOutage` relay (it advertises the relay's address).
-
-    tansu's memory storage does not survive a real restart, and its s3 storage stalls fetches against
-    moto here, so the restart is the broker's address going away and coming back: every connection
-    reset, new ones refused, then the same address answering again with the same data.
-    """
-    port, relay_port = free_port(), restartable_port()  # the relay's address goes away and comes back
-    proc = subprocess.Popen([tansu_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
-                             "--advertised-listener-url", f"tcp://127.0.0.1:{relay_port}",
-                             "--storage-engine", "memory://tansu/"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, proc)
-        with TcpOutage(port, relay_port) as relay:
+    """A Kafka broker reachable only through a :class:`TcpOutage` relay (it advertises the relay's address), so
+    an outage is the broker's address going away and coming back with the same data: every connection reset,
+    new ones refused, then the same address answering again."""
+    relay_port = restartable_port()  # the relay's address goes away and comes back
+    with EmbeddedBroker(settings={"advertised.listeners": f"PLAINTEXT://127.0.0.1:{relay_port}"}) as broker:
+        assert broker.node is not None
+        with TcpOutage(broker.node.port, relay_port) as relay:
             yield f"127.0.0.1:{relay_port}", relay
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)

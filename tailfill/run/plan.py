@@ -34,8 +34,6 @@ from tailfill.pipeline.handle import Pipeline
 from tailfill.run.contract import Mode, Slice
 from tailfill.source.kafka import Watermarks, subscribed_partitions, watermarks
 
-CONFIRM_CUTOVER_S = 30.0  # how long to try to confirm the broker's ends before recording the cutover
-
 
 @dataclass(frozen=True)
 class SourceState:
@@ -104,12 +102,10 @@ def new_and_gone_topics(state: SourceState) -> tuple[list[str], list[str]]:
 def check_not_behind(cfg: PipelineConfig, marks: Watermarks, ledger: Ledger) -> None:
     """Refuse a topic whose end is before what the table has committed: the broker lost data, or the
     topic was deleted and created again. Nothing can be planned from there without a person's decision.
-
-    Only ends a fetch confirmed count (a ``ListOffsets`` answer can be short on some brokers).
     """
     behind = [f"{tp} ends at {marks.high[tp]:,} but the table holds offsets up to {ranges[-1].end:,}"
               for tp, ranges in by_partition(ledger.committed).items()
-              if tp in marks.high and tp not in marks.unconfirmed and marks.high[tp] < ranges[-1].end]
+              if tp in marks.high and marks.high[tp] < ranges[-1].end]
     if behind:
         raise SourceError(
             f"{cfg.source.described} on {cfg.source.bootstrap_servers} went backwards: {'; '.join(behind)}. "
@@ -119,24 +115,11 @@ def check_not_behind(cfg: PipelineConfig, marks: Watermarks, ledger: Ledger) -> 
 
 
 def ensure_cutover(state: SourceState) -> PartitionOffsets:
-    """The recorded cutover, recording the broker's current ends if there is none yet.
-
-    Only ends confirmed by a fetch are recorded: a short end (a ``ListOffsets`` answer that a busy
-    broker did not confirm in time) would put history behind the cutover, into the tail. Unconfirmed
-    ends are read again with a longer probe, and if they still cannot be confirmed nothing is recorded.
-    """
+    """The recorded cutover, recording the broker's current ends if there is none yet (under ``read_committed``
+    the last stable offsets: a transaction still open at that moment is the tail's)."""
     if state.cutover is not None:
         return state.cutover
-    marks = state.marks
-    if marks.unconfirmed:
-        marks = watermarks(state.pipeline.kafka, list(marks.high), probe_timeout_s=CONFIRM_CUTOVER_S)
-    if marks.unconfirmed:
-        late = ", ".join(str(tp) for tp in sorted(marks.unconfirmed))
-        raise SourceError(
-            f"cannot confirm the end of {late} on {state.cfg.source.bootstrap_servers} within "
-            f"{CONFIRM_CUTOVER_S:.0f}s: not recording a cutover from ends that may be short "
-            "(fix: run again when the broker answers fetches)")
-    return record_cutover(state.data, marks.high)
+    return record_cutover(state.data, state.marks.high)
 
 
 def plan_backfill(
@@ -171,10 +154,8 @@ def check_bounds(state: SourceState, start: PartitionOffsets | None, end: Partit
                  if start is not None and tp in start and start[tp] > end[tp]]
     if backwards:
         raise ConfigError(f"backfill bounds: a start after its end: {'; '.join(backwards)} (fix: swap From and To)")
-    if any(end[tp] > marks.high[tp] for tp in end) and marks.unconfirmed:  # a short ListOffsets answer?
-        marks = watermarks(state.pipeline.kafka, list(marks.high), probe_timeout_s=CONFIRM_CUTOVER_S)
     past = [f"{tp}: asked up to {end[tp]:,}, the broker's end is {marks.high[tp]:,}" for tp in sorted(end)
-            if end[tp] > marks.high[tp] and tp not in marks.unconfirmed]
+            if end[tp] > marks.high[tp]]
     if past:
         raise ConfigError(f"backfill bounds past the end of {topic} on {state.cfg.source.bootstrap_servers}: "
                           f"{'; '.join(past)} (fix: give To at most the broker's end, or `cutover` to "

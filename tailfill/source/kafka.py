@@ -51,11 +51,7 @@ def consumer_config(source: SourceConfig, **overrides: object) -> dict:
         "isolation.level": source.isolation_level,
         "enable.partition.eof": False,
         "socket.timeout.ms": 10000,
-        "queued.min.messages": 1000000,  # prefetch deeply: measured 2.2x faster reads from tansu
-        # fetch.wait.max.ms stays at librdkafka's 500 ms. The embedded broker bounds each fetch's work by
-        # this wait and does work in proportion to the record batches it holds: with 10 ms, a live topic
-        # of small producer batches returned about one record per fetch after ~12 tail batches, and the
-        # tail stopped committing (docs/troubleshooting.md, "Known deviations of the embedded broker").
+        "queued.min.messages": 1000000,  # prefetch deeply
         "security.protocol": sec.protocol,
         "log.connection.close": False,  # consumers are kept open across tasks; a broker going away is not news
     }
@@ -176,27 +172,19 @@ def _topic_metadata(consumer: Consumer, conf: dict, topic: str | None):
 
 @dataclass(frozen=True)
 class Watermarks:
-    """Earliest available and next-to-be-written offsets per partition.
+    """Earliest available and next-to-be-read offsets per partition.
 
-    ``unconfirmed`` holds the non-empty partitions whose end no fetch confirmed (the probe ran out of
-    time, or was not asked for): their ``high`` is the broker's ``ListOffsets`` answer, which can be
-    short on some brokers. Nothing may be recorded from such an end (see ``run.plan.ensure_cutover``).
+    ``high`` is what the consumer's isolation level may read up to: the last stable offset under
+    ``read_committed`` (records of a transaction still open are beyond it), the high watermark under
+    ``read_uncommitted``. A range planned up to ``high`` can therefore always be read to its end.
     """
 
     low: PartitionOffsets
     high: PartitionOffsets
-    unconfirmed: frozenset[TopicPartition] = frozenset()
 
 
-def watermarks(conf: dict, partitions: list[TopicPartition], probe_timeout_s: float = 5.0,
-               consumer: OwnedConsumer | None = None) -> Watermarks:
-    """Low and high watermarks, the high ones confirmed by a fetch.
-
-    ``ListOffsets(latest)`` is what Kafka clients use, but some Kafka-protocol brokers (tansu)
-    answer with the start of the last record batch + 1. The high watermark in a fetch response
-    is right everywhere, so each non-empty partition is fetched once from just below the listed
-    end and the larger of the two values wins.
-    """
+def watermarks(conf: dict, partitions: list[TopicPartition], consumer: OwnedConsumer | None = None) -> Watermarks:
+    """Low and high watermarks from the broker (``ListOffsets``, at the isolation level of ``conf``)."""
     with _borrowed(conf, consumer) as consumer:
         listed = {}
         for tp in partitions:
@@ -210,24 +198,8 @@ def watermarks(conf: dict, partitions: list[TopicPartition], probe_timeout_s: fl
                         f"the broker at {conf['bootstrap.servers']} answered no offsets request (ListOffsets) for {tp} "
                         f"within {METADATA_TIMEOUT_S:.0f}s: {err.str()}") from None
                 raise SourceError(f"cannot read offsets of {tp} from {conf['bootstrap.servers']}: {exc}") from exc
-        probe = {tp: hi for tp, (lo, hi) in listed.items() if hi > lo}
-        high = {tp: hi for tp, (_, hi) in listed.items()}
-        confirmed: set[TopicPartition] = set()
-        if probe and probe_timeout_s > 0:  # no time to confirm: the listed ends as they are
-            consumer.assign([KTopicPartition(tp.topic, tp.partition, hi - 1) for tp, hi in probe.items()])
-            deadline = time.monotonic() + probe_timeout_s
-            while confirmed != set(probe) and time.monotonic() < deadline:
-                consumer.consume(num_messages=len(probe), timeout=0.2)
-                for tp in set(probe) - confirmed:
-                    _, cached = consumer.get_watermark_offsets(KTopicPartition(tp.topic, tp.partition), cached=True)
-                    if cached >= 0:
-                        high[tp] = max(high[tp], cached)
-                        confirmed.add(tp)
-        return Watermarks(
-            low=PartitionOffsets({tp: lo for tp, (lo, _) in listed.items()}),
-            high=PartitionOffsets(high),
-            unconfirmed=frozenset(set(probe) - confirmed),
-        )
+        return Watermarks(low=PartitionOffsets({tp: lo for tp, (lo, _) in listed.items()}),
+                          high=PartitionOffsets({tp: hi for tp, (_, hi) in listed.items()}))
 
 
 def _batch(messages: list, topic: str, partition: int, offsets: list[int]) -> pa.RecordBatch:

@@ -84,8 +84,6 @@ class KafkaOptions:
                 "startingOffsets=latest would skip every record not yet ingested; tailfill starts from "
                 "explicit offsets (the table's committed position) or 'earliest'"
             )
-        # A consumer of its own: a shared one would keep fetching after the probe's assign, and could
-        # "confirm" an end from a fetch of an earlier trigger.
         marks = watermarks(self.conf, self.partitions())
         return marks.low if spec == "earliest" else marks.high
 
@@ -93,7 +91,7 @@ class KafkaOptions:
         """Fail at planning time if a range starts below what the broker still has."""
         if self.source.on_expired_offsets == "record_gap":
             return
-        low = watermarks(self.conf, sorted({r.tp for r in ranges}), probe_timeout_s=0,
+        low = watermarks(self.conf, sorted({r.tp for r in ranges}),
                          consumer=self.consumer).low
         for r in ranges:
             earliest = low.get(r.tp, 0) or 0

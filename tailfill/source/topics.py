@@ -50,11 +50,12 @@ def list_topics(bootstrap: str) -> list[TopicInfo]:
 
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int) -> bool:
-    """Create ``topic`` with ``partitions`` partitions unless it exists; True if it was created."""
+    """Create ``topic`` with ``partitions`` partitions unless it exists (replicated as the broker's
+    ``default.replication.factor`` says); True if it was created."""
     admin = _admin(bootstrap)
     if topic in _topic_names(admin, bootstrap):
         return False
-    for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+    for fut in admin.create_topics([NewTopic(topic, partitions, -1)]).values():
         try:
             fut.result(timeout=METADATA_TIMEOUT_S)
         except KafkaException as exc:

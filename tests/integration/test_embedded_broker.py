@@ -1,15 +1,17 @@
-"""The embedded broker of ``tailfill broker up``: topics and port kept across ``down``/``up`` (s3 storage on a
-local SeaweedFS), the port kept with memory storage, a clean start with ``tailfill reset``, the demo twice
-in one home, and an unreachable broker said in one line."""
+"""The embedded broker of ``tailfill broker up`` (Apache Kafka): topics and port kept across ``down``/``up``, a
+second ``up`` that finds it running, a clean start with ``tailfill reset``, the demo twice in one home, and an
+unreachable broker said in one line."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,6 @@ from tailfill.pipeline.handle import open_pipeline
 from tailfill.plumbing.detached import alive
 from tailfill.proof.reports import read_latest
 from tailfill.proof.validate import validate
-from tailfill.source.topics import list_topics
 
 pytestmark = pytest.mark.integration
 
@@ -48,8 +49,8 @@ def values(bootstrap: str, topic: str, partitions: int, expected: int) -> list[b
 
 
 def processes(home: Path) -> list[int]:
-    """Pids the broker's state files of ``home`` name that are still alive."""
-    files = [home / "broker.json", home / "broker" / "seaweedfs.json"]
+    """Pids the broker's state file of ``home`` names that are still alive."""
+    files = [home / "broker.json"]
     return [s["pid"] for f in files if f.exists() for s in [json.loads(f.read_text())] if alive(s["pid"])]
 
 
@@ -57,38 +58,43 @@ def test_the_broker_keeps_its_topics_and_port_across_down_and_up(tmp_path):
     home = tmp_path / "home"
     try:
         first = broker_up(home)
-        assert first["storage"] == "s3"
+        assert broker_up(home) == first  # a second `up` finds it running
         produce_sample(first["bootstrap_servers"], "kept", 5_000, 4, bad_every=1_000)
         before = values(first["bootstrap_servers"], "kept", 4, 5_000)
         assert len(before) == 5_000
         assert broker_down(home)
-        assert processes(home) == [], "broker down left a process of the broker or its storage running"
+        assert processes(home) == [] and not alive(first["pid"]), "broker down left the broker running"
+        assert not broker_down(home)  # nothing left to stop
 
         again = broker_up(home)
-        assert again["port"] == first["port"] and again["storage"] == "s3"
+        assert again["port"] == first["port"] and again["pid"] != first["pid"]
         assert values(again["bootstrap_servers"], "kept", 4, 5_000) == before
     finally:
         broker_down(home)
     assert processes(home) == []
 
 
-def test_memory_storage_keeps_the_port_but_not_the_topics(tmp_path):
+def test_a_broker_killed_outright_starts_again_with_its_topics(tmp_path):
     home = tmp_path / "home"
     try:
-        first = broker_up(home, storage="memory")
-        produce_sample(first["bootstrap_servers"], "gone", 100, 1)
-        broker_down(home)
-        again = broker_up(home)  # the kept storage: memory
-        assert (again["port"], again["storage"]) == (first["port"], "memory")
-        # no records after the restart: the topic is gone, or (were it created again) empty
-        assert all(t.records == 0 for t in list_topics(again["bootstrap_servers"]) if t.name == "gone")
+        first = broker_up(home)
+        produce_sample(first["bootstrap_servers"], "crashed", 2_000, 2)
+        os.kill(first["pid"], signal.SIGKILL)
+        for _ in range(100):
+            if not alive(first["pid"]):
+                break
+            time.sleep(0.05)
+        again = broker_up(home)  # the state file names a dead process: a new broker on the same log
+        assert again["pid"] != first["pid"] and again["port"] == first["port"]
+        assert len(values(again["bootstrap_servers"], "crashed", 2, 2_000)) == 2_000
     finally:
         broker_down(home)
+    assert processes(home) == []
 
 
 def test_a_kept_port_in_use_is_one_clear_error(tmp_path):
     home = tmp_path / "home"
-    port = broker_up(home, storage="memory")["port"]
+    port = broker_up(home)["port"]
     broker_down(home)
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", port))
@@ -155,7 +161,6 @@ def test_an_unreachable_broker_is_one_line(tmp_path):
 def test_the_demo_runs_twice_in_one_home(tmp_path):
     env = {**os.environ, "TAILFILL_HOME": str(tmp_path / "home"), "TAILFILL_PIPELINES": str(REPO / "pipelines")}
     env.pop("TAILFILL_BROKER_PORT", None)
-    env.pop("TAILFILL_BROKER_STORAGE", None)
     outputs = []
     try:
         for _ in range(2):

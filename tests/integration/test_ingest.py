@@ -1,11 +1,13 @@
-"""Backfill + tail against the real tansu broker, Spark local[2] and a SQLite Iceberg catalog."""
+"""Backfill + tail against a real Apache Kafka broker, Spark local[2] and a SQLite Iceberg catalog."""
 
 from __future__ import annotations
 
-import pytest
-from helpers import assert_exactly_once, backfill, besides_infrastructure, high_watermarks, tables_of, tail
+import json
 
-from tailfill.dev.sample import BAD_VALUES, produce_sample
+import pytest
+from helpers import assert_exactly_once, backfill, besides_infrastructure, high_watermarks, ingested, tables_of, tail
+
+from tailfill.dev.sample import BAD_VALUES, produce_sample, sample_event
 from tailfill.lake.ledger import batch_summaries, read_cutover, read_ledger
 from tailfill.offsets import OffsetRange, ranges_from_json, total
 from tailfill.pipeline.handle import open_pipeline
@@ -118,22 +120,35 @@ def test_a_batch_replayed_after_its_commit_commits_nothing(spark, make_pipeline,
     assert replayed.skipped == ranges_from_json(first_commit["tailfill.ranges"])  # the very same offsets
 
 
-def test_the_cutover_is_recorded_only_from_ends_a_fetch_confirmed(make_pipeline):
-    """tansu's ListOffsets can answer the start of the last record batch + 1 (a deviation from Kafka);
-    a cutover taken from such an end would hand history to the tail, so it is confirmed first."""
-    from dataclasses import replace
+def test_a_transaction_still_open_is_the_tails_not_the_backfills(spark, make_pipeline):
+    """Under ``read_committed`` a partition can be read only up to its last stable offset: the records of a
+    transaction still open lie beyond it. The cutover is recorded there, so the backfill ends without waiting
+    for the transaction, and the tail takes its records once it commits (Kafka's ListOffsets answers the last
+    stable offset to a read_committed client, a fetch the high watermark: planning from the latter would wait)."""
+    from confluent_kafka import Producer
 
     from tailfill.run.plan import ensure_cutover, source_state
-    from tailfill.source.kafka import watermarks
 
-    cfg = make_pipeline()
-    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 8_000, 4)
+    cfg = make_pipeline(backfill__slices=1)
+    topic = cfg.source.topic
+    produce_sample(cfg.source.bootstrap_servers, topic, 8_000, 4)
+    producer = Producer({"bootstrap.servers": cfg.source.bootstrap_servers, "transactional.id": f"open-{topic}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, value=json.dumps(sample_event("open", i)).encode(), partition=0)
+    assert producer.flush(30) == 0  # on the broker, not committed
+
     pipeline = open_pipeline(cfg)
     state = source_state(pipeline, pipeline.provision_tables())
-    listed = watermarks(pipeline.kafka, list(state.marks.high), probe_timeout_s=0)
-    assert listed.unconfirmed == frozenset(state.marks.high)  # nothing was fetched: nothing is confirmed
-
-    recorded = ensure_cutover(replace(state, marks=listed))
-
-    assert dict(recorded.offsets) == {tp: 2_000 for tp in state.marks.high}
+    recorded = ensure_cutover(state)
+    assert dict(recorded.offsets) == {tp: 2_000 for tp in state.marks.high}  # the open transaction is beyond it
     assert read_cutover(tables_of(cfg).data) == recorded
+
+    [run] = backfill(spark, cfg)
+    assert run.offsets == 8_000
+    producer.commit_transaction(30)  # its 10 records at [2000, 2010) of partition 0, its marker at 2010
+    tail(spark, cfg)
+    rows, bad = ingested(cfg)
+    assert sorted(o for p, o in (rows + bad).elements() if p == 0) == list(range(2_010))
+    assert sum((rows + bad).values()) == 8_010 and max((rows + bad).values()) == 1

@@ -1,96 +1,67 @@
 """Offsets removed by retention before ingest: fail by default, or record the gap and go on.
 
-These tests depend on tansu's storage layout, a deviation from Apache Kafka (where DeleteRecords
-or retention.ms would trim the partition): tansu's memory engine cannot trim records, so a tansu
-broker runs on its s3 engine against the moto server and the test trims a partition by editing
-the objects directly — raising ``low`` in the partition's ``watermark.json`` and deleting the
-record batches below it (one batch per record, as the producer flushes after each record).
+The broker is Apache Kafka; the head of a partition is removed as retention removes it, through
+``DeleteRecords`` (what ``kafka-delete-records.sh`` and a ``retention.ms`` expiry both do to the log start
+offset), so the removed offsets really are gone from the broker when the backfill reads them.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import uuid
 
-import boto3
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import backfill, high_watermarks, ingested, tables_of
 
 from tailfill.cli import main
-from tailfill.dev.broker import free_port, tansu_binary, wait_for_port
 from tailfill.dev.sample import sample_event
 from tailfill.errors import IngestError
 from tailfill.lake.ledger import read_ledger
-from tailfill.offsets import OffsetRange, merge
+from tailfill.offsets import OffsetRange, TopicPartition, merge
+from tailfill.source.kafka import consumer_config, watermarks
 
 pytestmark = pytest.mark.integration
 
 RECORDS, LOW = 20, 10
-PARTITION_DIR = "clusters/tansu_cluster/topics/{topic}/partitions/0000000000/"
 
 
-@pytest.fixture(scope="module")
-def s3_tansu(s3_endpoint):
-    """A tansu broker storing its data in its own bucket on the moto server; yields (bootstrap, s3, bucket)."""
-    creds = {"aws_access_key_id": os.environ["AWS_ACCESS_KEY_ID"],
-             "aws_secret_access_key": os.environ["AWS_SECRET_ACCESS_KEY"]}
-    s3 = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1", **creds)
-    bucket = f"tansu-{uuid.uuid4().hex[:8]}"
-    s3.create_bucket(Bucket=bucket)
-    port = free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    env = {**os.environ, "AWS_ENDPOINT": s3_endpoint, "AWS_ALLOW_HTTP": "true", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ACCESS_KEY_ID": creds["aws_access_key_id"], "AWS_SECRET_ACCESS_KEY": creds["aws_secret_access_key"]}
-    proc = subprocess.Popen(
-        [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-         "--storage-engine", f"s3://{bucket}/"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port, proc)
-        yield f"127.0.0.1:{port}", s3, bucket
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+def delete_head(bootstrap: str, topic: str, low: int) -> None:
+    """Remove offsets [0, ``low``) of ``topic``'s partition 0 from the broker (``DeleteRecords``)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.delete_records([KTopicPartition(topic, 0, low)]).values():
+        assert fut.result(timeout=30).low_watermark == low  # the partition's new log start offset
 
 
 @pytest.fixture
-def produced_pipeline(s3_tansu, make_pipeline):
-    """A 1-partition topic holding offsets [0, RECORDS), one record batch object per offset."""
-    bootstrap, _, _ = s3_tansu
+def produced_pipeline(broker, make_pipeline):
+    """A 1-partition topic holding offsets [0, RECORDS)."""
 
     def make(**changes):
-        cfg = make_pipeline(source__bootstrap_servers=bootstrap, source__partitions=1, **changes)
+        cfg = make_pipeline(source__partitions=1, **changes)
         topic = cfg.source.topic
-        admin = AdminClient({"bootstrap.servers": bootstrap})  # keep a reference until the futures resolve
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})  # kept until the futures resolve
         for fut in admin.create_topics([NewTopic(topic, 1, 1)]).values():
             fut.result(timeout=10)
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "enable.idempotence": False})
-        for i in range(RECORDS):  # a flush per record: each offset is its own batch object
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
+        for i in range(RECORDS):
             producer.produce(topic, value=json.dumps(sample_event("ret", i)).encode(), partition=0)
-            assert producer.flush(10) == 0
+        assert producer.flush(10) == 0
         return cfg
 
     return make
 
 
 @pytest.fixture
-def trim(s3_tansu):
-    """Trim [0, LOW) off a topic made by ``produced_pipeline``, as retention would."""
-    _, s3, bucket = s3_tansu
+def trim(broker):
+    """Trim [0, LOW) off a topic made by ``produced_pipeline``, as retention would; the broker then says so."""
 
     def cut(cfg) -> None:
-        prefix = PARTITION_DIR.format(topic=cfg.source.topic)
-        batches = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "records/")["Contents"]]
-        assert batches == [f"{prefix}records/{i:020d}.batch" for i in range(RECORDS)]
-        mark = json.loads(s3.get_object(Bucket=bucket, Key=prefix + "watermark.json")["Body"].read())
-        assert mark["high"] == RECORDS
-        s3.put_object(Bucket=bucket, Key=prefix + "watermark.json", Body=json.dumps({**mark, "low": LOW}).encode())
-        s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in batches[:LOW]]})
+        delete_head(broker.bootstrap_servers, cfg.source.topic, LOW)
+        conf = consumer_config(cfg.source)
+        marks = watermarks(conf, [TopicPartition(cfg.source.topic, 0)])
+        assert (list(marks.low.offsets.values()), list(marks.high.offsets.values())) == ([LOW], [RECORDS])
 
     return cut
 
