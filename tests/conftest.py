@@ -1,4 +1,4 @@
-"""Shared fixtures: one tansu broker, one SparkSession and (on demand) one moto S3 server, one SeaweedFS
+"""Shared fixtures: one Apache Kafka broker, one SparkSession and (on demand) one moto S3 server, one SeaweedFS
 (S3 and an Iceberg REST catalog), one Postgres server and one Spark standalone cluster per session.
 
 Every server binds a free loopback port and is stopped when the session ends. Each test gets its

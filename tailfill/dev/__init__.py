@@ -1,1 +1,2 @@
-"""Development aids: the embedded tansu broker (``broker``), a sample producer (``sample``), failpoints (``faults``)."""
+"""Development aids: the embedded Apache Kafka broker (``broker``, ``kafka_server``) and its pinned jars
+(``jars``), a sample producer (``sample``), failpoints (``faults``)."""
