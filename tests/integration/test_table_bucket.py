@@ -22,15 +22,15 @@ def test_preflight_names_the_fix_and_state_root_on_an_ordinary_bucket_works(spar
     produce_sample(refused.source.bootstrap_servers, refused.source.topic, 100, 4)
     assert cli.main(["preflight", str(refused.path), "--mode", "backfill"]) == 1
     out = capsys.readouterr().out
-    assert "FAILED: the run state location s3://warehouse/_tailfill/bucket_only refuses writes" in out, out
-    assert "set target.state_root to a folder on an ordinary bucket" in out
+    assert "FAILED: the run state s3://warehouse/_tailfill/bucket_only, " in out, out
+    assert "is a table bucket" in out and "(fix: target.state_root: s3://<an ordinary bucket>/…" in out
 
     state_root = f"s3://tailfill/{uuid.uuid4().hex[:8]}/state"
     cfg = make_pipeline("with_state_root", rest=seaweedfs, target__warehouse="s3://warehouse",
                         target__state_root=state_root)
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, 4, bad_every=400)
     assert cli.main(["preflight", str(cfg.path), "--mode", "backfill"]) == 0
-    assert f"writable under {state_root}" in capsys.readouterr().out
+    assert f"batch audit under {state_root}/with_state_root" in capsys.readouterr().out
     backfill(spark, cfg)
     assert_exactly_once(cfg, high_watermarks(cfg))
     assert cli.main(["validate", str(cfg.path), "--all"]) == 0
