@@ -14,7 +14,8 @@ from tailfill.pipeline.load import load_pipeline
 from tailfill.run import write_test
 from tailfill.run.write_test import Place, ensure_writable, refusal_line, run_places
 
-DEMO = Path(__file__).resolve().parents[2] / "pipelines" / "demo.yaml"
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "pipelines" / "demo.yaml"
 DENIED = ("When initiating multiple part upload for key '_tailfill/rest/audit/tailfill.rest_events_quarantine/batches/"
           "8247864534182143373.json' in bucket 'warehouse': AWS Error ACCESS_DENIED during CreateMultipartUpload "
           "operation: Access Denied. (Request ID: 18EC7A20A5556866889E3405)")
@@ -33,9 +34,9 @@ def rest_pipeline(tmp_path: Path, **target):
     data = yaml.safe_load(DEMO.read_text())
     data["target"] = {"catalog": {"type": "rest", "uri": "http://catalog:8181", "warehouse": "s3://warehouse",
                                   "credential_env": "CATALOG_CREDENTIAL"},
-                      "namespace": "tailfill", "table": "rest_events", "warehouse": "s3://warehouse",
+                      "namespace": "tailfill", "table": "rest", "warehouse": "s3://warehouse",
                       "s3": {"endpoint": "http://s3:8333"}, **target}
-    data["name"] = "rest"
+    data["name"] = target.get("table", "rest")
     path = tmp_path / "rest.yaml"
     path.write_text(yaml.safe_dump(data))
     return load_pipeline(path)
@@ -82,20 +83,22 @@ def test_a_refusal_is_one_line_naming_the_place_and_the_fix_and_is_tried_again(h
                              "write)")
 
 
-def test_a_refusal_in_the_rest_catalogs_bucket_says_it_is_a_table_bucket(tmp_path):
-    cfg = rest_pipeline(tmp_path)
-    root = "s3://warehouse/_tailfill/rest"
+def test_a_refusal_in_the_rest_catalogs_bucket_says_it_is_a_table_bucket_as_the_docs_show(tmp_path):
+    cfg = rest_pipeline(tmp_path, namespace="analytics", table="clicks")
+    root = "s3://warehouse/_tailfill/clicks"
     error = write_test._error_text(OSError(DENIED))
     assert error == "AWS Error ACCESS_DENIED during CreateMultipartUpload operation: Access Denied."
-    places = run_places(cfg, root)
-    line = refusal_line(cfg, [(p, error) for p in places if not p.local])
+    line = refusal_line(cfg, [(p, error) for p in run_places(cfg, root) if not p.local])
     assert line == (
         f"the run state {root}, the batch reports {root}/runs, the batch audit "
-        f"{root}/audit/tailfill.rest_events/batches and {root}/audit/tailfill.rest_events_quarantine/batches, the "
-        f"validation results s3://warehouse/_validation/rest refuse writes (bucket warehouse: {error}): bucket "
+        f"{root}/audit/analytics.clicks/batches and {root}/audit/analytics.clicks_quarantine/batches, the "
+        f"validation results s3://warehouse/_validation/clicks refuse writes (bucket warehouse: {error}): bucket "
         "warehouse, target.warehouse and the REST catalog's warehouse, is a table bucket (S3 Tables, SeaweedFS's "
         "-tableBucket), which takes table paths only (fix: target.state_root: s3://<an ordinary bucket>/… on the "
         "same S3 endpoint, for Tailfill's own files; the tables stay where the catalog puts them)")
+    shown = [text for text in (REPO / "docs" / "operations.md").read_text().splitlines()
+             if text.startswith("error: the run state s3://warehouse/")]
+    assert shown == [f"error: {line}"]  # the operations page shows the line as it is
 
 
 def test_a_refusal_elsewhere_is_not_called_a_table_bucket(tmp_path):
