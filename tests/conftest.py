@@ -246,6 +246,16 @@ def make_pipeline(tmp_path, broker, home):
 
 
 @pytest.fixture
+def dag_factory(tmp_path, monkeypatch):
+    """The DAG factory module (its planning tasks' functions), with Airflow's home in the test's directory."""
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.syspath_prepend(str(REPO / "plugins"))
+    from tailfill_airflow import dag_factory
+
+    return dag_factory
+
+
+@pytest.fixture
 def arm_fault():
     """Arm ``tailfill.failpoints.maybe_fail(point)`` to fail ``count`` times; disarmed after the test."""
     armed = []

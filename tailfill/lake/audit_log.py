@@ -53,12 +53,16 @@ class AuditLog:
     base: str
     legacy: str | None = None  # the table's old archive folder, read only
 
+    @property
+    def batches_folder(self) -> str:
+        return batches_folder(self.base)
+
     def batch_uri(self, snapshot_id: int) -> str:
-        return f"{self.base}/batches/{snapshot_id}.json"
+        return f"{self.batches_folder}/{snapshot_id}.json"
 
     def write_batch(self, snapshot_id: int, summary: dict[str, str]) -> None:
         """The summary of the commit about to make ``snapshot_id``: written before that commit."""
-        make_dirs(self.fs, f"{self.base}/batches")
+        make_dirs(self.fs, self.batches_folder)
         record = {**summary, "snapshot-id": str(snapshot_id), "timestamp-ms": str(int(time.time() * 1000))}
         write_whole(self.batch_uri(snapshot_id), json.dumps(record, sort_keys=True).encode(), self.fs)
 
@@ -70,7 +74,7 @@ class AuditLog:
 
     def batches(self) -> dict[str, dict[str, str]]:
         """Every per-commit summary by snapshot id, committed or not (see :func:`all_batch_summaries`)."""
-        infos = [i for i in self._list(f"{self.base}/batches") if i.base_name.endswith(".json")]
+        infos = [i for i in self._list(self.batches_folder) if i.base_name.endswith(".json")]
         with ThreadPoolExecutor(max_workers=READERS) as pool:
             texts = list(pool.map(self._read, [i.path for i in infos]))
         out = {}
@@ -113,8 +117,19 @@ class AuditLog:
 
 def audit_log(store: StateStore, table: Table) -> AuditLog:
     """The audit log of ``table`` in its pipeline's shared state folder (``store``)."""
-    return AuditLog(store.fs, f"{store.root}/audit/{'.'.join(table.name())}",
+    return AuditLog(store.fs, audit_folder(store.root, ".".join(table.name())),
                     f"{table.location().rstrip('/')}/{LEGACY_AUDIT_DIR}")
+
+
+def audit_folder(root: str, table: str) -> str:
+    """The audit folder of ``table`` (``<namespace>.<name>``) in the pipeline's state folder ``root``: known from the
+    config alone, before the table exists."""
+    return f"{root}/audit/{table}"
+
+
+def batches_folder(base: str) -> str:
+    """Where each commit's summary is written in the audit folder ``base`` (a place a run's write test tries)."""
+    return f"{base}/batches"
 
 
 def all_batch_summaries(log: AuditLog, table: Table) -> list[dict[str, str]]:

@@ -30,6 +30,7 @@ from tailfill.run.plan import (
     tail_start,
 )
 from tailfill.run.tuning import Tuning, tuned_max_offsets
+from tailfill.run.write_test import ensure_writable
 
 OnCommitted = Literal["skip", "fail", "replay"]
 
@@ -132,7 +133,9 @@ def lanes_of(todo: list[Slice], lanes: int) -> list[list[Slice]]:
 def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
                         run_id: Callable[[int], str]) -> BackfillPlan:
     """Plan ``request``: one spec per lane (``run_id(lane)`` names each), bounds as planned, the cap tuned once.
-    The tables are made (or evolved) first, and the cutover recorded when there is none yet.
+    Every place the run writes its own files is write-tested first (:func:`ensure_writable`: a refusal stops it
+    before the catalog and the broker are asked); then the tables are made (or evolved), and the cutover recorded
+    when there is none yet.
 
     Bounds the broker cannot have (past a partition's end, a partition it does not have, a start
     after its end) are refused here, before any job starts: such a run would wait for records that
@@ -142,6 +145,7 @@ def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
     ``replay``, the caller replays the committed part of the plan's bounds: :func:`tailfill.run.replay.replay`).
     """
     cfg = pipeline.cfg
+    ensure_writable(pipeline)
     state = source_state(pipeline, pipeline.provision_tables())
     start = only_topics(request.start or state.marks.low, request.topics, state)
     end = only_topics(request.end or ensure_cutover(state), request.topics, state)
@@ -178,12 +182,14 @@ def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
 
 
 def plan_tail(pipeline: Pipeline, request: TailRequest, run_id: str) -> TailPlan:
-    """Plan the tail from its committed position (the tables made, the cutover recorded, on its first run).
+    """Plan the tail from its committed position (the tables made, the cutover recorded, on its first run), once
+    every place it writes its own files took a write (:func:`ensure_writable`).
 
     A tail that runs to the broker's current end (``once``, or the ``available_now`` trigger) gets the
     cap tuned from measurements; the processing-time tail sizes its batches itself within the maximum.
     """
     cfg = pipeline.cfg
+    ensure_writable(pipeline)
     state = source_state(pipeline, pipeline.provision_tables())
     cutover = ensure_cutover(state)
     start = tail_start(state, cutover)

@@ -15,11 +15,10 @@ from tailfill.config import PipelineConfig
 from tailfill.errors import BrokerError, ConfigError, LakeError, PreflightError, RegistryError, SourceError
 from tailfill.lake.tables import catalog_label
 from tailfill.pipeline.handle import Pipeline, open_pipeline
-from tailfill.plumbing.durable import write_whole
-from tailfill.plumbing.warehouse import fs_path, make_dirs, warehouse_uri
-from tailfill.proof.reports import results_uri
-from tailfill.run.plan import SourceState, checkpoint_root, source_state, tail_start
+from tailfill.plumbing.warehouse import fs_path, warehouse_uri
+from tailfill.run.plan import SourceState, source_state, tail_start
 from tailfill.run.tail_health import describe, read_tail
+from tailfill.run.write_test import check_writable
 
 
 def check_warehouse_writable(pipeline: Pipeline) -> str:
@@ -33,45 +32,6 @@ def check_warehouse_writable(pipeline: Pipeline) -> str:
     except OSError as exc:
         raise PreflightError(f"warehouse {warehouse_uri(target)} is not writable: {exc}") from exc
     return f"warehouse {warehouse_uri(target)} writable"
-
-
-def _probe(pipeline: Pipeline, folder: str) -> None:
-    """Write one object into ``folder`` on the warehouse's filesystem and remove it; OSError if refused."""
-    probe = f"{folder.rstrip('/')}/_preflight-{uuid.uuid4().hex}"
-    make_dirs(pipeline.fs, folder)
-    write_whole(probe, "ok", pipeline.fs)
-    pipeline.fs.delete_file(fs_path(probe))
-
-
-def check_run_locations_writable(pipeline: Pipeline) -> list[str]:
-    """Every place a run writes besides the table's own files takes a write: the run state, the audit, the
-    validation results (on the warehouse's filesystem) and the checkpoints (local). A refusal names the place,
-    what goes there, and the fix."""
-    cfg = pipeline.cfg
-    state = pipeline.state.root
-    places = [(state, "run state"), (f"{state}/audit", "commit audit"), (results_uri(cfg), "validation results")]
-    if cfg.target.state_root is None:
-        fix = (f"they are under target.warehouse {cfg.target.warehouse}; a table bucket (S3 Tables, SeaweedFS's "
-               "-tableBucket) takes table paths only: set target.state_root to a folder on an ordinary bucket, e.g. "
-               "s3://<bucket>/tailfill-state")
-    else:
-        fix = f"grant writes to target.state_root {cfg.target.state_root}, or choose another one"
-    for folder, what in places:
-        try:
-            _probe(pipeline, folder)
-        except OSError as exc:
-            raise PreflightError(f"the {what} location {folder} refuses writes ({exc}) (fix: {fix})") from exc
-    checkpoints = checkpoint_root(cfg, "backfill").parent
-    try:
-        checkpoints.mkdir(parents=True, exist_ok=True)
-        probe = checkpoints / f".preflight-{uuid.uuid4().hex}"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as exc:
-        raise PreflightError(f"the checkpoint location {checkpoints} refuses writes ({exc}) (fix: "
-                             "checkpoint_location must be a local folder this user can write)") from exc
-    return [f"run state, audit and validation results writable under {state.rsplit('/', 1)[0]} and "
-            f"{results_uri(cfg).rsplit('/', 1)[0]}; checkpoints writable in {checkpoints}"]
 
 
 def check_registry(pipeline: Pipeline) -> str:
@@ -132,7 +92,7 @@ def preflight(pipeline: Pipeline, mode: str) -> list[str]:
     Lines that start with ``WARNING:`` do not fail the run (the tail's last measured keep-up problem).
     """
     cfg = pipeline.cfg
-    passed = []
+    passed = check_writable(pipeline)  # every place a run writes its own files, first, as each run's start does
     try:
         tables = pipeline.open_tables()  # the catalog answers; the tables are read as they are
     except LakeError as exc:
@@ -153,7 +113,6 @@ def preflight(pipeline: Pipeline, mode: str) -> list[str]:
                   + ("ready" if tables is not None else "not made yet (the first run's planner makes them)"))
     if cfg.target.catalog.type != "rest":  # a REST catalog places the table's files itself
         passed.append(check_warehouse_writable(pipeline))
-    passed += check_run_locations_writable(pipeline)
     if cfg.format.schema_registry is not None:
         passed.append(check_registry(pipeline))
     passed.append(check_retention(state, mode))

@@ -34,6 +34,7 @@ from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.warehouse import fs_path
 from tailfill.run.contract import IngestResult, new_run_id
 from tailfill.run.replay_plan import ReplayPlan, ReplayRequest, plan_replay
+from tailfill.run.write_test import ensure_writable
 
 if TYPE_CHECKING:
     from tailfill.run.planner import BackfillPlan
@@ -180,7 +181,9 @@ def replay_committed_first(pipeline: Pipeline, on_committed: str, plan: Backfill
 
 def replay(pipeline: Pipeline, request: ReplayRequest, say: Say) -> IngestResult | None:
     """Settle what a stopped replay left, plan ``request`` and run it, saying what it decided and did (for
-    ``tailfill replay``, ``backfill --on-committed replay`` and the backfill DAG's form); None: nothing to do."""
+    ``tailfill replay``, ``backfill --on-committed replay`` and the backfill DAG's form); None: nothing to do.
+    Every place the replay writes its own files takes a write first (:func:`ensure_writable`)."""
+    ensure_writable(pipeline)
     finish_pending(pipeline, say)
     plan = plan_replay(pipeline, request)
     for line in plan.lines:

@@ -13,6 +13,7 @@ from tailfill.lake.ledger import record_cutover
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.pipeline.routes import ROUTES_KEY, Route, RouteSet, known_text, read_known, route_config, routes_of
 from tailfill.run.plan import source_state
+from tailfill.run.write_test import ensure_writable
 from tailfill.source.embedded import resolve_bootstrap
 from tailfill.source.kafka import subscribed_partitions
 
@@ -36,6 +37,7 @@ def start_new_tables(routes: RouteSet) -> None:
     for route in routes.routes:
         if route.table in routes.new:
             with open_pipeline(route.cfg) as pipeline:
+                ensure_writable(pipeline)  # as the table's own run would, before its tables are made
                 state = source_state(pipeline, pipeline.provision_tables())
                 if state.cutover is None:
                     record_cutover(state.data, state.marks.low)
@@ -45,6 +47,9 @@ def routes_for(cfg: PipelineConfig, run: str | None = None) -> tuple[list[Route]
     """The tables a command works on, and the lines to say about them: for a run (``run``: ``backfill`` or
     ``tail``) the tables of the topics on the broker now, remembered, a tail starting the new ones at their
     earliest offsets; for a command that only reads (``run`` None), the known tables whose topics are gone too."""
+    if run is not None:  # a run writes the routes it found, in the pipeline's own state: tested first
+        with open_pipeline(cfg) as base:
+            ensure_writable(base)
     routes = resolve_routes(cfg)
     notes = routes.notes(resolve_bootstrap(cfg.source.bootstrap_servers))
     if run == "tail":

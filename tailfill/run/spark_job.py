@@ -27,6 +27,7 @@ from tailfill.run.plan import backfill_requests, source_state, tail_request
 from tailfill.run.spark_connect import session_cores
 from tailfill.run.spark_ingest import Emit, Log, run_ingest
 from tailfill.run.spark_prepare import warm_executors
+from tailfill.run.write_test import ensure_writable
 from tailfill.settings import settings
 
 
@@ -42,6 +43,7 @@ def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log | No
     jobs this one runs beside in one application (:class:`Together`).
     """
     with open_pipeline(spec.pipeline) as pipeline:
+        ensure_writable(pipeline)  # this process's credentials, before anything is read (done already on Connect)
         tables = pipeline.open_tables()
         if tables is None:
             raise LakeError(f"the tables of pipeline {pipeline.name} do not exist (fix: plan the run with "

@@ -111,8 +111,11 @@ def clear_stop(store: StateStore) -> None:
 
 # --- batch reports ----------------------------------------------------------------------------------
 
+RUNS = "runs"  # one folder per run: its lane record, its queries' batch reports
+
+
 def _run_key(run_id: str) -> str:
-    return f"runs/{run_id}"
+    return f"{RUNS}/{run_id}"
 
 
 class ReportLog:
@@ -185,7 +188,7 @@ def run_exists(store: StateStore, run_id: str) -> bool:
 
 def run_ids(store: StateStore) -> list[str]:
     """Every run with state, by name."""
-    return [i.base_name for i in store.list("runs") if i.type == pafs.FileType.Directory]
+    return [i.base_name for i in store.list(RUNS) if i.type == pafs.FileType.Directory]
 
 
 def recent_reports(store: StateStore, queries: int) -> list[BatchReport]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
 from helpers import ingested, provision, tables_of
@@ -19,18 +18,6 @@ from tailfill.run.contract import JobSpec
 from tailfill.run.preflight import preflight
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def dag_factory(tmp_path, monkeypatch):
-    """The DAG factory module, with Airflow's home in the test's directory."""
-    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
-    monkeypatch.syspath_prepend(str(REPO / "plugins"))
-    from tailfill_airflow import dag_factory
-
-    return dag_factory
 
 
 def _planned(specs: list[JobSpec]) -> list[tuple]:
