@@ -113,8 +113,11 @@ def server_properties(node: KafkaNode, quorum: str, settings: dict[str, str] | N
 
 
 def new_cluster_id() -> str:
-    """A cluster id as Kafka makes them (a random UUID in URL-safe base64)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A cluster id as Kafka makes them: a random UUID in URL-safe base64, never starting with ``-`` (Kafka's
+    ``Uuid.randomUuid`` avoids those too: a command line would read one as an option)."""
+    while (made := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return made
 
 
 def _java() -> str:
@@ -139,7 +142,7 @@ def format_storage(node: KafkaNode, config: Path, cluster_id: str) -> None:
     if node.formatted:
         return
     done = subprocess.run([_java(), *_log_options(node), "-cp", classpath("kafka"), "kafka.tools.StorageTool",
-                           "format", "--cluster-id", cluster_id, "--config", str(config), "--ignore-formatted"],
+                           "format", f"--cluster-id={cluster_id}", "--config", str(config), "--ignore-formatted"],
                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         tail = " | ".join((done.stdout + done.stderr).strip().splitlines()[-3:])
