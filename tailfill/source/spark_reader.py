@@ -88,15 +88,19 @@ class KafkaOptions:
         return marks.low if spec == "earliest" else marks.high
 
     def check_expired(self, ranges: list[OffsetRange]) -> None:
-        """Fail at planning time if a range starts below what the broker still has."""
+        """Fail at planning time if a range starts below what the broker still has, naming every offset of the
+        request that is gone: from the range's start to the earliest available (a batch's range is only the
+        first part of it), within the request's end when it has one."""
         if self.source.on_expired_offsets == "record_gap":
             return
         low = watermarks(self.conf, sorted({r.tp for r in ranges}),
                          consumer=self.consumer).low
+        ending = PartitionOffsets.from_json(self.ending) if self.ending not in (None, "latest") else None
         for r in ranges:
             earliest = low.get(r.tp, 0) or 0
             if r.start < earliest:
-                raise ExpiredOffsetsError(r.with_bounds(r.start, min(earliest, r.end)), earliest)
+                end = min(earliest, ending.get(r.tp, earliest) or earliest) if ending is not None else earliest
+                raise ExpiredOffsetsError(r.with_bounds(r.start, end), earliest)
 
     def input_partitions(self, start: PartitionOffsets, end: PartitionOffsets) -> list[RangePartition]:
         ranges = [r for r in ranges_between(start, end) if not r.is_empty()]
