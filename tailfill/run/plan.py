@@ -33,6 +33,7 @@ from tailfill.offsets import (
 from tailfill.pipeline.handle import Pipeline
 from tailfill.run.contract import Mode, Slice
 from tailfill.source.kafka import Watermarks, subscribed_partitions, watermarks
+from tailfill.source.partition_count import check_partition_counts
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def source_state(pipeline: Pipeline, tables: Tables | None) -> SourceState:
     """Read the broker's watermarks and, from ``tables`` (None: never made), the ledger and the cutover."""
     cfg = pipeline.resolved
     parts = subscribed_partitions(pipeline.kafka, cfg.source)
-    check_partition_counts(cfg, parts)
+    check_partition_counts(cfg.source, parts, str(cfg.path))
     marks = watermarks(pipeline.kafka, parts)
     ledger, cutover = Ledger(), None
     if tables is not None:
@@ -72,17 +73,6 @@ def source_state(pipeline: Pipeline, tables: Tables | None) -> SourceState:
         ledger, cutover = read_ledger(tables.data), read_cutover(tables.data)
     check_not_behind(cfg, marks, ledger)
     return SourceState(pipeline, tables, marks, ledger, cutover)
-
-
-def check_partition_counts(cfg: PipelineConfig, parts: list[TopicPartition]) -> None:
-    """Refuse a topic whose partition count is not ``source.partitions`` (when it is set), naming both counts."""
-    if cfg.source.partitions is None:
-        return
-    for topic, count in sorted(Counter(tp.topic for tp in parts).items()):
-        if count != cfg.source.partitions:
-            raise ConfigError(
-                f"{cfg.path}: source.partitions: topic {topic!r} has {count} partitions, "
-                f"the pipeline expects {cfg.source.partitions} (fix: update the pipeline after a repartition)")
 
 
 def topics_of(ranges: Iterable[OffsetRange] | Iterable[TopicPartition]) -> set[str]:

@@ -189,9 +189,7 @@ def watermarks(conf: dict, partitions: list[TopicPartition], consumer: OwnedCons
         listed = {}
         for tp in partitions:
             try:
-                listed[tp] = consumer.get_watermark_offsets(
-                    KTopicPartition(tp.topic, tp.partition), timeout=METADATA_TIMEOUT_S
-                )
+                listed[tp] = watermark_offsets(consumer, tp)
             except KafkaException as exc:
                 if (err := _no_answer(exc)) is not None:
                     raise BrokerUnresponsive(
@@ -200,6 +198,21 @@ def watermarks(conf: dict, partitions: list[TopicPartition], consumer: OwnedCons
                 raise SourceError(f"cannot read offsets of {tp} from {conf['bootstrap.servers']}: {exc}") from exc
         return Watermarks(low=PartitionOffsets({tp: lo for tp, (lo, _) in listed.items()}),
                           high=PartitionOffsets({tp: hi for tp, (_, hi) in listed.items()}))
+
+
+def watermark_offsets(consumer: Consumer, tp: TopicPartition) -> tuple[int, int]:
+    """``(low, high)`` of ``tp`` (``ListOffsets``). A partition the consumer's metadata does not know yet (added to
+    the topic since the consumer last refreshed it: librdkafka does so every 5 minutes) is looked up once more
+    after a metadata request for its topic."""
+    ktp = KTopicPartition(tp.topic, tp.partition)
+    try:
+        return consumer.get_watermark_offsets(ktp, timeout=METADATA_TIMEOUT_S)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if err is None or err.code() != KafkaError._UNKNOWN_PARTITION:
+            raise
+    consumer.list_topics(tp.topic, timeout=METADATA_TIMEOUT_S)  # refreshes the consumer's metadata
+    return consumer.get_watermark_offsets(ktp, timeout=METADATA_TIMEOUT_S)
 
 
 def _batch(messages: list, topic: str, partition: int, offsets: list[int]) -> pa.RecordBatch:
@@ -282,8 +295,7 @@ def read_ranges(
     with _borrowed(conf, consumer) as consumer:
 
         def earliest(c: _Cursor) -> int:
-            return consumer.get_watermark_offsets(KTopicPartition(c.rng.topic, c.rng.partition),
-                                                  timeout=METADATA_TIMEOUT_S)[0]
+            return watermark_offsets(consumer, c.rng.tp)[0]
 
         for c in cursors.values():
             c.skip_expired(earliest(c), on_expired)

@@ -29,6 +29,7 @@ from tailfill.errors import ConfigError, ErrorInfo, ExpiredOffsetsError
 from tailfill.offsets import OffsetRange, PartitionOffsets, cap, deal, ranges_between
 from tailfill.source.handoff import Budget, report_failure
 from tailfill.source.kafka import OwnedConsumer, consumer_config, read_range, subscribed_partitions, watermarks
+from tailfill.source.partition_count import check_partition_counts
 from tailfill.values.schema import RANGE_SCHEMA
 
 MIN_SPLIT_OFFSETS = 100_000  # a range is halved for parallel tasks only if each half has this many
@@ -73,7 +74,10 @@ class KafkaOptions:
         return budget.within(self.max_offsets, self.tasks)[1] if budget else self.tasks
 
     def partitions(self) -> list:
-        return subscribed_partitions(self.conf, self.source, consumer=self.consumer)
+        """The source's partitions now; a count other than ``source.partitions`` (when set) stops the query."""
+        parts = subscribed_partitions(self.conf, self.source, consumer=self.consumer)
+        check_partition_counts(self.source, parts)
+        return parts
 
     def resolve(self, spec: str | None, role: str) -> PartitionOffsets:
         """Offsets from JSON, or from the broker for ``earliest`` / ``latest`` (ending only)."""
