@@ -24,6 +24,7 @@ from tailfill.run.plan import (
     SourceState,
     check_bounds,
     ensure_cutover,
+    ensure_topic_ids,
     new_and_gone_topics,
     plan_backfill,
     source_state,
@@ -145,6 +146,7 @@ def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
     state = source_state(pipeline, pipeline.provision_tables())
     start = only_topics(request.start or state.marks.low, request.topics, state)
     end = only_topics(request.end or ensure_cutover(state), request.topics, state)
+    ensure_topic_ids(state)
     check_bounds(state, start, end)  # From after To, unknown partitions, past the broker's end: one line each
     lines = [f"earliest {state.marks.low.to_dict()}, cutover {(state.cutover or end).to_dict()}, committed "
              f"{sum(r.size for r in state.ledger.committed):,} offsets; this run covers "
@@ -186,6 +188,7 @@ def plan_tail(pipeline: Pipeline, request: TailRequest, run_id: str) -> TailPlan
     cfg = pipeline.cfg
     state = source_state(pipeline, pipeline.provision_tables())
     cutover = ensure_cutover(state)
+    ensure_topic_ids(state)
     start = tail_start(state, cutover)
     notes = topic_notes(state)
     tuning = tuned_max_offsets(cfg, pipeline.state, "tail")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from tailfill.config import PipelineConfig
 from tailfill.lake.ledger import record_cutover
+from tailfill.lake.topic_ids import with_topic_ids
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.pipeline.routes import ROUTES_KEY, Route, RouteSet, known_text, read_known, route_config, routes_of
 from tailfill.run.plan import source_state
@@ -38,7 +39,7 @@ def start_new_tables(routes: RouteSet) -> None:
             with open_pipeline(route.cfg) as pipeline:
                 state = source_state(pipeline, pipeline.provision_tables())
                 if state.cutover is None:
-                    record_cutover(state.data, state.marks.low)
+                    record_cutover(state.data, state.marks.low, with_topic_ids(state.topic_ids))
 
 
 def routes_for(cfg: PipelineConfig, run: str | None = None) -> tuple[list[Route], list[str]]:

@@ -8,11 +8,13 @@ them, so a recreated topic is refused even when its new offsets have passed the 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
-from confluent_kafka.admin import AdminClient, NewPartitions
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from helpers import (
     assert_each_offset_once,
     backfill,
@@ -28,6 +30,7 @@ from helpers import (
 from tailfill import cli
 from tailfill.dev.sample import produce_sample
 from tailfill.lake.ledger import read_ledger
+from tailfill.lake.topic_ids import TOPIC_IDS_PROP
 from tailfill.offsets import OffsetRange, merge
 from tailfill.pipeline.load import load_pipeline
 from tailfill.source.topics import ensure_topic
@@ -104,3 +107,80 @@ def test_a_pinned_partition_count_stops_the_live_tail_and_the_next_plan_with_one
     tail(spark, cfg)
     assert committed_on(cfg, 2) == [OffsetRange(topic, 2, 0, 100)]
     assert assert_each_offset_once(cfg, [topic]) == {topic: 700}
+
+
+def recreate(bootstrap: str, topic: str, partitions: int) -> None:
+    """Delete ``topic`` and create it again under the same name (Kafka gives it a new topic id)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.delete_topics([topic]).values():
+        fut.result(timeout=30)
+    wait_until(lambda: create_topic(admin, topic, partitions), f"topic {topic} to be created again", timeout=60,
+               poll=0.5)
+
+
+def create_topic(admin: AdminClient, topic: str, partitions: int) -> bool:
+    """Create ``topic``; False while the broker still deletes the old one."""
+    try:
+        for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+            fut.result(timeout=30)
+        return True
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return False
+        raise
+
+
+def table_state(cfg) -> tuple:
+    """What a plan must not change: the data table's snapshots and properties."""
+    data = tables_of(cfg).data
+    data.refresh()
+    return [s.snapshot_id for s in data.snapshots()], dict(data.properties)
+
+
+@pytest.mark.parametrize(("partitions", "records"), [(2, 600), (3, 30)], ids=["same-count-more-records",
+                                                                          "other-count-fewer-records"])
+def test_a_topic_deleted_and_created_again_is_refused_with_one_line(spark, make_pipeline, capsys, partitions,
+                                                                     records):
+    """The table holds offsets [0, 100) of two partitions; the topic is deleted and made again with ``partitions``
+    partitions and ``records`` records: more than before, so the offsets pass the table's (the old checks saw
+    nothing wrong), or fewer on more partitions. Every plan (tail, backfill, preflight) refuses it with one line
+    naming the topic, both ids, what it holds and the fix; nothing is committed or recorded."""
+    cfg = make_pipeline(source__partitions=2, backfill__slices=1)
+    bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
+    produce_sample(bs, topic, 200, 2)
+    backfill(spark, cfg)
+    [old_id] = json.loads(table_state(cfg)[1][TOPIC_IDS_PROP]).values()
+    recreate(bs, topic, partitions)
+    produce_sample(bs, topic, records, partitions)
+    before = table_state(cfg)
+
+    capsys.readouterr()
+    for command, code in (["tail", "--once"], 2), (["backfill"], 2), (["preflight"], 1):  # 1: its verdict
+        assert cli.main([command[0], str(cfg.path), *command[1:]]) == code, command
+        captured = capsys.readouterr()
+        [line] = [ln for ln in (captured.out + captured.err).splitlines() if "created again" in ln]
+        assert f"topic {topic!r} on {bs} was deleted and created again: its topic id is now " in line, line
+        assert f"recorded {old_id} (it has {partitions} partitions ending at " in line, line
+        assert "the table holds offsets up to 100" in line and f"`tailfill reset {cfg.name}`" in line, line
+    assert table_state(cfg) == before
+
+
+def test_a_table_made_before_topic_ids_were_recorded_records_them_at_its_next_plan(spark, make_pipeline, capsys):
+    cfg = make_pipeline(source__partitions=2, backfill__slices=1)
+    bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
+    produce_sample(bs, topic, 200, 2)
+    backfill(spark, cfg)
+    data = tables_of(cfg).data
+    recorded = data.properties[TOPIC_IDS_PROP]
+    with data.transaction() as tx:  # as a table made before ids were recorded
+        tx.remove_properties(TOPIC_IDS_PROP)
+    produce_sample(bs, topic, 100, 2)
+    tail(spark, cfg)  # plans as before, and records the id
+    assert table_state(cfg)[1][TOPIC_IDS_PROP] == recorded
+    assert assert_each_offset_once(cfg, [topic]) == {topic: 300}
+
+    recreate(bs, topic, 2)
+    produce_sample(bs, topic, 400, 2)
+    capsys.readouterr()
+    assert cli.main(["tail", str(cfg.path), "--once"]) == 2
+    assert "was deleted and created again" in capsys.readouterr().err
