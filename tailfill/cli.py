@@ -7,6 +7,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from datetime import datetime
 
 from tailfill.config import PipelineConfig
 from tailfill.dev.broker import broker_down, broker_up, describe_storage
@@ -32,6 +33,7 @@ from tailfill.run.runners import Outcome, Runner, choose_runner, run_side_by_sid
 from tailfill.run.submit import parse_conf
 from tailfill.settings import REMOVED_SPARK_MODES, SPARK_MODES, settings, spark_mode_problem
 from tailfill.source.embedded import broker_state, registry_state, resolve_bootstrap, resolve_registry
+from tailfill.source.times import parse_time
 from tailfill.state.records import format_stages
 from tailfill.values.drift import describe
 from tailfill.values.freshness import Freshness
@@ -249,13 +251,14 @@ def _produce_changes(cfg: PipelineConfig, topic: str, count: int) -> int:
     return 0
 
 
-def _summarise(pipeline: Pipeline, what: str, code: int, results: list[IngestResult]) -> int:
+def _summarise(pipeline: Pipeline, what: str, code: int, results: list[IngestResult],
+               nothing: str = "all offsets already committed") -> int:
     cfg = pipeline.cfg
     if code != 0:
         _say(f"{what} of {cfg.name} failed (exit {code}); the cause is printed above")
         return code
     if not results:
-        _say(f"{what} of {cfg.name}: nothing to do (all offsets already committed)")
+        _say(f"{what} of {cfg.name}: nothing to do ({nothing})")
         return 0
     _say(f"{what} of {cfg.name}: summary")
     _say(f"  {'part':<28} {'batches':>7} {'offsets':>10} {'rows':>10} {'quarantined':>11} {'rows/s':>9} "
@@ -283,13 +286,25 @@ def _offsets(text: str | None) -> PartitionOffsets | None:
     return PartitionOffsets.from_json(text) if text else None
 
 
+def _time(args: argparse.Namespace, name: str, offsets: str | None) -> datetime | None:
+    """``--from-time`` or ``--to-time`` (``name``), parsed; refused beside the offsets flag it replaces."""
+    text = getattr(args, name, None)
+    if text is None:
+        return None
+    flag, instead = f"--{name.replace('_', '-')}", "--from" if name == "from_time" else "--to"
+    if offsets is not None:
+        raise ConfigError(f"backfill: give {instead} or {flag}, not both (fix: drop one of them)")
+    return parse_time(text, flag)
+
+
 def backfill_plan(pipeline: Pipeline, args: argparse.Namespace) -> BackfillPlan:
     """``tailfill backfill``'s flags planned by :mod:`tailfill.run.planner` (the backfill DAG's form is too)."""
     request = BackfillRequest(_offsets(args.start), _offsets(args.end), args.slices,
                               lanes=getattr(args, "lanes", None) or 1,
                               max_offsets_per_second=getattr(args, "max_rate", None),
                               on_committed=getattr(args, "on_committed", None) or "skip",
-                              topics=topic_names(getattr(args, "topics", None)))
+                              topics=topic_names(getattr(args, "topics", None)),
+                              from_time=_time(args, "from_time", args.start), to_time=_time(args, "to_time", args.end))
     run_id = new_run_id("backfill")  # every lane of a command-line backfill is one run
     return plan_backfill_lanes(pipeline, request, lambda _lane: run_id)
 
@@ -378,7 +393,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         try:
             with open_pipeline(route.cfg) as pipeline:
                 planned.append((pipeline, _backfill_specs(pipeline, _for_table(
-                    args, route.cfg.ref, topics=",".join(mine) or None))))
+                    args, route.cfg.ref, topics=",".join(mine) or None))[0]))
         except TailfillError as exc:  # this table cannot start: the others still run
             _say(f"backfill of table {route.table} cannot start: {exc}")
             failed.append(route.table)
@@ -397,20 +412,21 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 def _backfill(args: argparse.Namespace, conf: dict[str, str]) -> int:
     with open_pipeline(args.pipeline) as pipeline:
-        specs = _backfill_specs(pipeline, args)
+        specs, nothing = _backfill_specs(pipeline, args)
     if not specs:
-        return _summarise(pipeline, "backfill", 0, [])
+        return _summarise(pipeline, "backfill", 0, [], nothing)
     runner = choose_runner(args.spark, args.master, conf, secrets=env_names(pipeline.cfg), say=_show)
     outcomes = run_side_by_side(runner, specs, _show)  # Ctrl-C stops every lane's job
     return _summarise(pipeline, "backfill", _first_failure(outcomes), _results(outcomes))
 
 
-def _backfill_specs(pipeline: Pipeline, args: argparse.Namespace) -> list[JobSpec]:
+def _backfill_specs(pipeline: Pipeline, args: argparse.Namespace) -> tuple[list[JobSpec], str]:
+    """The backfill's specs, and why there are none when there are none."""
     from tailfill.run.replay import replay_committed_first
 
     plan = backfill_plan(pipeline, args)
     replay_committed_first(pipeline, getattr(args, "on_committed", None) or "skip", plan, _say)
-    return plan.specs
+    return plan.specs, plan.nothing
 
 
 def _first_failure(outcomes: list[Outcome]) -> int:
@@ -733,6 +749,11 @@ def build_parser() -> argparse.ArgumentParser:
     bf.add_argument("pipeline")
     bf.add_argument("--from", dest="start", help='offsets JSON, e.g. {"topic": {"0": 0}}')
     bf.add_argument("--to", dest="end", help="offsets JSON (default: the recorded cutover)")
+    bf.add_argument("--from-time", metavar="ISO_TIME",
+                    help="instead of --from: each partition's first record at or after this time "
+                         "(e.g. 2026-01-31T12:00:00Z; no zone: UTC)")
+    bf.add_argument("--to-time", metavar="ISO_TIME", help="instead of --to: up to (not including) each partition's "
+                                                         "first record at or after this time")
     bf.add_argument("--slices", type=int)
     bf.add_argument("--max-rate", type=int, metavar="OFFSETS_PER_S",
                     help="rate limit for this backfill (default: the pipeline's backfill.max_offsets_per_second)")

@@ -74,6 +74,15 @@ class ExpiredOffsetsError(SourceError):
         )
 
 
+class TopicRecreatedError(SourceError):
+    """A topic's id is not the one the table recorded: it was deleted and created again under the same name."""
+
+    retryable = False
+    fix = ("find out what happened to the topic; to ingest the new topic from its start, `tailfill reset PIPELINE` "
+           "(the table starts over) or point the pipeline at a new table")
+    then_resume = False
+
+
 class ReplayExpiredError(SourceError):
     """Committed offsets a replay asked for are no longer on the broker: nothing was replayed."""
 

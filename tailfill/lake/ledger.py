@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import tenacity
 from pyiceberg.exceptions import CommitFailedException
@@ -88,23 +88,40 @@ def read_cutover(table: Table) -> PartitionOffsets | None:
     return PartitionOffsets.from_json(text) if text else None
 
 
-def record_cutover(table: Table, cutover: PartitionOffsets) -> PartitionOffsets:
-    """Record where history ends and the tail begins, once per pipeline; returns the recorded one."""
+def record_cutover(table: Table, cutover: PartitionOffsets,
+                   beside: Callable[[dict[str, str]], dict[str, str]] | None = None) -> PartitionOffsets:
+    """Record where history ends and the tail begins, once per pipeline, with the properties ``beside(properties)``
+    gives in the same commit; returns the recorded one."""
+
+    def once(props: dict[str, str]) -> tuple[dict[str, str], PartitionOffsets]:
+        text = props.get(CUTOVER_PROP)
+        if text:
+            return {}, PartitionOffsets.from_json(text)
+        return {CUTOVER_PROP: cutover.to_json(), **(beside(props) if beside else {})}, cutover
+
+    return record_properties(table, f"the cutover {cutover.to_json()}", once)
+
+
+T = TypeVar("T")
+
+
+def record_properties(table: Table, what: str, change: Callable[[dict[str, str]], tuple[dict[str, str], T]]) -> T:
+    """Set the properties ``change(properties)`` gives (none: nothing to set) from a fresh read of ``table``, retrying
+    concurrency conflicts; returns what ``change`` returned beside them. ``what`` names the change in errors."""
     try:
         for attempt in commit_attempts():
             with attempt:
                 table.refresh()
-                existing = read_cutover(table)
-                if existing is not None:
-                    return existing
-                with transaction(table) as tx:
-                    tx.set_properties({CUTOVER_PROP: cutover.to_json()})
-                return cutover
+                props, result = change(dict(table.properties))
+                if props:
+                    with transaction(table) as tx:
+                        tx.set_properties(props)
+                return result
     except CommitFailedException:
-        raise CommitConflictError(f"could not record the cutover on {table.name()} after {COMMIT_ATTEMPTS} "
+        raise CommitConflictError(f"could not record {what} on {table.name()} after {COMMIT_ATTEMPTS} "
                                   "attempts") from None
     except (OSError, SQLAlchemyError) as exc:  # the warehouse or the catalog failed: say which, and what
-        raise LakeError(f"cannot record the cutover {cutover.to_json()} on {'.'.join(table.name())}: "
+        raise LakeError(f"cannot record {what} on {'.'.join(table.name())}: "
                         f"{str(exc).splitlines()[0]}") from exc
     raise AssertionError("unreachable: the last attempt returns or raises")
 

@@ -126,7 +126,7 @@ def validate(pipeline: Pipeline, run_id: str | None = None, all_runs: bool = Fal
         offsets_checked=sum(r.size for r in claimed),
         partitions=_partition_rows(range_checks),
         damaged_files=[d.to_dict() for d in damaged],
-        lost=[str(r) for c in range_checks for r in c.lost],
+        lost=[str(r) for r in merge(r for c in range_checks for r in c.lost)],  # one range, not one per batch
         absent=[str(r) for c in range_checks for r in c.absent],
         ranges=range_rows,
         tiling=[t.summary_row() for t in tiling],

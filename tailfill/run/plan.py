@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -21,6 +21,7 @@ from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError, LakeError, SourceError
 from tailfill.lake.ledger import Ledger, read_cutover, read_ledger, record_cutover
 from tailfill.lake.tables import Tables
+from tailfill.lake.topic_ids import read_topic_ids, record_topic_ids, with_topic_ids
 from tailfill.offsets import (
     OffsetRange,
     PartitionOffsets,
@@ -33,6 +34,8 @@ from tailfill.offsets import (
 from tailfill.pipeline.handle import Pipeline
 from tailfill.run.contract import Mode, Slice
 from tailfill.source.kafka import Watermarks, subscribed_partitions, watermarks
+from tailfill.source.partition_count import check_partition_counts
+from tailfill.source.topic_ids import check_same_topics, topic_ids
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class SourceState:
     marks: Watermarks
     ledger: Ledger
     cutover: PartitionOffsets | None
+    topic_ids: dict[str, str] = field(default_factory=dict)  # each topic's id on the broker now
+    recorded_ids: dict[str, str] = field(default_factory=dict)  # the ids the table recorded
 
     @property
     def cfg(self) -> PipelineConfig:
@@ -64,25 +69,37 @@ def source_state(pipeline: Pipeline, tables: Tables | None) -> SourceState:
     """Read the broker's watermarks and, from ``tables`` (None: never made), the ledger and the cutover."""
     cfg = pipeline.resolved
     parts = subscribed_partitions(pipeline.kafka, cfg.source)
-    check_partition_counts(cfg, parts)
+    ids = topic_ids(pipeline.kafka, sorted(topics_of(parts)))  # one request, every plan
     marks = watermarks(pipeline.kafka, parts)
-    ledger, cutover = Ledger(), None
+    ledger, cutover, recorded = Ledger(), None, {}
     if tables is not None:
         tables.data.refresh()
-        ledger, cutover = read_ledger(tables.data), read_cutover(tables.data)
+        ledger, cutover, recorded = read_ledger(tables.data), read_cutover(tables.data), read_topic_ids(tables.data)
+        check_same_topics(recorded, ids, seen(marks, ledger), cfg.source.bootstrap_servers,
+                          ".".join(tables.data.name()), cfg.name)
+    check_partition_counts(cfg.source, parts, str(cfg.path))
     check_not_behind(cfg, marks, ledger)
-    return SourceState(pipeline, tables, marks, ledger, cutover)
+    return SourceState(pipeline, tables, marks, ledger, cutover, ids, recorded)
 
 
-def check_partition_counts(cfg: PipelineConfig, parts: list[TopicPartition]) -> None:
-    """Refuse a topic whose partition count is not ``source.partitions`` (when it is set), naming both counts."""
-    if cfg.source.partitions is None:
-        return
-    for topic, count in sorted(Counter(tp.topic for tp in parts).items()):
-        if count != cfg.source.partitions:
-            raise ConfigError(
-                f"{cfg.path}: source.partitions: topic {topic!r} has {count} partitions, "
-                f"the pipeline expects {cfg.source.partitions} (fix: update the pipeline after a repartition)")
+def seen(marks: Watermarks, ledger: Ledger) -> dict[str, str]:
+    """Per topic, what the broker holds and what the table holds, in words (for a recreated topic's message)."""
+    held = {t: max(r.end for r in ledger.committed if r.topic == t) for t in topics_of(ledger.committed)}
+    out = {}
+    for topic in topics_of(marks.high):
+        parts = [tp for tp in marks.high if tp.topic == topic]
+        now = (f"it has {len(parts)} partition{'s' * (len(parts) != 1)} ending at "
+               f"{', '.join(f'{marks.high[tp]:,}' for tp in parts)}")
+        out[topic] = now + (f"; the table holds offsets up to {held[topic]:,}" if topic in held else
+                            "; the table holds none of it yet")
+    return out
+
+
+def ensure_topic_ids(state: SourceState) -> None:
+    """Record the ids of the topics the table has none for yet (a new topic, a table made before ids were recorded,
+    a backfill to explicit bounds before any cutover); the planner's, as the cutover is, after it."""
+    if state.tables is not None and set(state.topic_ids) - set(state.recorded_ids):
+        record_topic_ids(state.data, state.topic_ids)
 
 
 def topics_of(ranges: Iterable[OffsetRange] | Iterable[TopicPartition]) -> set[str]:
@@ -116,10 +133,10 @@ def check_not_behind(cfg: PipelineConfig, marks: Watermarks, ledger: Ledger) -> 
 
 def ensure_cutover(state: SourceState) -> PartitionOffsets:
     """The recorded cutover, recording the broker's current ends if there is none yet (under ``read_committed``
-    the last stable offsets: a transaction still open at that moment is the tail's)."""
+    the last stable offsets: a transaction still open at that moment is the tail's), and the topics' ids with it."""
     if state.cutover is not None:
         return state.cutover
-    return record_cutover(state.data, state.marks.high)
+    return record_cutover(state.data, state.marks.high, with_topic_ids(state.topic_ids))
 
 
 def plan_backfill(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, Literal
 
 from tailfill.errors import ConfigError
@@ -24,6 +25,7 @@ from tailfill.run.plan import (
     SourceState,
     check_bounds,
     ensure_cutover,
+    ensure_topic_ids,
     new_and_gone_topics,
     plan_backfill,
     source_state,
@@ -31,8 +33,10 @@ from tailfill.run.plan import (
 )
 from tailfill.run.tuning import Tuning, tuned_max_offsets
 from tailfill.run.write_test import ensure_writable
+from tailfill.source.times import offsets_at
 
 OnCommitted = Literal["skip", "fail", "replay"]
+COMMITTED = "every offset of the range is committed"
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,8 @@ class BackfillRequest:
     max_offsets_per_second: int | None = None  # None: the pipeline's backfill.max_offsets_per_second
     on_committed: OnCommitted = "skip"  # offsets of the range already committed: leave them, refuse, or replay them
     topics: tuple[str, ...] = ()  # of a pipeline of several topics, only these (empty: all of them)
+    from_time: datetime | None = None  # instead of ``start``: the first offset of each partition at or after it
+    to_time: datetime | None = None  # instead of ``end``: the first offset at or after it (not included)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> BackfillRequest:
@@ -106,6 +112,7 @@ class BackfillPlan:
     lines: list[str] = field(default_factory=list)  # what the planner read and decided, for the log
     start: PartitionOffsets | None = None  # the bounds planned (``earliest`` and ``cutover`` resolved)
     end: PartitionOffsets | None = None
+    nothing: str = COMMITTED  # why there is nothing to run, when ``specs`` is empty
 
 
 @dataclass(frozen=True)
@@ -147,8 +154,11 @@ def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
     cfg = pipeline.cfg
     ensure_writable(pipeline)
     state = source_state(pipeline, pipeline.provision_tables())
-    start = only_topics(request.start or state.marks.low, request.topics, state)
-    end = only_topics(request.end or ensure_cutover(state), request.topics, state)
+    start = only_topics(request.start or at_time(state, request.from_time) or state.marks.low, request.topics, state)
+    end = only_topics(request.end or at_time(state, request.to_time) or ensure_cutover(state), request.topics, state)
+    ensure_topic_ids(state)
+    if request.from_time is not None:  # a time past the end starts a partition at its end: nothing of it to read
+        start = PartitionOffsets({tp: min(start[tp], end.get(tp, start[tp]) or 0) for tp in start})
     check_bounds(state, start, end)  # From after To, unknown partitions, past the broker's end: one line each
     lines = [f"earliest {state.marks.low.to_dict()}, cutover {(state.cutover or end).to_dict()}, committed "
              f"{sum(r.size for r in state.ledger.committed):,} offsets; this run covers "
@@ -166,10 +176,14 @@ def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
                           "(fix: skip committed ranges (committed_ranges=skip in the form, --on-committed skip on the "
                           "command line), or request a range after them)")
     tuning = tuned_max_offsets(cfg, pipeline.state, "backfill")
+    if (request.from_time or request.to_time) is not None and not total(ranges_between(start, end)):
+        since = request.from_time.isoformat() if request.from_time else "its earliest offset"
+        until = f"before {request.to_time.isoformat()}" if request.to_time else "up to the cutover"
+        nothing = f"no record of {cfg.source.described} at or after {since} {until}"
+        return BackfillPlan([], tuning, [*lines, f"nothing to backfill: {nothing}"], start, end, nothing)
     todo = plan_backfill(state, start, end, request.slices)
     if not todo:
-        return BackfillPlan([], tuning, [*lines, "nothing to backfill: every offset of the range is committed"],
-                            start, end)
+        return BackfillPlan([], tuning, [*lines, f"nothing to backfill: {COMMITTED}"], start, end)
     lines.append(f"max offsets per batch: {tuning.max_offsets_per_batch} ({tuning.reason})")
     rate = request.max_offsets_per_second or cfg.backfill.max_offsets_per_second
     blocks = lanes_of(todo, request.lanes)
@@ -179,6 +193,11 @@ def plan_backfill_lanes(pipeline: Pipeline, request: BackfillRequest,
                      max_offsets_per_batch=tuning.max_offsets_per_batch, max_offsets_per_second=rate)
              for lane, block in enumerate(blocks)]
     return BackfillPlan(specs, tuning, lines, start, end)
+
+
+def at_time(state: SourceState, at: datetime | None) -> PartitionOffsets | None:
+    """Each partition's first offset at or after ``at`` (None: no time asked)."""
+    return None if at is None else offsets_at(state.pipeline.kafka, at, state.marks)
 
 
 def plan_tail(pipeline: Pipeline, request: TailRequest, run_id: str) -> TailPlan:
@@ -192,6 +211,7 @@ def plan_tail(pipeline: Pipeline, request: TailRequest, run_id: str) -> TailPlan
     ensure_writable(pipeline)
     state = source_state(pipeline, pipeline.provision_tables())
     cutover = ensure_cutover(state)
+    ensure_topic_ids(state)
     start = tail_start(state, cutover)
     notes = topic_notes(state)
     tuning = tuned_max_offsets(cfg, pipeline.state, "tail")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from tailfill.config import PipelineConfig
 from tailfill.lake.ledger import record_cutover
+from tailfill.lake.topic_ids import with_topic_ids
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.pipeline.routes import ROUTES_KEY, Route, RouteSet, known_text, read_known, route_config, routes_of
 from tailfill.run.plan import source_state
@@ -40,7 +41,7 @@ def start_new_tables(routes: RouteSet) -> None:
                 ensure_writable(pipeline)  # as the table's own run would, before its tables are made
                 state = source_state(pipeline, pipeline.provision_tables())
                 if state.cutover is None:
-                    record_cutover(state.data, state.marks.low)
+                    record_cutover(state.data, state.marks.low, with_topic_ids(state.topic_ids))
 
 
 def routes_for(cfg: PipelineConfig, run: str | None = None) -> tuple[list[Route], list[str]]:

@@ -2,9 +2,9 @@
 
 Besides its tables' files (placed by the catalog), a run writes the run state (tail health, stop requests,
 failures, lanes), the batch reports (``runs/``), each table's batch audit (``audit/<namespace>.<table>/batches``)
-and the validation results, all on the warehouse's filesystem, and its checkpoints (a local folder). A place that
-refuses writes used to be found at the first commit: after the planner made the tables and the job read a batch,
-three attempts of it, and a traceback. So every run tests them first, with the filesystem and the credentials it
+and the validation results, all on the warehouse's filesystem, and its checkpoints (a local folder). Left to the
+commit, a place that refuses writes would be found only after the planner made the tables and the job read a
+batch, after three attempts and with a traceback. So every run tests them first, with the filesystem and the credentials it
 will write with: one object written and removed per place (:func:`check_writable`), once per process
 (:func:`ensure_writable`). The planner does it before it touches the catalog or the broker (``tailfill
 backfill|tail``, the DAGs' ``plan`` and ``tune`` tasks), the job again in its own process (``spark-submit``,

@@ -28,6 +28,8 @@ from tailfill.source.kafka_log import logged
 from tailfill.values.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
 
 METADATA_TIMEOUT_S = 10.0
+FAILOVER_WAIT_S = 20.0  # how long an offsets request retries while a partition's leader moves (measured: 3-10 s)
+FAILOVER_POLL_S = 0.5
 CONNECT_TIMEOUT_S = 5.0  # a broker that accepted no connection this long is unreachable: say so without waiting more
 RECONNECT_TIMEOUT_S = 15.0  # how long a read waits for librdkafka to reconnect before the batch fails
 
@@ -189,9 +191,7 @@ def watermarks(conf: dict, partitions: list[TopicPartition], consumer: OwnedCons
         listed = {}
         for tp in partitions:
             try:
-                listed[tp] = consumer.get_watermark_offsets(
-                    KTopicPartition(tp.topic, tp.partition), timeout=METADATA_TIMEOUT_S
-                )
+                listed[tp] = watermark_offsets(consumer, tp)
             except KafkaException as exc:
                 if (err := _no_answer(exc)) is not None:
                     raise BrokerUnresponsive(
@@ -200,6 +200,25 @@ def watermarks(conf: dict, partitions: list[TopicPartition], consumer: OwnedCons
                 raise SourceError(f"cannot read offsets of {tp} from {conf['bootstrap.servers']}: {exc}") from exc
         return Watermarks(low=PartitionOffsets({tp: lo for tp, (lo, _) in listed.items()}),
                           high=PartitionOffsets({tp: hi for tp, (_, hi) in listed.items()}))
+
+
+def watermark_offsets(consumer: Consumer, tp: TopicPartition) -> tuple[int, int]:
+    """``(low, high)`` of ``tp`` (``ListOffsets``), through a leader's move: while the partition's leader is gone,
+    being elected or still catching up (a broker of the cluster died), or while the consumer's metadata does not
+    know the partition (added since librdkafka last refreshed it: every 5 minutes), the topic's metadata is read
+    again and the request retried, for up to :data:`FAILOVER_WAIT_S`; then the last error is raised."""
+    ktp = KTopicPartition(tp.topic, tp.partition)
+    deadline = time.monotonic() + FAILOVER_WAIT_S
+    while True:
+        try:
+            return consumer.get_watermark_offsets(ktp, timeout=METADATA_TIMEOUT_S)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if err is None or err.code() not in _LEADER_MOVING or time.monotonic() > deadline:
+                raise
+        with contextlib.suppress(KafkaException):
+            consumer.list_topics(tp.topic, timeout=METADATA_TIMEOUT_S)  # the partition and its leader, as they are now
+        time.sleep(FAILOVER_POLL_S)
 
 
 def _batch(messages: list, topic: str, partition: int, offsets: list[int]) -> pa.RecordBatch:
@@ -282,8 +301,7 @@ def read_ranges(
     with _borrowed(conf, consumer) as consumer:
 
         def earliest(c: _Cursor) -> int:
-            return consumer.get_watermark_offsets(KTopicPartition(c.rng.topic, c.rng.partition),
-                                                  timeout=METADATA_TIMEOUT_S)[0]
+            return watermark_offsets(consumer, c.rng.tp)[0]
 
         for c in cursors.values():
             c.skip_expired(earliest(c), on_expired)
@@ -347,10 +365,11 @@ def _by_partition(msgs: list, live: dict) -> Iterator[tuple[TopicPartition, list
             yield tp, part
 
 
-# Connection-level errors librdkafka reports while it reconnects (a broker restarting, a leader moving).
+# Connection-level errors librdkafka reports while it reconnects (a broker restarting, a leader moving; a new
+# leader answers OFFSET_NOT_AVAILABLE until its high watermark has caught up).
 _TRANSIENT = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT,
                         KafkaError._RESOLVE, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
-                        KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION})
+                        KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION, KafkaError.OFFSET_NOT_AVAILABLE})
 
 
 def _transient(err: KafkaError) -> bool:
@@ -360,6 +379,12 @@ def _transient(err: KafkaError) -> bool:
 # What librdkafka answers for a request the broker did not answer: down, unreachable, timed out, no metadata yet (so
 # the partition is unknown locally), or the client torn down mid-request.
 _NO_ANSWER = _TRANSIENT | {KafkaError._UNKNOWN_PARTITION, KafkaError._DESTROY_BROKER}
+# What an offsets request meets, answered at once, while a partition's leader moves (or its metadata is stale): worth
+# asking again after a metadata refresh. A request that timed out is not retried here (one that waited
+# METADATA_TIMEOUT_S says the broker is unresponsive: BrokerUnresponsive's own patience takes over).
+_LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                            KafkaError.OFFSET_NOT_AVAILABLE, KafkaError._UNKNOWN_PARTITION,
+                            KafkaError._DESTROY_BROKER})
 
 
 def _no_answer(exc: KafkaException) -> KafkaError | None:

@@ -29,6 +29,7 @@ from tailfill.errors import ConfigError, ErrorInfo, ExpiredOffsetsError
 from tailfill.offsets import OffsetRange, PartitionOffsets, cap, deal, ranges_between
 from tailfill.source.handoff import Budget, report_failure
 from tailfill.source.kafka import OwnedConsumer, consumer_config, read_range, subscribed_partitions, watermarks
+from tailfill.source.partition_count import check_partition_counts
 from tailfill.values.schema import RANGE_SCHEMA
 
 MIN_SPLIT_OFFSETS = 100_000  # a range is halved for parallel tasks only if each half has this many
@@ -73,7 +74,10 @@ class KafkaOptions:
         return budget.within(self.max_offsets, self.tasks)[1] if budget else self.tasks
 
     def partitions(self) -> list:
-        return subscribed_partitions(self.conf, self.source, consumer=self.consumer)
+        """The source's partitions now; a count other than ``source.partitions`` (when set) stops the query."""
+        parts = subscribed_partitions(self.conf, self.source, consumer=self.consumer)
+        check_partition_counts(self.source, parts)
+        return parts
 
     def resolve(self, spec: str | None, role: str) -> PartitionOffsets:
         """Offsets from JSON, or from the broker for ``earliest`` / ``latest`` (ending only)."""
@@ -88,15 +92,19 @@ class KafkaOptions:
         return marks.low if spec == "earliest" else marks.high
 
     def check_expired(self, ranges: list[OffsetRange]) -> None:
-        """Fail at planning time if a range starts below what the broker still has."""
+        """Fail at planning time if a range starts below what the broker still has, naming every offset of the
+        request that is gone: from the range's start to the earliest available (a batch's range is only the
+        first part of it), within the request's end when it has one."""
         if self.source.on_expired_offsets == "record_gap":
             return
         low = watermarks(self.conf, sorted({r.tp for r in ranges}),
                          consumer=self.consumer).low
+        ending = PartitionOffsets.from_json(self.ending) if self.ending not in (None, "latest") else None
         for r in ranges:
             earliest = low.get(r.tp, 0) or 0
             if r.start < earliest:
-                raise ExpiredOffsetsError(r.with_bounds(r.start, min(earliest, r.end)), earliest)
+                end = min(earliest, ending.get(r.tp, earliest) or earliest) if ending is not None else earliest
+                raise ExpiredOffsetsError(r.with_bounds(r.start, end), earliest)
 
     def input_partitions(self, start: PartitionOffsets, end: PartitionOffsets) -> list[RangePartition]:
         ranges = [r for r in ranges_between(start, end) if not r.is_empty()]

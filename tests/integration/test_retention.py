@@ -2,7 +2,9 @@
 
 The broker is Apache Kafka; the head of a partition is removed as retention removes it, through
 ``DeleteRecords`` (what ``kafka-delete-records.sh`` and a ``retention.ms`` expiry both do to the log start
-offset), so the removed offsets really are gone from the broker when the backfill reads them.
+offset), so the removed offsets really are gone from the broker when the backfill reads them: before the
+backfill starts, or between two of its batches (the first held before its commit by the ``before-commit``
+failpoint while the head goes).
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from helpers import backfill, high_watermarks, ingested, tables_of
+from helpers import backfill, committed, high_watermarks, in_background, ingested, tables_of, wait_until
 
 from tailfill.cli import main
 from tailfill.dev.sample import sample_event
 from tailfill.errors import IngestError
-from tailfill.lake.ledger import read_ledger
-from tailfill.offsets import OffsetRange, TopicPartition, merge
+from tailfill.lake.batch_summary import SUMMARY_RANGES, SUMMARY_RUN
+from tailfill.lake.ledger import batch_summaries, read_ledger
+from tailfill.offsets import OffsetRange, TopicPartition, merge, ranges_from_json
+from tailfill.pipeline.handle import open_pipeline
+from tailfill.proof.validate import validate
 from tailfill.source.kafka import consumer_config, watermarks
 
 pytestmark = pytest.mark.integration
@@ -38,14 +43,14 @@ def delete_head(bootstrap: str, topic: str, low: int) -> None:
 def produced_pipeline(broker, make_pipeline):
     """A 1-partition topic holding offsets [0, RECORDS)."""
 
-    def make(**changes):
+    def make(records: int = RECORDS, **changes):
         cfg = make_pipeline(source__partitions=1, **changes)
         topic = cfg.source.topic
         admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})  # kept until the futures resolve
         for fut in admin.create_topics([NewTopic(topic, 1, 1)]).values():
             fut.result(timeout=10)
         producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
-        for i in range(RECORDS):
+        for i in range(records):
             producer.produce(topic, value=json.dumps(sample_event("ret", i)).encode(), partition=0)
         assert producer.flush(10) == 0
         return cfg
@@ -136,3 +141,84 @@ def test_replay_of_offsets_trimmed_since_their_backfill_is_refused_before_writin
     assert f"replayed {RECORDS - LOW} offsets" in capsys.readouterr().out
     rows, bad = ingested(cfg)
     assert sorted((rows + bad).elements()) == [(0, o) for o in range(RECORDS)]  # each offset once, as before
+
+
+# --- the head goes while the backfill reads it ---------------------------------------------------------
+
+HELD, CAP, CUT = 1_000, 200, 500  # records; each batch's offsets; the head [0, CUT) removed after the first batch
+
+
+def backfill_losing_its_head(spark, cfg, tmp_path, monkeypatch) -> dict:
+    """Run the backfill of ``[0, HELD)`` in batches of CAP, its first batch held before its commit while the
+    broker removes ``[0, CUT)``; the batches after it find their offsets gone. Returns the run's outcome
+    (``result`` or ``error``)."""
+    faults = tmp_path / "faults"
+    monkeypatch.setenv("TAILFILL_FAULT_DIR", str(faults))
+    monkeypatch.setenv("TAILFILL_FAULT_PAUSE", "before-commit")
+    thread, out = in_background(backfill, spark, cfg)
+    wait_until(lambda: (faults / "before-commit").exists() or not thread.is_alive(),
+               "the first batch to be read and held before its commit", timeout=300)
+    assert thread.is_alive(), out
+    assert committed(cfg) == 0  # held: [0, CAP) is read, not committed
+    delete_head(cfg.source.bootstrap_servers, cfg.source.topic, CUT)
+    (faults / "before-commit.release").touch()
+    thread.join(600)
+    assert not thread.is_alive(), "the backfill did not end"
+    monkeypatch.delenv("TAILFILL_FAULT_PAUSE")
+    return out
+
+
+def committed_by_run(cfg) -> dict[str, list[OffsetRange]]:
+    """The ranges each run's batch commits name, by run id."""
+    out: dict[str, list[OffsetRange]] = {}
+    for summary in batch_summaries(tables_of(cfg).data):
+        out.setdefault(summary[SUMMARY_RUN], []).extend(ranges_from_json(summary[SUMMARY_RANGES]))
+    return {run: merge(ranges) for run, ranges in out.items()}
+
+
+def held_pipeline(produced_pipeline, **changes):
+    return produced_pipeline(HELD, backfill__slices=1, backfill__max_offsets_per_batch=CAP,
+                             backfill__batch_seconds=None, **changes)
+
+
+def test_head_removed_mid_backfill_fails_naming_the_lost_range_and_keeps_what_it_committed(
+        spark, produced_pipeline, tmp_path, monkeypatch):
+    cfg = held_pipeline(produced_pipeline)
+    topic = cfg.source.topic
+    out = backfill_losing_its_head(spark, cfg, tmp_path, monkeypatch)
+
+    assert isinstance(out.get("error"), IngestError), out
+    message = str(out["error"])
+    assert "\n" not in message, message
+    for part in ("ExpiredOffsetsError", f"{topic}[0] [{CAP}, {CUT})", f"earliest available is {CUT}", "record_gap"):
+        assert part in message, f"{part!r} not in {message!r}"
+    ledger = read_ledger(tables_of(cfg).data)
+    assert (ledger.committed, ledger.lost) == ([OffsetRange(topic, 0, 0, CAP)], [])  # the held batch, nothing more
+    [(run, ranges)] = committed_by_run(cfg).items()
+    assert run.startswith("backfill-") and ranges == [OffsetRange(topic, 0, 0, CAP)]
+    rows, bad = ingested(cfg)
+    assert sorted((rows + bad).elements()) == [(0, o) for o in range(CAP)]
+
+
+def test_head_removed_mid_backfill_with_record_gap_records_and_names_the_lost_range(
+        spark, produced_pipeline, tmp_path, monkeypatch, capsys):
+    cfg = held_pipeline(produced_pipeline, source__on_expired_offsets="record_gap")
+    topic = cfg.source.topic
+    out = backfill_losing_its_head(spark, cfg, tmp_path, monkeypatch)
+
+    [result] = out["result"]
+    assert (result.offsets, result.rows + result.quarantined) == (HELD, HELD - (CUT - CAP))
+    lost = [OffsetRange(topic, 0, CAP, CUT)]
+    ledger = read_ledger(tables_of(cfg).data)
+    assert (ledger.committed, ledger.lost) == ([OffsetRange(topic, 0, 0, HELD)], lost)
+    assert committed_by_run(cfg) == {result.run_id: [OffsetRange(topic, 0, 0, HELD)]}  # one run, every offset
+    rows, bad = ingested(cfg)
+    assert sorted((rows + bad).elements()) == [(0, o) for o in [*range(CAP), *range(CUT, HELD)]]  # each once
+    proof = validate(open_pipeline(cfg), all_runs=True)
+    assert proof.success, proof.problems
+    assert proof.lost == [str(lost[0])]
+    capsys.readouterr()
+    assert main(["validate", str(cfg.path), "--all"]) == 0
+    assert main(["status", str(cfg.path)]) == 0
+    said = capsys.readouterr().out
+    assert f"lost (expired, recorded): {CUT - CAP:,}" in said, said
