@@ -123,6 +123,12 @@ def list_partitions(conf: dict, topic: str, consumer: OwnedConsumer | None = Non
         return _partitions_in(_topic_metadata(consumer, conf, topic), conf, topic)
 
 
+def topics_on_broker(conf: dict, consumer: OwnedConsumer | None = None) -> set[str]:
+    """The names of the topics the broker has now; a clear error if it cannot be reached."""
+    with _borrowed(conf, consumer) as borrowed:
+        return set(_topic_metadata(borrowed, conf, None).topics)
+
+
 def subscribed_partitions(conf: dict, source: SourceConfig,
                           consumer: OwnedConsumer | None = None) -> list[TopicPartition]:
     """The partitions of every topic of ``source`` (its topic, its list, or those matching its pattern now),
