@@ -539,7 +539,8 @@ class CompletenessConfig(_Model):
                     "level, then read_uncommitted) and names each one's reason; offsets below the partition's "
                     "earliest offset by then are accepted as not verifiable. 'allowed': accepted on the batch's "
                     "record, without asking the broker. 'none': every absent offset fails. An offset missing from "
-                    "the table that its batch did not record as absent always fails.")
+                    "the table that its batch did not record as absent always fails (a batch committed before "
+                    "batches recorded them is judged as then: with 'allowed', on its count of records read).")
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")

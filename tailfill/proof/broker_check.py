@@ -41,7 +41,7 @@ MARKER = "transaction marker"
 MARKER_OR_COMPACTED = "transaction marker or compacted"
 EXPIRED = "expired since; not verifiable"
 UNRECORDED = ("not delivered, as the batch's count of records read says (committed before batches recorded which "
-              "offsets; not checked on the broker)")
+              "offsets; accepted with completeness.absent_offsets: allowed, not checked on the broker)")
 JUMP = 100_000  # offsets between two absent ones beyond which a seek is cheaper than reading on
 IDLE_S = 30.0  # a pass that gets nothing this long from a broker that answered its metadata fails
 CHECK_SETTINGS = {"enable.partition.eof": False, "auto.offset.reset": "error", "enable.auto.commit": False,

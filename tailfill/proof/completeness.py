@@ -154,10 +154,11 @@ class Holes:
 def divide_holes(holes: list[OffsetRange], recorded: list[OffsetRange] | None, absent_offsets: str,
                  count_agrees: bool) -> Holes:
     """Divide the ``holes`` of a range (offsets neither stored nor lost) by ``recorded``, the offsets its batch
-    recorded as not delivered (None: a batch from before they were recorded, which is trusted on its count of
-    records read, ``count_agrees``, as it was then), and by the ``completeness.absent_offsets`` setting."""
+    recorded as not delivered, and by the ``completeness.absent_offsets`` setting. A batch from before batches
+    recorded them (``recorded`` None) is judged as it was then: its holes are absent only with ``allowed`` and where
+    its count of records read agrees with what is stored (``count_agrees``), else missing."""
     if recorded is None:
-        trusted = absent_offsets != "none" and count_agrees
+        trusted = absent_offsets == "allowed" and count_agrees
         return Holes(holes if trusted else [], [], [] if trusted else holes)
     told = intersect_all(holes, recorded)
     untold = subtract(holes, told)
