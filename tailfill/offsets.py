@@ -103,30 +103,40 @@ def merge(ranges: Iterable[OffsetRange]) -> list[OffsetRange]:
 
 
 def subtract(ranges: Iterable[OffsetRange], taken: Iterable[OffsetRange]) -> list[OffsetRange]:
-    """The parts of ``ranges`` not covered by ``taken`` (merged, sorted)."""
-    taken_by_tp = by_partition(merge(taken))
+    """The parts of ``ranges`` not covered by ``taken`` (merged, sorted); one sweep per partition."""
     out: list[OffsetRange] = []
-    for r in merge(ranges):
-        pieces = [r]
-        for t in taken_by_tp.get(r.tp, []):
-            next_pieces = []
-            for p in pieces:
-                if t.end <= p.start or t.start >= p.end:
-                    next_pieces.append(p)
-                    continue
-                if p.start < t.start:
-                    next_pieces.append(p.with_bounds(p.start, t.start))
-                if t.end < p.end:
-                    next_pieces.append(p.with_bounds(t.end, p.end))
-            pieces = next_pieces
-        out.extend(pieces)
+    for r, parts in _sweep(ranges, taken):
+        start = r.start
+        for t in parts:
+            if t.start > start:
+                out.append(r.with_bounds(start, t.start))
+            start = max(start, t.end)
+        if start < r.end:
+            out.append(r.with_bounds(start, r.end))
     return out
 
 
 def intersect_all(ranges: Iterable[OffsetRange], within: Iterable[OffsetRange]) -> list[OffsetRange]:
-    """The parts of ``ranges`` that lie inside ``within`` (merged, sorted)."""
-    within = list(within)
-    return merge(c for r in ranges for w in within if (c := r.intersect(w)) is not None)
+    """The parts of ``ranges`` that lie inside ``within`` (merged, sorted); one sweep per partition."""
+    return merge(r.with_bounds(max(r.start, w.start), min(r.end, w.end)) for r, parts in _sweep(ranges, within)
+                 for w in parts)
+
+
+def _sweep(ranges: Iterable[OffsetRange],
+           others: Iterable[OffsetRange]) -> Iterator[tuple[OffsetRange, list[OffsetRange]]]:
+    """Each range of ``merge(ranges)`` with the ranges of ``merge(others)`` that overlap it, in order: both sorted,
+    so a partition costs one pass over each side (thousands of transaction markers against thousands of aborted
+    records stay linear)."""
+    others_by_tp = by_partition(merge(others))
+    for tp, rs in by_partition(merge(ranges)).items():
+        os, j = others_by_tp.get(tp, []), 0
+        for r in rs:
+            while j < len(os) and os[j].end <= r.start:
+                j += 1
+            k = j
+            while k < len(os) and os[k].start < r.end:
+                k += 1
+            yield r, os[j:k]
 
 
 def overlaps(ranges: Iterable[OffsetRange]) -> list[OffsetRange]:
