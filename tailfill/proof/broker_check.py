@@ -95,46 +95,46 @@ def verify_absent(conf: dict, absent: Mapping[str, list[OffsetRange]]) -> Broker
     todo = {level: merge(ranges) for level, ranges in absent.items() if ranges}
     if not todo:
         return BrokerVerdict()
-    waiting = sum(total(ranges) for ranges in todo.values())
     try:
         return _verify(conf, todo)
     except SourceError as exc:
-        cause = (str(exc).splitlines() or [""])[0]
-        raise type(exc)(f"cannot verify {waiting:,} absent offsets on the broker at {conf['bootstrap.servers']}: "
-                        f"{cause} (fix: make the broker reachable and validate again, or set "
-                        "completeness.absent_offsets: allowed to accept them on their batches' record)") from exc
+        waiting = sum(total(ranges) for ranges in todo.values())
+        kind = BrokerUnresponsive if isinstance(exc, BrokerUnresponsive) else SourceError
+        raise kind(f"cannot verify {waiting:,} absent offsets on the broker at {conf['bootstrap.servers']}: "
+                   f"{(str(exc).splitlines() or [''])[0]} (fix: make the broker reachable and validate again, or set "
+                   "completeness.absent_offsets: allowed to accept them on their batches' record)") from exc
 
 
 def _verify(conf: dict, todo: dict[str, list[OffsetRange]]) -> BrokerVerdict:
     every = merge(r for ranges in todo.values() for r in ranges)
     present = topics_on_broker(conf)
-    gone = [r for r in every if r.topic not in present]  # the topic was deleted: like offsets expired since
     partitions = sorted({r.tp for r in every if r.topic in present})
-    low = watermarks(conf, partitions).low if partitions else None
-    expired = merge([*gone, *(r.with_bounds(r.start, min(r.end, low[r.tp])) for r in every
-                              if low is not None and r.tp in low.offsets and r.start < low[r.tp])])
+    low = watermarks(conf, partitions).low.offsets if partitions else {}
+    reasons: dict[str, list[OffsetRange]] = defaultdict(list)
+    reasons[EXPIRED] += [r for r in every if r.topic not in present]  # the topic was deleted since
+    reasons[EXPIRED] += [r.with_bounds(r.start, min(r.end, low[r.tp])) for r in every
+                         if r.tp in low and r.start < low[r.tp]]
     compacted = compacted_topics(conf, {tp.topic for tp in partitions}) if partitions else set()
-    reasons: dict[str, list[OffsetRange]] = {EXPIRED: expired}
     refuted: dict[str, list[tuple[list[OffsetRange], str]]] = {}
     for level, ranges in sorted(todo.items()):
-        rest = subtract(ranges, expired)
-        high = watermarks({**conf, "isolation.level": level}, sorted({r.tp for r in rest})).high if rest else None
-        beyond = [r.with_bounds(max(r.start, high[r.tp]), r.end) for r in rest if high and r.end > high[r.tp]]
-        rest = subtract(rest, beyond)
-        delivered, gone_since = _delivered(conf, rest, level)
-        rest = subtract(rest, [*delivered, *gone_since])
-        reasons[EXPIRED] = merge([*reasons[EXPIRED], *gone_since])
+        rest = subtract(ranges, reasons[EXPIRED])
+        if not rest:
+            continue
+        high = watermarks({**conf, "isolation.level": level}, sorted({r.tp for r in rest})).high.offsets
+        beyond = [(r.with_bounds(max(r.start, high[r.tp]), r.end), high[r.tp]) for r in rest if r.end > high[r.tp]]
+        delivered, gone = _delivered(conf, subtract(rest, [r for r, _ in beyond]), level)
         refuted[level] = [(delivered, f"the broker delivers a record there under {level}"),
-                          *(([r], f"the broker's partition ends at {r.start:,}") for r in beyond)]
-        if level == "read_committed":
-            aborted, gone_since = _delivered(conf, rest, "read_uncommitted")
-            rest = subtract(rest, [*aborted, *gone_since])
-            reasons[ABORTED] = merge([*reasons.get(ABORTED, []), *aborted])
-            reasons[EXPIRED] = merge([*reasons[EXPIRED], *gone_since])
+                          *(([r], f"the broker's partition ends at {end:,}") for r, end in beyond)]
+        rest = subtract(rest, [*(r for r, _ in beyond), *delivered, *gone])
+        reasons[EXPIRED] += gone
+        if level == "read_committed":  # what read_uncommitted delivers there was aborted
+            aborted, gone = _delivered(conf, rest, "read_uncommitted")
+            rest = subtract(rest, [*aborted, *gone])
+            reasons[ABORTED] += aborted
+            reasons[EXPIRED] += gone
         for r in rest:
-            why = MARKER if compacted is not None and r.topic not in compacted else MARKER_OR_COMPACTED
-            reasons[why] = merge([*reasons.get(why, []), r])
-    return BrokerVerdict({k: v for k, v in reasons.items() if v},
+            reasons[MARKER if compacted is not None and r.topic not in compacted else MARKER_OR_COMPACTED].append(r)
+    return BrokerVerdict({reason: merge(rs) for reason, rs in reasons.items() if rs},
                          {level: [(rs, why) for rs, why in pairs if rs] for level, pairs in refuted.items()})
 
 
