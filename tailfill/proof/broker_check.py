@@ -44,8 +44,7 @@ UNRECORDED = ("not delivered, as the batch's count of records read says (committ
               "offsets; accepted with completeness.absent_offsets: allowed, not checked on the broker)")
 JUMP = 100_000  # offsets between two absent ones beyond which a seek is cheaper than reading on
 IDLE_S = 30.0  # a pass that gets nothing this long from a broker that answered its metadata fails
-CHECK_SETTINGS = {"enable.partition.eof": False, "auto.offset.reset": "error", "enable.auto.commit": False,
-                  "queued.min.messages": 10_000}  # a window can be short: prefetch little past it
+CHECK_SETTINGS = {"enable.partition.eof": False, "auto.offset.reset": "error", "enable.auto.commit": False}
 
 
 @dataclass(frozen=True)
