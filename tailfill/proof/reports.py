@@ -15,7 +15,7 @@ from tailfill.config import PipelineConfig
 from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.durable import write_whole
 from tailfill.plumbing.warehouse import fs_path, location_uri, make_dirs, warehouse_uri
-from tailfill.proof.result import ValidationResult
+from tailfill.proof.result import ValidationResult, shown
 from tailfill.redact import redact_data
 from tailfill.settings import settings
 
@@ -94,6 +94,9 @@ def _chart(partitions: list[dict]) -> str:
             + "".join(parts) + "</svg>")
 
 
+HTML_RANGES = 200  # absent ranges named per reason (the JSON lists them all)
+
+
 def render_html(report: ValidationResult) -> str:
     """A one-page completeness report."""
     esc = html.escape
@@ -117,7 +120,7 @@ def render_html(report: ValidationResult) -> str:
         if damaged else "")
     absent = "".join(
         f"<tr><td style='text-align:left'>{esc(a['reason'])}</td><td>{a['offsets']:,}</td>"
-        f"<td style='text-align:left'>{esc(', '.join(a['ranges']))}</td></tr>"
+        f"<td style='text-align:left'>{esc(shown(a['ranges'], HTML_RANGES))}</td></tr>"
         for a in report.absent_by_reason
     )
     absent_section = (

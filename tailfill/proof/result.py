@@ -92,10 +92,10 @@ class ValidationResult:
         return "\n".join(lines)
 
 
-SHOWN = 3  # ranges named per reason on the command line (the JSON and the HTML report list them all)
+SHOWN = 3  # absent ranges named per reason on the command line (the JSON lists them all)
 
 
-def shown(ranges: list[str]) -> str:
-    """The first :data:`SHOWN` of ``ranges``, and how many more."""
-    more = len(ranges) - SHOWN
-    return ", ".join(ranges[:SHOWN]) + (f" and {more:,} more ranges" if more > 0 else "")
+def shown(ranges: list[str], most: int = SHOWN) -> str:
+    """The first ``most`` of ``ranges``, and how many more."""
+    more = len(ranges) - most
+    return ", ".join(ranges[:most]) + (f" and {more:,} more ranges" if more > 0 else "")
