@@ -43,7 +43,7 @@ from tailfill.source.kafka import consumer_config, watermarks
 
 pytestmark = pytest.mark.integration
 
-TIMEOUT_S = 30.0
+TIMEOUT_S = 60.0  # generous: every wait ends as soon as what it waits for is there
 PARTITIONS = 2
 # What a transactional producer does, in order: commit or abort a transaction writing {partition: records}, or
 # write records outside any transaction ("plain"). Batches of 12 offsets start, end and straddle markers and
