@@ -91,8 +91,13 @@ class SourceConfig(_Model):
                                    "planning and preflight stop naming both counts when it differs (null: not "
                                    "checked).")
     isolation_level: Literal["read_committed", "read_uncommitted"] = Field(
-        default="read_committed", description="librdkafka's isolation.level: read_committed skips records of "
-                                              "aborted transactions.")
+        default="read_committed", description="librdkafka's isolation.level. read_committed: records of aborted "
+                                              "transactions are not delivered (recorded as absent offsets, as "
+                                              "transaction markers are), and a partition is read up to its last "
+                                              "stable offset (an open transaction's records wait for its outcome). "
+                                              "read_uncommitted: every record written is delivered and lands as a "
+                                              "row, those of aborted transactions and of transactions still open "
+                                              "included; only markers (and compacted offsets) are absent.")
     on_expired_offsets: Literal["fail", "record_gap"] = Field(
         default="fail", description="Offsets that retention removed before they were read: 'fail' stops the run "
                                     "naming the lost range; 'record_gap' records them as lost and goes on.")
@@ -525,11 +530,17 @@ class DataExpectation(_Model):
 class CompletenessConfig(_Model):
     """What the completeness check may accept as legitimately missing on the broker."""
 
-    absent_offsets: Literal["none", "allowed"] = Field(
-        default="none",
-        description="'none': every offset of a committed range must be a row or a quarantined row. 'allowed': "
-                    "offsets the broker never returned (compacted topics, transaction markers) are accepted where "
-                    "rows + quarantined equal what the source read for that batch.")
+    absent_offsets: Literal["verified", "allowed", "none"] = Field(
+        default="verified",
+        description="Offsets inside a committed range that the broker does not deliver: transaction markers, records "
+                    "of aborted transactions (under read_committed), offsets log compaction removed. Each batch "
+                    "records which offsets it was not delivered, and the isolation level it read under. 'verified': "
+                    "accepted where the broker confirms them: validate reads them again (under the batch's isolation "
+                    "level, then read_uncommitted) and names each one's reason; offsets below the partition's "
+                    "earliest offset by then are accepted as not verifiable. 'allowed': accepted on the batch's "
+                    "record, without asking the broker. 'none': every absent offset fails. An offset missing from "
+                    "the table that its batch did not record as absent always fails (a batch committed before "
+                    "batches recorded them is judged as then: with 'allowed', on its count of records read).")
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")

@@ -62,7 +62,7 @@ class ExpiredOffsetsError(SourceError):
 
     retryable = False
     fix = ("offsets expired before they were read: see the named gap, and raise the topic's retention or accept "
-           "the loss with completeness.absent_offsets")
+           "the loss with source.on_expired_offsets: record_gap")
     then_resume = False
 
     def __init__(self, lost: object, earliest: int):

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 
-from tailfill.offsets import OffsetRange
+from tailfill.offsets import OffsetRange, passed_over
 from tailfill.values.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
 
 STATUSES = ("new", "paid", "shipped", "delivered", "cancelled")
@@ -177,8 +177,10 @@ def records(topic: str, changes: list[Change], ranges: list[OffsetRange]):
              pa.array([c.offset for c in got], pa.int64()), pa.array([now] * n, TIMESTAMP),
              pa.array([c.key for c in got], pa.binary()), pa.array([[]] * n, HEADERS),
              pa.array([c.value for c in got], pa.binary()), pa.nulls(n, pa.string())], schema=RAW_SCHEMA)
-    for r in ranges:
-        yield RangeMarker(r, sum(1 for o in range(r.start, r.end) if (r.partition, o) in by_at)).to_batch()
+    for r in ranges:  # an offset without a change is one the broker would not deliver (compacted, say): absent
+        held = [o for o in range(r.start, r.end) if (r.partition, o) in by_at]
+        absent = tuple(r.with_bounds(s, e) for s, e in passed_over(r.start, [*held, r.end]))
+        yield RangeMarker(r, len(held), absent=absent).to_batch()
 
 
 def ends(changes: list[Change]) -> dict[int, int]:

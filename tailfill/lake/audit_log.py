@@ -1,9 +1,9 @@
 """The durable audit record: every batch's summary, durable when its commit is, whoever expires snapshots.
 
 Each data commit's snapshot summary is the audit of one micro-batch (pipeline, run, batch, ranges,
-lost ranges, records read). Snapshots are expired and files compacted by Tailfill's ``maintain`` and
-also by other tools (pyiceberg's ``expire_snapshots``, a managed catalog's own upkeep), so the
-summary cannot be the only copy:
+lost ranges, records read, the offsets the broker did not deliver and the isolation level that says why).
+Snapshots are expired and files compacted by Tailfill's ``maintain`` and also by other tools (pyiceberg's
+``expire_snapshots``, a managed catalog's own upkeep), so the summary cannot be the only copy:
 
 - **With the commit.** :func:`tailfill.lake.ledger.commit_batch` writes the summary as one object,
   ``batches/<snapshot id>.json``, *before* the transaction that makes that snapshot commits, and the

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
+from tailfill.errors import LakeError
 from tailfill.lake.audit_log import audit_log
 from tailfill.lake.batch_summary import BatchSummary
 from tailfill.lake.files import rewrite_files, rows_in
@@ -42,7 +43,9 @@ class Committer:
         """Commit a batch's prepared ranges; returns the data table's result and the seconds it took."""
         summary = BatchSummary(self.pipeline, run_id, batch_id, ranges=[p.marker.range for p in prepared],
                                lost=[r for p in prepared for r in p.marker.lost],
-                               records_read=sum(p.marker.records for p in prepared))
+                               records_read=sum(p.marker.records for p in prepared),
+                               absent=[r for p in prepared for r in p.marker.absent],
+                               absent_under=read_under(prepared))
         started = time.perf_counter()
         fs = self.fs
 
@@ -64,6 +67,15 @@ class Committer:
     def merged(self) -> dict[str, int] | None:
         """What the latest commit's merge did with its changes, by outcome (None: this commit appends only)."""
         return None
+
+
+def read_under(prepared: Sequence[PreparedRange]) -> str | None:
+    """The isolation level a batch's ranges were read under (one consumer setting reads them all)."""
+    levels = {p.marker.isolation for p in prepared}
+    if len(levels) > 1:
+        raise LakeError(f"one batch's ranges were read under different isolation levels {sorted(levels)}: a batch "
+                        "reads with one consumer setting; refusing to commit")
+    return levels.pop() if levels else None
 
 
 def catalog_unreachable(exc: BaseException) -> bool:

@@ -185,8 +185,9 @@ def _commit_once(table: Table, batch: BatchSummary, asked: list[OffsetRange], fi
                               table.location()):
             kept = renew(table, kept)
     lost = intersect_all(subtract(batch.lost, ledger.lost), new)
+    absent = intersect_all(batch.absent, new) if batch.absent is not None else None
     records = batch.records_read if new == asked or records_in is None else records_in(new)
-    summary = replace(batch, ranges=new, lost=lost, records_read=records).to_properties()
+    summary = replace(batch, ranges=new, lost=lost, records_read=records, absent=absent).to_properties()
     if audit is not None and AUDIT_HEAD in table.properties:
         summary[PREVIOUS_AUDIT] = table.properties[AUDIT_HEAD]
     snapshot_id = None

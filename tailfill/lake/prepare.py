@@ -3,7 +3,8 @@
 Runs where the ranges' task runs (a Spark executor): it reads the ranges (a :data:`Reader`: from
 Kafka), splits the records into rows and quarantine rows with the pipeline's decoder
 (:func:`tailfill.formats.base.split_records`), writes both to new files under the tables' locations,
-and refuses to hand on a range whose rows + quarantined differ from what the source read. Nothing is
+and refuses to hand on a range whose rows + quarantined differ from what the source read, or of which the source
+left an offset unaccounted for (neither read, nor recorded as absent or lost). Nothing is
 committed here: a :class:`PreparedRange` says which files to commit, and the driver commits them.
 What travels back to the driver is data (:func:`to_arrow`), a failure included (:func:`failed`).
 """
@@ -23,7 +24,7 @@ from tailfill.errors import DroppedRecordsError, ErrorInfo, RemoteError
 from tailfill.formats.base import Decoder, split_records
 from tailfill.lake.files import FileSet
 from tailfill.lake.partition import footer, split
-from tailfill.offsets import OffsetRange, TopicPartition
+from tailfill.offsets import OffsetRange, TopicPartition, runs_from_text, runs_to_text, total
 from tailfill.values.drift import Drift
 from tailfill.values.freshness import TimestampSketch
 from tailfill.values.partition_terms import parse_terms
@@ -56,8 +57,9 @@ class PreparedRange:
 
 PREPARED_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("start", pa.int64()), ("end", pa.int64()),
-    ("records", pa.int64()), ("lost", pa.string()), ("data_files", pa.list_(pa.string())),
-    ("quarantine_files", pa.list_(pa.string())), ("rows", pa.int64()), ("quarantined", pa.int64()),
+    ("records", pa.int64()), ("lost", pa.string()), ("absent", pa.string()), ("isolation", pa.string()),
+    ("data_files", pa.list_(pa.string())), ("quarantine_files", pa.list_(pa.string())), ("rows", pa.int64()),
+    ("quarantined", pa.int64()),
     ("stages", pa.string()), ("timestamps", pa.list_(pa.int64())), ("drift", pa.string()),
     ("error", pa.string()),  # a task that failed: its error as data (ErrorInfo JSON); every other column null
 ])
@@ -67,8 +69,10 @@ def to_arrow(prepared: list[PreparedRange]) -> pa.RecordBatch:
     """Prepared ranges as rows of :data:`PREPARED_SCHEMA` (how they travel back to the driver)."""
     rows = [{"topic": p.marker.range.topic, "partition": p.marker.range.partition, "start": p.marker.range.start,
              "end": p.marker.range.end, "records": p.marker.records,
-             "lost": json.dumps([[r.start, r.end] for r in p.marker.lost]), "data_files": p.data_files,
-             "quarantine_files": p.quarantine_files, "rows": p.rows, "quarantined": p.quarantined,
+             "lost": json.dumps([[r.start, r.end] for r in p.marker.lost]),
+             "absent": runs_to_text((r.start, r.end) for r in p.marker.absent), "isolation": p.marker.isolation,
+             "data_files": p.data_files, "quarantine_files": p.quarantine_files, "rows": p.rows,
+             "quarantined": p.quarantined,
              "stages": json.dumps(p.stages),
              "timestamps": p.timestamps.to_json() if p.timestamps else None,
              "drift": p.drift.to_json() if p.drift else None, "error": None} for p in prepared]
@@ -90,8 +94,9 @@ def from_arrow(table: pa.Table) -> list[PreparedRange]:
     for r in rows:
         rng = OffsetRange(r["topic"], r["partition"], r["start"], r["end"])
         lost = tuple(rng.with_bounds(s, e) for s, e in json.loads(r["lost"]))
-        out.append(PreparedRange(RangeMarker(rng, r["records"], lost), r["data_files"], r["quarantine_files"],
-                                 r["rows"], r["quarantined"], json.loads(r["stages"]),
+        absent = tuple(rng.with_bounds(s, e) for s, e in runs_from_text(r["absent"]))
+        out.append(PreparedRange(RangeMarker(rng, r["records"], lost, absent, r["isolation"]), r["data_files"],
+                                 r["quarantine_files"], r["rows"], r["quarantined"], json.loads(r["stages"]),
                                  TimestampSketch.from_json(r["timestamps"]),
                                  Drift.from_json(r["drift"]) if r["drift"] else None))
     return out
@@ -146,6 +151,10 @@ def prepare_ranges(read: Reader, decoder: Decoder, where: Destination, run_id: s
     prepared = []
     for i, r in enumerate(ranges):
         marker, o = markers[r.tp], out[r.tp]
+        if marker.unaccounted:
+            raise DroppedRecordsError(f"{r}: the source accounted for {r.size - marker.unaccounted} of its {r.size} "
+                                      f"offsets ({marker.records} read, {total(marker.absent)} absent, "
+                                      f"{total(marker.lost)} lost); refusing to commit")
         if o.rows + o.quarantined != marker.records:
             raise DroppedRecordsError(f"{r}: the source read {marker.records} records but {o.rows + o.quarantined} "
                                       "rows were written (rows + quarantined); refusing to commit")

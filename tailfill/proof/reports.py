@@ -15,7 +15,7 @@ from tailfill.config import PipelineConfig
 from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.durable import write_whole
 from tailfill.plumbing.warehouse import fs_path, location_uri, make_dirs, warehouse_uri
-from tailfill.proof.result import ValidationResult
+from tailfill.proof.result import ValidationResult, shown
 from tailfill.redact import redact_data
 from tailfill.settings import settings
 
@@ -94,6 +94,9 @@ def _chart(partitions: list[dict]) -> str:
             + "".join(parts) + "</svg>")
 
 
+HTML_RANGES = 200  # absent ranges named per reason (the JSON lists them all)
+
+
 def render_html(report: ValidationResult) -> str:
     """A one-page completeness report."""
     esc = html.escape
@@ -115,6 +118,15 @@ def render_html(report: ValidationResult) -> str:
         "<h2>Damaged files</h2><p>Referenced by the table but missing or unreadable; their offsets are missing."
         f"</p><table><tr><th>table</th><th>file</th><th>offsets it held</th><th>error</th></tr>{damaged}</table>"
         if damaged else "")
+    absent = "".join(
+        f"<tr><td style='text-align:left'>{esc(a['reason'])}</td><td>{a['offsets']:,}</td>"
+        f"<td style='text-align:left'>{esc(shown(a['ranges'], HTML_RANGES))}</td></tr>"
+        for a in report.absent_by_reason
+    )
+    absent_section = (
+        "<h2>Absent offsets</h2><p>Offsets of the committed ranges that the broker does not deliver, by reason; "
+        "no row is expected for them.</p><table><tr><th>reason</th><th>offsets</th><th>ranges</th></tr>"
+        f"{absent}</table>" if absent else "")
     checks = "".join(
         f"<tr><td>{esc(c['check'])}</td><td>{esc(c['column'])}</td><td>{c['evaluated']:,}</td>"
         f"<td>{c['unexpected']:,}</td><td>{c['allowed_fraction']:.1%}</td>"
@@ -141,6 +153,7 @@ validated {esc(report.validated_at)} &middot; {report.offsets_checked:,} offsets
 <h2>Data checks</h2><table><tr><th>check</th><th>column</th><th>values</th><th>unexpected</th>
 <th>allowed</th><th></th></tr>{checks}</table>
 <h2>Problems</h2><ul>{problems}</ul>
+{absent_section}
 {damaged_section}
 <h2>Expectation suites</h2><ul>{suites}</ul>
 {docs_link}</body></html>"""

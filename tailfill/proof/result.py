@@ -27,7 +27,9 @@ class ValidationResult:
     partitions: list[dict] = field(default_factory=list)
     damaged_files: list[dict] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
-    absent: list[str] = field(default_factory=list)
+    absent: list[str] = field(default_factory=list)  # accepted absent offsets (the broker did not deliver them)
+    # The same offsets by why: {"reason", "offsets" (how many), "ranges"} each.
+    absent_by_reason: list[dict] = field(default_factory=list)
     ranges: list[dict] = field(default_factory=list)
     tiling: list[dict] = field(default_factory=list)
     data_checks: list[dict] = field(default_factory=list)
@@ -80,9 +82,20 @@ class ValidationResult:
                          f"{self.state['differing']:,} differ; changes {c.get('changes', 0):,} = inserted "
                          f"{c.get('inserted', 0):,} + updated {c.get('updated', 0):,} + deleted "
                          f"{c.get('deleted', 0):,} + superseded {c.get('superseded', 0):,}")
+        lines += [f"  absent: {a['offsets']:,} offsets, {a['reason']}: {shown(a['ranges'])}"
+                  for a in self.absent_by_reason]
         lines += [f"  suite {s['suite']}: {'passed' if s['success'] else 'FAILED'}" for s in self.suites]
         lines += [f"  problem: {problem}" for problem in self.problems]
         lines.append(f"  report: {self.paths.get('html')}\n  json:   {self.paths.get('json')}")
         if self.paths.get("data_docs"):
             lines.append(f"  Great Expectations Data Docs: {self.paths['data_docs']}")
         return "\n".join(lines)
+
+
+SHOWN = 3  # absent ranges named per reason on the command line (the JSON lists them all)
+
+
+def shown(ranges: list[str], most: int = SHOWN) -> str:
+    """The first ``most`` of ``ranges``, and how many more."""
+    more = len(ranges) - most
+    return ", ".join(ranges[:most]) + (f" and {more:,} more ranges" if more > 0 else "")

@@ -1,6 +1,7 @@
 """``tailfill validate``: prove a run (or the whole table) landed every offset exactly once.
 
-Exact offset accounting (:mod:`tailfill.proof.completeness`) produces compact summaries that the
+Exact offset accounting (:mod:`tailfill.proof.completeness`, the offsets batches recorded as not delivered
+checked against the broker by :mod:`tailfill.proof.broker_check`) produces compact summaries that the
 Great Expectations suites in ``expectations/`` check; so do the pipeline's data expectations over
 the run's new rows, counted exactly (:mod:`tailfill.proof.data_checks`). The verdict, every missing,
 duplicated, overlapping or stray range, and the GE results are persisted beside the table.
@@ -21,6 +22,7 @@ from tailfill.offsets import OffsetRange, by_partition, merge, total
 from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.disk import naming_full_disk
 from tailfill.proof.audit import committed_batches, run_rows, stored_offsets
+from tailfill.proof.broker_check import account_absent
 from tailfill.proof.completeness import (
     RANGE_COLUMNS,
     TILING_COLUMNS,
@@ -50,7 +52,7 @@ def _partition_rows(checks: list[RangeCheck]) -> list[dict]:
         row["found"] += c.distinct
         row["rows"] += c.rows
         row["quarantined"] += c.quarantined
-        row["missing"] += total(c.missing)
+        row["missing"] += c.not_stored
         row["duplicated"] += total(c.duplicated)
     return [{"topic": t, "partition": p, **row, "ok": not (row["missing"] or row["duplicated"])}
             for (t, p), row in sorted(acc.items())]
@@ -87,6 +89,8 @@ def validate(pipeline: Pipeline, run_id: str | None = None, all_runs: bool = Fal
     claimed = [r for b in batches for r in b.ranges]
     stored, damaged = stored_offsets(data, quarantine, None if all_runs else _spans(claimed), ledger.committed)
     range_checks = check_batches(batches, stored, cfg.completeness.absent_offsets)
+    range_checks, absent_by_reason = account_absent(range_checks, cfg.completeness.absent_offsets,
+                                                    lambda: pipeline.kafka)
     tiling: list[TilingCheck] = check_tiling(every, ledger.committed, stored)
     found = [d.problem() for d in damaged] + problems(range_checks, tiling)
     state_check = None
@@ -128,6 +132,8 @@ def validate(pipeline: Pipeline, run_id: str | None = None, all_runs: bool = Fal
         damaged_files=[d.to_dict() for d in damaged],
         lost=[str(r) for r in merge(r for c in range_checks for r in c.lost)],  # one range, not one per batch
         absent=[str(r) for c in range_checks for r in c.absent],
+        absent_by_reason=[{"reason": reason, "offsets": total(ranges), "ranges": [str(r) for r in ranges]}
+                          for reason, ranges in sorted(absent_by_reason.items())],
         ranges=range_rows,
         tiling=[t.summary_row() for t in tiling],
         data_checks=[c.summary_row() for c in data_checks],

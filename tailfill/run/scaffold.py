@@ -191,6 +191,6 @@ tail:
   schedule: null                  # a cron for the Airflow incremental DAG; null: none
   run_deadline_seconds: null
 completeness:
-  absent_offsets: none            # every committed offset must be a row or a quarantined row
+  absent_offsets: verified        # each committed offset: a row, a quarantined row, or confirmed absent on the broker
 expectations: []                  # e.g. - {{column: some_id, not_null: true}} (checked on each run's new rows)
 """

@@ -22,7 +22,7 @@ from confluent_kafka import TopicPartition as KTopicPartition
 
 from tailfill.config import EMBEDDED, SourceConfig
 from tailfill.errors import BrokerUnresponsive, ConfigError, ExpiredOffsetsError, SourceError
-from tailfill.offsets import OffsetRange, PartitionOffsets, TopicPartition
+from tailfill.offsets import OffsetRange, PartitionOffsets, TopicPartition, passed_over
 from tailfill.redact import register_secret
 from tailfill.source.kafka_log import logged
 from tailfill.values.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
@@ -123,6 +123,12 @@ def list_partitions(conf: dict, topic: str, consumer: OwnedConsumer | None = Non
     """The topic's partitions; a clear error if the broker is unreachable or the topic is missing."""
     with _borrowed(conf, consumer) as consumer:
         return _partitions_in(_topic_metadata(consumer, conf, topic), conf, topic)
+
+
+def topics_on_broker(conf: dict, consumer: OwnedConsumer | None = None) -> set[str]:
+    """The names of the topics the broker has now; a clear error if it cannot be reached."""
+    with _borrowed(conf, consumer) as borrowed:
+        return set(_topic_metadata(borrowed, conf, None).topics)
 
 
 def subscribed_partitions(conf: dict, source: SourceConfig,
@@ -252,12 +258,14 @@ def _headers(message) -> list[dict]:
 
 @dataclass
 class _Cursor:
-    """Where the reading of one range stands."""
+    """Where the reading of one range stands, and what of it was read, expired or passed over."""
 
     rng: OffsetRange
     pos: int
+    isolation: str
     records: int = 0
     lost: list[OffsetRange] = field(default_factory=list)
+    absent: list[OffsetRange] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -272,8 +280,22 @@ class _Cursor:
             self.lost.append(gone)
             self.pos = gone.end
 
+    def read(self, offsets: list[int]) -> None:
+        """Records at ``offsets`` (ascending, inside the range, from ``pos`` on) were delivered: the offsets passed
+        over to reach them are absent."""
+        self.absent += [self.rng.with_bounds(s, e) for s, e in passed_over(self.pos, offsets)]
+        self.records += len(offsets)
+        self.pos = offsets[-1] + 1
+
+    def pass_to_end(self) -> None:
+        """The broker delivers nothing more inside the range (the consumer's position, or a record it delivered,
+        is at or past its end): what is left of it is absent."""
+        if not self.done:
+            self.absent.append(self.rng.with_bounds(self.pos, self.rng.end))
+            self.pos = self.rng.end
+
     def marker(self) -> RangeMarker:
-        return RangeMarker(self.rng, self.records, tuple(self.lost))
+        return RangeMarker(self.rng, self.records, tuple(self.lost), tuple(self.absent), self.isolation)
 
 
 def read_ranges(
@@ -288,16 +310,20 @@ def read_ranges(
     """Yield the records of ``ranges`` (one range per topic-partition) as Arrow batches of
     :data:`~tailfill.values.schema.RAW_SCHEMA`, then (optionally) one marker row per range.
 
-    The partitions are read together by one consumer (one fetch serves them all). Offsets absent
-    on the broker inside a range (transaction markers, compaction) are simply not returned; the
-    marker's ``records`` tells how many were. Offsets below the earliest available one raise
+    The partitions are read together by one consumer (one fetch serves them all). Offsets inside a range that
+    the broker does not deliver (transaction markers; records of aborted transactions under ``read_committed``;
+    offsets log compaction removed) are listed in the marker's ``absent``, with the isolation level read under:
+    those passed over between two records, and the end of a range that the consumer's position (or a record past
+    the range) moved beyond. A range is done only once every offset of it is read, absent or lost, so the
+    marker accounts for every offset. Offsets below the earliest available one raise
     :class:`ExpiredOffsetsError` unless ``on_expired == "record_gap"``, in which case they are
     listed in the marker's ``lost``. A ``consumer`` passed in (:class:`OwnedConsumer`) is
     reassigned and left open; otherwise one is made and closed here.
     """
     if len({r.tp for r in ranges}) != len(ranges):
         raise ValueError(f"read_ranges takes one range per topic-partition, got {ranges}")
-    cursors = {r.tp: _Cursor(r, r.start) for r in ranges}
+    isolation = str(conf.get("isolation.level", "read_committed"))  # librdkafka's default
+    cursors = {r.tp: _Cursor(r, r.start, isolation) for r in ranges}
     with _borrowed(conf, consumer) as consumer:
 
         def earliest(c: _Cursor) -> int:
@@ -326,8 +352,8 @@ def read_ranges(
                 positions = consumer.position([KTopicPartition(tp.topic, tp.partition) for tp in live])
                 for pos in positions:
                     c = live[TopicPartition(pos.topic, pos.partition)]
-                    if pos.offset >= c.rng.end:  # only markers/compacted offsets were left
-                        c.pos = c.rng.end
+                    if pos.offset >= c.rng.end:  # nothing delivered up to the end: absent
+                        c.pass_to_end()
                         finish(c.rng.tp)
             if any(m.error() is not None for m in msgs):
                 msgs, error = _handle_errors(msgs, live, consumer, on_expired, earliest, finish)
@@ -339,12 +365,11 @@ def read_ranges(
                 lo = bisect.bisect_left(offsets, c.pos)  # fetched before a seek
                 hi = bisect.bisect_left(offsets, c.rng.end)  # past the range: fetched ahead
                 if hi > lo:
-                    c.records += hi - lo
-                    c.pos = offsets[hi - 1] + 1
+                    c.read(offsets[lo:hi])
                     good = True
                     yield _batch(part[lo:hi], tp.topic, tp.partition, offsets[lo:hi])
-                if hi < len(offsets) or c.done:
-                    c.pos = c.rng.end
+                if hi < len(offsets) or c.done:  # a record past the range: nothing more inside it
+                    c.pass_to_end()
                     finish(tp)
             if good:
                 last_progress, lost = time.monotonic(), None

@@ -1,12 +1,12 @@
 """Topics on a broker: list them with their partitions and records, create one (``tailfill broker topics``,
-the sample producers)."""
+the sample producers), say which are compacted (the proof's reasons for offsets the broker does not deliver)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from tailfill.config import SourceConfig
 from tailfill.errors import SourceError
@@ -63,3 +63,21 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int) -> bool:
                 raise SourceError(f"cannot create topic {topic!r} on {bootstrap}: {exc}") from exc
             return False
     return True
+
+
+# Settings of an assign-only consumer that an admin client has no use for (it would warn about each).
+_CONSUMER_ONLY = frozenset({"group.id", "enable.auto.commit", "enable.auto.offset.store", "auto.offset.reset",
+                            "isolation.level", "enable.partition.eof", "queued.min.messages"})
+
+
+def compacted_topics(conf: dict, topics: set[str]) -> set[str] | None:
+    """Which of ``topics`` log compaction cleans (``cleanup.policy`` holds ``compact``), asked with the consumer
+    settings ``conf`` (its security included); None when the broker does not say (no answer, not allowed)."""
+    admin = AdminClient(logged({k: v for k, v in conf.items() if k not in _CONSUMER_ONLY}))
+    try:
+        asked = admin.describe_configs([ConfigResource(ResourceType.TOPIC, t) for t in sorted(topics)])
+        found = {resource.name: future.result(timeout=METADATA_TIMEOUT_S) for resource, future in asked.items()}
+    except (KafkaException, TimeoutError):
+        return None
+    return {name for name, configs in found.items()
+            if "compact" in str(getattr(configs.get("cleanup.policy"), "value", "") or "")}

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from tailfill.offsets import OffsetRange
+from tailfill.offsets import OffsetRange, runs_from_text, runs_to_text, total
 from tailfill.values.column_types import parse_type
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")  # TIMESTAMP_MICROS in UTC: what pyiceberg reads as timestamptz
@@ -83,22 +83,35 @@ def spark_ddl(schema: pa.Schema) -> str:
 
 @dataclass(frozen=True)
 class RangeMarker:
-    """What a reader actually read of one range: how many records, and which offsets had expired."""
+    """What a reader actually read of one range: how many records, which offsets had expired (``lost``), and which
+    the broker did not deliver (``absent``: passed over between records, or at the range's end), under the
+    isolation level it read with (``isolation``: why an absent offset was not delivered). Every offset of the range
+    is one of the three: :attr:`unaccounted` is what is not."""
 
     range: OffsetRange
     records: int
     lost: tuple[OffsetRange, ...] = field(default_factory=tuple)
+    absent: tuple[OffsetRange, ...] = field(default_factory=tuple)
+    isolation: str = "read_committed"
+
+    @property
+    def unaccounted(self) -> int:
+        """Offsets of the range neither read, lost nor absent (0 for a reader that accounts for its range)."""
+        return self.range.size - self.records - total(self.lost) - total(self.absent)
 
     def to_json(self) -> str:
         return json.dumps({"start": self.range.start, "end": self.range.end, "records": self.records,
-                           "lost": [[r.start, r.end] for r in self.lost]})
+                           "lost": [[r.start, r.end] for r in self.lost],
+                           "absent": runs_to_text((r.start, r.end) for r in self.absent), "isolation": self.isolation})
 
     @classmethod
     def from_row(cls, topic: str, partition: int, text: str) -> RangeMarker:
         """The marker carried by a raw row's ``range_marker`` column."""
         data = json.loads(text)
         rng = OffsetRange(topic, partition, data["start"], data["end"])
-        return cls(rng, data["records"], tuple(rng.with_bounds(s, e) for s, e in data["lost"]))
+        return cls(rng, data["records"], tuple(rng.with_bounds(s, e) for s, e in data["lost"]),
+                   tuple(rng.with_bounds(s, e) for s, e in runs_from_text(data.get("absent", ""))),
+                   data.get("isolation", "read_committed"))
 
     def to_batch(self) -> pa.RecordBatch:
         """The marker as a one-row batch of :data:`RAW_SCHEMA`."""

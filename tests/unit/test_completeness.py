@@ -1,6 +1,7 @@
 """Offset-to-row completeness: per-range accounting and table-wide tiling, on plain numpy offsets."""
 
 import numpy as np
+import pytest
 
 from tailfill.lake.batch_summary import BatchSummary
 from tailfill.offsets import OffsetRange, TopicPartition
@@ -89,6 +90,70 @@ def test_lost_ranges_are_not_missing_and_reduce_expected():
     assert c.lost == [R(0, 5), R(30, 40), R(95, 100)]  # clipped to the range, other partitions ignored
     assert c.expected == 100 - 20 == c.distinct
     assert c.expected_bounds == (5, 94) == (c.min_offset, c.max_offset)
+
+
+def recorded_batch(rng, absent, records_read, under="read_committed"):
+    """A batch that recorded which offsets of ``rng`` the broker did not deliver."""
+    return BatchSummary("p", "run-1", 0, [rng], [], records_read, absent=list(absent), absent_under=under)
+
+
+KEPT = [o for o in range(100) if not (10 <= o < 12 or o == 50 or o == 99)]  # holes [10, 12), 50, 99
+
+
+@pytest.mark.parametrize("setting", ["verified", "allowed"])
+def test_holes_the_batch_recorded_are_absent_and_the_others_missing(setting):
+    b = recorded_batch(R(0, 100), [R(10, 12), R(99, 100)], 96)  # it did not record offset 50
+    (c,) = check_batches([b], {TP: offs(rows=KEPT)}, setting)
+    assert c.absent == [R(10, 12), R(99, 100)] and c.missing == [R(50, 51)] and c.declined == []
+    assert c.absent_under == "read_committed" and c.expected == 97 and c.expected_bounds == (0, 98)
+    assert problems([c], []) == ["missing t[0] [50, 51) (run run-1, batch 0)"]
+    assert c.summary_row()["absent_offsets"] == 3 and c.summary_row()["missing_offsets"] == 1
+
+
+def test_a_recorded_absent_offset_is_not_trusted_on_a_count():
+    """The batch's record decides, not its count: a hole it recorded is absent even if the count disagrees."""
+    b = recorded_batch(R(0, 100), [R(10, 12), R(50, 51), R(99, 100)], 1_000)
+    (c,) = check_batches([b], {TP: offs(rows=KEPT)}, "verified")
+    assert c.absent == [R(10, 12), R(50, 51), R(99, 100)] and c.missing == [] and not problems([c], [])
+
+
+def test_with_none_every_recorded_absent_offset_fails_named_with_its_record():
+    b = recorded_batch(R(0, 100), [R(10, 12), R(50, 51), R(99, 100)], 96)
+    (c,) = check_batches([b], {TP: offs(rows=KEPT)}, "none")
+    assert c.absent == [] and c.missing == [] and c.declined == [R(10, 12), R(50, 51), R(99, 100)]
+    assert c.expected == 100 and c.summary_row()["missing_offsets"] == 4
+    assert problems([c], [])[0] == (
+        "missing t[0] [10, 12) (run run-1, batch 0): its batch recorded it as not delivered under read_committed, "
+        "and completeness.absent_offsets: none accepts no absent offset (fix: set it to verified)")
+
+
+def test_a_recorded_absent_offset_that_is_stored_is_no_hole():
+    b = recorded_batch(R(0, 10), [R(3, 5)], 8)
+    (c,) = check_batches([b], {TP: offs(rows=range(0, 10))}, "verified")  # stored all the same (a replay, say)
+    assert c.absent == [] and c.missing == [] and c.expected == 10 and not problems([c], [])
+
+
+def test_an_absent_offset_the_broker_refutes_is_missing_with_why():
+    b = recorded_batch(R(0, 100), [R(10, 12), R(50, 51), R(99, 100)], 96)
+    (c,) = check_batches([b], {TP: offs(rows=KEPT)}, "verified")
+    c = c.refute([R(11, 13), R(0, 1, partition=1)], "the broker delivers a record there under read_committed")
+    assert c.absent == [R(10, 11), R(50, 51), R(99, 100)] and c.refuted[0][0] == R(11, 12)
+    assert c.expected == 97 and c.not_stored == 1 and c.summary_row()["missing_offsets"] == 1
+    assert problems([c], []) == [
+        "missing t[0] [11, 12) (run run-1, batch 0): its batch recorded it as not delivered under read_committed, "
+        "but the broker delivers a record there under read_committed"]
+
+
+def test_holes_of_an_older_batch_are_judged_as_before():
+    """A batch that recorded no absent offsets: trusted on its count with allowed, as before; missing otherwise
+    (there is nothing recorded to verify, and a writer that records nothing gets nothing accepted)."""
+    kept = [o for o in range(100) if not 10 <= o < 20]
+    older = batch([R(0, 100)], records_read=90)
+    (c,) = check_batches([older], {TP: offs(rows=kept)}, "allowed")
+    assert c.absent == [R(10, 20)] and c.absent_under is None and not problems([c], [])
+    (c,) = check_batches([older], {TP: offs(rows=kept)}, "verified")
+    assert c.absent == [] and c.missing == [R(10, 20)]
+    assert problems([c], []) == ["missing t[0] [10, 20) (run run-1, batch 0)"]
 
 
 def test_absent_offsets_allowed_only_when_records_read_matches_stored():

@@ -14,9 +14,14 @@ from tailfill.offsets import (
     intersect_all,
     merge,
     overlaps,
+    passed_over,
     ranges_between,
     ranges_from_json,
     ranges_to_json,
+    runs_from_json,
+    runs_from_text,
+    runs_to_json,
+    runs_to_text,
     split_slices,
     subtract,
     total,
@@ -198,3 +203,63 @@ def test_deal_splits_large_ranges_so_that_every_group_works_and_keeps_partitions
     assert all(len({r.tp for r in g}) == len(g) for g in groups)  # one consumer reads each partition once
     assert merge(r for g in groups for r in g) == [R(0, 1_000, 0), R(0, 10, 1)]
     assert deal([R(0, 300, 0)], 4, min_split=200) == [[R(0, 300, 0)]]  # too small to be worth splitting
+
+
+def test_passed_over_names_what_lies_between_delivered_offsets():
+    assert passed_over(10, []) == []
+    assert passed_over(10, [10, 11, 12]) == []
+    assert passed_over(10, [13, 14, 20]) == [(10, 13), (15, 20)]
+    assert passed_over(0, [0, 2, 4, 5, 9]) == [(1, 2), (3, 4), (6, 9)]
+    assert passed_over(5, [5, 5, 7]) == [(6, 7)]  # a repeat adds no gap
+
+
+def test_runs_round_trip_and_fold_repeats():
+    assert runs_to_text([]) == "" and runs_from_text("") == []
+    assert runs_to_text([(100, 101), (201, 202), (302, 303)]) == "100*3"
+    assert runs_to_text([(0, 2), (5, 6), (7, 10), (10, 11)]) == "0:2,3,1:4"  # adjacent pairs are one run
+    assert runs_from_text("0:2,3,1:4") == [(0, 2), (5, 6), (7, 11)]
+    rng = random.Random(3)
+    for _ in range(200):
+        offsets = sorted(rng.sample(range(0, 500), rng.randint(0, 60)))
+        pairs = [(o, o + 1) for o in offsets]
+        expected = [(r.start, r.end) for r in merge(R(s, e) for s, e in pairs)]
+        assert runs_from_text(runs_to_text(pairs)) == expected
+
+
+@pytest.mark.parametrize("bad", ["x", "3:0", "-1", "2*0", "0*2", "1,0", "1:2:3"])
+def test_runs_text_that_is_not_runs_is_refused(bad):
+    with pytest.raises(ValueError, match="offset runs"):
+        runs_from_text(bad)
+
+
+def test_overlapping_runs_are_refused():
+    with pytest.raises(ValueError, match="overlap"):
+        runs_to_text([(0, 5), (3, 8)])
+
+
+def test_runs_json_keeps_topics_and_partitions():
+    ranges = [R(3, 4), R(9, 12), R(0, 1, partition=1), R(7, 8, topic="u")]
+    text = runs_to_json(ranges)
+    assert text == '{"t":{"0":"3,5:3","1":"0"},"u":{"0":"7"}}'
+    assert sorted(runs_from_json(text)) == sorted(ranges) and runs_from_json("") == runs_from_json("{}") == []
+
+
+def test_a_million_records_in_transactions_stay_small():
+    """The figures the encoding's comment states: one marker after each transaction of 1M records."""
+
+    def markers(size) -> list[OffsetRange]:
+        out, pos, records = [], 0, 0
+        while records < 1_000_000:
+            n = size()
+            pos, records = pos + n, records + n
+            out.append(R(pos, pos + 1))
+            pos += 1
+        return out
+
+    fixed = markers(lambda: 100)
+    assert runs_to_json(fixed) == '{"t":{"0":"100*10000"}}'
+    rng = random.Random(1)
+    varied = markers(lambda: rng.randint(50, 150))
+    text = runs_to_json(varied)
+    assert runs_from_json(text) == varied
+    assert len(text) < 36_000 and len(ranges_to_json(varied)) > 150_000

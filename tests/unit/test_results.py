@@ -6,6 +6,7 @@ import json
 
 from tailfill.errors import ConfigError, ErrorInfo
 from tailfill.pipeline.load import load_pipeline
+from tailfill.proof.reports import render_html
 from tailfill.proof.result import ValidationResult
 from tailfill.run.contract import IngestResult, JobResult, parse_result
 from tailfill.run.maintain import MaintenanceResult, TableUpkeep
@@ -29,6 +30,24 @@ def test_a_validation_survives_json_and_reads_as_the_cli_prints_it():
     assert text[2].split() == ["events[0]", "100", "90", "80", "10", "10", "0"]
     assert "  suite tailfill_run_completeness: FAILED" in text
     assert "  problem: missing events[0] [90, 100)" in text
+
+
+def test_absent_offsets_read_by_reason_in_the_json_the_cli_and_the_report():
+    markers = [f"events[0] [{o}, {o + 1})" for o in range(100, 30_000, 101)]
+    absent = [{"reason": "transaction marker", "offsets": len(markers), "ranges": markers},
+              {"reason": "aborted transaction", "offsets": 7, "ranges": ["events[1] [3, 10)"]}]
+    result = ValidationResult("demo", "all-1", "all runs", ["run-1"], "2026-01-01T00:00:00+00:00", True, [], 30_000,
+                              absent_by_reason=absent)
+    assert ValidationResult.from_dict(json.loads(json.dumps(result.asdict()))).absent_by_reason == absent
+    text = result.asstr().splitlines()
+    assert ("  absent: 297 offsets, transaction marker: events[0] [100, 101), events[0] [201, 202), "
+            "events[0] [302, 303) and 294 more ranges") in text
+    assert "  absent: 7 offsets, aborted transaction: events[1] [3, 10)" in text
+    page = render_html(result)
+    assert "<td>297</td>" in page and "events[0] [20199, 20200)" in page and "and 97 more ranges" in page
+    assert "events[0] [20300, 20301)" not in page  # the 201st: the JSON lists every range, the page 200
+    older = {k: v for k, v in result.asdict().items() if k != "absent_by_reason"}  # a result saved before
+    assert ValidationResult.from_dict(older).absent_by_reason == []
 
 
 def test_a_maintenance_result_is_json_for_the_dag_and_one_line_per_table_for_people():
