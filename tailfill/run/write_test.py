@@ -4,8 +4,8 @@ Besides its tables' files (placed by the catalog), a run writes the run state (t
 failures, lanes), the batch reports (``runs/``), each table's batch audit (``audit/<namespace>.<table>/batches``)
 and the validation results, all on the warehouse's filesystem, and its checkpoints (a local folder). Left to the
 commit, a place that refuses writes would be found only after the planner made the tables and the job read a
-batch, after three attempts and with a traceback. So every run tests them first, with the filesystem and the credentials it
-will write with: one object written and removed per place (:func:`check_writable`), once per process
+batch, after three attempts and with a traceback. So every run tests them first, with the filesystem and the
+credentials it will write with: one object written and removed per place (:func:`check_writable`), once per process
 (:func:`ensure_writable`). The planner does it before it touches the catalog or the broker (``tailfill
 backfill|tail``, the DAGs' ``plan`` and ``tune`` tasks), the job again in its own process (``spark-submit``,
 Airflow's workers; a job on Spark Connect runs in the planner's process and finds it done), ``tailfill
