@@ -20,10 +20,12 @@ REPEAT_AFTER_S = 300.0
 _THREAD = re.compile(r"^\[thrd:[^\]]*\]:\s*")
 # What changes between retries of one problem: durations, counts of suppressed repeats, client instance ids.
 _VARYING = re.compile(r"\d+(\.\d+)?\s*ms\b|,?\s*\d+ identical error\(s\) suppressed|#(consumer|producer)-\d+")
-# A broker that cannot be reached (refused, gone, timed out): librdkafka retries it, and a caller that cannot go on
-# without the broker raises its own error naming it; logged at INFO so that such a failure is that one line.
-_TRANSPORT = re.compile(r"Connect to .* failed|Connection refused|Disconnected|timed out|Host resolution failure",
-                        re.IGNORECASE)
+# A broker that cannot be reached (refused, gone, timed out), or a coordinator still loading its state after the
+# broker started ("Coordinator load in progress": a first idempotent producer on a fresh broker meets it): librdkafka
+# retries it, and a caller that cannot go on without the broker raises its own error naming it; logged at INFO so
+# that such a failure is that one line, and a success none.
+_TRANSPORT = re.compile(r"Connect to .* failed|Connection refused|Disconnected|timed out|Host resolution failure|"
+                        r"load in progress", re.IGNORECASE)
 
 
 class OncePerProblem(logging.Filter):

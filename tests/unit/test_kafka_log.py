@@ -51,3 +51,11 @@ def test_a_problem_is_said_again_after_the_repeat_interval():
 def test_every_client_config_gets_the_logger():
     assert logged({"bootstrap.servers": "x"}) == {"bootstrap.servers": "x", "logger": LOGGER}
     assert any(isinstance(f, OncePerProblem) for f in LOGGER.filters)
+
+
+def test_a_coordinator_still_loading_on_a_fresh_broker_is_info():
+    """What a first idempotent producer on a broker that just started meets, and librdkafka retries."""
+    text = ("[thrd:main]: Failed to acquire idempotence PID from broker 127.0.0.1:52333/1: Broker: Coordinator "
+            "load in progress: retrying")
+    [out] = passed(OncePerProblem(), [record(logging.WARNING, "GETPID", "rdkafka#producer-1", text)])
+    assert out.levelno == logging.INFO
