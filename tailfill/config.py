@@ -170,11 +170,15 @@ class FieldSpec(_Model):
     name: str = Field(description="The column's name: a plain identifier, not starting with 'kafka_' (the "
                                   "prefix of the record's Kafka metadata columns).")
     # Parsed by tailfill.values.column_types.
-    type: str = Field(description="The column's type: string, long, double, boolean, timestamp, int, float, date, "
-                                  "binary, decimal(p, s), or nested: struct<name: type, ...>, list<type>, "
-                                  "map<string, type>.")
+    type: str = Field(description="The column's type: string, long, double, boolean, timestamp (UTC), "
+                                  "timestamp_ntz (no zone), int, float, date, time, binary, decimal(p, s), or nested: "
+                                  "struct<name: type, ...>, list<type>, map<string, type>.")
     required: bool = Field(default=False, description="A record that lacks this field, or holds null in it, goes "
                                                       "to the quarantine.")
+    logical: str | None = Field(default=None, description="envelope: debezium: the Kafka Connect or Debezium logical "
+                                "type the field's values are encoded in (io.debezium.time.MicroTimestamp, "
+                                "org.apache.kafka.connect.data.Decimal, ...), for events without the JSON "
+                                "converter's schema; an event's schema, when it has one, names its own.")
 
     @field_validator("type")
     @classmethod

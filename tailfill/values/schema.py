@@ -47,10 +47,14 @@ QUARANTINE_SCHEMA = pa.schema([*METADATA_FIELDS, VALUE_FIELD, pa.field("error", 
 RANGE_SCHEMA = pa.schema([("kafka_topic", pa.string()), ("kafka_partition", pa.int32()),
                           ("start_offset", pa.int64()), ("end_offset", pa.int64())])
 # Keyed pipelines' change columns, after the decoded ones: the op (r/c/u: the row is the key's new state; d: the key
-# is deleted) and Debezium's source.ts_ms and source.lsn (null when the records carry none).
-CDC_OP, CDC_TS_MS, CDC_LSN = "cdc_op", "cdc_ts_ms", "cdc_lsn"
-CHANGE_COLUMNS = pa.schema([(CDC_OP, pa.string()), (CDC_TS_MS, pa.int64()), (CDC_LSN, pa.int64())])
-DELETE_OP = "d"
+# is deleted; t: the table is truncated) and Debezium's source position (null when the records carry none):
+# source.ts_ms; Postgres's source.lsn; MySQL's binlog position (source.file's number and source.pos, as one long:
+# file number * 2**32 + pos); MySQL's GTID (source.gtid's transaction number).
+CDC_OP, CDC_TS_MS, CDC_LSN, CDC_BINLOG, CDC_GTID = "cdc_op", "cdc_ts_ms", "cdc_lsn", "cdc_binlog", "cdc_gtid"
+CHANGE_COLUMNS = pa.schema([(CDC_OP, pa.string()), (CDC_TS_MS, pa.int64()), (CDC_LSN, pa.int64()),
+                            (CDC_BINLOG, pa.int64()), (CDC_GTID, pa.int64())])
+POSITION_COLUMNS = CHANGE_COLUMNS.names[1:]  # what an event's source gives
+DELETE_OP, TRUNCATE_OP = "d", "t"
 FIELD_TYPES = {"string": pa.string(), "long": pa.int64(), "double": pa.float64(), "boolean": pa.bool_(),
                "timestamp": TIMESTAMP}
 _SPARK_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "long", TIMESTAMP: "timestamp",

@@ -1,0 +1,186 @@
+"""Debezium change events with a column of each logical type, as Debezium's JSON converter encodes them.
+
+:data:`COLUMNS` is a table whose columns hold every Kafka Connect and Debezium logical type Tailfill converts
+(dates, times and timestamps in each unit, zoned timestamps, decimals as base64 bytes, as exact numbers and as
+strings, variable-scale decimals, JSON, UUIDs, enums). :func:`typed_stream` makes changes of rows of random
+values (Python's own ``date``, ``time``, ``datetime``, ``Decimal``), each encoded here from the value by the
+connector's rules, with or without the converter's ``schema``/``payload`` wrapper. The values themselves are the
+answer a test compares a state table with: nothing here decodes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Context, Decimal
+from typing import Any
+
+from tailfill.dev.change_stream import Change
+
+EPOCH = datetime(1970, 1, 1)
+DAY = date(1970, 1, 1)
+WIDE = Context(prec=100)  # the default context keeps 28 digits: these decimals have up to 38
+
+
+def _micros(value: datetime) -> int:
+    return (value - EPOCH) // timedelta(microseconds=1)
+
+
+def _of_day(value: time) -> int:
+    return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
+
+
+def _unscaled(value: Decimal, scale: int) -> str:
+    """A decimal's unscaled value as Kafka Connect's Decimal writes it: big-endian two's complement, base64."""
+    unscaled = int(value.scaleb(scale, context=WIDE))
+    return base64.b64encode(unscaled.to_bytes(max(1, (unscaled.bit_length() + 8) // 8), "big", signed=True)).decode()
+
+
+@dataclass(frozen=True)
+class TypedColumn:
+    """A column: its declared type, the logical type Debezium names, the Connect literal type and parameters the
+    schema gives, how to make a value and how the converter writes it."""
+
+    name: str
+    type: str
+    logical: str | None
+    literal: str
+    make: Callable[[random.Random], Any]
+    encode: Callable[[Any], Any]
+    parameters: dict[str, str] | None = None
+
+
+def _date(rng: random.Random) -> date:
+    return date(1, 1, 1) + timedelta(days=rng.randrange(3_652_058))  # 0001-01-01 .. 9999-12-31
+
+
+def _local(rng: random.Random, step_us: int) -> datetime:
+    return datetime(1, 1, 1) + timedelta(microseconds=rng.randrange(315_537_897_600_000_000 // step_us) * step_us)
+
+
+def _time(rng: random.Random, step_us: int) -> time:
+    return (datetime.min + timedelta(microseconds=rng.randrange(86_400_000_000 // step_us) * step_us)).time()
+
+
+def _decimal(rng: random.Random, precision: int, scale: int) -> Decimal:
+    return Decimal(rng.randrange(-10**precision + 1, 10**precision)).scaleb(-scale, context=WIDE)
+
+
+COLUMNS: list[TypedColumn] = [
+    TypedColumn("id", "long", None, "int64", lambda rng: 0, lambda v: v),
+    TypedColumn("born", "date", "io.debezium.time.Date", "int32", _date, lambda v: (v - DAY).days),
+    TypedColumn("opens", "time", "io.debezium.time.Time", "int32", lambda rng: _time(rng, 1000),
+                lambda v: _of_day(v) // 1000),
+    TypedColumn("alarm", "time", "io.debezium.time.MicroTime", "int64", lambda rng: _time(rng, 1), _of_day),
+    TypedColumn("tick", "time", "io.debezium.time.NanoTime", "int64", lambda rng: _time(rng, 1),
+                lambda v: _of_day(v) * 1000),
+    TypedColumn("created", "timestamp_ntz", "io.debezium.time.Timestamp", "int64", lambda rng: _local(rng, 1000),
+                lambda v: _micros(v) // 1000),
+    TypedColumn("updated", "timestamp_ntz", "io.debezium.time.MicroTimestamp", "int64", lambda rng: _local(rng, 1),
+                _micros),
+    TypedColumn("logged", "timestamp_ntz", "io.debezium.time.NanoTimestamp", "int64", lambda rng: _local(rng, 1),
+                lambda v: _micros(v) * 1000),
+    TypedColumn("posted", "timestamp", "org.apache.kafka.connect.data.Timestamp", "int64",
+                lambda rng: _local(rng, 1000).replace(tzinfo=UTC), lambda v: _micros(v.replace(tzinfo=None)) // 1000),
+    TypedColumn("seen", "timestamp", "io.debezium.time.ZonedTimestamp", "string",
+                lambda rng: _local(rng, 1).replace(tzinfo=UTC),
+                lambda v: v.astimezone(UTC).isoformat().replace("+00:00", "Z")),
+    TypedColumn("price", "decimal(10, 2)", "org.apache.kafka.connect.data.Decimal", "bytes",
+                lambda rng: _decimal(rng, 10, 2), lambda v: _unscaled(v, 2),
+                {"scale": "2", "connect.decimal.precision": "10"}),
+    TypedColumn("total", "decimal(38, 10)", "org.apache.kafka.connect.data.Decimal", "bytes",
+                lambda rng: _decimal(rng, 38, 10), lambda v: _unscaled(v, 10),
+                {"scale": "10", "connect.decimal.precision": "38"}),
+    TypedColumn("balance", "decimal(38, 10)", None, "string", lambda rng: _decimal(rng, 38, 10),
+                lambda v: format(v, "f")),  # decimal.handling.mode: string
+    TypedColumn("ratio", "decimal(30, 8)", "io.debezium.data.VariableScaleDecimal", "struct",
+                lambda rng: _decimal(rng, 20, rng.randrange(9)),
+                lambda v: {"scale": -v.as_tuple().exponent, "value": _unscaled(v, -v.as_tuple().exponent)}),
+    TypedColumn("doc", "string", "io.debezium.data.Json", "string",
+                lambda rng: json.dumps({"n": rng.randrange(1000)}), lambda v: v),
+    TypedColumn("ref", "string", "io.debezium.data.Uuid", "string",
+                lambda rng: str(uuid.UUID(int=rng.getrandbits(128))), lambda v: v),
+    TypedColumn("mood", "string", "io.debezium.data.Enum", "string", lambda rng: rng.choice(["sad", "ok", "happy"]),
+                lambda v: v, {"allowed": "sad,ok,happy"}),
+]
+NUMERIC = {"total"}  # written as JSON numbers (the JSON converter's decimal.format: NUMERIC), exactly
+
+
+def fields(declare_logical: bool) -> list[dict]:
+    """The pipeline's ``format.fields`` for :data:`COLUMNS`: with each field's logical type (events without the
+    wrapper), or without (the wrapper's schema names them)."""
+    return [{"name": c.name, "type": c.type, **({"required": True} if c.name == "id" else {}),
+             **({"logical": c.logical} if declare_logical and c.logical else {})} for c in COLUMNS]
+
+
+def _schema_field(c: TypedColumn) -> dict:
+    out: dict[str, Any] = {"type": c.literal, "optional": c.name != "id", "field": c.name}
+    if c.literal == "struct":
+        out["fields"] = [{"type": "int32", "optional": False, "field": "scale"},
+                         {"type": "bytes", "optional": False, "field": "value"}]
+    if c.logical:
+        out.update(name=c.logical, version=1)
+    if c.parameters:
+        out["parameters"] = c.parameters
+    return out
+
+
+def envelope_schema() -> dict:
+    """The JSON converter's schema of the change events (what the wrapper carries)."""
+    row = {"type": "struct", "fields": [_schema_field(c) for c in COLUMNS], "optional": True, "name": "typed.Value"}
+    return {"type": "struct", "name": "typed.Envelope", "optional": False, "fields": [
+        {**row, "field": "before"}, {**row, "field": "after"},
+        {"type": "struct", "name": "io.debezium.connector.postgresql.Source", "optional": False, "field": "source",
+         "fields": [{"type": "int64", "optional": False, "field": "ts_ms"},
+                    {"type": "int64", "optional": True, "field": "lsn"}]},
+        {"type": "string", "optional": False, "field": "op"}]}
+
+
+def row(rng: random.Random, key: int) -> dict[str, Any]:
+    """A row of random values (Python's own types) for ``key``."""
+    return {c.name: key if c.name == "id" else c.make(rng) for c in COLUMNS}
+
+
+def encoded(values: dict[str, Any] | None) -> str | None:
+    """A row's image as JSON text, each value as the converter writes it (None: no image)."""
+    if values is None:
+        return None
+    parts = []
+    for c in COLUMNS:
+        v = values.get(c.name)
+        text = "null" if v is None else (format(v, "f") if c.name in NUMERIC else json.dumps(c.encode(v)))
+        parts.append(f"{json.dumps(c.name)}: {text}")
+    return "{" + ", ".join(parts) + "}"
+
+
+def event_bytes(op: str, before: dict | None, after: dict | None, lsn: int, wrapped: bool) -> bytes:
+    """A change event as the JSON converter writes it (``wrapped``: with its schema)."""
+    payload = (f'{{"before": {encoded(before) or "null"}, "after": {encoded(after) or "null"}, '
+               f'"source": {{"ts_ms": {1_700_000_000_000 + lsn}, "lsn": {lsn}}}, "op": "{op}"}}')
+    return (f'{{"schema": {json.dumps(envelope_schema())}, "payload": {payload}}}' if wrapped else payload).encode()
+
+
+def typed_stream(events: int, keys: int, seed: int = 3, wrapped: bool = True) -> tuple[list[Change], dict]:
+    """``events`` changes (creates, updates, deletes with their tombstones) of rows over ``keys`` ids in one
+    partition, and the state they leave: id → its row's values."""
+    rng = random.Random(seed)
+    state: dict[int, dict] = {}
+    out: list[Change] = []
+    lsn = 100
+    while len(out) < events:
+        key = rng.randrange(keys)
+        lsn += 1
+        where = json.dumps({"id": key}).encode()
+        if key in state and rng.random() < 0.2:
+            out.append(Change(0, len(out), where, event_bytes("d", state.pop(key), None, lsn, wrapped), key, "d"))
+            out.append(Change(0, len(out), where, None, key, "tombstone"))
+            continue
+        op = "u" if key in state else "c"
+        state[key] = row(rng, key)
+        out.append(Change(0, len(out), where, event_bytes(op, None, state[key], lsn, wrapped), key, op))
+    return out, state
