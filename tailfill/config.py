@@ -369,9 +369,14 @@ class TargetConfig(_Model):
                     "key); required there, refused with append.")
     version_by: str | None = Field(
         default=None,
-        description="upsert: a long column that orders a key's changes when they can span Kafka partitions "
-                    "(e.g. cdc_lsn); null: the Kafka offset within the partition orders them, and a key seen "
-                    "in two partitions stops the run naming the key and both partitions.")
+        description="upsert: a long column that orders a key's changes when they can span Kafka partitions: "
+                    "cdc_lsn (Postgres's source.lsn), cdc_binlog (MySQL's source.file and source.pos), cdc_gtid "
+                    "(MySQL's source.gtid), or a declared one; null: the Kafka offset within the partition orders "
+                    "them, and a key seen in two partitions stops the run naming the key and both partitions.")
+    on_truncate: Literal["apply", "stop"] = Field(
+        default="apply",
+        description="upsert: a truncate (Debezium's op t) empties the state table as of its place in the source's "
+                    "order (apply), or stops the run naming its partition and offset (stop).")
     state_table: str | None = Field(default=None, description="upsert: the state table's name (null: "
                                                               "<table>_state).")
 
@@ -429,6 +434,7 @@ class TargetConfig(_Model):
             raise ValueError("mode: upsert needs key: the columns that identify a row (e.g. key: [order_id])")
         if self.mode == "append":
             given = [n for n in ("key", "version_by", "state_table") if getattr(self, n)]
+            given += ["on_truncate"] if self.on_truncate != "apply" else []
             if given:
                 raise ValueError(f"{', '.join(given)} only apply to mode: upsert (this target appends)")
         if len(set(self.key)) != len(self.key):
