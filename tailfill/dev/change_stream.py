@@ -176,7 +176,8 @@ def records(topic: str, changes: list[Change], ranges: list[OffsetRange]):
             [pa.array([topic] * n), pa.array([r.partition] * n, pa.int32()),
              pa.array([c.offset for c in got], pa.int64()), pa.array([now] * n, TIMESTAMP),
              pa.array([c.key for c in got], pa.binary()), pa.array([[]] * n, HEADERS),
-             pa.array([c.value for c in got], pa.binary()), pa.nulls(n, pa.string())], schema=RAW_SCHEMA)
+             pa.array([c.value for c in got], pa.binary()), pa.nulls(n, pa.string()),
+             pa.nulls(n, pa.string())], schema=RAW_SCHEMA)
     for r in ranges:  # an offset without a change is one the broker would not deliver (compacted, say): absent
         held = [o for o in range(r.start, r.end) if (r.partition, o) in by_at]
         absent = tuple(r.with_bounds(s, e) for s, e in passed_over(r.start, [*held, r.end]))

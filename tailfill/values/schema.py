@@ -1,7 +1,9 @@
 """The shapes records take between stages, defined once.
 
-- :data:`RAW_SCHEMA`: what the Kafka source emits — coordinates, key, headers, value, and ``range_marker``,
-  non-null only on the one :class:`RangeMarker` row a reader appends per range it read;
+- :data:`RAW_SCHEMA`: what the Kafka source emits — coordinates, key, headers, value, ``range_marker``,
+  non-null only on the one :class:`RangeMarker` row a reader appends per range it read, and ``source_error``,
+  non-null on a record the source read but cannot hand over whole (its timestamp out of range): why, for the
+  quarantine;
 - :func:`table_schema`: a row of the target table — coordinates, key, headers, the declared fields, the raw value;
 - :data:`QUARANTINE_SCHEMA`: a record that could not become a row — coordinates, raw key, headers, raw value,
   error, run;
@@ -34,6 +36,7 @@ RAW_SCHEMA = pa.schema(
         ("kafka_headers", HEADERS),
         ("kafka_value", pa.binary()),
         ("range_marker", pa.string()),
+        ("source_error", pa.string()),
     ]
 )
 METADATA_FIELDS = [RAW_SCHEMA.field(n) for n in ("kafka_topic", "kafka_partition", "kafka_offset",
@@ -123,6 +126,6 @@ class RangeMarker:
         return pa.RecordBatch.from_arrays(
             [pa.array([r.topic]), pa.array([r.partition], pa.int32()), pa.array([r.start], pa.int64()),
              pa.nulls(1, TIMESTAMP), pa.nulls(1, pa.binary()), pa.nulls(1, HEADERS), pa.nulls(1, pa.binary()),
-             pa.array([self.to_json()])],
+             pa.array([self.to_json()]), pa.nulls(1, pa.string())],
             schema=RAW_SCHEMA,
         )

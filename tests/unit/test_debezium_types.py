@@ -41,7 +41,7 @@ def raw(values: list[bytes]) -> pa.Table:
     return pa.Table.from_batches([pa.RecordBatch.from_arrays(
         [pa.array(["t"] * n), pa.array([0] * n, pa.int32()), pa.array(range(n), pa.int64()), pa.nulls(n, TIMESTAMP),
          pa.array([b"k"] * n, pa.binary()), pa.array([[]] * n, HEADERS), pa.array(values, pa.binary()),
-         pa.nulls(n, pa.string())], schema=RAW_SCHEMA)])
+         pa.nulls(n, pa.string()), pa.nulls(n, pa.string())], schema=RAW_SCHEMA)])
 
 
 def decode(cfg, values: list[bytes]) -> tuple[pa.Table, pa.Table]:

@@ -70,7 +70,8 @@ def raw(values: list[bytes | None], keys: list[bytes | None]) -> pa.Table:
     return pa.Table.from_batches([pa.RecordBatch.from_arrays(
         [pa.array(["t"] * n), pa.array([0] * n, pa.int32()), pa.array(range(n), pa.int64()),
          pa.nulls(n, TIMESTAMP), pa.array(keys, pa.binary()), pa.array([[]] * n, HEADERS),
-         pa.array(values, pa.binary()), pa.nulls(n, pa.string())], schema=RAW_SCHEMA)])
+         pa.array(values, pa.binary()), pa.nulls(n, pa.string()),
+         pa.nulls(n, pa.string())], schema=RAW_SCHEMA)])
 
 
 def event(op: str, before=None, after=None, lsn=7, wrapped=False) -> bytes:
