@@ -63,6 +63,11 @@ def _local(rng: random.Random, step_us: int) -> datetime:
     return datetime(1, 1, 1) + timedelta(microseconds=rng.randrange(315_537_897_600_000_000 // step_us) * step_us)
 
 
+def _nano_range(rng: random.Random) -> datetime:
+    """A time whose nanoseconds since 1970 fit a long (1677 to 2262), as a NanoTimestamp's must."""
+    return EPOCH + timedelta(microseconds=rng.randrange(-9_000_000_000_000_000, 9_000_000_000_000_000))
+
+
 def _time(rng: random.Random, step_us: int) -> time:
     return (datetime.min + timedelta(microseconds=rng.randrange(86_400_000_000 // step_us) * step_us)).time()
 
@@ -83,7 +88,7 @@ COLUMNS: list[TypedColumn] = [
                 lambda v: _micros(v) // 1000),
     TypedColumn("updated", "timestamp_ntz", "io.debezium.time.MicroTimestamp", "int64", lambda rng: _local(rng, 1),
                 _micros),
-    TypedColumn("logged", "timestamp_ntz", "io.debezium.time.NanoTimestamp", "int64", lambda rng: _local(rng, 1),
+    TypedColumn("logged", "timestamp_ntz", "io.debezium.time.NanoTimestamp", "int64", _nano_range,
                 lambda v: _micros(v) * 1000),
     TypedColumn("posted", "timestamp", "org.apache.kafka.connect.data.Timestamp", "int64",
                 lambda rng: _local(rng, 1000).replace(tzinfo=UTC), lambda v: _micros(v.replace(tzinfo=None)) // 1000),
@@ -165,11 +170,22 @@ def event_bytes(op: str, before: dict | None, after: dict | None, lsn: int, wrap
     return (f'{{"schema": {json.dumps(envelope_schema())}, "payload": {payload}}}' if wrapped else payload).encode()
 
 
-def typed_stream(events: int, keys: int, seed: int = 3, wrapped: bool = True) -> tuple[list[Change], dict]:
+@dataclass
+class TypedStream:
+    """Changes of typed rows: the Kafka records, each change's row images (before, after) by offset, and the state
+    they leave (id → its row's values)."""
+
+    changes: list[Change]
+    images: dict[int, tuple[dict | None, dict | None]]
+    state: dict[int, dict]
+
+
+def typed_stream(events: int, keys: int, seed: int = 3, wrapped: bool = True) -> TypedStream:
     """``events`` changes (creates, updates, deletes with their tombstones) of rows over ``keys`` ids in one
-    partition, and the state they leave: id → its row's values."""
+    partition."""
     rng = random.Random(seed)
     state: dict[int, dict] = {}
+    images: dict[int, tuple[dict | None, dict | None]] = {}
     out: list[Change] = []
     lsn = 100
     while len(out) < events:
@@ -177,10 +193,87 @@ def typed_stream(events: int, keys: int, seed: int = 3, wrapped: bool = True) ->
         lsn += 1
         where = json.dumps({"id": key}).encode()
         if key in state and rng.random() < 0.2:
-            out.append(Change(0, len(out), where, event_bytes("d", state.pop(key), None, lsn, wrapped), key, "d"))
+            images[len(out)] = (state.pop(key), None)
+            out.append(Change(0, len(out), where, event_bytes("d", *images[len(out)], lsn, wrapped), key, "d"))
             out.append(Change(0, len(out), where, None, key, "tombstone"))
             continue
         op = "u" if key in state else "c"
         state[key] = row(rng, key)
+        images[len(out)] = (None, state[key])
         out.append(Change(0, len(out), where, event_bytes(op, None, state[key], lsn, wrapped), key, op))
-    return out, state
+    return TypedStream(out, images, state)
+
+
+def _avro_type(c: TypedColumn) -> object:
+    """A column's Avro type as Confluent's AvroConverter writes Debezium's schema (``connect.name`` on the literal)."""
+    literal = {"int32": "int", "int64": "long", "string": "string", "bytes": "bytes"}.get(c.literal)
+    if c.literal == "struct":
+        kind: dict = {"type": "record", "name": "VariableScaleDecimal", "namespace": "io.debezium.data",
+                      "fields": [{"name": "scale", "type": "int"}, {"name": "value", "type": "bytes"}]}
+    else:
+        kind = {"type": literal}
+    if c.logical:
+        kind.update({"connect.version": 1, "connect.name": c.logical})
+    if c.parameters:
+        kind["connect.parameters"] = c.parameters
+    if c.logical == "org.apache.kafka.connect.data.Decimal":
+        kind.update(logicalType="decimal", precision=int(c.parameters["connect.decimal.precision"]),
+                    scale=int(c.parameters["scale"]))
+    if c.logical == "org.apache.kafka.connect.data.Timestamp":
+        kind["logicalType"] = "timestamp-millis"
+    return kind if c.name == "id" else ["null", kind]
+
+
+def avro_envelope(topic: str) -> dict:
+    """The change events' Avro schema as Debezium's AvroConverter registers it."""
+    name = topic.replace("-", "_").replace(".", "_")
+    value = {"type": "record", "name": "Value", "namespace": name,
+             "fields": [{"name": c.name, "type": _avro_type(c), **({} if c.name == "id" else {"default": None})}
+                        for c in COLUMNS]}
+    source = {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
+              "fields": [{"name": "ts_ms", "type": "long"}, {"name": "lsn", "type": ["null", "long"], "default": None}]}
+    return {"type": "record", "name": "Envelope", "namespace": name, "fields": [
+        {"name": "before", "type": ["null", value], "default": None},
+        {"name": "after", "type": ["null", f"{name}.Value"], "default": None},
+        {"name": "source", "type": source}, {"name": "op", "type": "string"}]}
+
+
+AVRO_LOGICAL = ("org.apache.kafka.connect.data.Decimal", "org.apache.kafka.connect.data.Timestamp")  # Avro's own
+
+
+def avro_image(values: dict[str, Any] | None) -> dict | None:
+    """A row's image as the AvroConverter's serializer takes it: each value as Debezium encodes it, but for what
+    Avro's own logical types carry (decimals, Connect's Timestamp) and bytes left raw."""
+    if values is None:
+        return None
+    out = {}
+    for c in COLUMNS:
+        v = values.get(c.name)
+        if v is None or c.logical in AVRO_LOGICAL:
+            out[c.name] = v
+        elif c.literal == "struct":
+            scale = -v.as_tuple().exponent
+            out[c.name] = {"scale": scale, "value": base64.b64decode(_unscaled(v, scale))}
+        else:
+            out[c.name] = c.encode(v)
+    return out
+
+
+def avro_typed(stream: TypedStream, registry_url: str, topic: str) -> list[Change]:
+    """``stream``'s changes as Debezium's AvroConverter writes them, the schema registered at ``registry_url``."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": registry_url})
+    values = AvroSerializer(client, json.dumps(avro_envelope(topic)))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    out = []
+    for c in stream.changes:
+        value = None
+        if c.value is not None:
+            before, after = stream.images[c.offset]
+            value = values({"before": avro_image(before), "after": avro_image(after), "op": c.op,
+                            "source": {"ts_ms": 1, "lsn": c.offset}}, ctx)
+        out.append(Change(c.partition, c.offset, c.key, value, c.order_id, c.op))
+    return out

@@ -3,6 +3,9 @@
 record → struct, array → list, map → map<string, ...>, enum → string, fixed → binary,
 decimal → decimal(p, s), date → date, timestamp-millis/micros → timestamp (UTC, µs),
 local-timestamp-* → timestamp without zone, uuid → string, a union with null → an optional value.
+A Kafka Connect or Debezium logical type named by ``connect.name`` (what Confluent's AvroConverter writes for
+Debezium's ``io.debezium.time.MicroTimestamp`` and kin) takes its column type (:data:`CONNECT_TYPES`), and
+:meth:`AvroWriter.logicals` names those fields for the values' conversion.
 A union of several non-null types has no column type: such a schema is refused with the reason.
 A top-level field is *required* when its type is not a union with null and it has no default.
 A key schema (``format.key: registry``) may be any Avro type: ``"string"``, ``"long"``, a record.
@@ -23,6 +26,14 @@ from tailfill.values.column_types import TIMESTAMP
 
 PRIMITIVE = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
              "double": pa.float64(), "bytes": pa.binary(), "string": pa.string()}
+_LOCAL = pa.timestamp("us")
+CONNECT_TYPES = {  # connect.name -> the column type of its values (converted by formats.connect_types)
+    "io.debezium.time.Date": pa.date32(), "io.debezium.time.Time": pa.time64("us"),
+    "io.debezium.time.MicroTime": pa.time64("us"), "io.debezium.time.NanoTime": pa.time64("us"),
+    "io.debezium.time.Timestamp": _LOCAL, "io.debezium.time.MicroTimestamp": _LOCAL,
+    "io.debezium.time.NanoTimestamp": _LOCAL, "io.debezium.time.ZonedTimestamp": TIMESTAMP,
+    "io.debezium.data.VariableScaleDecimal": pa.string(),  # no fixed scale: its exact digits
+}
 
 
 def _arrow(schema: Any, names: dict[str, Any], depth: int = 0) -> pa.DataType:
@@ -40,6 +51,8 @@ def _arrow(schema: Any, names: dict[str, Any], depth: int = 0) -> pa.DataType:
             return _arrow(names[schema], names, depth + 1)
         raise ValueError(f"unknown type {schema!r}")
     kind, logical = schema["type"], schema.get("logicalType")
+    if schema.get("connect.name") in CONNECT_TYPES:
+        return CONNECT_TYPES[schema["connect.name"]]
     if logical == "decimal":
         return pa.decimal128(schema["precision"], schema.get("scale", 0))
     if logical == "date" and kind == "int":
@@ -85,6 +98,34 @@ def avro_columns(text: str) -> pa.Schema:
     return pa.schema(list(avro_type(schema)))
 
 
+def connect_logicals(text: str, image: str) -> dict[str, tuple[str, dict]]:
+    """The Kafka Connect logical types (``connect.name``, ``connect.parameters``) of the fields of the record in the
+    top-level record's field ``image`` (a Debezium envelope's ``after``): field → (name, parameters)."""
+    schema, names = json.loads(text), {}
+
+    def record(node: Any) -> dict | None:
+        if isinstance(node, list):
+            return next((r for r in map(record, node) if r is not None), None)
+        if isinstance(node, str):
+            return names.get(node)
+        if isinstance(node, dict) and node.get("type") in ("record", "error"):
+            names[node["name"]] = names[f"{node.get('namespace', '')}.{node['name']}".lstrip(".")] = node
+            for f in node.get("fields", []):
+                record(f["type"])
+            return node
+        return None
+
+    record(schema)
+    fields = {f["name"]: f["type"] for f in schema.get("fields", [])}
+    found = record(fields[image]) if image in fields else None
+    out = {}
+    for f in (found or {}).get("fields", []):
+        kind = next((b for b in f["type"] if b != "null"), None) if isinstance(f["type"], list) else f["type"]
+        if isinstance(kind, dict) and isinstance(kind.get("connect.name"), str):
+            out[f["name"]] = (kind["connect.name"], kind.get("connect.parameters") or {})
+    return out
+
+
 def avro_required(text: str) -> tuple[str, ...]:
     """The top-level fields a record of this Avro schema always carries: not a union with null, no default."""
     return tuple(f["name"] for f in json.loads(text).get("fields", [])
@@ -95,10 +136,16 @@ class AvroWriter:
     """Decodes payloads written with one Avro schema (parsed once) into rows of :attr:`columns`."""
 
     def __init__(self, text: str, imports: dict[str, str] | None = None):  # no imports: see WireFormat.build
+        self.text = text
         self.columns = avro_columns(text)
         self.required = avro_required(text)
         self.parsed = fastavro.parse_schema(json.loads(text))
         self.uuids = "uuid" in text
+
+    def logicals(self, variant: tuple, image: str) -> dict[str, tuple[str, dict]]:
+        """The Kafka Connect logical types of the fields of the record in field ``image`` (see
+        :func:`connect_logicals`)."""
+        return connect_logicals(self.text, image)
 
     def columns_of(self, variant: tuple) -> pa.Schema:
         return self.columns

@@ -109,7 +109,7 @@ def _decimal(value: Any, logical: Logical, column: pa.DataType, params: dict, na
 
 def _variable_decimal(value: Any, logical: Logical, column: pa.DataType, params: dict, name: str) -> Any:
     if not isinstance(value, dict) or not isinstance(value.get("scale"), int) or not isinstance(value.get("value"),
-                                                                                                 str):
+                                                                                                 str | bytes):
         raise RecordError(f"field '{name}' should be {{\"scale\": int, \"value\": base64}} ({logical.name})")
     return _exactly(Decimal(_unscaled(value["value"], name)).scaleb(-value["scale"]), column, name)
 
@@ -125,9 +125,10 @@ def _text(value: Any, logical: Logical, column: pa.DataType, params: dict, name:
     return value
 
 
-def _unscaled(text: str, name: str) -> int:
+def _unscaled(text: str | bytes, name: str) -> int:
+    """The unscaled value of a decimal's two's-complement bytes: raw (a registry format), or base64 (JSON)."""
     try:
-        raw = base64.b64decode(text, validate=True)
+        raw = text if isinstance(text, bytes) else base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise RecordError(f"field '{name}' = {text[:40]!r} is not base64 (a decimal's unscaled bytes)") from None
     return int.from_bytes(raw, "big", signed=True)
@@ -215,7 +216,8 @@ def to_column(value: Any, logical_name: str, params: dict, column: pa.DataType, 
     if value is None:
         return None
     logical = LOGICAL_TYPES.get(logical_name)
-    if logical is None or type_text.strip().lower() in logical.literal or not logical.targets:
+    if logical is None or type_text.strip().lower() in logical.literal or not logical.targets or isinstance(
+            value, date | time):  # (a datetime is a date) decoded by the writer's own logical type already
         return value  # not a type Tailfill converts, or declared as the literal type: the value as it is
     if kind_of(column) not in logical.targets:
         raise RecordError(f"field '{name}': {declared_problem(logical_name, type_text, column)}")

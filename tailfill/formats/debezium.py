@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 
 from tailfill.errors import RecordError
+from tailfill.formats.connect_types import Column, convert_row, kind_of
 from tailfill.values.schema import (
     CDC_BINLOG,
     CDC_GTID,
@@ -115,10 +116,12 @@ def row_image_columns(envelope: pa.Schema) -> pa.Schema:
 
 class DebeziumWriter:
     """A registry writer of Debezium envelope schemas, read as changes: each row is the event's row image with the
-    change columns (a truncate's: none but those); a change that cannot apply is refused."""
+    change columns (a truncate's: none but those); a change that cannot apply is refused. Values of a Kafka
+    Connect logical type the writer names (Avro's ``connect.name``) are converted into their columns' types."""
 
     def __init__(self, envelope: Any):  # a wire.Writer of the envelope schema (typed loosely: no import cycle)
         self.envelope = envelope
+        self.converts: dict[tuple, tuple[dict, dict]] = {}  # variant -> (its logical types, its columns)
 
     def columns_of(self, variant: tuple) -> pa.Schema:
         return pa.schema([*row_image_columns(self.envelope.columns_of(variant)), *CHANGE_COLUMNS])
@@ -129,4 +132,15 @@ class DebeziumWriter:
     def read(self, payload: bytes) -> tuple[tuple, dict]:
         variant, doc = self.envelope.read(payload)
         event = read_event(doc)
-        return variant, {**event.body, CDC_OP: event.op, **event.position}
+        logicals, columns = self._converts(variant)
+        body = convert_row(event.body, logicals, columns) if logicals else event.body
+        return variant, {**body, CDC_OP: event.op, **event.position}
+
+    def _converts(self, variant: tuple) -> tuple[dict, dict]:
+        """The logical types of a variant's row image (``after``'s, which ``before`` shares) and its columns."""
+        if variant not in self.converts:
+            named = getattr(self.envelope, "logicals", None)
+            logicals = named(variant, ROW_IMAGE) if named is not None else {}
+            columns = {f.name: Column(f.type, kind_of(f.type)) for f in self.columns_of(variant)}
+            self.converts[variant] = (logicals, columns)
+        return self.converts[variant]

@@ -156,3 +156,29 @@ def test_plain_json_decimals_keep_all_38_digits(tmp_path):
     assert decoded.rows[0].columns.to_pylist() == [
         {"v": Decimal("1234567890123456789012345678.1234567891"), "d": 0.1}, {"v": Decimal("-1E-10"), "d": None}]
     assert decoded.errors == {2: "field 'v' = 12345678901234567890123456789.1 does not fit decimal128(38, 10)"}
+
+
+def test_avro_events_of_debezium_s_converter_land_in_the_same_types(tmp_path, registry):
+    """Debezium's AvroConverter names each logical type in connect.name on the Avro literal (an int for a Date):
+    the registry format maps them to the same columns as JSON, and their values exactly."""
+    from tailfill.dev.typed_changes import avro_typed, typed_stream
+    from tailfill.formats.schema_registry import RegistryClient
+
+    topic = "typed.avro"
+    stream = typed_stream(80, 25, seed=9, wrapped=False)
+    changes = avro_typed(stream, registry.url, topic)
+    fmt = {"type": "avro", "envelope": "debezium", "key": "raw", "schema_registry": {"url": registry.url}}
+    cfg = typed_pipeline(tmp_path, declare_logical=False, format=fmt, source__topic=topic)
+    made = pipeline_format(cfg, RegistryClient(cfg.format.schema_registry))
+    new = made.new_table()
+    kinds = {f.name: f.type for f in new.columns}
+    assert (kinds["born"], kinds["opens"], kinds["updated"], kinds["seen"], kinds["total"], kinds["ratio"]) == (
+        pa.date32(), pa.time64("us"), pa.timestamp("us"), TIMESTAMP, pa.decimal128(38, 10), pa.string())
+    upserts = [c for c in changes if c.op in ("c", "u")]
+    rows, bad = split_records(raw([c.value for c in upserts]), made.decoder(), "run", new.schema)
+    assert bad.num_rows == 0, bad["error"].to_pylist()[:3]
+    expected = [stream.images[c.offset][1] for c in upserts]
+    # the schema's own types: a variable scale has no decimal column (its exact digits), a decimal in
+    # decimal.handling.mode string is a string
+    expected = [{**r, "ratio": format(r["ratio"], "f"), "balance": format(r["balance"], "f")} for r in expected]
+    assert rows.select([c.name for c in COLUMNS]).to_pylist() == expected
