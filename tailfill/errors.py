@@ -156,10 +156,12 @@ class SchemaChangeError(TailfillError):
 
 
 class ChangeStreamError(TailfillError):
-    """A keyed pipeline's change stream asks for what Tailfill cannot apply (a truncate, a key in two partitions
-    without ``target.version_by``); running again meets the same change."""
+    """A keyed pipeline's change stream asks for what Tailfill cannot apply as configured (a key or a truncate whose
+    order against other partitions is unknown without ``target.version_by``, a change without that version, a
+    truncate with ``target.on_truncate: stop``); running again meets the same change."""
 
-    fix = "see the change the message names; set target.version_by, or re-create the state from the change log"
+    fix = ("see the change the message names; set target.version_by to what the connector carries (cdc_lsn, "
+           "cdc_binlog, cdc_gtid), or target.on_truncate: apply for a truncate")
 
 
 class PreflightError(TailfillError):
