@@ -44,6 +44,16 @@ class Version(NamedTuple):
     offset: int
 
 
+Place = np.ndarray | int  # a version, partition or offset: of many changes (an array) or one
+
+
+def newer(version: Place, partition: Place, offset: Place, than_version: Place, than_partition: Place,
+          than_offset: Place) -> np.ndarray:
+    """Whether (version, partition, offset) is newer than the other, element-wise (NumPy arrays or numbers)."""
+    return (version > than_version) | ((version == than_version) & (
+        (partition > than_partition) | ((partition == than_partition) & (offset > than_offset))))
+
+
 class Applied(NamedTuple):
     """What the state holds for a key: the version applied, and its live row (``file`` None: deleted)."""
 
@@ -130,9 +140,7 @@ class KeyIndex:
         """The live keys whose applied version is older than ``cut`` (but those in ``exclude``): the keys, their rows'
         file ids and positions. A truncate's cost: one pass over the index's arrays."""
         n, c = len(self.slots), self._columns
-        version, partition, offset = c.version[:n], c.partition[:n], c.offset[:n]
-        older = (version < cut.version) | ((version == cut.version) & (
-            (partition < cut.partition) | ((partition == cut.partition) & (offset < cut.offset))))
+        older = newer(cut.version, cut.partition, cut.offset, c.version[:n], c.partition[:n], c.offset[:n])
         slots = np.flatnonzero(older & (c.file[:n] >= 0))
         names = list(self.slots)  # a key's slot is its place in the dict: slots are given in insertion order
         keep = [i for i in slots.tolist() if names[i] not in exclude]

@@ -45,7 +45,7 @@ from tailfill.errors import ChangeStreamError, CommitConflictError
 from tailfill.lake.commit import Committer
 from tailfill.lake.data_files import data_file
 from tailfill.lake.files import PARQUET_OPTIONS, in_any, new_file_uri, range_filter
-from tailfill.lake.key_index import KeyIndex, Version, encode_keys, paused_gc, segment, segment_of
+from tailfill.lake.key_index import KeyIndex, Version, encode_keys, newer, paused_gc, segment, segment_of
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, CommitResult, commit_attempts, map_by_name, read_ledger
 from tailfill.lake.orphan_fence import gone_or
 from tailfill.lake.prepare import PreparedRange
@@ -244,10 +244,9 @@ class StateMerger:
             if split.any():
                 i = int(np.argmax(split))
                 self._same_partition(changed[i], int(now.partition[i]), int(part[i]))
-        newer = _newer(version, part, offset, now.version, now.partition, now.offset)
-        wins = ~now.known | newer
+        wins = ~now.known | newer(version, part, offset, now.version, now.partition, now.offset)
         if cut is not None:  # a change older than the latest truncate is superseded by it
-            wins &= _newer(version, part, offset, *cut)
+            wins &= newer(version, part, offset, *cut)
         replaces = wins & now.known & (now.file >= 0)  # the key's live row goes, whatever replaces it
         upsert = wins & ~is_delete
         won = np.flatnonzero(wins)
@@ -333,13 +332,6 @@ class Truncation:
     cut: Version | None
     new: bool
     counts: MergeCounts = field(default_factory=MergeCounts)
-
-
-def _newer(version: np.ndarray, part: np.ndarray, offset: np.ndarray, than_version: object, than_part: object,
-           than_offset: object) -> np.ndarray:
-    """Per change, whether (version, partition, offset) is newer than the other's (arrays or one version)."""
-    return (version > than_version) | ((version == than_version) & (
-        (part > than_part) | ((part == than_part) & (offset > than_offset))))
 
 
 @dataclass

@@ -36,7 +36,7 @@ from pyiceberg.table import FileScanTask, Table
 
 from tailfill.lake.files import in_any, range_filter
 from tailfill.lake.key_index import Version, key_array
-from tailfill.lake.keyed import MergeCounts, applied_ranges, merges_by_run, state_counts
+from tailfill.lake.keyed import COUNT_NAMES, MergeCounts, applied_ranges, merges_by_run, state_counts
 from tailfill.lake.ledger import read_ledger
 from tailfill.offsets import OffsetRange, intersect_all, merge, subtract, total
 from tailfill.plumbing.disk import naming_full_disk
@@ -93,7 +93,7 @@ def check_state(changes: Table, state: Table, key: Sequence[str], version_by: st
     if counts.get("changes", 0) != rows:
         out.problems.append(f"the state's merges counted {counts.get('changes', 0):,} changes, the change log holds "
                             f"{rows:,} in the applied offsets")
-    outcomes = sum(counts.get(n, 0) for n in ("inserted", "updated", "deleted", "truncated", "superseded"))
+    outcomes = sum(counts.get(n, 0) for n in COUNT_NAMES[1:])
     if outcomes != counts.get("changes", 0):
         out.problems.append(f"the state's merges counted {counts.get('changes', 0):,} changes but {outcomes:,} "
                             "outcomes (inserted + updated + deleted + truncated + superseded)")

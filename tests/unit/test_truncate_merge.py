@@ -4,6 +4,7 @@ the source's order leaves; and the proof's fold of the change log must say the s
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import numpy as np
@@ -149,3 +150,16 @@ def test_the_proof_s_fold_knows_truncates(monkeypatch, bucket_rows):
     run = [OffsetRange(TOPIC, first["kafka_partition"], first["kafka_offset"], first["kafka_offset"] + 1)]
     holding_a_truncate = _fold_and_compare(scan(log), scan(stale), ["id"], "lsn", run)[0]
     assert (holding_a_truncate.keys, ignored.keys) == (len(expected), 1)  # a run's truncate: every key is checked
+
+
+def test_a_batch_of_a_truncate_alone_empties_what_came_before():
+    """Each truncate in a batch of its own (the merge has no change to fold, only the index to empty)."""
+    log = stream(800, 60, partitions=1, seed=3)
+    at = [i for i, op in enumerate(log.column("cdc_op").to_pylist()) if op == "t"]
+    cuts = sorted({0, log.num_rows, *at, *(i + 1 for i in at)})
+    parts = [log.slice(a, b - a) for a, b in itertools.pairwise(cuts)]
+    assert sum(p.num_rows == 1 and p.column("cdc_op")[0].as_py() == "t" for p in parts) == len(at) > 3
+    for seed in range(3):
+        state, counts, live = merged(log, None, random.Random(seed).sample(parts, len(parts)))
+        assert state == replayed(log, None) and live == len(state)
+        assert counts.changes == log.num_rows
