@@ -52,6 +52,8 @@ def _arrow(schema: Any, names: dict[str, Any], depth: int = 0) -> pa.DataType:
         raise ValueError(f"unknown type {schema!r}")
     kind, logical = schema["type"], schema.get("logicalType")
     if schema.get("connect.name") in CONNECT_TYPES:
+        if kind in ("record", "error"):  # named: a later field may refer to it by its name
+            names[schema["name"]] = names[f"{schema.get('namespace', '')}.{schema['name']}".lstrip(".")] = schema
         return CONNECT_TYPES[schema["connect.name"]]
     if logical == "decimal":
         return pa.decimal128(schema["precision"], schema.get("scale", 0))
@@ -121,6 +123,7 @@ def connect_logicals(text: str, image: str) -> dict[str, tuple[str, dict]]:
     out = {}
     for f in (found or {}).get("fields", []):
         kind = next((b for b in f["type"] if b != "null"), None) if isinstance(f["type"], list) else f["type"]
+        kind = names.get(kind, kind) if isinstance(kind, str) else kind  # a record named before
         if isinstance(kind, dict) and isinstance(kind.get("connect.name"), str):
             out[f["name"]] = (kind["connect.name"], kind.get("connect.parameters") or {})
     return out

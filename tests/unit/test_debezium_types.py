@@ -182,3 +182,23 @@ def test_avro_events_of_debezium_s_converter_land_in_the_same_types(tmp_path, re
     # decimal.handling.mode string is a string
     expected = [{**r, "ratio": format(r["ratio"], "f"), "balance": format(r["balance"], "f")} for r in expected]
     assert rows.select([c.name for c in COLUMNS]).to_pylist() == expected
+
+
+def test_a_debezium_avro_type_referred_to_by_its_name_is_the_same_type():
+    """Avro names a record once: a second VariableScaleDecimal column refers to the first's name."""
+    from tailfill.formats.avro import avro_columns, connect_logicals
+
+    vsd = {"type": "record", "name": "VariableScaleDecimal", "namespace": "io.debezium.data",
+           "fields": [{"name": "scale", "type": "int"}, {"name": "value", "type": "bytes"}],
+           "connect.name": "io.debezium.data.VariableScaleDecimal"}
+    row = {"type": "record", "name": "Value", "fields": [
+        {"name": "a", "type": ["null", vsd]}, {"name": "b", "type": ["null", "io.debezium.data.VariableScaleDecimal"]},
+        {"name": "c", "type": {"type": "int", "connect.name": "io.debezium.time.Date"}}]}
+    envelope = {"type": "record", "name": "Envelope", "fields": [
+        {"name": "before", "type": ["null", row]}, {"name": "after", "type": ["null", "Value"]},
+        {"name": "op", "type": "string"}]}
+    assert [(f.name, f.type) for f in avro_columns(json.dumps(row))] == [
+        ("a", pa.string()), ("b", pa.string()), ("c", pa.date32())]
+    assert connect_logicals(json.dumps(envelope), "after") == {
+        "a": ("io.debezium.data.VariableScaleDecimal", {}), "b": ("io.debezium.data.VariableScaleDecimal", {}),
+        "c": ("io.debezium.time.Date", {})}
