@@ -108,7 +108,7 @@ def test_a_truncate_mid_stream_empties_the_state_as_of_its_place(cdc):  # noqa: 
     assert (counts.truncated, counts.changes) == (1, len(changes))  # the older truncate: superseded by the newer
     log = pipeline.open_tables().data.scan(selected_fields=("cdc_op", "kafka_offset", "order_id")).to_arrow()
     truncates = [r for r in log.to_pylist() if r["cdc_op"] == "t"]
-    assert [r["kafka_offset"] for r in truncates] == [c.offset for c in changes if c.op == "t"]
+    assert sorted(r["kafka_offset"] for r in truncates) == [c.offset for c in changes if c.op == "t"]
     assert all(r["order_id"] is None for r in truncates)
     status = keyed_status(pipeline.open_tables().data, pipeline.open_state_table(), ("order_id",))
     assert " + 1 truncated + " in status[1]
