@@ -230,7 +230,7 @@ class StateMerger:
         per key but the index's dict lookup."""
         cut = truncation.cut
         if cut is not None and self.version_by is None:
-            self._one_partition(rows, cut)
+            self._one_partition(rows, cut, truncation.new)
         keys = encode_keys(rows, self.key)
         last = self._last_change(rows, keys)
         changed = list(last)
@@ -273,11 +273,12 @@ class StateMerger:
         return MergePlan(counts, at[upsert], self.index.file_uri(files), positions, entries,
                          upserts - int(np.count_nonzero(replaces)) - emptied)
 
-    def _one_partition(self, rows: pa.Table, cut: Version) -> None:
-        """Without ``version_by``, a truncate orders only its own partition's changes: a change, or a key the state
-        knows, in another partition stops the merge."""
+    def _one_partition(self, rows: pa.Table, cut: Version, new: bool) -> None:
+        """Without ``version_by``, a truncate orders only its own partition's changes: a change in another partition,
+        or (``new``: the truncate is this batch's) a key the state knows there, stops the merge. (Once applied, no
+        key of the index lay elsewhere: later batches' changes are all there is to check.)"""
         parts = pc.unique(rows.column("kafka_partition")).to_pylist() if rows.num_rows else []
-        other = next((p for p in [*parts, *self.index.partitions()] if p != cut.partition), None)
+        other = next((p for p in [*parts, *(self.index.partitions() if new else [])] if p != cut.partition), None)
         if other is not None:
             raise ChangeStreamError(f"a truncate in partition {cut.partition} (offset {cut.offset}) and changes in "
                                     f"partition {other} of the topic: their order is unknown; set target.version_by "
