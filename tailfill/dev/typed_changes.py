@@ -151,14 +151,15 @@ def row(rng: random.Random, key: int) -> dict[str, Any]:
     return {c.name: key if c.name == "id" else c.make(rng) for c in COLUMNS}
 
 
-def encoded(values: dict[str, Any] | None) -> str | None:
-    """A row's image as JSON text, each value as the converter writes it (None: no image)."""
+def encoded(values: dict[str, Any] | None, numeric: set[str] = NUMERIC) -> str | None:
+    """A row's image as JSON text, each value as the converter writes it, the decimals of ``numeric`` as exact JSON
+    numbers (None: no image)."""
     if values is None:
         return None
     parts = []
     for c in COLUMNS:
         v = values.get(c.name)
-        text = "null" if v is None else (format(v, "f") if c.name in NUMERIC else json.dumps(c.encode(v)))
+        text = "null" if v is None else (format(v, "f") if c.name in numeric else json.dumps(c.encode(v)))
         parts.append(f"{json.dumps(c.name)}: {text}")
     return "{" + ", ".join(parts) + "}"
 
@@ -275,5 +276,53 @@ def avro_typed(stream: TypedStream, registry_url: str, topic: str) -> list[Chang
             before, after = stream.images[c.offset]
             value = values({"before": avro_image(before), "after": avro_image(after), "op": c.op,
                             "source": {"ts_ms": 1, "lsn": c.offset}}, ctx)
+        out.append(Change(c.partition, c.offset, c.key, value, c.order_id, c.op))
+    return out
+
+
+_JSON_TYPES = {"int32": "integer", "int64": "integer", "string": "string", "bytes": "number", "struct": "object"}
+
+
+def _json_schema_type(c: TypedColumn) -> dict:
+    """A column's JSON Schema as Confluent's JsonSchemaConverter writes Debezium's (the Connect name as its title;
+    a decimal a number, written exactly); optional columns one of null or it."""
+    kind: dict[str, Any] = {"type": _JSON_TYPES[c.literal]}
+    if c.literal in ("int32", "int64", "bytes"):
+        kind["connect.type"] = c.literal
+    if c.literal == "struct":
+        kind["properties"] = {"scale": {"type": "integer", "connect.type": "int32"},
+                              "value": {"type": "string", "connect.type": "bytes"}}
+    if c.logical:
+        kind.update({"title": c.logical, "connect.version": 1})
+    if c.parameters:
+        kind["connect.parameters"] = c.parameters
+    return kind if c.name == "id" else {"oneOf": [{"type": "null"}, kind]}
+
+
+def json_schema_envelope() -> dict:
+    """The change events' JSON Schema as Debezium's JsonSchemaConverter registers it."""
+    row = {"type": "object", "title": "typed.Value", "properties": {c.name: _json_schema_type(c) for c in COLUMNS}}
+    return {"type": "object", "title": "typed.Envelope", "properties": {
+        "before": {"oneOf": [{"type": "null"}, row]}, "after": {"oneOf": [{"type": "null"}, row]},
+        "source": {"type": "object", "properties": {"ts_ms": {"type": "integer"}, "lsn": {"type": "integer"}}},
+        "op": {"type": "string"}}}
+
+
+def json_schema_typed(stream: TypedStream, registry_url: str, topic: str) -> list[Change]:
+    """``stream``'s changes as Debezium's JsonSchemaConverter writes them (Confluent's wire format: magic byte, the
+    registered schema's id, the JSON text; decimals as exact numbers, which Python's JSON serializer would round)."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": registry_url})
+    schema_id = client.register_schema(f"{topic}-value", Schema(json.dumps(json_schema_envelope()), "JSON"))
+    decimals = {c.name for c in COLUMNS if c.logical == "org.apache.kafka.connect.data.Decimal"}
+    out = []
+    for c in stream.changes:
+        value = None
+        if c.value is not None:
+            before, after = (encoded(image, decimals) or "null" for image in stream.images[c.offset])
+            payload = f'{{"before": {before}, "after": {after}, "source": {{"ts_ms": 1, "lsn": {c.offset}}}, ' \
+                      f'"op": "{c.op}"}}'
+            value = b"\x00" + schema_id.to_bytes(4, "big") + payload.encode()
         out.append(Change(c.partition, c.offset, c.key, value, c.order_id, c.op))
     return out

@@ -4,7 +4,8 @@ record → struct, array → list, map → map<string, ...>, enum → string, fi
 decimal → decimal(p, s), date → date, timestamp-millis/micros → timestamp (UTC, µs),
 local-timestamp-* → timestamp without zone, uuid → string, a union with null → an optional value.
 A Kafka Connect or Debezium logical type named by ``connect.name`` (what Confluent's AvroConverter writes for
-Debezium's ``io.debezium.time.MicroTimestamp`` and kin) takes its column type (:data:`CONNECT_TYPES`), and
+Debezium's ``io.debezium.time.MicroTimestamp`` and kin) takes its column type
+(:func:`~tailfill.formats.connect_types.registry_type`), and
 :meth:`AvroWriter.logicals` names those fields for the values' conversion.
 A union of several non-null types has no column type: such a schema is refused with the reason.
 A top-level field is *required* when its type is not a union with null and it has no default.
@@ -21,19 +22,13 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 
+from tailfill.formats.connect_types import registry_type
 from tailfill.formats.wire import WireFormat
 from tailfill.values.column_types import TIMESTAMP
 
 PRIMITIVE = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
              "double": pa.float64(), "bytes": pa.binary(), "string": pa.string()}
-_LOCAL = pa.timestamp("us")
-CONNECT_TYPES = {  # connect.name -> the column type of its values (converted by formats.connect_types)
-    "io.debezium.time.Date": pa.date32(), "io.debezium.time.Time": pa.time64("us"),
-    "io.debezium.time.MicroTime": pa.time64("us"), "io.debezium.time.NanoTime": pa.time64("us"),
-    "io.debezium.time.Timestamp": _LOCAL, "io.debezium.time.MicroTimestamp": _LOCAL,
-    "io.debezium.time.NanoTimestamp": _LOCAL, "io.debezium.time.ZonedTimestamp": TIMESTAMP,
-    "io.debezium.data.VariableScaleDecimal": pa.string(),  # no fixed scale: its exact digits
-}
+
 
 
 def _arrow(schema: Any, names: dict[str, Any], depth: int = 0) -> pa.DataType:
@@ -51,12 +46,12 @@ def _arrow(schema: Any, names: dict[str, Any], depth: int = 0) -> pa.DataType:
             return _arrow(names[schema], names, depth + 1)
         raise ValueError(f"unknown type {schema!r}")
     kind, logical = schema["type"], schema.get("logicalType")
-    if schema.get("connect.name") in CONNECT_TYPES:
+    if logical == "decimal":  # (Avro's own, before Kafka Connect's name for it)
+        return pa.decimal128(schema["precision"], schema.get("scale", 0))
+    if (connected := registry_type(schema.get("connect.name"), schema.get("connect.parameters", {}))) is not None:
         if kind in ("record", "error"):  # named: a later field may refer to it by its name
             names[schema["name"]] = names[f"{schema.get('namespace', '')}.{schema['name']}".lstrip(".")] = schema
-        return CONNECT_TYPES[schema["connect.name"]]
-    if logical == "decimal":
-        return pa.decimal128(schema["precision"], schema.get("scale", 0))
+        return connected
     if logical == "date" and kind == "int":
         return pa.date32()
     if logical in ("timestamp-millis", "timestamp-micros") and kind == "long":

@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 
 from tailfill.errors import RecordError
-from tailfill.values.column_types import exact_decimal
+from tailfill.values.column_types import TIMESTAMP, exact_decimal
 
 EPOCH = datetime(1970, 1, 1)
 MICROS_PER_DAY = 86_400_000_000
@@ -184,6 +184,28 @@ LOGICAL_TYPES: dict[str, Logical] = {logical.name: logical for logical in [
         "io.debezium.data.Json", "io.debezium.data.Uuid", "io.debezium.data.Enum", "io.debezium.data.EnumSet",
         "io.debezium.data.Xml", "io.debezium.time.ZonedTime")),
 ]}
+
+
+_LOCAL = pa.timestamp("us")
+DECIMAL = "org.apache.kafka.connect.data.Decimal"
+CONNECT_TYPES = {  # a registry schema's Connect name -> the column type its values take (Avro's connect.name,
+    # JSON Schema's title); a Decimal's comes from its parameters (registry_type)
+    "org.apache.kafka.connect.data.Date": pa.date32(), "org.apache.kafka.connect.data.Time": pa.time64("us"),
+    "org.apache.kafka.connect.data.Timestamp": TIMESTAMP,
+    "io.debezium.time.Date": pa.date32(), "io.debezium.time.Time": pa.time64("us"),
+    "io.debezium.time.MicroTime": pa.time64("us"), "io.debezium.time.NanoTime": pa.time64("us"),
+    "io.debezium.time.Timestamp": _LOCAL, "io.debezium.time.MicroTimestamp": _LOCAL,
+    "io.debezium.time.NanoTimestamp": _LOCAL, "io.debezium.time.ZonedTimestamp": TIMESTAMP,
+    "io.debezium.data.VariableScaleDecimal": pa.string(),  # no fixed scale: its exact digits
+}
+
+
+def registry_type(name: Any, params: Any) -> pa.DataType | None:
+    """The column type of a registry schema's field named ``name`` by Kafka Connect (with its ``params``: a
+    Decimal's scale and precision, 38 when not given), or None for a name without one."""
+    if name == DECIMAL and isinstance(params, dict):
+        return pa.decimal128(int(params.get("connect.decimal.precision", 38)), int(params.get("scale", 0)))
+    return CONNECT_TYPES.get(name) if isinstance(name, str) else None
 
 
 def kind_of(column: pa.DataType) -> str:

@@ -149,25 +149,27 @@ def _coerce(value: Any, kind: pa.DataType, name: str) -> Any:
             raise wrong
         return exact_decimal(value if isinstance(value, Decimal) else Decimal(str(value)), kind, name)
     if pa.types.is_date(kind):
+        if isinstance(value, date) and not isinstance(value, datetime):  # converted from a logical type already
+            return value
         if not isinstance(value, str):
             raise wrong
         return date.fromisoformat(value)
     if pa.types.is_timestamp(kind):
-        if not isinstance(value, str):
+        if not isinstance(value, str | datetime):
             raise wrong
-        ts = datetime.fromisoformat(value)
+        ts = value if isinstance(value, datetime) else datetime.fromisoformat(value)
         if kind.tz is None:  # a local date-time: an offset would have to be dropped or applied, so neither is
             if ts.tzinfo is not None:
-                raise RecordError(f"field '{name}' = {value[:40]!r} has a UTC offset; the column is a timestamp "
+                raise RecordError(f"field '{name}' = {str(value)[:40]!r} has a UTC offset; the column is a timestamp "
                                   "without a zone (timestamp_ntz)")
             return ts
         return (ts if ts.tzinfo else ts.replace(tzinfo=UTC)).astimezone(UTC)
     if pa.types.is_time(kind):
-        if not isinstance(value, str):
+        if not isinstance(value, str | time):
             raise wrong
-        parsed = time.fromisoformat(value)
+        parsed = value if isinstance(value, time) else time.fromisoformat(value)
         if parsed.tzinfo is not None:
-            raise RecordError(f"field '{name}' = {value[:40]!r} has a UTC offset; the column is a time of day")
+            raise RecordError(f"field '{name}' = {str(value)[:40]!r} has a UTC offset; the column is a time of day")
         return parsed
     if pa.types.is_binary(kind):
         if not isinstance(value, str):

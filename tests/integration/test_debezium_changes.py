@@ -29,7 +29,7 @@ from test_keyed import (
 )
 
 from tailfill.dev.change_stream import Change, change_stream, ends, fold
-from tailfill.dev.typed_changes import COLUMNS, avro_typed, fields, typed_stream
+from tailfill.dev.typed_changes import COLUMNS, avro_typed, fields, json_schema_typed, typed_stream
 from tailfill.errors import ChangeStreamError
 from tailfill.lake.keyed import state_counts
 from tailfill.pipeline.handle import Pipeline
@@ -74,12 +74,14 @@ def test_every_logical_type_lands_in_the_state_as_the_values_the_events_encode(c
     assert proof.success, proof.problems
 
 
-def test_debezium_avro_logical_types_land_as_the_json_ones(cdc, registry):  # noqa: F811
-    """The same rows written by Debezium's AvroConverter (connect.name on the Avro literal) through the registry."""
-    topic = f"typed-avro-{uuid.uuid4().hex[:8]}"
+@pytest.mark.parametrize("kind", ["avro", "json_schema"])
+def test_debezium_registry_logical_types_land_as_the_json_ones(cdc, registry, kind):  # noqa: F811
+    """The same rows written by Debezium's AvroConverter (connect.name on the Avro literal) or JsonSchemaConverter
+    (the property's title) through the registry."""
+    topic = f"typed-{kind.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
     stream = typed_stream(800, 120, seed=12, wrapped=False)
-    changes = avro_typed(stream, registry.url, topic)
-    fmt = {"type": "avro", "envelope": "debezium", "key": "raw", "schema_registry": {"url": registry.url}}
+    changes = (avro_typed if kind == "avro" else json_schema_typed)(stream, registry.url, topic)
+    fmt = {"type": kind, "envelope": "debezium", "key": "raw", "schema_registry": {"url": registry.url}}
     pipeline = cdc(format=fmt, source__topic=topic, target__key=["id"])
     ingest(pipeline, changes, batches(changes, topic, 200), "run-typed-avro")
 

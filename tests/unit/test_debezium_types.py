@@ -158,16 +158,18 @@ def test_plain_json_decimals_keep_all_38_digits(tmp_path):
     assert decoded.errors == {2: "field 'v' = 12345678901234567890123456789.1 does not fit decimal128(38, 10)"}
 
 
-def test_avro_events_of_debezium_s_converter_land_in_the_same_types(tmp_path, registry):
-    """Debezium's AvroConverter names each logical type in connect.name on the Avro literal (an int for a Date):
-    the registry format maps them to the same columns as JSON, and their values exactly."""
-    from tailfill.dev.typed_changes import avro_typed, typed_stream
+@pytest.mark.parametrize("kind", ["avro", "json_schema"])
+def test_registry_events_of_debezium_s_converters_land_in_the_same_types(tmp_path, registry, kind):
+    """Debezium's AvroConverter names each logical type in connect.name on the Avro literal (an int for a Date),
+    its JsonSchemaConverter in the property's title: the registry formats map them to the same columns as JSON,
+    and their values exactly."""
+    from tailfill.dev.typed_changes import avro_typed, json_schema_typed, typed_stream
     from tailfill.formats.schema_registry import RegistryClient
 
-    topic = "typed.avro"
+    topic = f"typed.{kind}"
     stream = typed_stream(80, 25, seed=9, wrapped=False)
-    changes = avro_typed(stream, registry.url, topic)
-    fmt = {"type": "avro", "envelope": "debezium", "key": "raw", "schema_registry": {"url": registry.url}}
+    changes = (avro_typed if kind == "avro" else json_schema_typed)(stream, registry.url, topic)
+    fmt = {"type": kind, "envelope": "debezium", "key": "raw", "schema_registry": {"url": registry.url}}
     cfg = typed_pipeline(tmp_path, declare_logical=False, format=fmt, source__topic=topic)
     made = pipeline_format(cfg, RegistryClient(cfg.format.schema_registry))
     new = made.new_table()
