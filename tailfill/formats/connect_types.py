@@ -38,12 +38,12 @@ _FRACTION = re.compile(r"\.(\d+)")
 
 @dataclass(frozen=True)
 class Logical:
-    """One logical type: the literal types it is written in, what it means (``unit``: its integer's microseconds,
-    or a word), and the column types it converts into."""
+    """One logical type: its name, the declared types that take its encoded value as it is, the column kinds it
+    converts into (:func:`kind_of`; none: a text kept as it is), what its value means, and its conversion."""
 
     name: str
-    literal: tuple[str, ...]  # the declared types that take the encoded value as it is
-    targets: tuple[str, ...]  # column kinds it converts into: date, time, timestamp, timestamptz, decimal, string
+    literal: tuple[str, ...]
+    targets: tuple[str, ...]
     meaning: str
     convert: Callable[[Any, Logical, pa.DataType, dict, str], Any]
 

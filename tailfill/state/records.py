@@ -54,7 +54,7 @@ class BatchReport:
     # Produce-to-commit latency of the batch's records (p50, p95, max seconds; records): Kafka
     # timestamp to this commit. The tail's freshness; for a backfill, how old the history is.
     freshness: dict | None = None
-    # A keyed pipeline's merge: its changes inserted, updated, deleted, superseded (None: an append pipeline).
+    # A keyed pipeline's merge: its changes inserted, updated, deleted, truncated, superseded (None: append).
     changes: dict[str, int] | None = None
     # JSON fields the batch's records held that format.fields does not declare: dotted path → [records, partition,
     # offset of the first] (tailfill.values.drift.Drift.unknown).
