@@ -33,7 +33,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from tailfill.errors import ErrorInfo, QueryEnded, QueryFailed, QueryStalled
+from tailfill.lake.ledger import read_ledger
 from tailfill.lake.tables import Tables
+from tailfill.offsets import PartitionOffsets
 from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.durable import write_whole
 from tailfill.plumbing.whole_lines import line_printer
@@ -43,7 +45,7 @@ from tailfill.run.connect_batch import RemoteBatch, RemoteQuery, fold
 from tailfill.run.contract import Event, IngestResult, Restarted
 from tailfill.run.direct_query import BatchCursor, DirectBatchFailed, DirectQuery
 from tailfill.run.pacing import pacer_for, watcher_pacer_for
-from tailfill.run.plan import IngestRequest
+from tailfill.run.plan import IngestRequest, resume_at
 from tailfill.run.poll import Watch, poll
 from tailfill.run.query_state import QueryState
 from tailfill.run.restarts import Failure, RestartPolicy
@@ -88,12 +90,14 @@ def _open_checkpoint(req: IngestRequest, log: Log) -> None:
         {"start": req.start.to_dict(), "end": req.end.to_dict() if req.end else None}))
 
 
-def source_options(pipeline: Pipeline, req: IngestRequest, cores: int) -> dict[str, str]:
-    """``tailfill_kafka``'s options for ``req``: its bounds, its batches' cap, ``cores`` consumers reading each
-    batch's ranges, the batches' budget read from the checkpoint's :data:`BUDGET_FILE`."""
+def source_options(pipeline: Pipeline, req: IngestRequest, cores: int,
+                   start: PartitionOffsets | None = None) -> dict[str, str]:
+    """``tailfill_kafka``'s options for ``req`` from ``start`` (default: the request's): its bounds, its batches'
+    cap, ``cores`` consumers reading each batch's ranges, the batches' budget read from the checkpoint's
+    :data:`BUDGET_FILE`."""
     options = {
         "source": pipeline.resolved.source.model_dump_json(),
-        "startingOffsets": req.start.to_json(),
+        "startingOffsets": (start or req.start).to_json(),
         "maxOffsetsPerTrigger": str(req.max_offsets_per_batch),
         "budgetFile": str(req.checkpoint / BUDGET_FILE),
         "failureFile": str(req.checkpoint / FAILURE_FILE),
@@ -106,11 +110,12 @@ def source_options(pipeline: Pipeline, req: IngestRequest, cores: int) -> dict[s
 
 
 def start_query(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handler: Callable,
-                cores: int) -> StreamingQuery:
-    """The request's streaming query, started: ``tailfill_kafka`` ranges into ``handler`` (``foreachBatch``),
-    ``cores`` consumers reading each batch, the batches' budget read from the checkpoint's :data:`BUDGET_FILE`."""
+                cores: int, start: PartitionOffsets) -> StreamingQuery:
+    """The request's streaming query, started: ``tailfill_kafka`` ranges from ``start`` (when its checkpoint holds no
+    batch to replay) into ``handler`` (``foreachBatch``), ``cores`` consumers reading each batch, the batches' budget
+    read from the checkpoint's :data:`BUDGET_FILE`."""
     stream = (
-        spark.readStream.format("tailfill_kafka").options(**source_options(pipeline, req, cores)).load()
+        spark.readStream.format("tailfill_kafka").options(**source_options(pipeline, req, cores, start)).load()
         .writeStream.foreachBatch(handler)
         .queryName(f"tailfill-{pipeline.name}-{req.name}")
         .option("checkpointLocation", str(req.checkpoint))
@@ -156,11 +161,15 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
     try:
         watch = Watch(req, state, pacer, pipeline.state, cancel, log, remote.sync if remote else None,
                       remote.ask_stop if remote else None)
+        resume = Resume(req, tables, qlog)
         if direct:
             options, cursor = source_options(pipeline, req, cores), BatchCursor(req.start, state.tally.batches)
-            start = lambda: DirectQuery(spark, req, handler, options, cursor, state).start()  # noqa: E731
+
+            def start() -> DirectQuery:
+                cursor.start = resume(cursor.start)  # the batch to replay, past what the ledger holds
+                return DirectQuery(spark, req, handler, options, cursor, state).start()
         else:
-            start = lambda: start_query(spark, pipeline, req, handler, cores)  # noqa: E731
+            start = lambda: start_query(spark, pipeline, req, handler, cores, resume(req.start))  # noqa: E731
         restarts, causes = _attempts(start, req, watch, emit, remote)
     finally:
         pacer.stopped()
@@ -171,6 +180,30 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
     result.seconds, result.restarts, result.causes = time.monotonic() - started, restarts, causes
     result.warnings = pacer.warnings()
     return result
+
+
+class Resume:
+    """Where each attempt of a request reads from: the first at ``at`` (the ledger's position when the request was
+    planned, moments ago), every restart at the ledger's position then (:func:`~tailfill.run.plan.resume_at`), so
+    a restart never reads again what the run committed before it failed."""
+
+    def __init__(self, req: IngestRequest, tables: Tables, log: Log):
+        self.req, self.tables, self.log, self.attempts = req, tables, log, 0
+
+    def __call__(self, at: PartitionOffsets) -> PartitionOffsets:
+        self.attempts += 1
+        if self.attempts == 1:
+            return at
+        try:
+            self.tables.data.refresh()
+            ledger = read_ledger(self.tables.data)
+        except Exception as exc:  # a catalog that is away: the commit says so, and commits skip what is committed
+            self.log(f"the restart reads from where its last attempt was ({ErrorInfo.of(exc)}: the ledger could "
+                     "not be read)")
+            return at
+        start = resume_at(ledger, at, self.req.end)
+        self.log(f"the restart reads from the ledger's position: {start.to_json()}")
+        return start
 
 
 def _attempts(start: Callable[[], StreamingQuery | DirectQuery], req: IngestRequest, watch: Watch, emit: Emit,
