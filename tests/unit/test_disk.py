@@ -27,9 +27,32 @@ def test_a_full_disk_names_the_file_asked_after_the_failure():
     assert str(caught.value) == ("the disk is full: could not write a data file /lake/t/data/run-1.parquet "
                                  "(no space left on device)")
     info = ErrorInfo.of(caught.value)  # as it crosses to the driver: the line and its fix
-    assert info.error_class == "DiskFullError" and info.retryable and "free space" in info.fix
+    assert info.error_class == "DiskFullError" and not info.retryable and "free space" in info.fix
 
 
 def test_other_errors_pass_through_unchanged():
     with pytest.raises(PermissionError), naming_full_disk("the file", "/x"):
         raise PermissionError(errno.EACCES, "Permission denied")
+
+
+@pytest.mark.parametrize(("error", "kind", "fix"), [
+    (OSError(errno.ENOSPC, "No space left on device"), "DiskFullError", "free space"),
+    (OSError(errno.EACCES, "Permission denied", "/lake/t/data"), "PermissionDenied", "the right to read and write"),
+    (OSError("When uploading part for key 'w/t/x.parquet' in bucket 'lake': AWS Error ACCESS_DENIED during "
+             "UploadPart operation: Access Denied"), "PermissionDenied", "credentials of target.s3"),
+    (OSError("Bucket 'lake' not found. AWS Error NO_SUCH_BUCKET: The specified bucket does not exist"), "StoreGone",
+     "create the bucket"),
+])
+def test_errors_no_restart_can_fix_stop_the_run_at_once_with_their_fix(error, kind, fix):
+    from tailfill.run.restarts import Failure, RestartPolicy
+
+    info = ErrorInfo.of(error)
+    assert (info.error_class, info.retryable) == (kind, False) and fix in info.fix, info
+    _, decision = RestartPolicy(tolerated=3, backoff_seconds=1).start().after(Failure(info))
+    assert decision.stop is not None  # no restart, no wait: the first failure ends the run
+
+
+def test_a_jvm_failure_known_by_its_text_alone_is_classified_too():
+    info = ErrorInfo.foreign("StreamingQueryException", "java.io.IOException: No space left on device\n\tat x")
+    assert (info.error_class, info.retryable) == ("DiskFullError", False)
+    assert ErrorInfo.foreign("StreamingQueryException", "java.net.SocketTimeoutException: Read timed out").retryable
