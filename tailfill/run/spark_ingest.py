@@ -44,6 +44,7 @@ from tailfill.run.batch import BatchHandler
 from tailfill.run.connect_batch import RemoteBatch, RemoteQuery, fold
 from tailfill.run.contract import Event, IngestResult, Restarted
 from tailfill.run.direct_query import BatchCursor, DirectBatchFailed, DirectQuery
+from tailfill.run.job_stop import StopAsked
 from tailfill.run.pacing import pacer_for, watcher_pacer_for
 from tailfill.run.plan import IngestRequest, resume_at
 from tailfill.run.poll import Watch, poll
@@ -128,12 +129,14 @@ def start_query(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, han
 
 
 def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: IngestRequest, log: Log | None = None,
-               emit: Emit | None = None, cancel: threading.Event | None = None) -> IngestResult:
+               emit: Emit | None = None, cancel: threading.Event | None = None,
+               stop: StopAsked | None = None) -> IngestResult:
     """Run ``req`` to completion (availableNow) or until it is stopped (processing time).
 
     ``log`` takes progress lines (default: stderr), ``emit`` the job's events (default: their lines on
     stdout). ``cancel``: once set, the query stops at once and :class:`~tailfill.errors.JobCancelled` is
-    raised (the job's caller went away); what was committed stays, the rest is replayed later.
+    raised (the job's caller went away); what was committed stays, the rest is replayed later. ``stop``: once
+    asked, the query stops after its batch in flight and the request ends there.
     """
     log = log or line_printer(sys.stderr)
     if emit is None:
@@ -160,7 +163,7 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
     started = time.monotonic()
     try:
         watch = Watch(req, state, pacer, pipeline.state, cancel, log, remote.sync if remote else None,
-                      remote.ask_stop if remote else None)
+                      remote.ask_stop if remote else None, stop)
         resume = Resume(req, tables, qlog)
         if direct:
             options, cursor = source_options(pipeline, req, cores), BatchCursor(req.start, state.tally.batches)
@@ -216,6 +219,9 @@ def _attempts(start: Callable[[], StreamingQuery | DirectQuery], req: IngestRequ
     restarts = RestartPolicy(req.max_consecutive_failures, req.restart_backoff_seconds).start()
     causes: list[str] = []
     while True:
+        if causes and watch.stop is not None and watch.stop.asked:  # no restart once the job is asked to stop
+            log(f"[{req.label}] stopped before its restart ({watch.stop.why}); the next run replays the failed batch")
+            return len(causes), causes
         before = state.tally.batches
         state.new_attempt()
         if remote is not None:
@@ -246,6 +252,8 @@ def _attempts(start: Callable[[], StreamingQuery | DirectQuery], req: IngestRequ
             emit(event)
             if remote is not None:  # over Connect the session must outlive the wait
                 _watched(functools.partial(remote.wait, decision.wait_seconds), req, remote)
+            elif watch.stop is not None:
+                watch.stop.wait(decision.wait_seconds)  # a stop asked meanwhile ends the wait
             else:
                 time.sleep(decision.wait_seconds)
 
