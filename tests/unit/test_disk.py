@@ -56,3 +56,20 @@ def test_a_jvm_failure_known_by_its_text_alone_is_classified_too():
     info = ErrorInfo.foreign("StreamingQueryException", "java.io.IOException: No space left on device\n\tat x")
     assert (info.error_class, info.retryable) == ("DiskFullError", False)
     assert ErrorInfo.foreign("StreamingQueryException", "java.net.SocketTimeoutException: Read timed out").retryable
+
+
+def test_validation_on_a_full_disk_leaves_the_great_expectations_project_where_it_is(tmp_path, monkeypatch):
+    from tailfill.proof import expectations
+
+    (tmp_path / "gx").mkdir()
+    (tmp_path / "gx" / "great_expectations.yml").write_text("kept")
+
+    def full(*_args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(expectations, "_run_suites", full)
+    with pytest.raises(DiskFullError) as caught, naming_full_disk("the validation results under", str(tmp_path)):
+        expectations.run_suites(tmp_path, [], "all")
+    assert str(caught.value) == (f"the disk is full: could not write the validation results under {tmp_path} (no "
+                                 "space left on device)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gx"]  # nothing moved aside, nothing built anew
