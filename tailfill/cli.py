@@ -553,6 +553,7 @@ def _status(args: argparse.Namespace) -> int:
     from tailfill.run.replay import pending_line
     from tailfill.run.status import format_status, keyed_status, pipeline_status, quarantined_rows, unknown_fields_line
     from tailfill.run.tail_health import describe, read_tail
+    from tailfill.state.tail_claim import status_line
 
     with open_pipeline(args.pipeline) as pipeline:
         cfg = pipeline.cfg
@@ -568,6 +569,7 @@ def _status(args: argparse.Namespace) -> int:
         if tables is not None and state_table is not None:
             for line in keyed_status(tables.data, state_table, cfg.target.key):
                 _say(line)
+        _say(status_line(pipeline.state))
         health, unknown = read_tail(pipeline.state)
         for line in describe(cfg, health, unknown=unknown):
             _say(line)

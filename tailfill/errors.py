@@ -222,6 +222,13 @@ class QueryStalled(IngestError):
            "usual cause (its own log); raise tail.stall_timeout_seconds if batches are only slow")
 
 
+class TailRunning(TailfillError):
+    """Another tail of the pipeline runs (its host, process and start are named): one tail per pipeline."""
+
+    fix = ("let it run, or stop it first (`tailfill stop-tail PIPELINE`, or a signal to its command on its host); a "
+           "claim whose process is gone is taken over by the next tail")
+
+
 class SparkServerError(TailfillError):
     """A Spark Connect server could not be started, reached, or would not take a job."""
 

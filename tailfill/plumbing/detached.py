@@ -105,6 +105,23 @@ def zombie(pid: int) -> bool:
     return bool(states) and all(state in (["Z"], ["X"]) for state in states)
 
 
+def started_at(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (Linux's ``/proc``), or None when it does not run: with
+    the pid, it names one process (a pid may be reused, never with the same start)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def boot_id() -> str:
+    """This boot of this machine (Linux; elsewhere ''): a pid of an earlier boot names no process now."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
 def running(path: Path) -> dict | None:
     """The state a detached process recorded in ``path`` (``{"pid": …, …}``), if that process is alive."""
     if not path.exists():

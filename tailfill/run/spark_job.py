@@ -30,6 +30,7 @@ from tailfill.run.spark_ingest import Emit, Log, run_ingest
 from tailfill.run.spark_prepare import warm_executors
 from tailfill.run.write_test import ensure_writable
 from tailfill.settings import settings
+from tailfill.state.tail_claim import claimed
 
 
 def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log | None = None, emit: Emit | None = None,
@@ -66,7 +67,9 @@ def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log | No
             warm_executors(session, pipeline.shipped)
         if together is not None:
             pipeline.release_connections()  # tables may wait their turn by the hundred: a catalog's connection each
-        with together.slot(spec, session) if together else contextlib.nullcontext():
+        one_tail = claimed(pipeline.state, pipeline.name, spec.run_id, log or line_printer(sys.stderr)) \
+            if spec.mode == "tail" else contextlib.nullcontext()  # one tail per pipeline: this process's while it runs
+        with together.slot(spec, session) if together else contextlib.nullcontext(), one_tail:
             results = []
             for req in requests:
                 if stop is not None and stop.asked:
