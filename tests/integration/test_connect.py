@@ -170,8 +170,8 @@ def finished(command: list[str], home: Path, timeout: float = 600) -> subprocess
                     + "\n\n".join(busy)[-8000:])
 
 
-def test_ctrl_c_on_a_backfill_with_lanes_stops_every_lane_and_the_next_backfill_completes_it(server_home,
-                                                                                            connect_pipeline):
+def test_ctrl_c_on_a_backfill_with_lanes_stops_every_lane_between_batches_and_the_next_backfill_completes_it(
+        server_home, connect_pipeline):
     home, _ = server_home
     cfg = connect_pipeline(backfill__max_offsets_per_batch=1_000, backfill__batch_seconds=None)
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 40_000, cfg.source.partitions)
@@ -190,7 +190,9 @@ def test_ctrl_c_on_a_backfill_with_lanes_stops_every_lane_and_the_next_backfill_
     finally:
         caller.kill()
     assert caller.returncode == 130, out[-3000:]
-    assert out.count("stopped: stopping its query on the Spark Connect server") == 2, out[-3000:]
+    assert out.count("stopped between batches (its command got SIGINT)") == 2, out[-3000:]  # each lane
+    assert out.strip().splitlines()[-1].startswith(f"backfill of {cfg.name} stopped on SIGINT after its batch in "
+                                                   "flight: "), out[-3000:]
     assert connect_server.busy(home) == []  # both lanes' jobs ended with the command
     stopped_at = committed(cfg)
     assert 0 < stopped_at < 40_000  # the lanes were far from done: they stopped, not finished
