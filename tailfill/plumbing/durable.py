@@ -13,7 +13,7 @@ import contextlib
 import fcntl
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,16 +38,7 @@ def _write_whole(target: str | Path, data: str | bytes, fs: pafs.FileSystem | No
         with fs.open_output_stream(fs_path(str(target))) as out:
             out.write(raw)
         return
-    path = Path(fs_path(str(target)))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(raw)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _through_temporary(Path(fs_path(str(target))), raw, os.replace)
 
 
 def create_whole(target: str | Path, data: str | bytes, fs: pafs.FileSystem | None = None, s3: Any = None) -> bool:
@@ -61,18 +52,24 @@ def create_whole(target: str | Path, data: str | bytes, fs: pafs.FileSystem | No
         raw = data.encode() if isinstance(data, str) else data
         if fs is not None and not isinstance(fs, pafs.LocalFileSystem):
             return _put_if_absent(s3, fs_path(str(target)), raw)
-        path = Path(fs_path(str(target)))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(raw)
-            os.link(tmp, path)
-            return True
+            _through_temporary(Path(fs_path(str(target))), raw, os.link)
         except FileExistsError:
             return False
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        return True
+
+
+def _through_temporary(path: Path, raw: bytes, publish: Callable[[str, Path], None]) -> None:
+    """``raw`` into a hidden temporary file beside ``path``, then put there by ``publish`` in one step (a rename
+    replaces, a link only creates); the temporary file never outlives the call."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(raw)
+        publish(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def _put_if_absent(s3: Any, key_path: str, raw: bytes) -> bool:
