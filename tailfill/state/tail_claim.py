@@ -55,7 +55,7 @@ def gone(claim: TailClaim, store: StateStore, now: float | None = None) -> bool:
 
 
 def describe(claim: TailClaim, now: float | None = None) -> str:
-    """``on host h1, pid 4242, since 2026-11-29 10:15:39 UTC (3m12s ago), run tail-…``."""
+    """``on host h1, pid 4242, since <date> <time> UTC (3m12s ago), run tail-…``."""
     now = time.time() if now is None else now
     since = datetime.fromtimestamp(claim.since, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return f"on host {claim.host}, pid {claim.pid}, since {since} ({_age(now - claim.since)} ago), run {claim.run_id}"
