@@ -880,7 +880,7 @@ def main(argv: list[str] | None = None) -> int:
                                 else ""))
         return 2
     except Signalled as exc:
-        _err(f"stopped on {exc} before any job started")
+        _err(f"tailfill {args.command} stopped on {exc}")
         return 128 + exc.signum
     except KeyboardInterrupt:
         _err("interrupted")

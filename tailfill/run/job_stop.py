@@ -9,8 +9,10 @@ stays; the batch in flight finishes first (:mod:`tailfill.run.poll`).
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from tailfill.plumbing.durable import write_whole
@@ -45,18 +47,28 @@ def ask_by_file(path: Path, why: str) -> None:
     write_whole(path, why)
 
 
-def stop_of_job(stop_file: Path | None) -> StopAsked:
-    """This job process's stop: asked when ``stop_file`` appears (its text says why) or by SIGTERM or SIGINT to this
-    process (handled only when called from the main thread, where Python runs signal handlers)."""
+@contextlib.contextmanager
+def stop_of_job(stop_file: Path | None) -> Iterator[StopAsked]:
+    """This job process's stop, within ``with``: asked when ``stop_file`` appears (its text says why) or by SIGTERM or
+    SIGINT to this process (handled only when entered from the main thread, where Python runs signal handlers; the
+    handlers before are put back on the way out)."""
     stop = StopAsked()
+    previous = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda signum, _frame: stop.ask(f"its process got {signal.Signals(signum).name}"))
+            previous[sig] = signal.signal(sig, lambda signum, _f: stop.ask(f"its process got "
+                                                                           f"{signal.Signals(signum).name}"))
+    done = threading.Event()
     if stop_file is not None:
         def watch() -> None:
-            while not stop.wait(WATCH_EVERY_S):
+            while not done.wait(WATCH_EVERY_S) and not stop.asked:
                 if stop_file.exists():
                     stop.ask(stop_file.read_text().strip() or "its caller asked")
 
         threading.Thread(target=watch, name="stop-file", daemon=True).start()
-    return stop
+    try:
+        yield stop
+    finally:
+        done.set()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -100,8 +100,13 @@ def main(argv: list[str] | None, spark: SparkSession | Future[SparkSession]) -> 
     :func:`~tailfill.run.contract.together_argv`); 0 on success, 2 with the cause on stderr when one failed."""
     specs = parse_together(list(sys.argv[1:] if argv is None else argv))
 
+    with stop_of_job(settings().stop_file) as stop:  # its caller's file, or SIGTERM/SIGINT to this process
+        return _main(specs, spark, stop)
+
+
+def _main(specs: list[JobSpec], spark: SparkSession | Future[SparkSession], stop: StopAsked) -> int:
+    """:func:`main`'s specs run, each stopped between batches once ``stop`` is asked."""
     log, out = line_printer(sys.stderr), line_printer(sys.stdout)  # jobs run together print from threads
-    stop = stop_of_job(settings().stop_file)  # its caller's file, or SIGTERM/SIGINT to this process
 
     def emit(event: Restarted) -> None:
         out(event.line())

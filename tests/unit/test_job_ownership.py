@@ -83,12 +83,16 @@ def test_a_signal_before_any_job_ends_the_command_and_a_stop_that_takes_too_long
     assert run.asked == ["its command got SIGINT"]
 
 
-def test_a_job_process_stops_when_its_stop_file_appears(tmp_path):
+def test_a_job_process_stops_when_its_stop_file_appears_or_it_gets_sigterm(tmp_path):
     path = tmp_path / "stop"
-    stop = stop_of_job(path)
-    assert not stop.wait(0.6)
-    path.write_text("its command got SIGTERM")
-    assert stop.wait(5) and stop.why == "its command got SIGTERM"
+    with stop_of_job(path) as stop:
+        assert not stop.wait(0.6)
+        path.write_text("its command got SIGTERM")
+        assert stop.wait(5) and stop.why == "its command got SIGTERM"
+    with stop_of_job(None) as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.wait(5) and stop.why == "its process got SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back
     asked = StopAsked()
     asked.ask("first")
     asked.ask("second")
