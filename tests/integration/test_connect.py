@@ -272,6 +272,34 @@ def test_a_server_that_dies_mid_job_fails_it_in_one_line_and_the_retry_resumes_o
     assert_exactly_once(cfg, high_watermarks(cfg))
 
 
+def test_a_server_that_dies_under_the_command_is_one_line_on_its_terminal_and_no_traceback(server_home,
+                                                                                         connect_pipeline, tmp_path):
+    home, _ = server_home
+    cfg = connect_pipeline(backfill__max_offsets_per_batch=1_000, backfill__batch_seconds=None)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 20_000, cfg.source.partitions)
+    out, err = tmp_path / "out", tmp_path / "err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        caller = subprocess.Popen([TAILFILL, "backfill", str(cfg.path), "--spark", "connect", "--max-rate", "500"],
+                                  env=dict(os.environ), stdout=stdout, stderr=stderr, start_new_session=True)
+    try:
+        wait_until(lambda: committed(cfg) > 0 or caller.poll() is not None, "a first batch", timeout=300)
+        os.killpg(connect_server.server_state(home)["pid"], signal.SIGKILL)  # the JVM and its Python workers
+        code = caller.wait(timeout=300)
+    finally:
+        if caller.poll() is None:
+            os.killpg(caller.pid, signal.SIGKILL)
+            caller.wait()
+    terminal = out.read_text() + err.read_text()
+    assert code == 2, terminal[-3000:]
+    assert "Traceback" not in terminal and "\tat " not in terminal, terminal[-3000:]
+    last = err.read_text().strip().splitlines()[-1]
+    assert last.startswith(f"backfill of {cfg.name} failed: ConnectServerError: ") and "(fix: run it again" in last, \
+        terminal[-3000:]
+    done = finished([TAILFILL, "backfill", str(cfg.path), "--spark", "connect"], home)  # on a new local server
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_exactly_once(cfg, high_watermarks(cfg))
+
+
 def test_a_caller_killed_while_the_server_starts_leaves_no_server_nobody_knows_of(tmp_path):
     """The starting caller is SIGKILLed before the server answers: the server it started is recorded all the same,
     so ``connect-server down`` (or the next caller) finds and stops it; no JVM is left running for ever."""
