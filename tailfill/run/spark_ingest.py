@@ -205,7 +205,10 @@ class Resume:
                      "not be read)")
             return at
         start = resume_at(ledger, at, self.req.end)
-        self.log(f"the restart reads from the ledger's position: {start.to_json()}")
+        ahead = sum(start[tp] - at[tp] for tp in start)
+        self.log(f"the restart reads from the ledger's position: {ahead:,} offsets past where its last attempt began "
+                 "(committed already)" if ahead else "the restart reads from where its last attempt began (nothing "
+                 "past it is committed)")
         return start
 
 
