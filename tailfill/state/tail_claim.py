@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 from tailfill.errors import TailRunning
-from tailfill.plumbing.detached import boot_id, started_at
+from tailfill.plumbing.detached import alive, boot_id, started_at
 from tailfill.state.records import MIN_LIVE_SECONDS, TailClaim
 from tailfill.state.store import StateStore, read_health
 
@@ -46,8 +46,9 @@ def in_force(store: StateStore) -> tuple[int, TailClaim] | None:
 def gone(claim: TailClaim, store: StateStore, now: float | None = None) -> bool:
     """Whether the tail of ``claim`` no longer runs (see the module's description)."""
     now = time.time() if now is None else now
-    if claim.host == socket.gethostname():
-        return claim.boot != boot_id() or claim.started is None or started_at(claim.pid) != claim.started
+    if claim.host == socket.gethostname():  # a zombie is gone too (its parent may never collect it)
+        return (claim.boot != boot_id() or claim.started is None or started_at(claim.pid) != claim.started
+                or not alive(claim.pid))
     if now - claim.since <= MIN_LIVE_SECONDS:
         return False
     health = read_health(store)

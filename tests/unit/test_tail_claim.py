@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from tailfill.errors import TailRunning
+from tailfill.plumbing.detached import started_at
 from tailfill.state import tail_claim
 from tailfill.state.records import TailClaim, TailHealth
 from tailfill.state.store import StateStore, write_health
@@ -100,3 +102,19 @@ def test_of_two_tails_claiming_at_once_exactly_one_gets_it(where, request):
     second = store.create("tail/claims/000000000000.json", '{"who": 2}')
     assert (first, second) == (True, False)
     assert store.get("tail/claims/000000000000.json") == '{"who": 1}'
+
+
+def test_a_claim_of_a_process_that_ended_but_was_never_collected_is_gone(store):
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        here = tail_claim.mine("tail-zombie")
+        claim = TailClaim(here.host, proc.pid, "tail-zombie", time.time(), here.boot, started_at(proc.pid))
+        assert not tail_claim.gone(claim, store)
+        os.kill(proc.pid, signal.SIGKILL)  # not waited for: a zombie, as under a parent that never collects it
+        deadline = time.monotonic() + 10
+        while not tail_claim.gone(claim, store):
+            assert time.monotonic() < deadline, "a killed process's claim still counts as running"
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait()
