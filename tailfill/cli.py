@@ -10,6 +10,7 @@ import time
 import traceback
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
 from tailfill.config import PipelineConfig
 from tailfill.dev.broker import broker_down, broker_up, describe_storage
@@ -34,7 +35,7 @@ from tailfill.run.planner import (
 )
 from tailfill.run.runners import Outcome, choose_runner, run_side_by_side
 from tailfill.run.submit import parse_conf
-from tailfill.run.terminal import JobOutput, failure_line
+from tailfill.run.terminal import CommandLog, JobOutput, failure_line
 from tailfill.settings import REMOVED_SPARK_MODES, SPARK_MODES, settings, spark_mode_problem
 from tailfill.source.embedded import broker_state, registry_state, resolve_bootstrap, resolve_registry
 from tailfill.source.times import parse_time
@@ -872,8 +873,9 @@ def main(argv: list[str] | None = None) -> int:
     Every failure ends in one line on stderr with its cause and fix; a traceback goes to a log file, never the
     terminal."""
     args = build_parser().parse_args(argv)
+    command_log = CommandLog(_command_log_path(args.command))
     try:
-        with JobOwner(f"the {args.command}", _err) as args.owner:
+        with command_log.diverting(), JobOwner(f"the {args.command}", _err) as args.owner:
             return args.func(args)
     except (TailfillError, ValueError) as exc:  # ValueError: malformed offsets JSON
         _err(f"error: {exc}" + (f" (fix: {exc.fix})" if isinstance(exc, TailfillError) and not _fix_said(exc)
@@ -887,7 +889,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # not one of ours: a bug or a failure nobody named; never exit 1 (a verdict)
         info = ErrorInfo.of(exc)
-        where = _traceback_file(args.command)
+        where = command_log.write(traceback.format_exc())
         _err(f"error: unexpected {info} (fix: {info.fix}; its traceback: {where})")
         return 2
 
@@ -897,18 +899,11 @@ def _fix_said(exc: TailfillError) -> bool:
     return "fix:" in str(exc) or "(fix" in str(exc) or exc.fix == TailfillError.fix
 
 
-def _traceback_file(command: str) -> str:
-    """Write the traceback being handled to ``$TAILFILL_HOME/logs/tailfill-<command>-<time>-<pid>.log``; its path
-    (or why it could not be written)."""
+def _command_log_path(command: str) -> Path:
+    """``$TAILFILL_HOME/logs/commands/<command>-<time>-<pid>.log``: the command's own log (:class:`CommandLog`)."""
     from tailfill.run.runtime import log_dir
 
-    path = log_dir("commands", f"{command}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}").with_suffix(".log")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(redact_text(traceback.format_exc()))
-    except OSError as exc:
-        return f"not written: {type(exc).__name__}: {exc}"
-    return str(path)
+    return log_dir("commands", f"{command}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}").with_suffix(".log")
 
 
 if __name__ == "__main__":

@@ -9,13 +9,18 @@ own ``error: …`` line stays in the log too: the command ends with one line tha
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
+import sys
 import threading
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
 from tailfill.errors import ErrorInfo
+from tailfill.redact import redact_text
 
 OWN = re.compile(r"^\[[^\]\n]+\] ")  # a job's own line: its label or run id first, "[demo tail] 1,000 offsets …"
 SAID = ("Spark Connect:", "WARNING: ")  # the other lines a job says for people (its session, a warning)
@@ -64,6 +69,51 @@ class JobOutput:
     def _shown(line: str) -> bool:
         """Whether ``line`` is one the job says for people (never a traceback's, a stack's or Spark's log line)."""
         return OWN.match(line) is not None or line.startswith(SAID)
+
+
+class CommandLog:
+    """What a command's own process would otherwise print to its terminal for nobody in particular: an unexpected
+    error's traceback, an exception in a library's thread or finalizer, library log records (a Spark Connect job's
+    client runs in the command's process); all go to ``path``, made when first written, secrets redacted."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> str:
+        """Append ``text``; the log's path, or why it could not be written."""
+        try:
+            with self._lock:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self.path.open("a") as out:
+                    out.write(redact_text(text.rstrip("\n")) + "\n")
+        except OSError as exc:
+            return f"not written: {type(exc).__name__}: {exc}"
+        return str(self.path)
+
+    def flush(self) -> None:
+        """For :class:`logging.StreamHandler`: every write is whole already."""
+
+    @contextlib.contextmanager
+    def diverting(self) -> Iterator[None]:
+        """Within ``with``: threads' uncaught exceptions, unraisable ones and log records (WARNING and up) to this
+        log, not the terminal; as they were afterwards."""
+        handler = logging.StreamHandler(self)  # type: ignore[arg-type]
+        handler.setLevel(logging.WARNING)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root, hooks = logging.getLogger(), (threading.excepthook, sys.unraisablehook)
+        root.addHandler(handler)
+        threading.excepthook = lambda args: self.write(
+            f"in thread {args.thread.name if args.thread else '?'}:\n"
+            + "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)))
+        sys.unraisablehook = lambda raised: self.write(
+            f"{raised.err_msg or 'exception ignored'}: {raised.object!r}\n"
+            + "".join(traceback.format_exception(raised.exc_type, raised.exc_value, raised.exc_traceback)))
+        try:
+            yield
+        finally:
+            root.removeHandler(handler)
+            threading.excepthook, sys.unraisablehook = hooks
 
 
 def failure_line(what: str, error: ErrorInfo | None, code: int, log: Path | None) -> str:

@@ -57,3 +57,22 @@ def test_a_failure_is_one_line_with_its_cause_its_fix_and_where_the_output_is(tm
                     f"/w/x.parquet (no space left on device) (fix: {DiskFullError.fix}); the full output: {log}")
     assert failure_line("tail of demo", None, -9, None) == "tail of demo failed: its job ended (exit -9) without " \
                                                           "saying why"
+
+
+def test_what_libraries_say_in_the_commands_process_goes_to_its_log_not_the_terminal(tmp_path, capsys):
+    import logging
+    import threading
+
+    from tailfill.run.terminal import CommandLog
+
+    log = CommandLog(tmp_path / "commands" / "tail.log")
+    with log.diverting():
+        logging.getLogger("pyspark.sql.connect.client").warning("retrying a call the server dropped")
+        thread = threading.Thread(target=lambda: 1 / 0, name="reattach")
+        thread.start()
+        thread.join()
+    err = capsys.readouterr().err
+    assert "retrying" not in err and "ZeroDivisionError" not in err
+    assert threading.excepthook is threading.__excepthook__  # as it was
+    text = (tmp_path / "commands" / "tail.log").read_text()
+    assert "retrying a call the server dropped" in text and "in thread reattach" in text and "ZeroDivisionError" in text
