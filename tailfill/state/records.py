@@ -1,9 +1,9 @@
 """The typed records of the shared run state, each with ``to_json``/``from_json``.
 
 :class:`BatchReport` (one per committed micro-batch), :class:`TailHealth` (the tail's last
-measurements), :class:`StopRequest` (``tailfill stop-tail``), :class:`LaneRecord` (what the
-Airflow pages know of a lane beyond its batch reports) and :class:`FailureRecord` (a failed task or
-a missed deadline). Where each is stored: :mod:`tailfill.state.store`.
+measurements), :class:`StopRequest` (``tailfill stop-tail``), :class:`TailClaim` (the running tail),
+:class:`LaneRecord` (what the Airflow pages know of a lane beyond its batch reports) and
+:class:`FailureRecord` (a failed task or a missed deadline). Where each is stored: :mod:`tailfill.state.store`.
 """
 
 from __future__ import annotations
@@ -148,6 +148,19 @@ class StopRequest(_Plain):
     """``tailfill stop-tail`` asked the running tail to stop between batches."""
 
     at: float
+
+
+@dataclass(frozen=True)
+class TailClaim(_Plain):
+    """The one tail of a pipeline that runs: where (host, process, this boot of the host, the process's start in
+    clock ticks), since when, and its run. Its generation is its object's name (:mod:`tailfill.state.tail_claim`)."""
+
+    host: str
+    pid: int
+    run_id: str
+    since: float  # unix seconds
+    boot: str = ""
+    started: int | None = None
 
 
 @dataclass(frozen=True)
