@@ -12,6 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from tailfill.run.spark_session import get_session
 
 if __name__ == "__main__":
+    from tailfill.plumbing.detached import die_with_parent
+
+    die_with_parent()  # the driver goes with its spark-submit JVM, however that dies: no job runs on unowned
     # The JVM takes seconds to build the session: import the job (about a second) meanwhile.
     with ThreadPoolExecutor(max_workers=1) as pool:
         session = pool.submit(get_session, app_name="tailfill-ingest")

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import time
 import traceback
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
 from tailfill.config import PipelineConfig
 from tailfill.dev.broker import broker_down, broker_up, describe_storage
 from tailfill.dev.registry import registry_down, registry_up
-from tailfill.errors import ConfigError, TailfillError
+from tailfill.errors import ConfigError, ErrorInfo, TailfillError
 from tailfill.offsets import PartitionOffsets
 from tailfill.pipeline.handle import Pipeline, open_pipeline
 from tailfill.pipeline.load import env_names, resolve_pipeline
@@ -21,6 +24,7 @@ from tailfill.redact import redact_text
 from tailfill.run.connect_server import connect_server_down, connect_server_up
 from tailfill.run.connect_server import server_state as connect_state
 from tailfill.run.contract import IngestResult, JobSpec, new_run_id, read_event
+from tailfill.run.owner import JobOwner, Signalled
 from tailfill.run.planner import (
     BackfillPlan,
     BackfillRequest,
@@ -29,8 +33,9 @@ from tailfill.run.planner import (
     plan_tail,
     topic_names,
 )
-from tailfill.run.runners import Outcome, Runner, choose_runner, run_side_by_side
+from tailfill.run.runners import Outcome, choose_runner, run_side_by_side
 from tailfill.run.submit import parse_conf
+from tailfill.run.terminal import CommandLog, JobOutput, failure_line
 from tailfill.settings import REMOVED_SPARK_MODES, SPARK_MODES, settings, spark_mode_problem
 from tailfill.source.embedded import broker_state, registry_state, resolve_bootstrap, resolve_registry
 from tailfill.source.times import parse_time
@@ -251,12 +256,15 @@ def _produce_changes(cfg: PipelineConfig, topic: str, count: int) -> int:
     return 0
 
 
-def _summarise(pipeline: Pipeline, what: str, code: int, results: list[IngestResult],
-               nothing: str = "all offsets already committed") -> int:
-    cfg = pipeline.cfg
-    if code != 0:
-        _say(f"{what} of {cfg.name} failed (exit {code}); the cause is printed above")
-        return code
+def _summarise(pipeline: Pipeline, what: str, outcomes: list[Outcome], nothing: str = "all offsets already committed",
+               output: JobOutput | None = None) -> int:
+    """The summary of a command's jobs, or the one line that says why they failed (cause, fix, full output)."""
+    cfg, results = pipeline.cfg, _results(outcomes)
+    failed = next((o for o in outcomes if o.code != 0), None)
+    if failed is not None:
+        error = failed.result.error if failed.result is not None else None
+        _err(failure_line(f"{what} of {cfg.name}", error, failed.code, output.log if output else None))
+        return failed.code
     if not results:
         _say(f"{what} of {cfg.name}: nothing to do ({nothing})")
         return 0
@@ -310,14 +318,39 @@ def backfill_plan(pipeline: Pipeline, args: argparse.Namespace) -> BackfillPlan:
 
 
 def _show(line: str) -> None:
-    """A line of a job: the job's own lines and Spark's to stderr; the job's events are for machines."""
+    """A line for people on stderr (the job's events are for machines)."""
     if read_event(line) is None:
-        print(line, file=sys.stderr, flush=True)
+        _err(line)
 
 
-def _run(runner: Runner, spec: JobSpec) -> tuple[int, list[IngestResult]]:
-    outcome = runner.submit(spec, _show).wait()
-    return outcome.code, outcome.result.results if outcome.result is not None else []
+def _err(line: str) -> None:
+    print(redact_text(line), file=sys.stderr, flush=True)
+
+
+def _job_output(name: str, what: str, specs: list[JobSpec]) -> JobOutput:
+    """Where a command's jobs' output goes: all of it to ``$TAILFILL_HOME/logs/<pipeline>/<run>/tailfill-<what>.log``,
+    the lines for people to the terminal."""
+    from tailfill.run.runtime import log_dir
+
+    return JobOutput(log_dir(name, specs[0].run_id) / f"tailfill-{what}.log", _show)
+
+
+def _owner(args: argparse.Namespace, what: str) -> JobOwner:
+    """The command's :class:`JobOwner` (set by :func:`main`; a command called otherwise gets one of its own)."""
+    owner = getattr(args, "owner", None) or JobOwner(what, _err)
+    owner.what = what
+    return owner
+
+
+def _stopped(args: argparse.Namespace, what: str, name: str, outcomes: list[Outcome]) -> int | None:
+    """When a signal stopped the command's jobs: its one line, and the command's exit code; else None."""
+    owner: JobOwner | None = getattr(args, "owner", None)
+    if owner is None or owner.exit_code is None:
+        return None
+    done = sum(r.offsets for r in _results(outcomes))
+    _err(f"{what} of {name} stopped on {signal.Signals(owner.signum or 0).name} after its batch in flight: "
+         f"{done:,} offsets committed by this run; `tailfill {what} {name}` goes on from there")
+    return owner.exit_code
 
 
 def _routes(args: argparse.Namespace, run: str | None = None) -> list[Route] | None:
@@ -399,13 +432,20 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             failed.append(route.table)
     tables = len(planned) + len(failed)
     specs = [spec for _, mine in planned for spec in mine]
-    outcomes = iter([])
+    every: list[Outcome] = []
+    output = None
     if specs:  # every table's jobs at once, in one Spark application
+        name = resolve_pipeline(args.pipeline).name
+        output, owner = _job_output(name, "backfill", specs), _owner(args, f"the backfill of {name}")
         runner = choose_runner(args.spark, args.master, conf, secrets=env_names(planned[0][0].cfg), say=_show)
-        outcomes = iter(run_side_by_side(runner, specs, _show, one_application=True))
+        every = run_side_by_side(runner, specs, output, one_application=True, track=owner.track)
+        stopped = _stopped(args, "backfill", name, every)
+        if stopped is not None:
+            return stopped
+    outcomes = iter(every)
     for pipeline, mine in planned:
         done = [next(outcomes) for _ in mine]
-        if _summarise(pipeline, "backfill", _first_failure(done), _results(done)) != 0:
+        if _summarise(pipeline, "backfill", done, output=output) != 0:
             failed.append(_route_of(pipeline.cfg.ref)[0])
     return _tables_verdict(args.pipeline, "backfill", tables, failed)
 
@@ -414,10 +454,12 @@ def _backfill(args: argparse.Namespace, conf: dict[str, str]) -> int:
     with open_pipeline(args.pipeline) as pipeline:
         specs, nothing = _backfill_specs(pipeline, args)
     if not specs:
-        return _summarise(pipeline, "backfill", 0, [], nothing)
+        return _summarise(pipeline, "backfill", [], nothing)
+    output, owner = _job_output(pipeline.name, "backfill", specs), _owner(args, f"the backfill of {pipeline.name}")
     runner = choose_runner(args.spark, args.master, conf, secrets=env_names(pipeline.cfg), say=_show)
-    outcomes = run_side_by_side(runner, specs, _show)  # Ctrl-C stops every lane's job
-    return _summarise(pipeline, "backfill", _first_failure(outcomes), _results(outcomes))
+    outcomes = run_side_by_side(runner, specs, output, track=owner.track)  # a signal stops every lane's job
+    stopped = _stopped(args, "backfill", pipeline.name, outcomes)
+    return stopped if stopped is not None else _summarise(pipeline, "backfill", outcomes, output=output)
 
 
 def _backfill_specs(pipeline: Pipeline, args: argparse.Namespace) -> tuple[list[JobSpec], str]:
@@ -427,10 +469,6 @@ def _backfill_specs(pipeline: Pipeline, args: argparse.Namespace) -> tuple[list[
     plan = backfill_plan(pipeline, args)
     replay_committed_first(pipeline, getattr(args, "on_committed", None) or "skip", plan, _say)
     return plan.specs, plan.nothing
-
-
-def _first_failure(outcomes: list[Outcome]) -> int:
-    return next((o.code for o in outcomes if o.code != 0), 0)
 
 
 def _results(outcomes: list[Outcome]) -> list[IngestResult]:
@@ -470,13 +508,18 @@ def cmd_tail(args: argparse.Namespace) -> int:
         planned.append((pipeline, plan.spec))
     if not planned:
         return _tables_verdict(args.pipeline, "tail", len(failed), failed)
+    name = resolve_pipeline(args.pipeline).name
+    specs = [spec for _, spec in planned]
+    output, owner = _job_output(name, "tail", specs), _owner(args, f"the tail of {name}")
     runner = choose_runner(args.spark, args.master, conf, secrets=env_names(planned[0][0].cfg), say=_show)
+    outcomes = run_side_by_side(runner, specs, output, one_application=len(refs) > 1, track=owner.track)
+    stopped = _stopped(args, "tail", name, outcomes)
+    if stopped is not None:
+        return stopped
     if len(refs) == 1:
-        code, results = _run(runner, planned[0][1])
-        return _summarise(planned[0][0], "tail", code, results)
-    outcomes = run_side_by_side(runner, [spec for _, spec in planned], _show, one_application=True)
+        return _summarise(planned[0][0], "tail", outcomes, output=output)
     for (pipeline, _), outcome in zip(planned, outcomes, strict=True):
-        if _summarise(pipeline, "tail", outcome.code, _results([outcome])) != 0:
+        if _summarise(pipeline, "tail", [outcome], output=output) != 0:
             failed.append(_route_of(pipeline.cfg.ref)[0])
     return _tables_verdict(args.pipeline, "tail", len(refs), failed)
 
@@ -511,6 +554,7 @@ def _status(args: argparse.Namespace) -> int:
     from tailfill.run.replay import pending_line
     from tailfill.run.status import format_status, keyed_status, pipeline_status, quarantined_rows, unknown_fields_line
     from tailfill.run.tail_health import describe, read_tail
+    from tailfill.state.tail_claim import status_line
 
     with open_pipeline(args.pipeline) as pipeline:
         cfg = pipeline.cfg
@@ -526,6 +570,7 @@ def _status(args: argparse.Namespace) -> int:
         if tables is not None and state_table is not None:
             for line in keyed_status(tables.data, state_table, cfg.target.key):
                 _say(line)
+        _say(status_line(pipeline.state))
         health, unknown = read_tail(pipeline.state)
         for line in describe(cfg, health, unknown=unknown):
             _say(line)
@@ -635,7 +680,7 @@ def _reset(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """Broker and this home's Spark Connect server up (both left running: `make demo` stops them), sample history,
     backfill, more events, tail once, validate every run, status."""
-    ns = argparse.Namespace
+    ns, owner = argparse.Namespace, getattr(args, "owner", None)  # the demo's jobs are its own
     steps: list[tuple[str, Callable[[], int]]] = [
         ("start the embedded broker", lambda: cmd_dev_service(ns(command="broker", action="up"))),
         ("start this home's Spark Connect server (the jobs below run there: auto)",
@@ -644,11 +689,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
          lambda: cmd_produce_sample(ns(pipeline=args.pipeline, count=args.count, bad_every=args.bad_every))),
         ("backfill history [earliest, cutover)",
          lambda: cmd_backfill(ns(pipeline=args.pipeline, start=None, end=None, slices=None, master=None,
-                                  conf=None, spark=None))),
+                                  conf=None, spark=None, owner=owner))),
         (f"produce {args.tail_count:,} live events",
          lambda: cmd_produce_sample(ns(pipeline=args.pipeline, count=args.tail_count, bad_every=args.bad_every))),
         ("tail from the cutover (once)",
-         lambda: cmd_tail(ns(pipeline=args.pipeline, once=True, master=None, conf=None, spark=None))),
+         lambda: cmd_tail(ns(pipeline=args.pipeline, once=True, master=None, conf=None, spark=None, owner=owner))),
         ("validate every offset landed exactly once (Great Expectations)",
          lambda: cmd_validate(ns(pipeline=args.pipeline, run=None, all=True))),
         ("status", lambda: cmd_status(ns(pipeline=args.pipeline))),
@@ -824,20 +869,41 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command; it owns the jobs it starts (:class:`JobOwner`: SIGINT and SIGTERM stop them between batches).
+    Every failure ends in one line on stderr with its cause and fix; a traceback goes to a log file, never the
+    terminal."""
     args = build_parser().parse_args(argv)
+    command_log = CommandLog(_command_log_path(args.command))
     try:
-        return args.func(args)
+        with command_log.diverting(), JobOwner(f"the {args.command}", _err) as args.owner:
+            return args.func(args)
     except (TailfillError, ValueError) as exc:  # ValueError: malformed offsets JSON
-        print(redact_text(f"error: {exc}"), file=sys.stderr)
+        _err(f"error: {exc}" + (f" (fix: {exc.fix})" if isinstance(exc, TailfillError) and not _fix_said(exc)
+                                else ""))
         return 2
+    except Signalled as exc:
+        _err(f"tailfill {args.command} stopped on {exc}")
+        return 128 + exc.signum
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        _err("interrupted")
         return 130
     except Exception as exc:  # not one of ours: a bug or a failure nobody named; never exit 1 (a verdict)
-        print(redact_text(traceback.format_exc()), file=sys.stderr)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        print(redact_text(f"error: unexpected {type(exc).__name__}: {first} (the traceback is above)"), file=sys.stderr)
+        info = ErrorInfo.of(exc)
+        where = command_log.write(traceback.format_exc())
+        _err(f"error: unexpected {info} (fix: {info.fix}; its traceback: {where})")
         return 2
+
+
+def _fix_said(exc: TailfillError) -> bool:
+    """Whether the message already says its fix (most of Tailfill's do, in their own words)."""
+    return "fix:" in str(exc) or "(fix" in str(exc) or exc.fix == TailfillError.fix
+
+
+def _command_log_path(command: str) -> Path:
+    """``$TAILFILL_HOME/logs/commands/<command>-<time>-<pid>.log``: the command's own log (:class:`CommandLog`)."""
+    from tailfill.run.runtime import log_dir
+
+    return log_dir("commands", f"{command}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}").with_suffix(".log")
 
 
 if __name__ == "__main__":

@@ -170,11 +170,15 @@ class FieldSpec(_Model):
     name: str = Field(description="The column's name: a plain identifier, not starting with 'kafka_' (the "
                                   "prefix of the record's Kafka metadata columns).")
     # Parsed by tailfill.values.column_types.
-    type: str = Field(description="The column's type: string, long, double, boolean, timestamp, int, float, date, "
-                                  "binary, decimal(p, s), or nested: struct<name: type, ...>, list<type>, "
-                                  "map<string, type>.")
+    type: str = Field(description="The column's type: string, long, double, boolean, timestamp (UTC), "
+                                  "timestamp_ntz (no zone), int, float, date, time, binary, decimal(p, s), or nested: "
+                                  "struct<name: type, ...>, list<type>, map<string, type>.")
     required: bool = Field(default=False, description="A record that lacks this field, or holds null in it, goes "
                                                       "to the quarantine.")
+    logical: str | None = Field(default=None, description="envelope: debezium: the Kafka Connect or Debezium logical "
+                                "type the field's values are encoded in (io.debezium.time.MicroTimestamp, "
+                                "org.apache.kafka.connect.data.Decimal, ...), for events without the JSON "
+                                "converter's schema; an event's schema, when it has one, names its own.")
 
     @field_validator("type")
     @classmethod
@@ -365,9 +369,14 @@ class TargetConfig(_Model):
                     "key); required there, refused with append.")
     version_by: str | None = Field(
         default=None,
-        description="upsert: a long column that orders a key's changes when they can span Kafka partitions "
-                    "(e.g. cdc_lsn); null: the Kafka offset within the partition orders them, and a key seen "
-                    "in two partitions stops the run naming the key and both partitions.")
+        description="upsert: a long column that orders a key's changes when they can span Kafka partitions: "
+                    "cdc_lsn (Postgres's source.lsn), cdc_binlog (MySQL's source.file and source.pos), cdc_gtid "
+                    "(MySQL's source.gtid), or a declared one; null: the Kafka offset within the partition orders "
+                    "them, and a key seen in two partitions stops the run naming the key and both partitions.")
+    on_truncate: Literal["apply", "stop"] = Field(
+        default="apply",
+        description="upsert: a truncate (Debezium's op t) empties the state table as of its place in the source's "
+                    "order (apply), or stops the run naming its partition and offset (stop).")
     state_table: str | None = Field(default=None, description="upsert: the state table's name (null: "
                                                               "<table>_state).")
 
@@ -425,6 +434,7 @@ class TargetConfig(_Model):
             raise ValueError("mode: upsert needs key: the columns that identify a row (e.g. key: [order_id])")
         if self.mode == "append":
             given = [n for n in ("key", "version_by", "state_table") if getattr(self, n)]
+            given += ["on_truncate"] if self.on_truncate != "apply" else []
             if given:
                 raise ValueError(f"{', '.join(given)} only apply to mode: upsert (this target appends)")
         if len(set(self.key)) != len(self.key):

@@ -10,6 +10,7 @@ shown to the person running the pipeline read those fields.
 
 from __future__ import annotations
 
+import errno
 from dataclasses import asdict, dataclass, replace
 from typing import ClassVar
 
@@ -114,11 +115,27 @@ class CatalogUnreachable(LakeError):
 
 
 class DiskFullError(LakeError):
-    """A write found its disk full; the message names the file and what it is. Nothing was committed by it."""
+    """A write found its disk full; the message names the file and what it is. Nothing was committed by it.
 
-    retryable = True  # space can come back (a cleanup, a grown volume) while the failure budget lasts
+    Not retried: a restart a few seconds later meets the same full disk, and each attempt's partial files take
+    what space a cleanup frees. The run stops at once; run it again once there is space."""
+
     fix = ("free space on that disk or give it more (the warehouse, the catalog or the state root), then run "
            "again: what was committed stays, the rest is written again")
+
+
+class PermissionDenied(LakeError):
+    """A write or read was refused: the file's permissions, or credentials without the right. Not retried."""
+
+    fix = ("give the user that runs Tailfill (or the credentials of target.s3, the catalog's) the right to read and "
+           "write the place the message names, then run again: what was committed stays")
+
+
+class StoreGone(LakeError):
+    """The bucket a run writes to does not exist (deleted, or never made). Not retried."""
+
+    fix = ("create the bucket the message names again, or point the pipeline's target at where its data is now, then "
+           "run again")
 
 
 class PreparedFilesGone(LakeError):
@@ -156,10 +173,12 @@ class SchemaChangeError(TailfillError):
 
 
 class ChangeStreamError(TailfillError):
-    """A keyed pipeline's change stream asks for what Tailfill cannot apply (a truncate, a key in two partitions
-    without ``target.version_by``); running again meets the same change."""
+    """A keyed pipeline's change stream asks for what Tailfill cannot apply as configured (a key or a truncate whose
+    order against other partitions is unknown without ``target.version_by``, a change without that version, a
+    truncate with ``target.on_truncate: stop``); running again meets the same change."""
 
-    fix = "see the change the message names; set target.version_by, or re-create the state from the change log"
+    fix = ("see the change the message names; set target.version_by to what the connector carries (cdc_lsn, "
+           "cdc_binlog, cdc_gtid), or target.on_truncate: apply for a truncate")
 
 
 class PreflightError(TailfillError):
@@ -203,6 +222,13 @@ class QueryStalled(IngestError):
     retryable = True
     fix = ("the message names the step it was stuck at and what Spark was doing; a broker that answers no fetch is the "
            "usual cause (its own log); raise tail.stall_timeout_seconds if batches are only slow")
+
+
+class TailRunning(TailfillError):
+    """Another tail of the pipeline runs (its host, process and start are named): one tail per pipeline."""
+
+    fix = ("let it run, or stop it first (`tailfill stop-tail PIPELINE`, or a signal to its command on its host); a "
+           "claim whose process is gone is taken over by the next tail")
 
 
 class SparkServerError(TailfillError):
@@ -252,6 +278,11 @@ FOREIGN_FIXES: tuple[tuple[str, type[TailfillError]], ...] = (
     ("confluent_kafka", BrokerError), ("cimpl", BrokerError),
     ("pyiceberg", LakeError), ("sqlalchemy", LakeError), ("psycopg2", LakeError), ("pyarrow", LakeError),
 )
+# Failures that no wait or restart can fix, known by an OSError's number or by the words of a library that gives its
+# text alone (Arrow, SQLite, the AWS SDK): the run stops at once, saying what to fix.
+FULL_DISK_SIGNS = ("no space left on device", "[errno 28]", "database or disk is full", "disk quota exceeded")
+DENIED_SIGNS = ("access_denied", "accessdenied", "access denied", "forbidden", "permission denied")
+GONE_SIGNS = ("nosuchbucket", "no_such_bucket", "bucket does not exist")
 MEMORY_FIX = "lower the batch cap (max_offsets_per_batch) or give the driver more memory"
 # Spark's own failures that are the machine's, not a batch's (a Python worker that could not start in time), known
 # by Spark's wording: restarts of their own, with more patience (tailfill.run.restarts).
@@ -298,6 +329,9 @@ class ErrorInfo:
         sign = _infrastructure_line(str(exc))
         if sign is not None:
             return cls(type(root).__name__, sign, True, INFRASTRUCTURE_FIX, infrastructure=True)
+        permanent = next((kind for e in chain if (kind := unfixable_by_retry(e)) is not None), None)
+        if permanent is not None:
+            return cls(permanent.__name__, _first_line(root), False, permanent.fix)
         return cls(type(root).__name__, _first_line(root), True, _foreign_fix(root))
 
     @classmethod
@@ -307,7 +341,11 @@ class ErrorInfo:
         sign = _infrastructure_line(text)
         if sign is not None:
             return cls(kind, sign, True, INFRASTRUCTURE_FIX, infrastructure=True)
-        return cls(kind, text.strip().splitlines()[0] if text.strip() else kind)
+        first = text.strip().splitlines()[0] if text.strip() else kind
+        permanent = _unfixable_text(text)
+        if permanent is not None:
+            return cls(permanent.__name__, first, False, permanent.fix)
+        return cls(kind, first)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -319,6 +357,28 @@ class ErrorInfo:
 
     def __str__(self) -> str:
         return f"{self.error_class}: {self.message}"
+
+
+def unfixable_by_retry(exc: BaseException) -> type[TailfillError] | None:
+    """The kind of failure ``exc`` is when no restart can fix it (:class:`DiskFullError`, :class:`PermissionDenied`,
+    :class:`StoreGone`), by its error number or its words; None for any other."""
+    if isinstance(exc, DiskFullError | PermissionDenied | StoreGone):
+        return type(exc)
+    if isinstance(exc, OSError) and exc.errno is not None:
+        by_number = {errno.ENOSPC: DiskFullError, errno.EDQUOT: DiskFullError, errno.EACCES: PermissionDenied,
+                     errno.EPERM: PermissionDenied, errno.EROFS: PermissionDenied}.get(exc.errno)
+        if by_number is not None:
+            return by_number
+    return _unfixable_text(str(exc))
+
+
+def _unfixable_text(text: str) -> type[TailfillError] | None:
+    """:func:`unfixable_by_retry` of an error known by its text alone."""
+    lowered = text.lower()
+    for signs, kind in ((FULL_DISK_SIGNS, DiskFullError), (DENIED_SIGNS, PermissionDenied), (GONE_SIGNS, StoreGone)):
+        if any(sign in lowered for sign in signs):
+            return kind
+    return None
 
 
 def _infrastructure_line(text: str) -> str | None:

@@ -49,6 +49,7 @@ class Settings:
     on_failure: str | None  # TAILFILL_ON_FAILURE: module:function called with every recorded failure
     class_archive_dir: Path | None  # TAILFILL_CLASS_ARCHIVE_DIR: Spark's JVM class archive (off: none); ~/.cache
     bounded_as_query: bool  # TAILFILL_BOUNDED_RUNS=query: a backfill or --once tail runs a streaming query (comparison)
+    stop_file: Path | None  # TAILFILL_STOP_FILE: set by a runner for its job: the file its caller writes to stop it
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -89,6 +90,7 @@ class Settings:
             class_archive_dir=None if env.get("TAILFILL_CLASS_ARCHIVE_DIR") == "off" else _cache_dir(
                 env, "TAILFILL_CLASS_ARCHIVE_DIR", "jvm"),
             bounded_as_query=_choice(env, "TAILFILL_BOUNDED_RUNS", ("direct", "query")) == "query",
+            stop_file=Path(env["TAILFILL_STOP_FILE"]) if env.get("TAILFILL_STOP_FILE") else None,
         )
 
 

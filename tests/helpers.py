@@ -18,6 +18,7 @@ import duckdb
 import duckdb_extension_avro
 import duckdb_extension_iceberg
 import pyarrow.parquet as pq
+import pytest
 import yaml
 from processes import kill_marked
 
@@ -344,3 +345,29 @@ def besides_infrastructure(causes: list[str]) -> list[str]:
     """The restart causes that are not Spark's own infrastructure failing (on a busy machine its Python workers
     may be too slow to start: a restart of its own kind, with its own budget)."""
     return [c for c in causes if not any(s in c for s in SPARK_INFRASTRUCTURE)]
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: str):
+    """A tmpfs of ``size`` at ``path`` (root only: skipped elsewhere), unmounted afterwards."""
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"a full disk needs a small filesystem: mounting a tmpfs failed ({done.stderr.strip()})")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Fill ``disk`` to the last byte with one file; returns it (delete it to free the space)."""
+    filler = disk / "filler"
+    with filler.open("wb", buffering=0) as out, contextlib.suppress(OSError):
+        while True:
+            out.write(b"\0" * 65_536)
+    with filler.open("ab", buffering=0) as out, contextlib.suppress(OSError):  # the last partial block
+        for _ in range(65_536):
+            out.write(b"\0")
+    return filler

@@ -33,7 +33,8 @@ def sample_records(run_id: str, ranges: Sequence[OffsetRange], bad_every: int = 
         yield pa.RecordBatch.from_arrays(
             [pa.array([r.topic] * r.size), pa.array([r.partition] * r.size, pa.int32()), pa.array(offsets, pa.int64()),
              pa.array([datetime.now(UTC)] * r.size, TIMESTAMP), pa.nulls(r.size, pa.binary()),
-             pa.array([[]] * r.size, HEADERS), pa.array(values, pa.binary()), pa.nulls(r.size, pa.string())],
+             pa.array([[]] * r.size, HEADERS), pa.array(values, pa.binary()), pa.nulls(r.size, pa.string()),
+             pa.nulls(r.size, pa.string())],
             schema=RAW_SCHEMA)
     for r in ranges:
         yield RangeMarker(r, r.size).to_batch()

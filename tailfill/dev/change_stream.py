@@ -4,8 +4,10 @@
 deletes of live ids, each delete followed by a tombstone), each as the Kafka record Debezium's JSON converter
 would write: key ``{"order_id": N}``, value the change event (optionally inside the converter's
 ``schema``/``payload`` wrapper). A key's changes all go to one partition (``order_id`` mod partitions), as
-Kafka's key partitioning does. :func:`fold` is the independent answer the tests and the benchmark compare a
-state table with: each key's last change by offset, deletes removing it.
+Kafka's key partitioning does; a truncate (no key) to any. Its source position is a Postgres connector's
+(``lsn``) or a MySQL one's (binlog ``file``, ``pos``, ``row`` and a ``gtid``). :func:`fold` is the independent
+answer the tests and the benchmark compare a state table with: the changes replayed in the source's order,
+deletes removing a key, truncates every key.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tailfill.offsets import OffsetRange, passed_over
 from tailfill.values.schema import HEADERS, RAW_SCHEMA, TIMESTAMP, RangeMarker
 
 STATUSES = ("new", "paid", "shipped", "delivered", "cancelled")
+MYSQL_UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -30,16 +33,19 @@ class Change:
 
     partition: int
     offset: int
-    key: bytes
+    key: bytes | None  # None: a truncate
     value: bytes | None
-    order_id: int
-    op: str  # r (a snapshot read), c, u, d, or "tombstone"
+    order_id: int  # -1: a truncate
+    op: str  # r (a snapshot read), c, u, d, t (a truncate), or "tombstone"
 
 
 def change_stream(events: int, keys: int, partitions: int = 1, seed: int = 7, mix: tuple[float, float] = (0.2, 0.7),
-                  wrapped: bool = False, snapshot: int = 0) -> list[Change]:
+                  wrapped: bool = False, snapshot: int = 0, truncate_at: tuple[int, ...] = (),
+                  connector: str = "postgresql") -> list[Change]:
     """``events`` changes over at most ``keys`` ids: ``snapshot`` snapshot reads (op r) first, then inserts, updates
-    and deletes in the proportions ``mix`` (inserts, updates; the rest deletes, each followed by its tombstone)."""
+    and deletes in the proportions ``mix`` (inserts, updates; the rest deletes, each followed by its tombstone);
+    a truncate once the stream has ``truncate_at`` records (each), after which every id is new again. The list is in
+    the source's order (``connector`` ``postgresql`` or ``mysql`` gives its position)."""
     rng = random.Random(seed)
     live: list[int] = []
     where: dict[int, int] = {}  # id -> index in live
@@ -51,17 +57,22 @@ def change_stream(events: int, keys: int, partitions: int = 1, seed: int = 7, mi
     def emit(order_id: int, op: str, before: dict | None, after: dict | None) -> None:
         nonlocal lsn
         lsn += 1
-        p = order_id % partitions
+        p = order_id % partitions if op != "t" else lsn % partitions
         ts = int((EPOCH + timedelta(seconds=lsn)).timestamp() * 1000)
-        event = {"before": before, "after": after, "source": {"connector": "postgresql", "ts_ms": ts, "lsn": lsn,
-                                                               "table": "orders"}, "op": op, "ts_ms": ts}
-        key = {"order_id": order_id}
+        event = {"before": before, "after": after, "source": source(lsn, ts), "op": op, "ts_ms": ts}
+        key = None if op == "t" else json.dumps({"order_id": order_id}).encode()
         value = {"schema": {"type": "struct", "name": "orders.Envelope"}, "payload": event} if wrapped else event
-        out.append(Change(p, offsets[p], json.dumps(key).encode(), json.dumps(value).encode(), order_id, op))
+        out.append(Change(p, offsets[p], key, json.dumps(value).encode(), order_id, op))
         offsets[p] += 1
         if op == "d":
-            out.append(Change(p, offsets[p], json.dumps(key).encode(), None, order_id, "tombstone"))
+            out.append(Change(p, offsets[p], key, None, order_id, "tombstone"))
             offsets[p] += 1
+
+    def source(lsn: int, ts: int) -> dict:
+        if connector == "mysql":  # a new binlog file every 1,000 events; positions grow within one
+            return {"connector": "mysql", "ts_ms": ts, "file": f"mysql-bin.{1 + lsn // 1000:06d}",
+                    "pos": 4 + (lsn % 1000) * 57, "row": 0, "gtid": f"{MYSQL_UUID}:{lsn}", "table": "orders"}
+        return {"connector": "postgresql", "ts_ms": ts, "lsn": lsn, "table": "orders"}
 
     def row(order_id: int) -> dict:
         return {"order_id": order_id, "status": rng.choice(STATUSES), "amount": round(rng.random() * 500, 2),
@@ -83,7 +94,15 @@ def change_stream(events: int, keys: int, partitions: int = 1, seed: int = 7, mi
         emit(next_id, "r", None, row(next_id))
         next_id += 1
     dead: list[int] = []
+    pending = sorted(truncate_at, reverse=True)
     while len(out) < events + snapshot:
+        if pending and len(out) >= pending[-1]:  # (a delete and its tombstone may step over the exact place)
+            pending.pop()
+            emit(-1, "t", None, None)
+            dead += live
+            live.clear()
+            where.clear()
+            continue
         pick = rng.random()
         if pick < mix[0] or not live:
             if next_id < keys:
@@ -106,10 +125,13 @@ def change_stream(events: int, keys: int, partitions: int = 1, seed: int = 7, mi
 
 
 def fold(changes: list[Change]) -> dict[int, tuple[int, int]]:
-    """Each live order id's last change, as (partition, offset): the state the stream describes."""
+    """Each live order id's last change, as (partition, offset): the state the stream describes, its changes
+    replayed in the order given (the source's, as :func:`change_stream` makes them)."""
     state: dict[int, tuple[int, int]] = {}
-    for c in sorted(changes, key=lambda c: (c.partition, c.offset)):
-        if c.value is None or c.op == "d":
+    for c in changes:
+        if c.op == "t":
+            state.clear()
+        elif c.value is None or c.op == "d":
             state.pop(c.order_id, None)
         else:
             state[c.order_id] = (c.partition, c.offset)
@@ -160,7 +182,8 @@ def avro_changes(changes: list[Change], registry_url: str, topic: str) -> list[C
             event = json.loads(c.value)
             event = event.get("payload", event)
             value = values({**event, "before": image(event["before"]), "after": image(event["after"])}, value_ctx)
-        out.append(Change(c.partition, c.offset, keys(json.loads(c.key), key_ctx), value, c.order_id, c.op))
+        key = None if c.key is None else keys(json.loads(c.key), key_ctx)
+        out.append(Change(c.partition, c.offset, key, value, c.order_id, c.op))
     return out
 
 
@@ -176,7 +199,8 @@ def records(topic: str, changes: list[Change], ranges: list[OffsetRange]):
             [pa.array([topic] * n), pa.array([r.partition] * n, pa.int32()),
              pa.array([c.offset for c in got], pa.int64()), pa.array([now] * n, TIMESTAMP),
              pa.array([c.key for c in got], pa.binary()), pa.array([[]] * n, HEADERS),
-             pa.array([c.value for c in got], pa.binary()), pa.nulls(n, pa.string())], schema=RAW_SCHEMA)
+             pa.array([c.value for c in got], pa.binary()), pa.nulls(n, pa.string()),
+             pa.nulls(n, pa.string())], schema=RAW_SCHEMA)
     for r in ranges:  # an offset without a change is one the broker would not deliver (compacted, say): absent
         held = [o for o in range(r.start, r.end) if (r.partition, o) in by_at]
         absent = tuple(r.with_bounds(s, e) for s, e in passed_over(r.start, [*held, r.end]))

@@ -3,6 +3,10 @@
 record → struct, array → list, map → map<string, ...>, enum → string, fixed → binary,
 decimal → decimal(p, s), date → date, timestamp-millis/micros → timestamp (UTC, µs),
 local-timestamp-* → timestamp without zone, uuid → string, a union with null → an optional value.
+A Kafka Connect or Debezium logical type named by ``connect.name`` (what Confluent's AvroConverter writes for
+Debezium's ``io.debezium.time.MicroTimestamp`` and kin) takes its column type
+(:func:`~tailfill.formats.connect_types.registry_type`), and
+:meth:`AvroWriter.logicals` names those fields for the values' conversion.
 A union of several non-null types has no column type: such a schema is refused with the reason.
 A top-level field is *required* when its type is not a union with null and it has no default.
 A key schema (``format.key: registry``) may be any Avro type: ``"string"``, ``"long"``, a record.
@@ -18,11 +22,13 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 
+from tailfill.formats.connect_types import registry_type
 from tailfill.formats.wire import WireFormat
 from tailfill.values.column_types import TIMESTAMP
 
 PRIMITIVE = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
              "double": pa.float64(), "bytes": pa.binary(), "string": pa.string()}
+
 
 
 def _arrow(schema: Any, names: dict[str, Any], depth: int = 0) -> pa.DataType:
@@ -40,8 +46,12 @@ def _arrow(schema: Any, names: dict[str, Any], depth: int = 0) -> pa.DataType:
             return _arrow(names[schema], names, depth + 1)
         raise ValueError(f"unknown type {schema!r}")
     kind, logical = schema["type"], schema.get("logicalType")
-    if logical == "decimal":
+    if logical == "decimal":  # (Avro's own, before Kafka Connect's name for it)
         return pa.decimal128(schema["precision"], schema.get("scale", 0))
+    if (connected := registry_type(schema.get("connect.name"), schema.get("connect.parameters", {}))) is not None:
+        if kind in ("record", "error"):  # named: a later field may refer to it by its name
+            names[schema["name"]] = names[f"{schema.get('namespace', '')}.{schema['name']}".lstrip(".")] = schema
+        return connected
     if logical == "date" and kind == "int":
         return pa.date32()
     if logical in ("timestamp-millis", "timestamp-micros") and kind == "long":
@@ -85,6 +95,35 @@ def avro_columns(text: str) -> pa.Schema:
     return pa.schema(list(avro_type(schema)))
 
 
+def connect_logicals(text: str, image: str) -> dict[str, tuple[str, dict]]:
+    """The Kafka Connect logical types (``connect.name``, ``connect.parameters``) of the fields of the record in the
+    top-level record's field ``image`` (a Debezium envelope's ``after``): field → (name, parameters)."""
+    schema, names = json.loads(text), {}
+
+    def record(node: Any) -> dict | None:
+        if isinstance(node, list):
+            return next((r for r in map(record, node) if r is not None), None)
+        if isinstance(node, str):
+            return names.get(node)
+        if isinstance(node, dict) and node.get("type") in ("record", "error"):
+            names[node["name"]] = names[f"{node.get('namespace', '')}.{node['name']}".lstrip(".")] = node
+            for f in node.get("fields", []):
+                record(f["type"])
+            return node
+        return None
+
+    record(schema)
+    fields = {f["name"]: f["type"] for f in schema.get("fields", [])}
+    found = record(fields[image]) if image in fields else None
+    out = {}
+    for f in (found or {}).get("fields", []):
+        kind = next((b for b in f["type"] if b != "null"), None) if isinstance(f["type"], list) else f["type"]
+        kind = names.get(kind, kind) if isinstance(kind, str) else kind  # a record named before
+        if isinstance(kind, dict) and isinstance(kind.get("connect.name"), str):
+            out[f["name"]] = (kind["connect.name"], kind.get("connect.parameters") or {})
+    return out
+
+
 def avro_required(text: str) -> tuple[str, ...]:
     """The top-level fields a record of this Avro schema always carries: not a union with null, no default."""
     return tuple(f["name"] for f in json.loads(text).get("fields", [])
@@ -95,10 +134,16 @@ class AvroWriter:
     """Decodes payloads written with one Avro schema (parsed once) into rows of :attr:`columns`."""
 
     def __init__(self, text: str, imports: dict[str, str] | None = None):  # no imports: see WireFormat.build
+        self.text = text
         self.columns = avro_columns(text)
         self.required = avro_required(text)
         self.parsed = fastavro.parse_schema(json.loads(text))
         self.uuids = "uuid" in text
+
+    def logicals(self, variant: tuple, image: str) -> dict[str, tuple[str, dict]]:
+        """The Kafka Connect logical types of the fields of the record in field ``image`` (see
+        :func:`connect_logicals`)."""
+        return connect_logicals(self.text, image)
 
     def columns_of(self, variant: tuple) -> pa.Schema:
         return self.columns

@@ -119,8 +119,9 @@ class Format(ABC):
 def split_records(batch: pa.RecordBatch | pa.Table, decoder: Decoder, run_id: str,
                   table_columns: pa.Schema | None = None, drift: Drift | None = None) -> tuple[pa.Table, pa.Table]:
     """Raw records (``kafka_*`` columns) as (rows, quarantined rows): each record lands in exactly one. A
-    quarantined record keeps its raw key and value, beside the reason. ``drift``: where the fields not declared
-    that the records hold are counted, by ``partition:offset``."""
+    quarantined record keeps its raw key and value, beside the reason; a record the source flagged
+    (``source_error``: its timestamp out of range) is quarantined with that reason, whatever its value decodes to.
+    ``drift``: where the fields not declared that the records hold are counted, by ``partition:offset``."""
     table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
     meta = table.select([f.name for f in METADATA_FIELDS]).cast(pa.schema(METADATA_FIELDS))
     values = table.column("kafka_value").combine_chunks().cast(pa.binary())
@@ -128,6 +129,8 @@ def split_records(batch: pa.RecordBatch | pa.Table, decoder: Decoder, run_id: st
     decoded = decoder.decode(values, keys, table_columns)
     if drift is not None and (decoded.unknown or decoded.wants):
         count_drift(drift, decoded, meta)
+    if "source_error" in table.column_names and table.column("source_error").null_count < table.num_rows:
+        _flagged_by_source(decoded, table.column("source_error").combine_chunks())
     row_meta = meta
     if decoder.key == "string":
         row_meta = _keys_as_text(meta, keys, decoded)
@@ -186,6 +189,14 @@ def _keys_as_text(meta: pa.Table, keys: pa.Array, decoded: Decoded) -> pa.Table:
         decoded.rows = [_without(r, ~ok) for r in decoded.rows]
         keys = pc.if_else(pa.array(ok), keys, pa.nulls(len(keys), pa.binary()))
     return meta.set_column(KEY_AT, pa.field("kafka_key", KEY_TYPES["string"]), keys.cast(KEY_TYPES["string"]))
+
+
+def _flagged_by_source(decoded: Decoded, source_errors: pa.Array) -> None:
+    """Each record the source flagged leaves its rows for the quarantine, with the source's reason."""
+    flagged = source_errors.is_valid().to_numpy(zero_copy_only=False)
+    for i in np.flatnonzero(flagged).tolist():
+        decoded.errors[i] = source_errors[i].as_py()
+    decoded.rows = [_without(r, flagged) for r in decoded.rows]
 
 
 def _without(rows: Rows, dropped: np.ndarray) -> Rows:

@@ -1,16 +1,19 @@
-"""Keyed pipelines (``target.mode: upsert``): every record as one change of one key — an upsert or a delete.
+"""Keyed pipelines (``target.mode: upsert``): every record as one change of one key — an upsert or a delete — or
+of the whole table (a truncate).
 
-:class:`ChangeFormat` wraps the pipeline's own format. Its rows are the inner format's rows plus three
-columns — :data:`CDC_OP` (``r``/``c``/``u``: the row is the key's new state; ``d``: the key is deleted),
-:data:`CDC_TS_MS` and :data:`CDC_LSN` (Debezium's ``source.ts_ms`` and ``source.lsn``, when there are) —
-so the data table is the append-only record of every change, and the state table is folded from it.
+:class:`ChangeFormat` wraps the pipeline's own format. Its rows are the inner format's rows plus the change
+columns (:data:`~tailfill.values.schema.CHANGE_COLUMNS`: the op — ``r``/``c``/``u``: the row is the key's new
+state; ``d``: the key is deleted; ``t``: every key is — and the event's source position, when there is one), so
+the data table is the append-only record of every change, and the state table is folded from it.
 
 - ``format.envelope: none``: each value is the row's new state (op ``u``); a tombstone (null value, with a
   key) deletes its key.
 - ``format.envelope: debezium`` (json): each value is a Debezium change event, with or without the JSON
   converter's ``schema``/``payload`` wrapper. ``r``/``c``/``u`` apply ``after``; ``d`` deletes ``before``'s
-  key; a tombstone after a delete is a delete of its key again (accounted, changes nothing); ``t``
-  (truncate) stops the run.
+  key; a tombstone after a delete is a delete of its key again (accounted, changes nothing); ``t`` (truncate) is
+  a row without a key, which the merge applies to the whole state. A value in a Kafka Connect or Debezium
+  logical type (the wrapper's schema names it, or the field declares it) is converted into its column's type
+  (:mod:`tailfill.formats.connect_types`); numbers are parsed exactly.
 
 A delete's key comes from ``before`` (Debezium) or from the Kafka key: a JSON object holding the key
 columns (Debezium's key, wrapped or not), or, for one key column, the key's text. A change without a
@@ -20,17 +23,29 @@ usable key, or with an unknown ``op``, goes to the quarantine with the reason.
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 
 from tailfill.config import FieldSpec, FormatConfig
 from tailfill.errors import ConfigError, RecordError
 from tailfill.formats.base import Decoded, Decoder, Format, NewTable, Rows
-from tailfill.formats.debezium import read_event
+from tailfill.formats.connect_types import Column, convert_row, schema_logicals
+from tailfill.formats.debezium import ChangeEvent, read_event
 from tailfill.formats.json_fields import _coerce
-from tailfill.values.schema import CDC_LSN, CDC_OP, CDC_TS_MS, CHANGE_COLUMNS, DELETE_OP, METADATA_FIELDS, VALUE_FIELD
+from tailfill.values.schema import (
+    CDC_OP,
+    CHANGE_COLUMNS,
+    DELETE_OP,
+    METADATA_FIELDS,
+    POSITION_COLUMNS,
+    TRUNCATE_OP,
+    VALUE_FIELD,
+    field_type,
+)
 
 KAFKA_KEY = "kafka_key"
 
@@ -90,15 +105,16 @@ class ChangeDecoder:
         self.key = inner.key
         self.rows_schema = with_change_columns(inner.rows_schema)
         self.specs = {f.name: f for f in fields}
+        self.columns = {f.name: Column(field_type(f.type), f.type, f.logical) for f in fields}
         self.value_keys = [k for k in key if k != KAFKA_KEY]
+        self.events = EventReader()
 
     def decode(self, values: pa.Array, keys: pa.Array, table_columns: pa.Schema | None) -> Decoded:
         n = len(values)
         states: dict[int, bytes] = {}  # position -> the value the inner format decodes (the row's new state)
-        deletes: dict[int, dict[str, Any]] = {}  # position -> the deleted key's columns
+        deletes: dict[int, dict[str, Any]] = {}  # position -> the deleted key's columns (a truncate: none)
         ops = [DELETE_OP] * n
-        ts: list[int | None] = [None] * n
-        lsn: list[int | None] = [None] * n
+        where: dict[str, list] = {name: [None] * n for name in POSITION_COLUMNS}  # each change's source position
         errors: dict[int, str] = {}
         raw_keys = keys.to_pylist()
         for i, value in enumerate(values.to_pylist()):
@@ -106,11 +122,16 @@ class ChangeDecoder:
                 if value is None:  # a tombstone: delete the Kafka key's row
                     deletes[i] = self._key_of_tombstone(raw_keys[i])
                 elif self.envelope == "debezium" and not self.reads_events:
-                    ops[i], body, ts[i], lsn[i] = _debezium(value)
-                    if ops[i] == DELETE_OP:
-                        deletes[i] = self._key_columns(body, "'before'")
+                    event = self.events.read(value, self.columns)
+                    ops[i] = event.op
+                    for name, at in event.position.items():
+                        where[name][i] = at
+                    if event.op == DELETE_OP:
+                        deletes[i] = self._key_columns(event.body, "'before'")
+                    elif event.op == TRUNCATE_OP:
+                        deletes[i] = {}
                     else:
-                        states[i] = json.dumps(body).encode()
+                        states[i] = self.events.encode(event.body)
                 else:
                     ops[i] = "u"
                     states[i] = value
@@ -118,17 +139,15 @@ class ChangeDecoder:
                 errors[i] = str(exc)
         upserts = self._states(states, keys, table_columns, errors)
         if self.reads_events:
-            upserts = _take_change_columns(upserts, ops, ts, lsn)
+            upserts = _take_change_columns(upserts, ops, where)
         groups = [upserts, self._deletes(deletes, table_columns)]
         rows = []
         for group in groups:
-            group = self._without_null_keys(group, raw_keys, errors)
+            group = self._without_null_keys(group, raw_keys, ops, errors)
             at = group.positions.to_numpy()
-            extra = [pa.array([ops[i] for i in at], pa.string()), pa.array([ts[i] for i in at], pa.int64()),
-                     pa.array([lsn[i] for i in at], pa.int64())]
-            columns = group.columns
-            for name, column in zip(CHANGE_COLUMNS.names, extra, strict=True):
-                columns = columns.append_column(name, column)
+            columns = group.columns.append_column(CDC_OP, pa.array([ops[i] for i in at], pa.string()))
+            for name in POSITION_COLUMNS:
+                columns = columns.append_column(name, pa.array([where[name][i] for i in at], pa.int64()))
             rows.append(Rows(group.positions, columns))
         return Decoded(rows, errors)
 
@@ -172,9 +191,10 @@ class ChangeDecoder:
         skip = {f.name for f in METADATA_FIELDS} | {VALUE_FIELD.name}
         return pa.schema([f for f in self.inner.rows_schema if f.name not in skip]).empty_table()
 
-    def _without_null_keys(self, rows: Rows, raw_keys: list, errors: dict[int, str]) -> Rows:
-        """``rows`` less those with no key (quarantined with the reason)."""
+    def _without_null_keys(self, rows: Rows, raw_keys: list, ops: list[str], errors: dict[int, str]) -> Rows:
+        """``rows`` less those with no key (quarantined with the reason); a truncate has none and needs none."""
         missing = np.zeros(len(rows.positions), dtype=bool)
+        truncates = np.array([ops[i] == TRUNCATE_OP for i in rows.positions.to_pylist()], dtype=bool)
         why = ""
         for name in self.key_columns:
             if name == KAFKA_KEY:
@@ -186,6 +206,7 @@ class ChangeDecoder:
             else:
                 null = np.ones(len(rows.positions), dtype=bool)
                 why = f"key column '{name}' is not among the decoded columns"
+            null &= ~truncates
             for i in rows.positions.to_numpy()[null & ~missing].tolist():
                 errors[i] = why
             missing |= null
@@ -226,13 +247,13 @@ class ChangeDecoder:
         return out
 
 
-def _take_change_columns(rows: Rows, ops: list, ts: list, lsn: list) -> Rows:
-    """``rows`` decoded with their change columns: each change's op, ts_ms and lsn put at its position in ``ops``,
-    ``ts`` and ``lsn``, and the columns dropped (the decoder adds them to every group alike)."""
+def _take_change_columns(rows: Rows, ops: list, where: dict[str, list]) -> Rows:
+    """``rows`` decoded with their change columns: each change's op and source position put at its position in
+    ``ops`` and ``where``, and the columns dropped (the decoder adds them to every group alike)."""
     if rows.columns.schema.get_field_index(CDC_OP) < 0:
         return rows
     at = rows.positions.to_pylist()
-    for name, out in ((CDC_OP, ops), (CDC_TS_MS, ts), (CDC_LSN, lsn)):
+    for name, out in ((CDC_OP, ops), *where.items()):
         for i, value in zip(at, rows.columns.column(name).to_pylist(), strict=True):
             out[i] = value
     return Rows(rows.positions, rows.columns.drop_columns(list(CHANGE_COLUMNS.names)))
@@ -243,10 +264,41 @@ def _unwrapped(doc: dict[str, Any]) -> Any:
     return doc["payload"] if set(doc) == {"schema", "payload"} else doc
 
 
-def _debezium(value: bytes) -> tuple[str, dict[str, Any], int | None, int | None]:
-    """(op, the row's new state or the deleted row, source.ts_ms, source.lsn) of a Debezium change event in JSON."""
-    try:
-        doc = json.loads(value)
-    except (ValueError, RecursionError) as exc:
-        raise RecordError(f"malformed Debezium change event: {str(exc)[:80]}") from None
-    return read_event(_unwrapped(doc) if isinstance(doc, dict) else doc)
+class EventReader:
+    """Debezium change events in JSON, with or without the converter's ``schema``/``payload`` wrapper, read with
+    their numbers exact (Decimals, never floats) and their logical types converted into their columns' types: the
+    wrapper's schema names each field's (each schema read once: a cache by its text), else the declared ones."""
+
+    def __init__(self) -> None:
+        self.parts = msgspec.json.Decoder(dict[str, msgspec.Raw])
+        self.exact = msgspec.json.Decoder(float_hook=Decimal)
+        self.encoder = msgspec.json.Encoder(decimal_format="number")
+        self.schemas: dict[bytes, Any] = {}
+
+    def read(self, value: bytes, columns: dict[str, Column]) -> ChangeEvent:
+        """One event read (:func:`~tailfill.formats.debezium.read_event`), its row's values as ``columns`` take them."""
+        try:
+            try:
+                parts = self.parts.decode(value)
+            except msgspec.ValidationError:  # not an object: read_event says what it is
+                parts = None
+            if parts is not None and set(parts) == {"schema", "payload"}:
+                schema, doc = self._schema(bytes(parts["schema"])), self.exact.decode(parts["payload"])
+            else:
+                schema, doc = None, self.exact.decode(value)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise RecordError(f"malformed Debezium change event: {str(exc)[:80]}") from None
+        event = read_event(doc)
+        image = "before" if event.op == DELETE_OP else "after"
+        return event._replace(body=convert_row(event.body, schema_logicals(schema, image), columns))
+
+    def _schema(self, text: bytes) -> Any:
+        if text not in self.schemas:
+            if len(self.schemas) > 64:  # a stream of ever-new schemas: keep the cache small
+                self.schemas.clear()
+            self.schemas[text] = self.exact.decode(text)
+        return self.schemas[text]
+
+    def encode(self, body: dict[str, Any]) -> bytes:
+        """A row as JSON for the inner decoder: decimals as their exact digits, dates and times as ISO text."""
+        return self.encoder.encode(body)

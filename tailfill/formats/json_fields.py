@@ -9,6 +9,9 @@ faster: a typed msgspec decoder takes each record it can vouch for, and every re
 (or might judge differently: long values, see :data:`FAST_PATH_MAX_BYTES`) goes through
 :func:`parse_value`, so rows and quarantine are exactly what the per-record rules give
 (``tests/unit/test_records.py`` checks the two against each other on generated records).
+
+Where a declared type holds a decimal, JSON numbers are parsed as :class:`~decimal.Decimal`, exactly as written
+(not through a float, which keeps 17 significant digits): a ``decimal(38, 10)`` value keeps all 38.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import operator
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Annotated, Any
 
 import msgspec
@@ -67,7 +71,7 @@ def _coerce(spec: FieldSpec, value: Any) -> Any:
         if not INT64_MIN <= value <= INT64_MAX:
             raise RecordError(f"field '{spec.name}' = {value} does not fit in a long")
         return value
-    if t == "double" and isinstance(value, int | float) and not isinstance(value, bool):
+    if t == "double" and isinstance(value, int | float | Decimal) and not isinstance(value, bool):
         try:
             number = float(value)
         except OverflowError:
@@ -102,7 +106,7 @@ def load_object(fmt: FormatConfig, value: bytes | None) -> dict:
     if len(value) > fmt.max_value_bytes:
         raise RecordError(f"value of {len(value)} bytes exceeds max_value_bytes {fmt.max_value_bytes}")
     try:
-        doc = json.loads(value)
+        doc = json.loads(value, parse_float=Decimal) if exact_numbers(fmt) else json.loads(value)
     except RecursionError:
         raise RecordError("malformed JSON: nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, over-long integers
@@ -110,6 +114,11 @@ def load_object(fmt: FormatConfig, value: bytes | None) -> dict:
     if not isinstance(doc, dict):
         raise RecordError(f"JSON value is a {type(doc).__name__}, expected an object")
     return doc
+
+
+def exact_numbers(fmt: FormatConfig) -> bool:
+    """Whether a declared type holds a decimal: then JSON numbers are parsed as exact Decimals."""
+    return any("decimal" in f.type.lower() for f in fmt.fields)
 
 
 def declared_fields(fmt: FormatConfig, doc: dict) -> list[Any]:
@@ -148,10 +157,11 @@ class RowParser:
         rename = {f"f{i}": s.name for i, s in enumerate(fmt.fields)}
         struct = msgspec.defstruct("Record", fields, rename=rename, kw_only=True, gc=False,
                                    forbid_unknown_fields=fmt.unknown_fields == "quarantine")
-        self.decoder = msgspec.json.Decoder(struct)
+        exact = {"float_hook": Decimal} if exact_numbers(fmt) else {}  # numbers of untyped fields, digit for digit
+        self.decoder = msgspec.json.Decoder(struct, **exact)
         # Takes only values with no undeclared field: where it refuses one the other takes, drift is looked for.
         self.strict = msgspec.json.Decoder(msgspec.defstruct("Strict", fields, rename=rename, kw_only=True, gc=False,
-                                                             forbid_unknown_fields=True))
+                                                             forbid_unknown_fields=True), **exact)
         self.keys = msgspec.json.Decoder(dict[str, msgspec.Raw])  # a drifted value's keys, its values left as text
         self.drifting = False  # the last chunk held undeclared fields: the next is not tried strictly first
         self.attrs = {s.name: f"f{i}" for i, s in enumerate(fmt.fields)}

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailfill.config import FormatConfig
-from tailfill.errors import ChangeStreamError, RecordError, RegistryError, SchemaChangeError
+from tailfill.errors import RecordError, RegistryError, SchemaChangeError
 from tailfill.formats.base import Decoded, Format, NewTable, Rows
 from tailfill.formats.debezium import DebeziumWriter
 from tailfill.formats.evolve import canon, conflicts, missing_required, required_properties
@@ -196,8 +196,6 @@ class WireDecoder:
                 continue
             try:
                 variant, row = writer.read(value[HEADER:])
-            except ChangeStreamError:  # a change no keyed table can apply (a truncate): the run stops
-                raise
             except Exception as exc:
                 errors[i] = f"does not decode with writer schema id {schema_id}: {str(exc)[:200]}"
                 continue

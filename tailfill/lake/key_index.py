@@ -44,6 +44,16 @@ class Version(NamedTuple):
     offset: int
 
 
+Place = np.ndarray | int  # a version, partition or offset: of many changes (an array) or one
+
+
+def newer(version: Place, partition: Place, offset: Place, than_version: Place, than_partition: Place,
+          than_offset: Place) -> np.ndarray:
+    """Whether (version, partition, offset) is newer than the other, element-wise (NumPy arrays or numbers)."""
+    return (version > than_version) | ((version == than_version) & (
+        (partition > than_partition) | ((partition == than_partition) & (offset > than_offset))))
+
+
 class Applied(NamedTuple):
     """What the state holds for a key: the version applied, and its live row (``file`` None: deleted)."""
 
@@ -121,6 +131,21 @@ class KeyIndex:
     def live(self) -> int:
         """How many keys have a live row."""
         return int(np.count_nonzero(self._columns.file[:len(self.slots)] >= 0))
+
+    def partitions(self) -> list[int]:
+        """The partitions the known keys' last changes lie in."""
+        return np.unique(self._columns.partition[:len(self.slots)]).tolist()
+
+    def live_before(self, cut: Version, exclude: set[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """The live keys whose applied version is older than ``cut`` (but those in ``exclude``): the keys, their rows'
+        file ids and positions. A truncate's cost: one pass over the index's arrays."""
+        n, c = len(self.slots), self._columns
+        older = newer(cut.version, cut.partition, cut.offset, c.version[:n], c.partition[:n], c.offset[:n])
+        slots = np.flatnonzero(older & (c.file[:n] >= 0))
+        names = list(self.slots)  # a key's slot is its place in the dict: slots are given in insertion order
+        keep = [i for i in slots.tolist() if names[i] not in exclude]
+        at = np.array(keep, np.int64)
+        return [names[i] for i in keep], c.file[at], c.pos[at]
 
     def lookup(self, keys: Sequence[str]) -> Lookup:
         """What the state holds for each of ``keys``, as arrays (``known`` False: never seen; its other values

@@ -11,9 +11,13 @@ state (:class:`StateMerger`), in one catalog commit per batch:
   version whatever order the backfill and the tail commit in, and a deleted key stays deleted;
 - the winners' rows go to one new data file; the rows they replace (and keys deleted) get position deletes
   (:mod:`tailfill.lake.row_delta`): merge-on-read, at a cost that follows the batch;
+- a truncate (op ``t``) empties the state as of its version: every key whose last change is older is deleted,
+  and a change older than it that is committed later (a backfill after the tail) is superseded
+  (:class:`Truncation`; ``target.on_truncate: stop`` stops the merge at it instead, naming it);
 - one snapshot (a RowDelta) adds both, and the same transaction sets the state's applied ranges
-  (:data:`APPLIED_PROP`), the key index's segment list (:data:`INDEX_PROP`) and the running counts
-  (:data:`COUNTS_PROP`: every change is inserted, updated, deleted or superseded).
+  (:data:`APPLIED_PROP`), the key index's segment list (:data:`INDEX_PROP`), the latest truncate applied
+  (:data:`TRUNCATED_PROP`) and the running counts (:data:`COUNTS_PROP`: every change is inserted, updated,
+  deleted, truncated or superseded).
 
 Idempotent by offsets: a merge skips what the state already applied, and a conflict is redone from a
 fresh read. A crash between the two tables' commits leaves the state behind the ledger; the next
@@ -41,7 +45,7 @@ from tailfill.errors import ChangeStreamError, CommitConflictError
 from tailfill.lake.commit import Committer
 from tailfill.lake.data_files import data_file
 from tailfill.lake.files import PARQUET_OPTIONS, in_any, new_file_uri, range_filter
-from tailfill.lake.key_index import KeyIndex, encode_keys, paused_gc, segment, segment_of
+from tailfill.lake.key_index import KeyIndex, Version, encode_keys, newer, paused_gc, segment, segment_of
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, CommitResult, commit_attempts, map_by_name, read_ledger
 from tailfill.lake.orphan_fence import gone_or
 from tailfill.lake.prepare import PreparedRange
@@ -49,25 +53,30 @@ from tailfill.lake.row_delta import RowDelta, write_position_deletes
 from tailfill.lake.transaction import transaction
 from tailfill.offsets import OffsetRange, merge, ranges_from_json, ranges_to_json, subtract
 from tailfill.plumbing.warehouse import fs_path, make_dirs
-from tailfill.values.schema import CDC_OP, DELETE_OP
+from tailfill.values.schema import CDC_OP, DELETE_OP, TRUNCATE_OP
 
 APPLIED_PROP = "tailfill.applied-ranges"  # the change-log offsets the state reflects
 INDEX_PROP = "tailfill.key-index"  # the key index's segments, in order (JSON list of URIs)
 COUNTS_PROP = "tailfill.keyed-counts"  # every change merged so far: inserted, updated, deleted, superseded
 LIVE_PROP = "tailfill.live-rows"  # rows the state holds (no data read to know it)
+TRUNCATED_PROP = "tailfill.truncated-at"  # the latest truncate applied: its version, partition, offset (JSON list)
 SUMMARY_MERGED = "tailfill.merged-ranges"  # in a state snapshot's summary: the offsets this merge applied
-COUNT_NAMES = ("changes", "inserted", "updated", "deleted", "superseded")
+COUNT_NAMES = ("changes", "inserted", "updated", "deleted", "truncated", "superseded")
+ORDERED_BY = ("cdc_lsn (Postgres: source.lsn), cdc_binlog (MySQL: source.file and source.pos), cdc_gtid (MySQL with "
+              "GTIDs: source.gtid's number; snapshot reads carry none)")  # what each connector's events carry
 
 
 @dataclass(frozen=True)
 class MergeCounts:
-    """What a merge did with its changes: each one inserted, updated, deleted or superseded (by a newer change
-    in the batch or already applied, or a delete of a key already deleted by a newer one)."""
+    """What a merge did with its changes: each one inserted, updated, deleted, truncated (a truncate applied: it
+    emptied the state) or superseded (by a newer change in the batch or already applied, a delete of a key already
+    deleted by a newer one, or a change older than a truncate applied)."""
 
     changes: int = 0
     inserted: int = 0
     updated: int = 0
     deleted: int = 0
+    truncated: int = 0
     superseded: int = 0
 
     def __add__(self, other: MergeCounts) -> MergeCounts:
@@ -84,6 +93,12 @@ class MergeCounts:
 def applied_ranges(state: Table) -> list[OffsetRange]:
     """The change-log offsets the state table reflects."""
     return ranges_from_json(state.properties.get(APPLIED_PROP))
+
+
+def truncated_at(state: Table) -> Version | None:
+    """The version of the latest truncate the state applied (None: none)."""
+    text = state.properties.get(TRUNCATED_PROP)
+    return Version(*json.loads(text)) if text else None
 
 
 def live_rows(state: Table) -> int:
@@ -112,8 +127,9 @@ class StateMerger:
     """Merges changes into one state table; owns the table's key index in this process."""
 
     def __init__(self, state: Table, fs: pafs.FileSystem, key: Sequence[str], version_by: str | None,
-                 pipeline: str):
+                 pipeline: str, on_truncate: str = "apply"):
         self.state, self.fs, self.key, self.version_by, self.pipeline = state, fs, tuple(key), version_by, pipeline
+        self.on_truncate = on_truncate
         self.index = KeyIndex()
 
     def merge(self, run_id: str, batch_id: int, changes: pa.Table, ranges: Sequence[OffsetRange]) -> MergeCounts:
@@ -142,7 +158,12 @@ class StateMerger:
         rows = _rows_in(changes, todo)
         data_uri = new_file_uri(state.location(), run_id)  # the merge's data file, if any row wins
         self.index.follow(self.fs, json.loads(state.properties.get(INDEX_PROP, "[]")))
-        plan = self._plan(rows, data_uri) if rows.num_rows else MergePlan()
+        is_truncate = pc.equal(rows.column(CDC_OP), TRUNCATE_OP).fill_null(False) if rows.num_rows else None
+        truncation = self._truncation(rows.filter(is_truncate) if rows.num_rows else rows, truncated_at(state))
+        if is_truncate is not None:
+            rows = rows.filter(pc.invert(is_truncate))
+        plan = self._plan(rows, data_uri, truncation) if rows.num_rows or truncation.new else MergePlan()
+        plan.counts += truncation.counts
         segment_uri = deletes = None
         if plan.entries.num_rows:  # every file goes under data/, which a new table lacks
             make_dirs(self.fs, f"{state.location().rstrip('/')}/data")
@@ -171,15 +192,45 @@ class StateMerger:
             segments = [*self.index.segments, *([segment_uri] if segment_uri else [])]
             tx.set_properties({APPLIED_PROP: ranges_to_json(merge([*applied, *todo])), INDEX_PROP: json.dumps(segments),
                                COUNTS_PROP: json.dumps(counts.to_dict()),
-                               LIVE_PROP: str(live_rows(state) + plan.live)})
+                               LIVE_PROP: str(live_rows(state) + plan.live),
+                               **({TRUNCATED_PROP: json.dumps(list(truncation.cut))} if truncation.new else {})})
         if segment_uri is not None:  # into the index only once the commit that makes it true has landed
             self.index.add(plan.entries, segment_uri)
         return plan.counts
 
-    def _plan(self, rows: pa.Table, data_uri: str) -> MergePlan:
-        """Fold ``rows`` per key by version, and decide each key's last change against the applied version (the
-        winning rows go to ``data_uri``, in the order of :attr:`MergePlan.upserts`). Array operations over the
-        changed keys: no Python step per key but the index's dict lookup."""
+    def _truncation(self, truncates: pa.Table, applied: Version | None) -> Truncation:
+        """The truncates of a batch (``truncates``: their change rows) against the latest one the state applied:
+        the latest of all, whether it is the batch's, and their counts. ``on_truncate: stop`` stops at the first."""
+        if truncates.num_rows == 0:
+            return Truncation(applied, False)
+        first = f"{truncates.column('kafka_topic')[0]}/{truncates.column('kafka_partition')[0]}@" \
+                f"{truncates.column('kafka_offset')[0]}"
+        if self.on_truncate == "stop":
+            raise ChangeStreamError(f"a truncate (op t) at {first}: target.on_truncate is stop; set it to apply to "
+                                    "empty the state table as of this change (the change log holds it; the next run "
+                                    "applies it), or reset the pipeline and take a new snapshot")
+        version = truncates.column(self.version_by or "kafka_offset")
+        if version.null_count:
+            raise ChangeStreamError(f"the truncate at {first} has no {self.version_by} (target.version_by); what each "
+                                    f"connector carries: {ORDERED_BY}")
+        at = [Version(v, p, o) for v, p, o in zip(version.to_pylist(), truncates.column("kafka_partition").to_pylist(),
+                                                  truncates.column("kafka_offset").to_pylist(), strict=True)]
+        latest = max(at)
+        if self.version_by is None and len({v.partition for v in at} | ({applied.partition} if applied else set())) > 1:
+            raise ChangeStreamError(f"truncates in two partitions of the topic (one at {first}): their order "
+                                    f"is unknown; set target.version_by to a column that orders them: {ORDERED_BY}")
+        new = applied is None or latest > applied
+        return Truncation(latest if new else applied, new,
+                          MergeCounts(changes=len(at), truncated=int(new), superseded=len(at) - int(new)))
+
+    def _plan(self, rows: pa.Table, data_uri: str, truncation: Truncation) -> MergePlan:
+        """Fold ``rows`` per key by version, and decide each key's last change against the applied version and the
+        latest truncate (the winning rows go to ``data_uri``, in the order of :attr:`MergePlan.upserts`; a new
+        truncate deletes every live key it is newer than). Array operations over the changed keys: no Python step
+        per key but the index's dict lookup."""
+        cut = truncation.cut
+        if cut is not None and self.version_by is None:
+            self._one_partition(rows, cut, truncation.new)
         keys = encode_keys(rows, self.key)
         last = self._last_change(rows, keys)
         changed = list(last)
@@ -193,9 +244,9 @@ class StateMerger:
             if split.any():
                 i = int(np.argmax(split))
                 self._same_partition(changed[i], int(now.partition[i]), int(part[i]))
-        newer = (version > now.version) | ((version == now.version) & (
-            (part > now.partition) | ((part == now.partition) & (offset > now.offset))))
-        wins = ~now.known | newer
+        wins = ~now.known | newer(version, part, offset, now.version, now.partition, now.offset)
+        if cut is not None:  # a change older than the latest truncate is superseded by it
+            wins &= newer(version, part, offset, *cut)
         replaces = wins & now.known & (now.file >= 0)  # the key's live row goes, whatever replaces it
         upsert = wins & ~is_delete
         won = np.flatnonzero(wins)
@@ -208,8 +259,30 @@ class StateMerger:
         counts = MergeCounts(changes=len(keys), inserted=upserts - updated, updated=updated,
                              deleted=int(np.count_nonzero(wins & is_delete)),
                              superseded=len(keys) - len(won))
-        return MergePlan(counts, at[upsert], self.index.file_uri(now.file[replaces]), now.pos[replaces], entries,
-                         upserts - int(np.count_nonzero(replaces)))
+        files, positions = now.file[replaces], now.pos[replaces]
+        emptied = 0
+        if truncation.new and cut is not None:  # every other live key older than the truncate goes
+            gone_keys, gone_files, gone_pos = self.index.live_before(cut, exclude=set(np.array(changed)[won].tolist())
+                                                                     if len(won) else set())
+            emptied = len(gone_keys)
+            files, positions = np.concatenate([files, gone_files]), np.concatenate([positions, gone_pos])
+            n = emptied
+            entries = pa.concat_tables([entries, segment_of(
+                pa.array(gone_keys, pa.string()), [True] * n, [cut.partition] * n, [cut.version] * n,
+                [cut.offset] * n, pa.nulls(n, pa.string()), [-1] * n)])
+        return MergePlan(counts, at[upsert], self.index.file_uri(files), positions, entries,
+                         upserts - int(np.count_nonzero(replaces)) - emptied)
+
+    def _one_partition(self, rows: pa.Table, cut: Version, new: bool) -> None:
+        """Without ``version_by``, a truncate orders only its own partition's changes: a change in another partition,
+        or (``new``: the truncate is this batch's) a key the state knows there, stops the merge. (Once applied, no
+        key of the index lay elsewhere: later batches' changes are all there is to check.)"""
+        parts = pc.unique(rows.column("kafka_partition")).to_pylist() if rows.num_rows else []
+        other = next((p for p in [*parts, *(self.index.partitions() if new else [])] if p != cut.partition), None)
+        if other is not None:
+            raise ChangeStreamError(f"a truncate in partition {cut.partition} (offset {cut.offset}) and changes in "
+                                    f"partition {other} of the topic: their order is unknown; set target.version_by "
+                                    f"to a column that orders them: {ORDERED_BY}")
 
     def _last_change(self, rows: pa.Table, keys: list[str]) -> dict[str, int]:
         """Each key's last change by version (its row's index in ``rows``); a key seen in two partitions without
@@ -224,7 +297,7 @@ class StateMerger:
                 i = pc.index(upserts, True).as_py()
                 raise ChangeStreamError(f"the change at {rows.column('kafka_topic')[i]}/{order['partition'][i]}@"
                                         f"{order['offset'][i]} (key {keys[i]}) has no {self.version_by} "
-                                        "(target.version_by)")
+                                        f"(target.version_by); what each connector carries: {ORDERED_BY}")
             order = order.filter(pc.invert(unversioned))  # tombstones: their delete carried the version
         else:
             spread = order.group_by("key").aggregate([("partition", "min"), ("partition", "max")])
@@ -238,7 +311,7 @@ class StateMerger:
     def _same_partition(self, key: str, was: int, now: int) -> None:
         if was != now and self.version_by is None:
             raise ChangeStreamError(f"key {key} has changes in partitions {was} and {now} of the topic: their order "
-                                    "is unknown; set target.version_by to a column that orders them (e.g. cdc_lsn)")
+                                    f"is unknown; set target.version_by to a column that orders them: {ORDERED_BY}")
 
     def catch_up(self, run_id: str, batch_id: int, changes_table: Table) -> MergeCounts:
         """Merge what the change log committed and the state has not applied (a crash between the two commits),
@@ -250,6 +323,16 @@ class StateMerger:
             return MergeCounts()
         rows = changes_table.scan(row_filter=range_filter(gap)).to_arrow()
         return self.merge(run_id, batch_id, rows, gap)
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """The truncates a merge knows: the latest (``cut``: None, none ever), whether this batch brought it (``new``:
+    the state is emptied as of it), and the batch's truncates counted (the latest truncated, the rest superseded)."""
+
+    cut: Version | None
+    new: bool
+    counts: MergeCounts = field(default_factory=MergeCounts)
 
 
 @dataclass

@@ -135,7 +135,8 @@ class Pipeline:
             raise LakeError(f"the state table {target.namespace}.{target.state_name} was never made: run the planner "
                             "(tailfill backfill or tail) first")
         return KeyedCommitter(self.name, tables, self.fs, self.state, self.format.follows_writer_schema,
-                              merger=StateMerger(state, self.fs, target.key, target.version_by, self.name))
+                              merger=StateMerger(state, self.fs, target.key, target.version_by, self.name,
+                                                 target.on_truncate))
 
     def release_connections(self) -> None:
         """Close the catalog's idle connections and keep everything else: the catalog opens one again when next used

@@ -18,15 +18,16 @@ import pyarrow as pa
 import yaml
 from pydantic import ValidationError
 
-from tailfill.config import PipelineConfig
+from tailfill.config import FormatConfig, PipelineConfig
 from tailfill.errors import ConfigError
 from tailfill.formats.changes import with_change_columns
+from tailfill.formats.connect_types import declared_problem
 from tailfill.formats.registry import format_class
 from tailfill.redact import register_model_secrets
 from tailfill.settings import settings
 from tailfill.values.partition_terms import parse_term
 from tailfill.values.paths import type_at
-from tailfill.values.schema import CHANGE_COLUMNS, table_schema
+from tailfill.values.schema import CHANGE_COLUMNS, field_type, table_schema
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _FIXES = {
@@ -107,6 +108,7 @@ def format_problems(cfg: PipelineConfig) -> list[str]:
         problems = keyed_problems(cfg, declared)
     elif cfg.format.envelope != "none":
         problems = [f"format.envelope: {cfg.format.envelope} needs a keyed target (target.mode: upsert)"]
+    problems += logical_problems(cfg.format)
     return problems or _column_problems(cfg, declared)
 
 
@@ -143,6 +145,19 @@ def keyed_problems(cfg: PipelineConfig, declared: pa.Schema | None) -> list[str]
                        f"{declared.field(target.version_by).type}")
     if target.state_name in (target.table, target.quarantine_name):
         out.append(f"target.state_table: {target.state_name!r} is already the data or quarantine table")
+    return out
+
+
+def logical_problems(fmt: FormatConfig) -> list[str]:
+    """Fields whose declared logical type is unknown, or does not go into their declared type."""
+    out = []
+    for i, spec in enumerate(fmt.fields):
+        if spec.logical is None:
+            continue
+        if fmt.envelope != "debezium":
+            out.append(f"format.fields[{i}].logical: it reads Debezium change events (format.envelope: debezium)")
+        elif problem := declared_problem(spec.logical, spec.type, field_type(spec.type)):
+            out.append(f"format.fields[{i}].logical: {problem}")
     return out
 
 

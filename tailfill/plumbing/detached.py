@@ -4,12 +4,14 @@ listen on."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tailfill.settings import LOOPBACK
@@ -27,16 +29,38 @@ def free_port() -> int:
 def die_with_parent() -> None:
     """Have the kernel SIGKILL this process as soon as its parent dies (Linux; elsewhere nothing happens).
 
-    For a process that runs a job for a parent that supervises it (an Airflow task under its worker): when the
-    parent is killed outright, the job goes with it instead of running on, unseen, beside the retry."""
+    For a process that runs a job for a parent that supervises it (an Airflow task under its worker, a job's Python
+    driver under its ``spark-submit`` JVM): when the parent is killed outright, the job goes with it instead of
+    running on, unseen, beside the retry."""
+    _tie_to(os.getppid())
+
+
+def dies_with_this_process() -> Callable[[], None] | None:
+    """A ``preexec_fn`` for a child that the kernel SIGKILLs as soon as this process dies, however it dies (Linux;
+    elsewhere None). The kernel ties the child to the thread that starts it: start it from a thread that outlives
+    it (the main thread, or the one that waits for it)."""
+    if _prctl() is None:
+        return None
+    parent = os.getpid()
+    return lambda: _tie_to(parent)
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    """libc's ``prctl``, found once, before any fork (a child between fork and exec only calls it)."""
     if not sys.platform.startswith("linux"):
-        return
+        return None
     import ctypes
 
-    parent = os.getppid()
-    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _tie_to(parent: int) -> None:
+    """SIGKILL this process when its parent dies; at once if ``parent`` died before the kernel was told."""
+    prctl = _prctl()
+    if prctl is None or prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
         return
-    if os.getppid() != parent:  # it died before the kernel was told
+    if os.getppid() != parent:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -79,6 +103,23 @@ def zombie(pid: int) -> bool:
         except OSError:  # ended while we looked
             continue
     return bool(states) and all(state in (["Z"], ["X"]) for state in states)
+
+
+def started_at(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (Linux's ``/proc``), or None when it does not run: with
+    the pid, it names one process (a pid may be reused, never with the same start)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def boot_id() -> str:
+    """This boot of this machine (Linux; elsewhere ''): a pid of an earlier boot names no process now."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
 
 
 def running(path: Path) -> dict | None:

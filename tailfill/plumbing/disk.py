@@ -11,12 +11,9 @@ it again.
 from __future__ import annotations
 
 import contextlib
-import errno
 from collections.abc import Callable, Iterator
 
-from tailfill.errors import DiskFullError
-
-_FULL = ("no space left on device", "[errno 28]", "database or disk is full", "disk quota exceeded")
+from tailfill.errors import DiskFullError, unfixable_by_retry
 
 
 def is_full_disk(exc: BaseException) -> bool:
@@ -24,9 +21,7 @@ def is_full_disk(exc: BaseException) -> bool:
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if any(sign in str(exc).lower() for sign in _FULL):
+        if unfixable_by_retry(exc) is DiskFullError:
             return True
         exc = exc.__cause__ or exc.__context__
     return False

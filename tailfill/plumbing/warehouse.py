@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
@@ -51,6 +52,20 @@ def filesystem(target: TargetConfig) -> pafs.FileSystem:
         scheme=endpoint.scheme or "http",
         allow_bucket_creation=False,
     )
+
+
+def s3_client(target: TargetConfig) -> Any:
+    """A boto3 S3 client of the warehouse's endpoint and credentials, for what pyarrow's filesystem cannot ask (a
+    conditional PUT); None for a local warehouse."""
+    if target.s3 is None:
+        return None
+    import boto3
+    from botocore.config import Config
+
+    key, secret = s3_credentials(target)
+    return boto3.client("s3", endpoint_url=target.s3.endpoint, region_name=target.s3.region, aws_access_key_id=key,
+                        aws_secret_access_key=secret, config=Config(s3={"addressing_style": "path"},
+                                                                    retries={"max_attempts": 3, "mode": "standard"}))
 
 
 def fs_path(uri: str) -> str:

@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from tailfill.errors import ErrorInfo
 from tailfill.plumbing.durable import locked
 
 # The repo's expectations/ folder, installed as this package data (see pyproject.toml).
@@ -190,13 +191,14 @@ def run_suites(root: Path, frames: list[tuple[str, str, Any]], run_name: str,
     state (suites are rebuilt from ``expectations/`` on every run; the reports beside the table keep
     the history), and GE rewrites its files in place, so a process killed mid-write leaves files it
     cannot read again. Such a project is moved aside (said in one line, kept for inspection) and
-    built anew, once; a second failure is raised.
+    built anew, once; a second failure is raised. A failure that says nothing of the project (a full disk, a
+    refused permission) is raised as it is, and the project is left where it is.
     """
     try:
         return _run_suites(root, frames, run_name)
     except Exception as exc:  # any unreadable file of GE's own stores; a real bug fails again below
         project = root / "gx"
-        if not project.exists():
+        if not project.exists() or not ErrorInfo.of(exc).retryable:
             raise
         aside = root / f"gx.unreadable-{time.strftime('%Y%m%dT%H%M%S')}"
         project.rename(aside)

@@ -4,10 +4,11 @@ The change log (the data table) is proven offset by offset as in append mode: ev
 quarantined row, or recorded as lost. :func:`check_state` adds, for the state table:
 
 - the offsets it applied are committed in the change log, and it does not lag behind the ledger;
-- every change it applied is counted once: inserted, updated, deleted or superseded (the running counts the
-  merges committed with the state, compared with the change rows in the applied ranges);
-- each key's row in the state is the key's last change by version in the change log (deleted: no row), for the
-  keys a run touched or, table-wide, for every key; a key that differs is named with both versions.
+- every change it applied is counted once: inserted, updated, deleted, truncated or superseded (the running counts
+  the merges committed with the state, compared with the change rows in the applied ranges);
+- each key's row in the state is the key's last change by version in the change log (deleted: no row; older than
+  the latest truncate: no row), for the keys a run touched (every key, when the run holds a truncate) or,
+  table-wide, for every key; a key that differs is named with both versions.
 
 The fold is made a bucket at a time, so its memory follows a bucket, not the table: the change log's applied rows
 (encoded key, op, coordinates, version) and the state's rows (encoded key, coordinates) are streamed from their
@@ -29,16 +30,17 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 from pyiceberg.table import FileScanTask, Table
 
 from tailfill.lake.files import in_any, range_filter
 from tailfill.lake.key_index import Version, key_array
-from tailfill.lake.keyed import MergeCounts, applied_ranges, merges_by_run, state_counts
+from tailfill.lake.keyed import COUNT_NAMES, MergeCounts, applied_ranges, merges_by_run, state_counts
 from tailfill.lake.ledger import read_ledger
 from tailfill.offsets import OffsetRange, intersect_all, merge, subtract, total
 from tailfill.plumbing.disk import naming_full_disk
-from tailfill.values.schema import CDC_OP, COORDINATES, DELETE_OP
+from tailfill.values.schema import CDC_OP, COORDINATES, DELETE_OP, TRUNCATE_OP
 
 NAMED = 10  # differing keys named in full; the rest are counted
 BUCKET_ROWS = 1_000_000  # rows of a table in one bucket, at most about: the fold holds one bucket in memory
@@ -91,10 +93,10 @@ def check_state(changes: Table, state: Table, key: Sequence[str], version_by: st
     if counts.get("changes", 0) != rows:
         out.problems.append(f"the state's merges counted {counts.get('changes', 0):,} changes, the change log holds "
                             f"{rows:,} in the applied offsets")
-    outcomes = sum(counts.get(n, 0) for n in ("inserted", "updated", "deleted", "superseded"))
+    outcomes = sum(counts.get(n, 0) for n in COUNT_NAMES[1:])
     if outcomes != counts.get("changes", 0):
         out.problems.append(f"the state's merges counted {counts.get('changes', 0):,} changes but {outcomes:,} "
-                            "outcomes (inserted + updated + deleted + superseded)")
+                            "outcomes (inserted + updated + deleted + truncated + superseded)")
     out.keys_checked, out.differing = found.keys, found.differing
     named = found.named()
     out.problems += named
@@ -109,15 +111,48 @@ def _fold_and_compare(log: _Scan, held: _Scan, key: Sequence[str], version_by: s
     (``ranges`` given) the keys with a change there. Returns what differs, the change rows and the state rows."""
     buckets = max(1, -(-max(log.rows, held.rows) // BUCKET_ROWS))
     found = _Found()
+    truncates = _Truncates(version_by, ranges)
     with tempfile.TemporaryDirectory(prefix="tailfill-validate-") as folder:
-        logged, changes = partition(_keyed(log, key, [CDC_OP, *PLACE, *([version_by] if version_by else [])],
-                                           ranges), buckets, Path(folder, "changes"))
+        logged, changes = partition(_keyed(truncates.taken_from(log), key,
+                                           [CDC_OP, *PLACE, *([version_by] if version_by else [])], ranges),
+                                    buckets, Path(folder, "changes"))
         kept, live = partition(_keyed(held, key, PLACE), buckets, Path(folder, "state"))
         for log_file, state_file in zip(logged, kept, strict=True):
             rows = _load(log_file)
-            touched = None if ranges is None else set(rows.filter(rows.column(MINE)).column(KEY).to_pylist())
-            _compare(_fold(rows, version_by), _load(state_file), touched, found)
-    return found, changes, live
+            touched = None if ranges is None or truncates.mine else set(
+                rows.filter(rows.column(MINE)).column(KEY).to_pylist())
+            _compare(_fold(rows, version_by, truncates.latest), _load(state_file), touched, found)
+    return found, changes + truncates.count, live
+
+
+class _Truncates:
+    """The truncates (op ``t``, rows without a key) taken out of the change rows as they stream by: how many, the
+    latest by version, and whether one lies in the run's ``ranges`` (then the run's check takes every key)."""
+
+    def __init__(self, version_by: str | None, ranges: Sequence[OffsetRange] | None):
+        self.version_by, self.ranges = version_by, ranges
+        self.count, self.latest, self.mine = 0, None, False
+
+    def taken_from(self, scan: _Scan) -> _Scan:
+        """``scan`` without its truncates, noting them as its batches are read."""
+        def batches() -> Iterator[pa.RecordBatch]:
+            for batch in scan.batches:
+                truncate = pc.equal(batch.column(CDC_OP), TRUNCATE_OP).fill_null(False)
+                if pc.any(truncate).as_py():
+                    self._note(pa.Table.from_batches([batch.filter(truncate)]))
+                    batch = batch.filter(pc.invert(truncate))
+                yield batch
+
+        return _Scan(batches(), scan.schema, scan.rows)
+
+    def _note(self, rows: pa.Table) -> None:
+        self.count += rows.num_rows
+        offsets = rows.column("kafka_offset").to_pylist()
+        versions = rows.column(self.version_by).to_pylist() if self.version_by else offsets
+        for v, p, o in zip(versions, rows.column("kafka_partition").to_pylist(), offsets, strict=True):
+            if v is not None and (self.latest is None or Version(v, p, o) > self.latest):
+                self.latest = Version(v, p, o)
+        self.mine |= self.ranges is not None and bool(pc.any(in_any(rows, self.ranges)).as_py())
 
 
 class _Scan(NamedTuple):
@@ -214,8 +249,9 @@ def _load(file: Path) -> pa.Table:
     return pa.ipc.open_file(pa.memory_map(str(file))).read_all()
 
 
-def _fold(rows: pa.Table, version_by: str | None) -> dict[str, tuple[int, int]]:
-    """Each live key's last change by version, as (partition, offset), of change ``rows`` with their :data:`KEY`."""
+def _fold(rows: pa.Table, version_by: str | None, truncated: Version | None = None) -> dict[str, tuple[int, int]]:
+    """Each live key's last change by version, as (partition, offset), of change ``rows`` with their :data:`KEY`; a
+    key whose last change is older than the latest truncate (``truncated``) has none."""
     keys = rows.column(KEY).to_pylist()
     parts = rows.column("kafka_partition").to_pylist()
     offsets = rows.column("kafka_offset").to_pylist()
@@ -228,7 +264,8 @@ def _fold(rows: pa.Table, version_by: str | None) -> dict[str, tuple[int, int]]:
         j = last.get(k)
         if j is None or Version(versions[i], parts[i], offsets[i]) > Version(versions[j], parts[j], offsets[j]):
             last[k] = i
-    return {k: (parts[i], offsets[i]) for k, i in last.items() if ops[i] != DELETE_OP}
+    return {k: (parts[i], offsets[i]) for k, i in last.items() if ops[i] != DELETE_OP and (
+        truncated is None or Version(versions[i], parts[i], offsets[i]) > truncated)}
 
 
 @dataclass

@@ -81,7 +81,9 @@ class ValidationResult:
             lines.append(f"  state: {self.state['keys_checked']:,} keys checked against the fold of the changes, "
                          f"{self.state['differing']:,} differ; changes {c.get('changes', 0):,} = inserted "
                          f"{c.get('inserted', 0):,} + updated {c.get('updated', 0):,} + deleted "
-                         f"{c.get('deleted', 0):,} + superseded {c.get('superseded', 0):,}")
+                         f"{c.get('deleted', 0):,} + "
+                         + (f"truncated {c['truncated']:,} + " if c.get("truncated") else "")
+                         + f"superseded {c.get('superseded', 0):,}")
         lines += [f"  absent: {a['offsets']:,} offsets, {a['reason']}: {shown(a['ranges'])}"
                   for a in self.absent_by_reason]
         lines += [f"  suite {s['suite']}: {'passed' if s['success'] else 'FAILED'}" for s in self.suites]

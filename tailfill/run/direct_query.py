@@ -121,8 +121,8 @@ class DirectQuery:
     def _run(self) -> None:
         self.spark.addTag(self._tag)
         try:
-            while not self._stop.is_set() and self._batch():
-                pass
+            while not self._stop.is_set() and not self.state.stopping.is_set() and self._batch():
+                pass  # once the query is being stopped, no batch starts: a stop between batches is one
         except BaseException as exc:  # for awaitTermination; what failed, as data, for the restart policy
             if self.state.failure is None:
                 self.state.failure = Failure(ErrorInfo.of(exc), self.state.step)

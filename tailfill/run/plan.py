@@ -188,6 +188,18 @@ def tail_start(state: SourceState, cutover: PartitionOffsets) -> PartitionOffset
     return state.ledger.position(base)
 
 
+def resume_at(ledger: Ledger, at: PartitionOffsets, end: PartitionOffsets | None) -> PartitionOffsets:
+    """Where an attempt of a request reads from: ``at`` (the request's start, or the batch being replayed) moved
+    past every offset the ``ledger`` holds from there, never past the request's ``end``. A restart reads what is
+    left, not what the run already did."""
+    position = ledger.position(at)
+    out = {}
+    for tp in position:
+        limit = end.get(tp) if end is not None else None
+        out[tp] = position[tp] if limit is None else min(position[tp], max(limit, at[tp]))
+    return PartitionOffsets(out)
+
+
 def checkpoint_key(mode: Mode, start: PartitionOffsets, end: PartitionOffsets | None) -> str:
     """A checkpoint name from a request's bounds: the same bounds, and only they, share a checkpoint."""
     bounds = start.to_json() + (end.to_json() if end is not None else "")

@@ -34,6 +34,7 @@ from tailfill.run.plan import (
 from tailfill.run.tuning import Tuning, tuned_max_offsets
 from tailfill.run.write_test import ensure_writable
 from tailfill.source.times import offsets_at
+from tailfill.state.tail_claim import check_free
 
 OnCommitted = Literal["skip", "fail", "replay"]
 COMMITTED = "every offset of the range is committed"
@@ -202,13 +203,15 @@ def at_time(state: SourceState, at: datetime | None) -> PartitionOffsets | None:
 
 def plan_tail(pipeline: Pipeline, request: TailRequest, run_id: str) -> TailPlan:
     """Plan the tail from its committed position (the tables made, the cutover recorded, on its first run), once
-    every place it writes its own files took a write (:func:`ensure_writable`).
+    every place it writes its own files took a write (:func:`ensure_writable`); refused in one line while another
+    tail of the pipeline runs (:mod:`tailfill.state.tail_claim`).
 
     A tail that runs to the broker's current end (``once``, or the ``available_now`` trigger) gets the
     cap tuned from measurements; the processing-time tail sizes its batches itself within the maximum.
     """
     cfg = pipeline.cfg
     ensure_writable(pipeline)
+    check_free(pipeline.state, pipeline.name)  # one tail per pipeline: a second is refused before it is planned
     state = source_state(pipeline, pipeline.provision_tables())
     cutover = ensure_cutover(state)
     ensure_topic_ids(state)

@@ -2,7 +2,8 @@
 
 It stops the query when asked — at once when its caller cancels (a killed task, a Spark Connect job's
 client gone: what it committed stays, the rest is replayed later), between batches after
-``stop_after_seconds`` or on ``tailfill stop-tail`` — beats the pacer's heartbeat, and prints a
+``stop_after_seconds``, on ``tailfill stop-tail`` or when the job's caller asks (:mod:`tailfill.run.job_stop`:
+SIGINT or SIGTERM to the command that runs it) — beats the pacer's heartbeat, and prints a
 progress line after every batch, every :data:`HEARTBEAT_S` seconds, and while a batch runs, every
 :data:`READING_EVERY_S` seconds in which its tasks read more. It returns when the query
 ends; a query that failed raises its failure (``awaitTermination``) for the restart loop — except a failure
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from tailfill.errors import JobCancelled, QueryEnded, QueryStalled
 from tailfill.offsets import ranges_between, total
+from tailfill.run.job_stop import StopAsked
 from tailfill.run.pacing import Pacer
 from tailfill.run.plan import IngestRequest
 from tailfill.run.query_state import QueryState, Tally
@@ -50,6 +52,7 @@ class Watch:
     log: Callable[[str], None]
     sync: Callable[[], None] | None = None  # brings ``state`` up to date when the batches run elsewhere (Connect)
     tell_stop: Callable[[], None] | None = None  # tells where the batches run that the query is being stopped
+    stop: StopAsked | None = None  # the job's caller asks it to stop between batches
 
     def stopping(self) -> None:
         """The query is about to be stopped: its pacer (here, or on a Connect server) waits no longer."""
@@ -95,6 +98,11 @@ def _watch(query: StreamingQuery, watch: Watch) -> None:
                 watch.stopping()
                 stop_between_batches(query)
                 watch.log(f"[{req.label}] stopped after {req.stop_after_seconds:.0f}s as asked")
+                continue
+            if watch.stop is not None and watch.stop.asked:
+                watch.stopping()
+                stop_between_batches(query)
+                watch.log(f"[{req.label}] stopped between batches ({watch.stop.why})")
                 continue
             if req.end is None and stop_requested(watch.store):
                 watch.stopping()

@@ -11,8 +11,12 @@ CLI and the Airflow operator alike, and ``auto`` says which it took and why.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import subprocess
+import tempfile
 import threading
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_any
@@ -21,9 +25,11 @@ from pathlib import Path
 from typing import Protocol
 
 from tailfill.errors import ConfigError, ErrorInfo, SparkServerError
+from tailfill.plumbing.detached import dies_with_this_process
 from tailfill.redact import redact_text
 from tailfill.run import class_archive, runtime
 from tailfill.run.contract import JobResult, JobSpec, read_event
+from tailfill.run.job_stop import STOP_FILE_ENV, StopAsked, ask_by_file
 from tailfill.run.submit import spark_submit_command, submit_env
 from tailfill.settings import settings, spark_mode_problem
 
@@ -41,11 +47,15 @@ class Outcome:
 
 
 class JobRun(Protocol):
-    """A job submitted: wait for its end, or kill it."""
+    """A job submitted: wait for its end, stop it between batches, or kill it."""
 
     stopping: str  # what the caller says when it kills the run ("killing its spark-submit")
 
     def wait(self) -> Outcome: ...
+
+    def stop(self, why: str) -> None:
+        """Ask the job to stop after its batch in flight (``why``: a short phrase its log line gives)."""
+        ...
 
     def kill(self) -> None: ...
 
@@ -113,14 +123,23 @@ class SparkSubmitRunner:
 
 
 class SparkSubmitRun:
-    """A running ``spark-submit``: both of its streams, line by line, to ``on_line``."""
+    """A running ``spark-submit``: both of its streams, line by line, to ``on_line``.
+
+    The job is this process's: a process group of its own (a terminal's Ctrl-C reaches the caller, which decides),
+    its JVM SIGKILLed by the kernel when this process dies however it dies, and the job's Python driver when its JVM
+    does (``spark_jobs/ingest.py``). Start it from a thread that outlives it (see
+    :func:`~tailfill.plumbing.detached.dies_with_this_process`). :meth:`stop` writes the file the job watches
+    (``TAILFILL_STOP_FILE``); :meth:`kill` and the job's end take its whole process group.
+    """
 
     stopping = "killing its spark-submit"
 
     def __init__(self, cmd: list[str], env: dict[str, str], on_line: OnLine, dump: class_archive.Dump | None = None):
         self.lines, self.dump = _Lines(on_line), dump
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     errors="replace", bufsize=1)
+        self.stop_file = Path(tempfile.gettempdir()) / f"tailfill-stop-{uuid.uuid4().hex}"
+        self.proc = subprocess.Popen(cmd, env={**env, STOP_FILE_ENV: str(self.stop_file)}, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
+                                     start_new_session=True, preexec_fn=dies_with_this_process())
         self.reader = threading.Thread(target=self._read, name="spark-submit-output", daemon=True)
         self.reader.start()
 
@@ -130,14 +149,26 @@ class SparkSubmitRun:
             self.lines(line)
 
     def wait(self) -> Outcome:
+        with contextlib.suppress(ChildProcessError):  # ended, not yet collected: its group id is still its own
+            os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT)
+        self._kill_group()  # a process the job left behind goes with it
         code = self.proc.wait()
-        self.reader.join(timeout=30)  # a worker the job left behind may hold the pipe; never wait on it for ever
+        self.stop_file.unlink(missing_ok=True)
+        self.reader.join(timeout=30)  # a worker outside the group may hold the pipe; never wait on it for ever
         if self.dump is not None:
             self.dump.settle(code)
         return Outcome(code, self.lines.result)
 
+    def stop(self, why: str) -> None:
+        if self.proc.poll() is None:
+            ask_by_file(self.stop_file, why)
+
     def kill(self) -> None:
-        self.proc.kill()
+        self._kill_group()
+
+    def _kill_group(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
 
 
 class TogetherRun:
@@ -154,6 +185,9 @@ class TogetherRun:
         if result is None:
             return Outcome(code or 1, None)
         return Outcome(2 if result.error else 0, result)
+
+    def stop(self, why: str) -> None:
+        self.run.stop(why)
 
     def kill(self) -> None:
         self.run.kill()
@@ -197,6 +231,7 @@ class ConnectRun:
         self.shared = shared
         self.lines = _Lines(on_line)
         self.cancel = threading.Event()
+        self.asked = StopAsked()
         self.thread = threading.Thread(target=self._run, name=f"connect-{spec.run_id}", daemon=True)
         self.thread.start()
 
@@ -220,7 +255,7 @@ class ConnectRun:
         self.lines(f"{SERVED_BY} {redact_url(self.url)}, session {spark.session_id}, job {self.spec.run_id}")
         try:
             result = run_to_result(self.spec, spark, self.lines, lambda event: self.lines(event.line()),
-                                   self.cancel)
+                                   self.cancel, stop=self.asked)
             self.lines(result.line())
         finally:
             with contextlib.suppress(Exception):  # a server that went away has no session to release
@@ -240,23 +275,28 @@ class ConnectRun:
             return Outcome(1, None)
         return Outcome(2 if result.error else 0, result)
 
+    def stop(self, why: str) -> None:
+        self.asked.ask(why)
+
     def kill(self) -> None:
         self.cancel.set()
 
 
-def run_side_by_side(runner: Runner, specs: Sequence[JobSpec], on_line: OnLine,
-                     one_application: bool = False) -> list[Outcome]:
+def run_side_by_side(runner: Runner, specs: Sequence[JobSpec], on_line: OnLine, one_application: bool = False,
+                     track: Callable[[JobRun], JobRun] = lambda run: run) -> list[Outcome]:
     """Every spec's job at once (a backfill's lanes, as the DAG runs them), waited for together, in ``specs``'
     order. Ctrl-C, or a job that cannot start, kills every job already started (what each committed stays)
     and waits for them to end before it goes on up. ``one_application``: through ``spark-submit``, one
-    application runs them all (a routed pipeline's tables); a Spark Connect server is one already."""
+    application runs them all (a routed pipeline's tables); a Spark Connect server is one already. ``track``
+    hands each run to its owner as it starts (:class:`~tailfill.run.owner.JobOwner`)."""
     started: list[tuple[JobSpec, JobRun]] = []
     pool = ThreadPoolExecutor(max_workers=max(len(specs), 1), thread_name_prefix="lane")
     try:
         if one_application and isinstance(runner, SparkSubmitRunner) and len(specs) > 1:
-            started = list(zip(specs, runner.submit_together(specs, on_line), strict=True))
+            started = [(spec, track(run)) for spec, run in zip(specs, runner.submit_together(specs, on_line),
+                                                                strict=True)]
         for spec in specs[len(started):]:
-            started.append((spec, runner.submit(spec, on_line)))
+            started.append((spec, track(runner.submit(spec, on_line))))
         waits = [pool.submit(run.wait) for _, run in started]
         while not all(w.done() for w in waits):
             wait_any(waits, timeout=0.5)  # short waits: Ctrl-C reaches this thread between them

@@ -33,7 +33,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from tailfill.errors import ErrorInfo, QueryEnded, QueryFailed, QueryStalled
+from tailfill.lake.ledger import read_ledger
 from tailfill.lake.tables import Tables
+from tailfill.offsets import PartitionOffsets
 from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.durable import write_whole
 from tailfill.plumbing.whole_lines import line_printer
@@ -42,8 +44,9 @@ from tailfill.run.batch import BatchHandler
 from tailfill.run.connect_batch import RemoteBatch, RemoteQuery, fold
 from tailfill.run.contract import Event, IngestResult, Restarted
 from tailfill.run.direct_query import BatchCursor, DirectBatchFailed, DirectQuery
+from tailfill.run.job_stop import StopAsked
 from tailfill.run.pacing import pacer_for, watcher_pacer_for
-from tailfill.run.plan import IngestRequest
+from tailfill.run.plan import IngestRequest, resume_at
 from tailfill.run.poll import Watch, poll
 from tailfill.run.query_state import QueryState
 from tailfill.run.restarts import Failure, RestartPolicy
@@ -88,12 +91,14 @@ def _open_checkpoint(req: IngestRequest, log: Log) -> None:
         {"start": req.start.to_dict(), "end": req.end.to_dict() if req.end else None}))
 
 
-def source_options(pipeline: Pipeline, req: IngestRequest, cores: int) -> dict[str, str]:
-    """``tailfill_kafka``'s options for ``req``: its bounds, its batches' cap, ``cores`` consumers reading each
-    batch's ranges, the batches' budget read from the checkpoint's :data:`BUDGET_FILE`."""
+def source_options(pipeline: Pipeline, req: IngestRequest, cores: int,
+                   start: PartitionOffsets | None = None) -> dict[str, str]:
+    """``tailfill_kafka``'s options for ``req`` from ``start`` (default: the request's): its bounds, its batches'
+    cap, ``cores`` consumers reading each batch's ranges, the batches' budget read from the checkpoint's
+    :data:`BUDGET_FILE`."""
     options = {
         "source": pipeline.resolved.source.model_dump_json(),
-        "startingOffsets": req.start.to_json(),
+        "startingOffsets": (start or req.start).to_json(),
         "maxOffsetsPerTrigger": str(req.max_offsets_per_batch),
         "budgetFile": str(req.checkpoint / BUDGET_FILE),
         "failureFile": str(req.checkpoint / FAILURE_FILE),
@@ -106,11 +111,12 @@ def source_options(pipeline: Pipeline, req: IngestRequest, cores: int) -> dict[s
 
 
 def start_query(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, handler: Callable,
-                cores: int) -> StreamingQuery:
-    """The request's streaming query, started: ``tailfill_kafka`` ranges into ``handler`` (``foreachBatch``),
-    ``cores`` consumers reading each batch, the batches' budget read from the checkpoint's :data:`BUDGET_FILE`."""
+                cores: int, start: PartitionOffsets) -> StreamingQuery:
+    """The request's streaming query, started: ``tailfill_kafka`` ranges from ``start`` (when its checkpoint holds no
+    batch to replay) into ``handler`` (``foreachBatch``), ``cores`` consumers reading each batch, the batches' budget
+    read from the checkpoint's :data:`BUDGET_FILE`."""
     stream = (
-        spark.readStream.format("tailfill_kafka").options(**source_options(pipeline, req, cores)).load()
+        spark.readStream.format("tailfill_kafka").options(**source_options(pipeline, req, cores, start)).load()
         .writeStream.foreachBatch(handler)
         .queryName(f"tailfill-{pipeline.name}-{req.name}")
         .option("checkpointLocation", str(req.checkpoint))
@@ -123,12 +129,14 @@ def start_query(spark: SparkSession, pipeline: Pipeline, req: IngestRequest, han
 
 
 def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: IngestRequest, log: Log | None = None,
-               emit: Emit | None = None, cancel: threading.Event | None = None) -> IngestResult:
+               emit: Emit | None = None, cancel: threading.Event | None = None,
+               stop: StopAsked | None = None) -> IngestResult:
     """Run ``req`` to completion (availableNow) or until it is stopped (processing time).
 
     ``log`` takes progress lines (default: stderr), ``emit`` the job's events (default: their lines on
     stdout). ``cancel``: once set, the query stops at once and :class:`~tailfill.errors.JobCancelled` is
-    raised (the job's caller went away); what was committed stays, the rest is replayed later.
+    raised (the job's caller went away); what was committed stays, the rest is replayed later. ``stop``: once
+    asked, the query stops after its batch in flight and the request ends there.
     """
     log = log or line_printer(sys.stderr)
     if emit is None:
@@ -155,12 +163,16 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
     started = time.monotonic()
     try:
         watch = Watch(req, state, pacer, pipeline.state, cancel, log, remote.sync if remote else None,
-                      remote.ask_stop if remote else None)
+                      remote.ask_stop if remote else None, stop)
+        resume = Resume(req, tables, qlog)
         if direct:
             options, cursor = source_options(pipeline, req, cores), BatchCursor(req.start, state.tally.batches)
-            start = lambda: DirectQuery(spark, req, handler, options, cursor, state).start()  # noqa: E731
+
+            def start() -> DirectQuery:
+                cursor.start = resume(cursor.start)  # the batch to replay, past what the ledger holds
+                return DirectQuery(spark, req, handler, options, cursor, state).start()
         else:
-            start = lambda: start_query(spark, pipeline, req, handler, cores)  # noqa: E731
+            start = lambda: start_query(spark, pipeline, req, handler, cores, resume(req.start))  # noqa: E731
         restarts, causes = _attempts(start, req, watch, emit, remote)
     finally:
         pacer.stopped()
@@ -173,6 +185,33 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
     return result
 
 
+class Resume:
+    """Where each attempt of a request reads from: the first at ``at`` (the ledger's position when the request was
+    planned, moments ago), every restart at the ledger's position then (:func:`~tailfill.run.plan.resume_at`), so
+    a restart never reads again what the run committed before it failed."""
+
+    def __init__(self, req: IngestRequest, tables: Tables, log: Log):
+        self.req, self.tables, self.log, self.attempts = req, tables, log, 0
+
+    def __call__(self, at: PartitionOffsets) -> PartitionOffsets:
+        self.attempts += 1
+        if self.attempts == 1:
+            return at
+        try:
+            self.tables.data.refresh()
+            ledger = read_ledger(self.tables.data)
+        except Exception as exc:  # a catalog that is away: the commit says so, and commits skip what is committed
+            self.log(f"the restart reads from where its last attempt was ({ErrorInfo.of(exc)}: the ledger could "
+                     "not be read)")
+            return at
+        start = resume_at(ledger, at, self.req.end)
+        ahead = sum(start[tp] - at[tp] for tp in start)
+        self.log(f"the restart reads from the ledger's position: {ahead:,} offsets past where its last attempt began "
+                 "(committed already)" if ahead else "the restart reads from where its last attempt began (nothing "
+                 "past it is committed)")
+        return start
+
+
 def _attempts(start: Callable[[], StreamingQuery | DirectQuery], req: IngestRequest, watch: Watch, emit: Emit,
               remote: RemoteQuery | None) -> tuple[int, list[str]]:
     """Run the query (``start`` starts an attempt) until it completes, restarting it from its checkpoint (or its
@@ -183,6 +222,9 @@ def _attempts(start: Callable[[], StreamingQuery | DirectQuery], req: IngestRequ
     restarts = RestartPolicy(req.max_consecutive_failures, req.restart_backoff_seconds).start()
     causes: list[str] = []
     while True:
+        if causes and watch.stop is not None and watch.stop.asked:  # no restart once the job is asked to stop
+            log(f"[{req.label}] stopped before its restart ({watch.stop.why}); the next run replays the failed batch")
+            return len(causes), causes
         before = state.tally.batches
         state.new_attempt()
         if remote is not None:
@@ -213,6 +255,8 @@ def _attempts(start: Callable[[], StreamingQuery | DirectQuery], req: IngestRequ
             emit(event)
             if remote is not None:  # over Connect the session must outlive the wait
                 _watched(functools.partial(remote.wait, decision.wait_seconds), req, remote)
+            elif watch.stop is not None:
+                watch.stop.wait(decision.wait_seconds)  # a stop asked meanwhile ends the wait
             else:
                 time.sleep(decision.wait_seconds)
 

@@ -23,24 +23,28 @@ from tailfill.pipeline.handle import open_pipeline
 from tailfill.plumbing.whole_lines import line_printer
 from tailfill.redact import redact_text
 from tailfill.run.contract import IngestResult, JobResult, JobSpec, Restarted, parse_together
+from tailfill.run.job_stop import StopAsked, stop_of_job
 from tailfill.run.plan import backfill_requests, source_state, tail_request
 from tailfill.run.spark_connect import session_cores
 from tailfill.run.spark_ingest import Emit, Log, run_ingest
 from tailfill.run.spark_prepare import warm_executors
 from tailfill.run.write_test import ensure_writable
 from tailfill.settings import settings
+from tailfill.state.tail_claim import claimed
 
 
 def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log | None = None, emit: Emit | None = None,
-        cancel: threading.Event | None = None, together: Together | None = None) -> list[IngestResult]:
+        cancel: threading.Event | None = None, together: Together | None = None,
+        stop: StopAsked | None = None) -> list[IngestResult]:
     """Run ``spec``; returns one :class:`IngestResult` per streaming query (run of adjacent slices, or the tail).
 
     ``spark``: the session (tests share one; a Spark Connect job's), or one being built for a new
     application (see ``spark_jobs/ingest.py``), whose executors are warmed while the first query
     starts; the broker and the table are read meanwhile. ``log`` takes the job's progress lines
     (default: stderr), ``emit`` its events (default: their lines on stdout); ``cancel``, once set, stops
-    the job's query at once (see :func:`~tailfill.run.spark_ingest.run_ingest`). ``together``: the policy of the
-    jobs this one runs beside in one application (:class:`Together`).
+    the job's query at once (see :func:`~tailfill.run.spark_ingest.run_ingest`); ``stop``, once asked, ends it
+    after the batch in flight, and no further query starts. ``together``: the policy of the jobs this one runs
+    beside in one application (:class:`Together`).
     """
     with open_pipeline(spec.pipeline) as pipeline:
         ensure_writable(pipeline)  # this process's credentials, before anything is read (done already on Connect)
@@ -63,16 +67,24 @@ def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log | No
             warm_executors(session, pipeline.shipped)
         if together is not None:
             pipeline.release_connections()  # tables may wait their turn by the hundred: a catalog's connection each
-        with together.slot(spec, session) if together else contextlib.nullcontext():
-            return [run_ingest(session, pipeline, tables, req, log, emit, cancel) for req in requests]
+        one_tail = claimed(pipeline.state, pipeline.name, spec.run_id, log or line_printer(sys.stderr)) \
+            if spec.mode == "tail" else contextlib.nullcontext()  # one tail per pipeline: this process's while it runs
+        with together.slot(spec, session) if together else contextlib.nullcontext(), one_tail:
+            results = []
+            for req in requests:
+                if stop is not None and stop.asked:
+                    break
+                results.append(run_ingest(session, pipeline, tables, req, log, emit, cancel, stop))
+            return results
 
 
 def run_to_result(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log, emit: Emit,
-                  cancel: threading.Event | None = None, together: Together | None = None) -> JobResult:
+                  cancel: threading.Event | None = None, together: Together | None = None,
+                  stop: StopAsked | None = None) -> JobResult:
     """Run ``spec`` and describe it as its :class:`JobResult`; whatever stops it is logged as ``error: …``
     and becomes the result's error, as data (what ``spark-submit`` and a Spark Connect job both hand back)."""
     try:
-        return JobResult(run(spec, spark, log, emit, cancel, together))
+        return JobResult(run(spec, spark, log, emit, cancel, together, stop))
     except Exception as exc:
         error = ErrorInfo.of(exc)
         if isinstance(exc, TailfillError | ValueError):
@@ -88,20 +100,26 @@ def main(argv: list[str] | None, spark: SparkSession | Future[SparkSession]) -> 
     :func:`~tailfill.run.contract.together_argv`); 0 on success, 2 with the cause on stderr when one failed."""
     specs = parse_together(list(sys.argv[1:] if argv is None else argv))
 
+    with stop_of_job(settings().stop_file) as stop:  # its caller's file, or SIGTERM/SIGINT to this process
+        return _main(specs, spark, stop)
+
+
+def _main(specs: list[JobSpec], spark: SparkSession | Future[SparkSession], stop: StopAsked) -> int:
+    """:func:`main`'s specs run, each stopped between batches once ``stop`` is asked."""
     log, out = line_printer(sys.stderr), line_printer(sys.stdout)  # jobs run together print from threads
 
     def emit(event: Restarted) -> None:
         out(event.line())
 
     if len(specs) == 1:
-        result = run_to_result(specs[0], spark, log, emit)
+        result = run_to_result(specs[0], spark, log, emit, stop=stop)
         out(result.line())
         return 2 if result.error else 0
     failed = False
     backfills = sum(1 for spec in specs if spec.mode == "backfill")
     together = Together(backfills, log, 1 if settings().bounded_as_query else BACKFILLS_PER_CORE)
     with ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="job") as pool:  # a table's job each
-        runs = {pool.submit(run_to_result, spec, spark, log, emit, None, together): spec for spec in specs}
+        runs = {pool.submit(run_to_result, spec, spark, log, emit, None, together, stop): spec for spec in specs}
         for done in as_completed(runs):
             result = replace(done.result(), run_id=runs[done].run_id)
             out(result.line())

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from pyiceberg.table import Table
 
-from tailfill.lake.keyed import applied_ranges, live_rows, merges_by_run, state_counts
+from tailfill.lake.keyed import MergeCounts, applied_ranges, live_rows, merges_by_run, state_counts
 from tailfill.lake.ledger import read_ledger
 from tailfill.offsets import OffsetRange, TopicPartition, by_partition, gaps, subtract, total
 from tailfill.run.plan import SourceState
@@ -121,9 +121,14 @@ def keyed_status(changes: Table, state: Table, key: tuple[str, ...]) -> list[str
     lines = [f"state table {'.'.join(state.name())} keyed by {list(key)}: {live:,} live rows; "
              f"{'up to date with the change log' if not lag else f'{total(lag):,} offsets behind the change log'}",
              f"  all merges: {counts.changes:,} changes = {counts.inserted:,} inserted + {counts.updated:,} updated + "
-             f"{counts.deleted:,} deleted + {counts.superseded:,} superseded"]
+             f"{counts.deleted:,} deleted + {_truncated(counts, ' + ')}{counts.superseded:,} superseded"]
     if runs:
         run_id, c = list(runs.items())[-1]
         lines.append(f"  latest run {run_id}: {c.inserted:,} inserted, {c.updated:,} updated, "
-                     f"{c.deleted:,} deleted, {c.superseded:,} superseded")
+                     f"{c.deleted:,} deleted, {_truncated(c, ', ')}{c.superseded:,} superseded")
     return lines
+
+
+def _truncated(counts: MergeCounts, sep: str) -> str:
+    """The truncates applied, as a term of the outcomes (nothing when none was)."""
+    return f"{counts.truncated:,} truncated{sep}" if counts.truncated else ""

@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 import pyarrow.fs as pafs
 
 from tailfill.config import PipelineConfig
-from tailfill.errors import DiskFullError, PreflightError
+from tailfill.errors import DENIED_SIGNS, DiskFullError, PreflightError
 from tailfill.lake.audit_log import audit_folder, batches_folder
 from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.durable import write_whole
@@ -92,7 +92,7 @@ def _probe(fs: pafs.FileSystem, place: Place) -> None:
     fs.delete_file(fs_path(probe))
 
 
-_DENIED = ("access_denied", "accessdenied", "access denied", "forbidden", "permission denied", "403")
+_DENIED = (*DENIED_SIGNS, "403")  # a probe's own refusal: its HTTP status said alone counts too
 
 
 def _error_text(exc: Exception) -> str:

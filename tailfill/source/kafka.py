@@ -228,10 +228,10 @@ def watermark_offsets(consumer: Consumer, tp: TopicPartition) -> tuple[int, int]
 
 
 def _batch(messages: list, topic: str, partition: int, offsets: list[int]) -> pa.RecordBatch:
-    """Messages of one partition (and their offsets) as a batch of :data:`RAW_SCHEMA`."""
+    """Messages of one partition (and their offsets) as a batch of :data:`RAW_SCHEMA`: a timestamp no column can hold
+    (:func:`record_times`) is null, and its record carries why in ``source_error``."""
     n = len(messages)
-    millis = pa.array([m.timestamp()[1] for m in messages], pa.int64())  # -1: the broker gave none
-    stamps = pc.if_else(pc.greater_equal(millis, 0), pc.multiply(millis, 1000), None).cast(TIMESTAMP)
+    stamps, errors = record_times(pa.array([m.timestamp()[1] for m in messages], pa.int64()))
     return pa.RecordBatch.from_arrays(
         [
             pa.array([topic] * n, pa.string()),
@@ -242,9 +242,30 @@ def _batch(messages: list, topic: str, partition: int, offsets: list[int]) -> pa
             pa.array([_headers(m) for m in messages], HEADERS),
             pa.array([m.value() for m in messages], pa.binary()),
             pa.nulls(n, pa.string()),
+            errors,
         ],
         schema=RAW_SCHEMA,
     )
+
+
+LAST_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the last millisecond a timestamp column holds
+
+
+def record_times(millis: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """Kafka record timestamps (ms since the epoch; -1: none) as ``kafka_timestamp`` (µs), and per record why its
+    timestamp cannot be one (null: it can). A value past the year 9999 (microseconds or nanoseconds sent as
+    milliseconds) or below -1 is never multiplied into another time: its column is null and the reason names it."""
+    fits = pc.and_(pc.greater_equal(millis, 0), pc.less_equal(millis, LAST_MS))
+    stamps = pc.multiply_checked(pc.if_else(fits, millis, None), 1000).cast(TIMESTAMP)
+    bad = pc.and_(pc.invert(fits), pc.not_equal(millis, -1))
+    if not pc.any(bad).as_py():
+        return stamps, pa.nulls(len(millis), pa.string())
+    errors = [None if not wrong else (
+        f"kafka_timestamp {ms} ms is after 9999-12-31 (a timestamp in microseconds or nanoseconds sent as "
+        "milliseconds?): no timestamp column holds it" if ms > LAST_MS else
+        f"kafka_timestamp {ms} ms is before 1970 and not -1 (no timestamp): Kafka gives no such timestamp")
+        for ms, wrong in zip(millis.to_pylist(), bad.to_pylist(), strict=True)]
+    return stamps, pa.array(errors, pa.string())
 
 
 def _headers(message) -> list[dict]:

@@ -1,9 +1,9 @@
 """The typed records of the shared run state, each with ``to_json``/``from_json``.
 
 :class:`BatchReport` (one per committed micro-batch), :class:`TailHealth` (the tail's last
-measurements), :class:`StopRequest` (``tailfill stop-tail``), :class:`LaneRecord` (what the
-Airflow pages know of a lane beyond its batch reports) and :class:`FailureRecord` (a failed task or
-a missed deadline). Where each is stored: :mod:`tailfill.state.store`.
+measurements), :class:`StopRequest` (``tailfill stop-tail``), :class:`TailClaim` (the running tail),
+:class:`LaneRecord` (what the Airflow pages know of a lane beyond its batch reports) and
+:class:`FailureRecord` (a failed task or a missed deadline). Where each is stored: :mod:`tailfill.state.store`.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class BatchReport:
     # Produce-to-commit latency of the batch's records (p50, p95, max seconds; records): Kafka
     # timestamp to this commit. The tail's freshness; for a backfill, how old the history is.
     freshness: dict | None = None
-    # A keyed pipeline's merge: its changes inserted, updated, deleted, superseded (None: an append pipeline).
+    # A keyed pipeline's merge: its changes inserted, updated, deleted, truncated, superseded (None: append).
     changes: dict[str, int] | None = None
     # JSON fields the batch's records held that format.fields does not declare: dotted path → [records, partition,
     # offset of the first] (tailfill.values.drift.Drift.unknown).
@@ -148,6 +148,19 @@ class StopRequest(_Plain):
     """``tailfill stop-tail`` asked the running tail to stop between batches."""
 
     at: float
+
+
+@dataclass(frozen=True)
+class TailClaim(_Plain):
+    """The one tail of a pipeline that runs: where (host, process, this boot of the host, the process's start in
+    clock ticks), since when, and its run. Its generation is its object's name (:mod:`tailfill.state.tail_claim`)."""
+
+    host: str
+    pid: int
+    run_id: str
+    since: float  # unix seconds
+    boot: str = ""
+    started: int | None = None
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ default or ``<target.state_root>/<pipeline>/``::
 
     tail/health.json                         TailHealth: rewritten after every tail batch and heartbeat
     tail/stop.json                           StopRequest: `tailfill stop-tail`; removed by the tail
+    tail/claims/<generation>.json            TailClaim: the running tail's host and pid (the highest generation)
     failures/<ms>-<id>.json                  FailureRecord: one object per failed task or missed deadline
     runs/<run>/lane.json                     LaneRecord: an Airflow lane's label, plan and state
     runs/<run>/<query>/<batch>-<ms>.json     BatchReport: one object per committed micro-batch
@@ -17,15 +18,18 @@ sees half a record.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow.fs as pafs
 
 from tailfill.config import PipelineConfig
-from tailfill.plumbing.durable import write_whole
-from tailfill.plumbing.warehouse import filesystem, fs_path
+from tailfill.plumbing.durable import create_whole, write_whole
+from tailfill.plumbing.warehouse import filesystem, fs_path, s3_client
 from tailfill.state.records import BatchReport, FailureRecord, LaneRecord, StopRequest, TailHealth
 
 STATE_DIR = "_tailfill"  # beside the table's data in the warehouse, unless target.state_root says where
@@ -45,13 +49,14 @@ class StateStore:
     Made once by the owner of the pipeline's handle (:meth:`of`) and handed to whatever reads or writes
     the state."""
 
-    def __init__(self, root: str, fs: pafs.FileSystem):
-        self.root, self.fs = root, fs
+    def __init__(self, root: str, fs: pafs.FileSystem, s3: Callable[[], Any] | None = None):
+        self.root, self.fs, self._s3 = root, fs, s3  # s3: makes the client of conditional writes, when asked
 
     @classmethod
     def of(cls, cfg: PipelineConfig, fs: pafs.FileSystem | None = None) -> StateStore:
         """The state folder of ``cfg`` on ``fs`` (default: a filesystem of its warehouse, made here)."""
-        return cls(state_root(cfg), fs if fs is not None else filesystem(cfg.target))
+        s3 = functools.cache(lambda: s3_client(cfg.target)) if cfg.target.s3 is not None else None
+        return cls(state_root(cfg), fs if fs is not None else filesystem(cfg.target), s3)
 
     def uri(self, key: str) -> str:
         return f"{self.root}/{key}"
@@ -59,6 +64,10 @@ class StateStore:
     def put(self, key: str, text: str) -> None:
         """Write ``key`` whole: a reader sees the previous object or this one, never part of it."""
         write_whole(self.uri(key), text, self.fs)  # a local file by one rename, an S3 object by one PUT
+
+    def create(self, key: str, text: str) -> bool:
+        """Write ``key`` whole only if no object is there; True if this call made it (of two racing, one does)."""
+        return create_whole(self.uri(key), text, self.fs, self._s3() if self._s3 is not None else None)
 
     def get(self, key: str) -> str | None:
         """The object's text, or None if there is none (any other failure to read is raised)."""

@@ -1,8 +1,12 @@
 """Column types as written in a pipeline's ``format.fields``, and JSON values checked against them.
 
 Scalars: ``string``, ``long``, ``int``, ``double``, ``float``, ``boolean``, ``timestamp`` (UTC,
-microseconds), ``date``, ``binary``, ``decimal(p, s)``; nested: ``struct<name: type, ...>``,
+microseconds: Iceberg's timestamptz), ``timestamp_ntz`` (microseconds without a zone: Iceberg's timestamp),
+``date``, ``time`` (microseconds), ``binary``, ``decimal(p, s)``; nested: ``struct<name: type, ...>``,
 ``list<type>``, ``map<string, type>``. Each maps to one Arrow type (and so one Iceberg type).
+
+Decimals are exact: a value (a JSON number parsed as :class:`~decimal.Decimal`, or a string) is taken only if it
+has at most the column's scale and precision, up to 38 digits.
 """
 
 from __future__ import annotations
@@ -10,8 +14,8 @@ from __future__ import annotations
 import base64
 import math
 import re
-from datetime import UTC, date, datetime
-from decimal import Decimal, InvalidOperation
+from datetime import UTC, date, datetime, time
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
 import pyarrow as pa
@@ -21,8 +25,10 @@ from tailfill.errors import RecordError
 TIMESTAMP = pa.timestamp("us", tz="UTC")  # as tailfill.values.schema.TIMESTAMP (that module imports this one)
 SCALARS: dict[str, pa.DataType] = {
     "string": pa.string(), "long": pa.int64(), "int": pa.int32(), "double": pa.float64(), "float": pa.float32(),
-    "boolean": pa.bool_(), "timestamp": TIMESTAMP, "date": pa.date32(), "binary": pa.binary(),
+    "boolean": pa.bool_(), "timestamp": TIMESTAMP, "timestamp_ntz": pa.timestamp("us"), "date": pa.date32(),
+    "time": pa.time64("us"), "binary": pa.binary(),
 }
+EXACT = Context(prec=80)  # room for any decimal(38, s) value and its quantizing, never rounding
 _TOKEN = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*|\d+|[<>(),:])")
 INT_RANGES = {pa.int64(): (-(2**63), 2**63 - 1), pa.int32(): (-(2**31), 2**31 - 1)}
 
@@ -131,7 +137,7 @@ def _coerce(value: Any, kind: pa.DataType, name: str) -> Any:
             raise wrong
         return value
     if pa.types.is_floating(kind):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(float(value)):
+        if isinstance(value, bool) or not isinstance(value, int | float | Decimal) or not math.isfinite(float(value)):
             raise wrong
         return float(value)
     if kind == pa.bool_():
@@ -139,27 +145,47 @@ def _coerce(value: Any, kind: pa.DataType, name: str) -> Any:
             raise wrong
         return value
     if pa.types.is_decimal(kind):
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
+        if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
             raise wrong
-        number = Decimal(str(value))
-        quantized = number.quantize(Decimal(1).scaleb(-kind.scale))
-        if quantized != number or len(quantized.as_tuple().digits) > kind.precision:
-            raise RecordError(f"field '{name}' = {str(value)[:40]} does not fit {kind}")
-        return quantized
+        return exact_decimal(value if isinstance(value, Decimal) else Decimal(str(value)), kind, name)
     if pa.types.is_date(kind):
+        if isinstance(value, date) and not isinstance(value, datetime):  # converted from a logical type already
+            return value
         if not isinstance(value, str):
             raise wrong
         return date.fromisoformat(value)
     if pa.types.is_timestamp(kind):
-        if not isinstance(value, str):
+        if not isinstance(value, str | datetime):
             raise wrong
-        ts = datetime.fromisoformat(value)
+        ts = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+        if kind.tz is None:  # a local date-time: an offset would have to be dropped or applied, so neither is
+            if ts.tzinfo is not None:
+                raise RecordError(f"field '{name}' = {str(value)[:40]!r} has a UTC offset; the column is a timestamp "
+                                  "without a zone (timestamp_ntz)")
+            return ts
         return (ts if ts.tzinfo else ts.replace(tzinfo=UTC)).astimezone(UTC)
+    if pa.types.is_time(kind):
+        if not isinstance(value, str | time):
+            raise wrong
+        parsed = value if isinstance(value, time) else time.fromisoformat(value)
+        if parsed.tzinfo is not None:
+            raise RecordError(f"field '{name}' = {str(value)[:40]!r} has a UTC offset; the column is a time of day")
+        return parsed
     if pa.types.is_binary(kind):
         if not isinstance(value, str):
             raise wrong
         return base64.b64decode(value, validate=True)
     raise wrong
+
+
+def exact_decimal(number: Decimal, kind: pa.Decimal128Type, name: str) -> Decimal:
+    """``number`` at ``kind``'s scale, exactly; RecordError if that would round it or it has too many digits."""
+    if not number.is_finite():
+        raise RecordError(f"field '{name}' = {number} does not fit {kind}")
+    quantized = number.quantize(Decimal(1).scaleb(-kind.scale), context=EXACT)
+    if quantized != number or len(quantized.as_tuple().digits) > kind.precision:
+        raise RecordError(f"field '{name}' = {str(number)[:60]} does not fit {kind}")
+    return quantized
 
 
 def is_nested_or_rich(kind: pa.DataType) -> bool:

@@ -1,7 +1,9 @@
 """The shapes records take between stages, defined once.
 
-- :data:`RAW_SCHEMA`: what the Kafka source emits — coordinates, key, headers, value, and ``range_marker``,
-  non-null only on the one :class:`RangeMarker` row a reader appends per range it read;
+- :data:`RAW_SCHEMA`: what the Kafka source emits — coordinates, key, headers, value, ``range_marker``,
+  non-null only on the one :class:`RangeMarker` row a reader appends per range it read, and ``source_error``,
+  non-null on a record the source read but cannot hand over whole (its timestamp out of range): why, for the
+  quarantine;
 - :func:`table_schema`: a row of the target table — coordinates, key, headers, the declared fields, the raw value;
 - :data:`QUARANTINE_SCHEMA`: a record that could not become a row — coordinates, raw key, headers, raw value,
   error, run;
@@ -34,6 +36,7 @@ RAW_SCHEMA = pa.schema(
         ("kafka_headers", HEADERS),
         ("kafka_value", pa.binary()),
         ("range_marker", pa.string()),
+        ("source_error", pa.string()),
     ]
 )
 METADATA_FIELDS = [RAW_SCHEMA.field(n) for n in ("kafka_topic", "kafka_partition", "kafka_offset",
@@ -47,10 +50,14 @@ QUARANTINE_SCHEMA = pa.schema([*METADATA_FIELDS, VALUE_FIELD, pa.field("error", 
 RANGE_SCHEMA = pa.schema([("kafka_topic", pa.string()), ("kafka_partition", pa.int32()),
                           ("start_offset", pa.int64()), ("end_offset", pa.int64())])
 # Keyed pipelines' change columns, after the decoded ones: the op (r/c/u: the row is the key's new state; d: the key
-# is deleted) and Debezium's source.ts_ms and source.lsn (null when the records carry none).
-CDC_OP, CDC_TS_MS, CDC_LSN = "cdc_op", "cdc_ts_ms", "cdc_lsn"
-CHANGE_COLUMNS = pa.schema([(CDC_OP, pa.string()), (CDC_TS_MS, pa.int64()), (CDC_LSN, pa.int64())])
-DELETE_OP = "d"
+# is deleted; t: the table is truncated) and Debezium's source position (null when the records carry none):
+# source.ts_ms; Postgres's source.lsn; MySQL's binlog position (source.file's number and source.pos, as one long:
+# file number * 2**32 + pos); MySQL's GTID (source.gtid's transaction number).
+CDC_OP, CDC_TS_MS, CDC_LSN, CDC_BINLOG, CDC_GTID = "cdc_op", "cdc_ts_ms", "cdc_lsn", "cdc_binlog", "cdc_gtid"
+CHANGE_COLUMNS = pa.schema([(CDC_OP, pa.string()), (CDC_TS_MS, pa.int64()), (CDC_LSN, pa.int64()),
+                            (CDC_BINLOG, pa.int64()), (CDC_GTID, pa.int64())])
+POSITION_COLUMNS = CHANGE_COLUMNS.names[1:]  # what an event's source gives
+DELETE_OP, TRUNCATE_OP = "d", "t"
 FIELD_TYPES = {"string": pa.string(), "long": pa.int64(), "double": pa.float64(), "boolean": pa.bool_(),
                "timestamp": TIMESTAMP}
 _SPARK_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "long", TIMESTAMP: "timestamp",
@@ -119,6 +126,6 @@ class RangeMarker:
         return pa.RecordBatch.from_arrays(
             [pa.array([r.topic]), pa.array([r.partition], pa.int32()), pa.array([r.start], pa.int64()),
              pa.nulls(1, TIMESTAMP), pa.nulls(1, pa.binary()), pa.nulls(1, HEADERS), pa.nulls(1, pa.binary()),
-             pa.array([self.to_json()])],
+             pa.array([self.to_json()]), pa.nulls(1, pa.string())],
             schema=RAW_SCHEMA,
         )

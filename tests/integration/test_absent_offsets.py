@@ -32,7 +32,7 @@ from tailfill.dev.change_stream import change_stream, fold, produce_changes
 from tailfill.dev.sample import sample_event
 from tailfill.errors import SourceError
 from tailfill.lake.batch_summary import BatchSummary
-from tailfill.lake.ledger import commit_batch, read_ledger
+from tailfill.lake.ledger import batch_summaries, commit_batch, read_ledger
 from tailfill.offsets import OffsetRange, TopicPartition, intersect_all, merge, subtract, total
 from tailfill.pipeline.executor import close_contexts
 from tailfill.pipeline.handle import open_pipeline
@@ -339,3 +339,33 @@ def test_a_compacted_topic_is_proven_and_its_state_is_the_fold_of_what_survives(
     assert {r["order_id"]: (r["kafka_partition"], r["kafka_offset"]) for r in state} == fold(survivors)
     assert fold(survivors) == fold(changes)  # compaction keeps each key's last change
     assert report.state["differing"] == 0 and report.state["keys_checked"] >= len(fold(changes))
+
+
+def test_an_end_past_the_last_record_commits_nothing_unaccounted_and_validate_all_passes(spark, make_pipeline,
+                                                                                        capsys):
+    """Each partition ends with an aborted transaction: its end (the watermark the cutover records) is past the last
+    record a read_committed consumer gets, by the aborted records and the abort marker. The backfill to that end
+    commits every offset of it either as read or as absent with its reason, nothing else; validate --all asks the
+    broker about each absent offset and passes."""
+    cfg = make_pipeline(source__partitions=PARTITIONS, backfill__slices=1, backfill__max_offsets_per_batch=12)
+    bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
+    create_topic(bs, topic, PARTITIONS)
+    written = Written()
+    write(bs, topic, [("commit", {0: 5, 1: 3}), ("plain", {0: 2, 1: 2}), ("abort", {0: 4, 1: 6})], written)
+    whole = ends(cfg)
+    records = offsets(topic, delivered(bs, topic, "read_committed"))
+    not_delivered = subtract(whole, records)  # markers and aborted records, the last ones at each partition's end
+    assert all(max(r.end for r in records if r.tp == w.tp) < w.end for w in whole)  # the end is past the last record
+
+    assert backfill(spark, cfg)
+
+    data = tables_of(cfg).data
+    assert merge(read_ledger(data).committed) == whole  # up to the end, past the last record
+    summaries = [BatchSummary.from_properties(props) for props in batch_summaries(data)]
+    absent = merge(r for s in summaries for r in s.absent or [])
+    assert merge([*absent, *records]) == whole and intersect_all(absent, records) == []  # read or absent, each once
+    assert absent == not_delivered and all(s.absent_under == "read_committed" for s in summaries)
+    report = validate(open_pipeline(cfg), all_runs=True)
+    assert report.success, report.problems
+    assert merge(r for rs in by_reason(report).values() for r in rs) == not_delivered
+    assert cli.main(["validate", cfg.path, "--all"]) == 0, capsys.readouterr().out

@@ -170,8 +170,8 @@ def finished(command: list[str], home: Path, timeout: float = 600) -> subprocess
                     + "\n\n".join(busy)[-8000:])
 
 
-def test_ctrl_c_on_a_backfill_with_lanes_stops_every_lane_and_the_next_backfill_completes_it(server_home,
-                                                                                            connect_pipeline):
+def test_ctrl_c_on_a_backfill_with_lanes_stops_every_lane_between_batches_and_the_next_backfill_completes_it(
+        server_home, connect_pipeline):
     home, _ = server_home
     cfg = connect_pipeline(backfill__max_offsets_per_batch=1_000, backfill__batch_seconds=None)
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 40_000, cfg.source.partitions)
@@ -190,7 +190,9 @@ def test_ctrl_c_on_a_backfill_with_lanes_stops_every_lane_and_the_next_backfill_
     finally:
         caller.kill()
     assert caller.returncode == 130, out[-3000:]
-    assert out.count("stopped: stopping its query on the Spark Connect server") == 2, out[-3000:]
+    assert out.count("stopped between batches (its command got SIGINT)") == 2, out[-3000:]  # each lane
+    assert out.strip().splitlines()[-1].startswith(f"backfill of {cfg.name} stopped on SIGINT after its batch in "
+                                                   "flight: "), out[-3000:]
     assert connect_server.busy(home) == []  # both lanes' jobs ended with the command
     stopped_at = committed(cfg)
     assert 0 < stopped_at < 40_000  # the lanes were far from done: they stopped, not finished
@@ -267,6 +269,34 @@ def test_a_server_that_dies_mid_job_fails_it_in_one_line_and_the_retry_resumes_o
     retry = on_connect(spec, lines.append, home)
     assert retry.code == 0, lines[-30:]
     assert connect_server.server_state(home)["pid"] != victim  # a new server took the retry
+    assert_exactly_once(cfg, high_watermarks(cfg))
+
+
+def test_a_server_that_dies_under_the_command_is_one_line_on_its_terminal_and_no_traceback(server_home,
+                                                                                         connect_pipeline, tmp_path):
+    home, _ = server_home
+    cfg = connect_pipeline(backfill__max_offsets_per_batch=1_000, backfill__batch_seconds=None)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 20_000, cfg.source.partitions)
+    out, err = tmp_path / "out", tmp_path / "err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        caller = subprocess.Popen([TAILFILL, "backfill", str(cfg.path), "--spark", "connect", "--max-rate", "500"],
+                                  env=dict(os.environ), stdout=stdout, stderr=stderr, start_new_session=True)
+    try:
+        wait_until(lambda: committed(cfg) > 0 or caller.poll() is not None, "a first batch", timeout=300)
+        os.killpg(connect_server.server_state(home)["pid"], signal.SIGKILL)  # the JVM and its Python workers
+        code = caller.wait(timeout=300)
+    finally:
+        if caller.poll() is None:
+            os.killpg(caller.pid, signal.SIGKILL)
+            caller.wait()
+    terminal = out.read_text() + err.read_text()
+    assert code == 2, terminal[-3000:]
+    assert "Traceback" not in terminal and "\tat " not in terminal, terminal[-3000:]
+    last = err.read_text().strip().splitlines()[-1]
+    assert last.startswith(f"backfill of {cfg.name} failed: ConnectServerError: ") and "(fix: run it again" in last, \
+        terminal[-3000:]
+    done = finished([TAILFILL, "backfill", str(cfg.path), "--spark", "connect"], home)  # on a new local server
+    assert done.returncode == 0, done.stderr[-3000:]
     assert_exactly_once(cfg, high_watermarks(cfg))
 
 

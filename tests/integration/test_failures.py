@@ -31,7 +31,7 @@ from tailfill.offsets import OffsetRange, total
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.run import spark_job as job
 from tailfill.run.planner import backfill_spec
-from tailfill.state.store import StateStore, read_health, request_stop
+from tailfill.state.store import StateStore, read_health, request_stop, run_reports
 
 pytestmark = pytest.mark.integration
 
@@ -217,3 +217,29 @@ def test_preflight_passes_when_ready_and_names_what_is_not(make_pipeline, tmp_pa
     assert cli.main(["preflight", routed.path]) == 1
     out = capsys.readouterr().out
     assert "preflight of deadrouted (" in out and ") FAILED: cannot reach Kafka at 127.0.0.1:" in out, out
+
+
+@pytest.mark.parametrize("bounded", ["direct", "query"])
+def test_a_restart_after_a_discarded_checkpoint_reads_no_offset_below_the_ledger(spark, make_pipeline, arm_fault,
+                                                                                 monkeypatch, bounded):
+    """The first batch commits, then fails; as if Spark refused the query's checkpoint, it is discarded. The restart
+    reads from the ledger's position: the run's batches after it read exactly the offsets the failed attempt left,
+    none it had committed (``query``: a streaming query, whose checkpoint is discarded; ``direct``: batches planned
+    by the job, resumed from the batch that failed)."""
+    from tailfill.run import checkpoint
+
+    monkeypatch.setenv("TAILFILL_BOUNDED_RUNS", bounded)
+    monkeypatch.setattr(checkpoint, "refused", lambda *_args: True)  # every failure: Spark refused the checkpoint
+    cfg = make_pipeline(backfill__slices=1, backfill__max_offsets_per_batch=1_000, backfill__batch_seconds=None,
+                        backfill__max_consecutive_failures=2, backfill__restart_backoff_seconds=0)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 8_000, 4)
+    arm_fault("after-commit", 1)  # batch 0 is in the ledger, its attempt fails
+
+    [result] = backfill(spark, cfg)
+
+    assert result.restarts >= 1 and any("InjectedFault" in cause for cause in result.causes), result.causes
+    reports = run_reports(StateStore.of(cfg), result.run_id)
+    read_after = sum(r.offsets for r in reports)  # every batch that reported came after the restart
+    assert [r for r in reports if r.skipped] == [] and result.skipped_offsets == 0
+    assert 0 < 8_000 - read_after <= 1_000  # what the failed attempt committed, read once, never again
+    assert_exactly_once(cfg, high_watermarks(cfg))

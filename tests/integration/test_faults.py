@@ -35,10 +35,12 @@ from helpers import (
     backfill,
     besides_infrastructure,
     committed,
+    fill,
     finished,
     in_background,
     kill_job_tree,
     provision,
+    small_disk,
     submit_at_once,
     tables_of,
     tail,
@@ -689,32 +691,6 @@ def test_a_batch_committed_in_part_by_another_writer_commits_only_the_rest(spark
 
 
 # --- the disk fills up -----------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def small_disk(path: Path, size: str):
-    """A tmpfs of ``size`` at ``path`` (root only: skipped elsewhere), unmounted afterwards."""
-    path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        pytest.skip(f"a full disk needs a small filesystem: mounting a tmpfs failed ({done.stderr.strip()})")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def fill(disk: Path) -> Path:
-    """Fill ``disk`` to the last byte with one file; returns it (delete it to free the space)."""
-    filler = disk / "filler"
-    with filler.open("wb", buffering=0) as out, contextlib.suppress(OSError):
-        while True:
-            out.write(b"\0" * 65_536)
-    with filler.open("ab", buffering=0) as out, contextlib.suppress(OSError):  # the last partial block
-        for _ in range(65_536):
-            out.write(b"\0")
-    return filler
 
 
 def one_line_naming(error: BaseException, disk: Path) -> str:

@@ -69,8 +69,8 @@ def records(ranges: list[OffsetRange]):
         yield pa.RecordBatch.from_arrays(
             [pa.array([r.topic] * r.size), pa.array([r.partition] * r.size, pa.int32()),
              pa.array(range(r.start, r.end), pa.int64()), pa.nulls(r.size, TIMESTAMP), pa.nulls(r.size, pa.binary()),
-             pa.array([[]] * r.size, HEADERS), pa.array(values, pa.binary()), pa.nulls(r.size, pa.string())],
-            schema=RAW_SCHEMA)
+             pa.array([[]] * r.size, HEADERS), pa.array(values, pa.binary()), pa.nulls(r.size, pa.string()),
+             pa.nulls(r.size, pa.string())], schema=RAW_SCHEMA)
     for r in ranges:
         yield RangeMarker(r, r.size).to_batch()
 

@@ -1,11 +1,15 @@
 """The CLI's exit codes: an error nobody named is exit 2 with one line, never 1 (``validate``'s verdict)."""
 
+from pathlib import Path
+
 import pytest
 
 from tailfill import cli
 
 
-def test_an_unexpected_exception_is_exit_2_with_one_line_and_its_traceback(monkeypatch, capsys):
+def test_an_unexpected_exception_is_exit_2_with_one_line_and_its_traceback_in_a_file(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
+
     def broken(_args):
         raise FileNotFoundError("expectation suite /x/run_completeness.json is missing")
 
@@ -14,9 +18,11 @@ def test_an_unexpected_exception_is_exit_2_with_one_line_and_its_traceback(monke
     parser._subparsers._group_actions[0].choices["validate"].set_defaults(func=broken)
     assert cli.main(["validate", "demo", "--all"]) == 2
     err = capsys.readouterr().err
-    assert "Traceback (most recent call last)" in err
-    assert err.strip().splitlines()[-1] == ("error: unexpected FileNotFoundError: expectation suite "
-                                            "/x/run_completeness.json is missing (the traceback is above)")
+    [line] = err.strip().splitlines()  # the terminal gets one line, the traceback goes to a file it names
+    assert line.startswith("error: unexpected FileNotFoundError: expectation suite /x/run_completeness.json is "
+                           "missing (fix: "), line
+    where = Path(line.rsplit("its traceback: ", 1)[1].rstrip(")"))
+    assert where.is_relative_to(tmp_path) and "Traceback (most recent call last)" in where.read_text()
 
 
 def test_a_removed_spark_mode_is_exit_2_with_one_line_saying_what_replaces_it(capsys):

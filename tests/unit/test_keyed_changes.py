@@ -11,7 +11,7 @@ import pytest
 import yaml
 from helpers import set_dotted
 
-from tailfill.errors import ChangeStreamError, ConfigError
+from tailfill.errors import ConfigError
 from tailfill.formats.base import split_records
 from tailfill.formats.registry import pipeline_format
 from tailfill.formats.schema_registry import RegistryClient
@@ -70,7 +70,8 @@ def raw(values: list[bytes | None], keys: list[bytes | None]) -> pa.Table:
     return pa.Table.from_batches([pa.RecordBatch.from_arrays(
         [pa.array(["t"] * n), pa.array([0] * n, pa.int32()), pa.array(range(n), pa.int64()),
          pa.nulls(n, TIMESTAMP), pa.array(keys, pa.binary()), pa.array([[]] * n, HEADERS),
-         pa.array(values, pa.binary()), pa.nulls(n, pa.string())], schema=RAW_SCHEMA)])
+         pa.array(values, pa.binary()), pa.nulls(n, pa.string()),
+         pa.nulls(n, pa.string())], schema=RAW_SCHEMA)])
 
 
 def event(op: str, before=None, after=None, lsn=7, wrapped=False) -> bytes:
@@ -114,9 +115,12 @@ def test_bad_change_records_are_quarantined_with_the_reason(tmp_path):
     assert bad["kafka_value"].to_pylist()[0] == event("x", after={"order_id": 1})  # kept raw, nothing lost
 
 
-def test_a_truncate_stops_the_run_with_one_line(tmp_path):
-    with pytest.raises(ChangeStreamError, match="truncate event"):
-        decode(tmp_path, [event("t")], [None])
+def test_a_truncate_is_a_change_row_without_a_key(tmp_path):
+    """A truncate has no key (and no Kafka key): it is a row of its own, op t, with its source position."""
+    rows, bad = decode(tmp_path, [event("t", lsn=11), event("t", lsn=12, wrapped=True)], [None, None])
+    assert bad.num_rows == 0
+    assert rows.select(["order_id", "cdc_op", "cdc_lsn"]).to_pylist() == [
+        {"order_id": None, "cdc_op": "t", "cdc_lsn": 11}, {"order_id": None, "cdc_op": "t", "cdc_lsn": 12}]
 
 
 def test_without_an_envelope_values_are_new_states_and_tombstones_delete(tmp_path):
@@ -188,7 +192,8 @@ def test_debezium_avro_events_become_the_same_rows_as_json_ones(tmp_path, regist
         (1, {"op": "d", "before": {"order_id": 1}, "after": None, "source": {**SOURCE, "lsn": 9}, "ts_ms": 1}),
         (1, None)])
     new = fmt.new_table()
-    assert new.columns.names == ["order_id", "status", "amount", "updated_at", "cdc_op", "cdc_ts_ms", "cdc_lsn"]
+    assert new.columns.names == ["order_id", "status", "amount", "updated_at", "cdc_op", "cdc_ts_ms", "cdc_lsn",
+                                 "cdc_binlog", "cdc_gtid"]
     rows, bad = split_records(raw(values, keys), fmt.decoder(), "run", new.schema)
     assert bad.num_rows == 0
     got = rows.select(["kafka_offset", "kafka_key", "order_id", "status", "cdc_op", "cdc_ts_ms", "cdc_lsn"])
@@ -207,7 +212,7 @@ def test_debezium_avro_events_become_the_same_rows_as_json_ones(tmp_path, regist
 SOURCE = {"connector": "postgresql", "ts_ms": 1700, "lsn": 7, "table": "orders"}
 
 
-def test_bad_debezium_avro_changes_are_quarantined_and_a_truncate_stops(tmp_path, registry):
+def test_bad_debezium_avro_changes_are_quarantined_and_a_truncate_is_a_row(tmp_path, registry):
     fmt = avro_cdc(tmp_path, registry)
     values, keys = avro_events(registry, "shop.orders", [
         (1, {"op": "x", "before": None, "after": {"order_id": 1}, "source": SOURCE, "ts_ms": 1}),
@@ -223,8 +228,10 @@ def test_bad_debezium_avro_changes_are_quarantined_and_a_truncate_stops(tmp_path
 
     values, keys = avro_events(registry, "shop.orders", [
         (1, {"op": "t", "before": None, "after": None, "source": SOURCE, "ts_ms": 1})])
-    with pytest.raises(ChangeStreamError, match="truncate event"):
-        split_records(raw(values, keys), fmt.decoder(), "run", fmt.new_table().schema)
+    rows, bad = split_records(raw(values, keys), fmt.decoder(), "run", fmt.new_table().schema)
+    assert bad.num_rows == 0
+    assert rows.select(["order_id", "cdc_op", "cdc_lsn"]).to_pylist() == [{"order_id": None, "cdc_op": "t",
+                                                                           "cdc_lsn": 7}]
 
 
 def test_a_key_column_the_envelope_lacks_is_named_when_the_table_is_made(tmp_path, registry):
@@ -296,7 +303,7 @@ def test_debezium_protobuf_and_json_schema_events_become_rows_with_their_op(tmp_
     cfg = load_pipeline(variant(tmp_path, format=fmt, source__topic="shop.orders"))
     made = pipeline_format(cfg, RegistryClient(cfg.format.schema_registry))
     new = made.new_table()
-    assert new.columns.names == ["order_id", "status", "cdc_op", "cdc_ts_ms", "cdc_lsn"]
+    assert new.columns.names == ["order_id", "status", "cdc_op", "cdc_ts_ms", "cdc_lsn", "cdc_binlog", "cdc_gtid"]
     rows, bad = split_records(raw(values, [b"1"] * 3), made.decoder(), "run", new.schema)
     assert bad.num_rows == 0, bad["error"].to_pylist()
     assert rows.select(["kafka_offset", "order_id", "status", "cdc_op", "cdc_lsn"]).to_pylist() == [

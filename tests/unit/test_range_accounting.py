@@ -22,7 +22,7 @@ def records(offsets: list[int]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
         [pa.array(["t"] * n), pa.array([0] * n, pa.int32()), pa.array(offsets, pa.int64()), pa.nulls(n, TIMESTAMP),
          pa.nulls(n, pa.binary()), pa.array([[]] * n, HEADERS), pa.array([b"v"] * n, pa.binary()),
-         pa.nulls(n, pa.string())], schema=RAW_SCHEMA)
+         pa.nulls(n, pa.string()), pa.nulls(n, pa.string())], schema=RAW_SCHEMA)
 
 
 def test_a_marker_reads_back_with_its_absent_offsets_and_isolation():
