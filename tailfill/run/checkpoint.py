@@ -121,7 +121,12 @@ def make_startable(checkpoint: Path, label: str, log: Callable[[str], None],
     return state
 
 
+QUERY_DESCRIPTION = "=== Streaming Query ==="  # what Spark appends to a query's failure: its ids, offsets, plan
+
+
 def refused(kind: str, message: str, checkpoint: Path) -> bool:
-    """Whether a query's failure is Spark refusing ``checkpoint`` (its error names the checkpoint)."""
-    text = f"{kind}: {message}"
+    """Whether a query's failure is Spark refusing ``checkpoint`` (its error names the checkpoint). The query's
+    description Spark appends to every failure (``=== Streaming Query ===``, its plan naming the checkpoint
+    location) is not the error: read, it made every failure a refusal and every restart discard the checkpoint."""
+    text = f"{kind}: {message}".split(QUERY_DESCRIPTION, 1)[0]
     return "CHECKPOINT" in text.upper() and (str(checkpoint) in text or "checkpoint location" in text.lower())

@@ -11,6 +11,7 @@ from tailfill.dev.sample import BAD_VALUES, produce_sample, sample_event
 from tailfill.lake.ledger import batch_summaries, read_cutover, read_ledger
 from tailfill.offsets import OffsetRange, ranges_from_json, total
 from tailfill.pipeline.handle import open_pipeline
+from tailfill.run.spark_ingest import BOUNDED_ENV
 from tailfill.state.store import StateStore, run_reports
 
 pytestmark = pytest.mark.integration
@@ -94,7 +95,14 @@ def test_rerun_without_new_data_commits_nothing(spark, make_pipeline):
     assert_exactly_once(cfg, high_watermarks(cfg))
 
 
-def test_a_batch_replayed_after_its_commit_commits_nothing(spark, make_pipeline, home, arm_fault):
+@pytest.mark.parametrize("bounded", ["query", "direct"])
+def test_a_batch_that_fails_after_its_commit_is_never_read_or_committed_again(spark, make_pipeline, home, arm_fault,
+                                                                              monkeypatch, bounded):
+    """The first tail batch commits to Iceberg, then fails before Spark records it as done (as after a crash between
+    the two). The restart reads from the ledger's position, past the committed batch, on either runner: a streaming
+    query (``query``, whose checkpoint holds the failed batch and whose restart starts it where the ledger ends) and
+    the job's own batches (``direct``)."""
+    monkeypatch.setenv(BOUNDED_ENV, bounded)
     cfg = make_pipeline(tail__max_offsets_per_batch=2_000)
     bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
     produce_sample(bs, topic, 4_000, PARTITIONS)
@@ -102,22 +110,23 @@ def test_a_batch_replayed_after_its_commit_commits_nothing(spark, make_pipeline,
     before = snapshot_count(cfg)
     produce_sample(bs, topic, 6_000, PARTITIONS)
 
-    # The first tail batch commits to Iceberg, then fails before Spark records it as done (as after
-    # a crash between the two): Spark replays it from the checkpoint with the same offsets.
     arm_fault("after-commit", 1)
     [run] = tail(spark, cfg)
 
     [injected] = besides_infrastructure(run.causes)  # on a busy machine, maybe Spark's restarts too
     assert "InjectedFault" in injected
-    # 3 batches reported: the replay of the first (its first attempt failed before reporting), then two more.
-    assert run.batches == 3 and run.offsets == 6_000 and run.skipped_offsets == 2_000
-    assert snapshot_count(cfg) == before + 3  # the replay added no snapshot
+    assert snapshot_count(cfg) == before + 3  # the failed batch's commit and two more, nothing twice
     assert_exactly_once(cfg, high_watermarks(cfg))
-    reports = run_reports(StateStore.of(cfg), run.run_id)  # its one query
-    replayed = reports[0]
-    assert replayed.batch_id == 0 and replayed.committed == [] and total(replayed.skipped) == 2_000
+    reports = run_reports(StateStore.of(cfg), run.run_id)  # after the restart (the failed batch reported none)
     first_commit = next(s for s in batch_summaries(tables_of(cfg).data) if s["tailfill.run-id"] == run.run_id)
-    assert replayed.skipped == ranges_from_json(first_commit["tailfill.ranges"])  # the very same offsets
+    failed_batch = ranges_from_json(first_commit["tailfill.ranges"])
+    assert total(failed_batch) == 2_000
+    assert run.batches == 2 and run.offsets == 4_000 and run.skipped_offsets == 0
+    assert [r.skipped for r in reports if r.skipped] == []
+    read_after = [r for rep in reports for r in rep.committed]
+    assert total(read_after) == 4_000 and not [(a, b) for a in read_after for b in failed_batch
+                                               if (a.topic, a.partition) == (b.topic, b.partition)
+                                               and a.start < b.end and b.start < a.end]
 
 
 def test_a_transaction_still_open_is_the_tails_not_the_backfills(spark, make_pipeline):

@@ -120,6 +120,15 @@ def test_spark_refusing_the_checkpoint_is_recognised(tmp_path):
     assert not checkpoint.refused("StreamingQueryException", "[STREAM_FAILED] InjectedFault: boom", cp)
 
 
+def test_a_failure_whose_query_description_names_the_checkpoint_is_no_refusal(tmp_path):
+    """Spark appends the query's description to every failure; its plan names the checkpoint location."""
+    cp = tmp_path / "tail-abc"
+    description = ("\n=== Streaming Query ===\nIdentifier: tailfill-itest-tail [id = 1, runId = 2]\n\nLogical Plan:\n"
+                   f"~WriteToMicroBatchDataSourceV1 ForeachBatchSink, [queryName=q, checkpointLocation={cp}], Append")
+    assert not checkpoint.refused("StreamingQueryException", "[STREAM_FAILED] InjectedFault: boom" + description, cp)
+    assert checkpoint.refused("StreamingQueryException", REFUSAL.format(path=cp) + description, cp)
+
+
 def test_a_ge_project_a_kill_left_half_written_is_set_aside_and_rebuilt(tmp_path):
     spec_frames = [("run_completeness", "run_ranges", pd.DataFrame({
         "partition": ["t[0]"], "range": ["[0, 10)"], "expected": [10], "rows": [10], "quarantined": [0],
