@@ -44,9 +44,12 @@ from tailfill.pipeline.handle import Pipeline
 from tailfill.pipeline.load import load_pipeline
 from tailfill.redact import redact_text
 from tailfill.run.runtime import log_dir
+from tailfill.run.tail_health import describe as describe_tail
+from tailfill.run.tail_health import read_tail
 from tailfill.settings import settings
-from tailfill.state.records import FailureRecord
+from tailfill.state.records import FailureRecord, TailHealth
 from tailfill.state.store import StateStore, read_failures, read_lane, run_exists, run_reports
+from tailfill.state.tail_verdict import tail_verdict
 from tailfill.values.drift import describe, unknown_in
 from tailfill.values.freshness import Freshness
 from tailfill_airflow.causes import FAILURE_KEY
@@ -59,6 +62,7 @@ from tailfill_airflow.progress import progress
 from tailfill_airflow.sparkline import sparkline
 
 if TYPE_CHECKING:
+    from tailfill.config import PipelineConfig
     from tailfill.lake.tables import Tables
     from tailfill.proof.result import ValidationResult
 
@@ -522,10 +526,21 @@ def pipeline_page(dag_id: str, table: str | None = None) -> HTMLResponse:
     try:
         with pipeline:
             ctx = live_context(pipeline)
+            health, unknown = read_tail(pipeline.state)
     except TailfillError as exc:
         return problem_page(title, "the live offsets cannot be read", exc)
     lag = lag_section(read_lag_points(dag_id_of(base.name, INCREMENTAL)))
-    return _page(title, f"<pre>{html.escape(ctx['text'])}</pre>{lag}")
+    return _page(title, f"<pre>{html.escape(ctx['text'])}</pre>{tail_health_html(cfg, health, unknown)}{lag}")
+
+
+def tail_health_html(cfg: PipelineConfig, health: TailHealth | None, unknown: str | None = None,
+                     now: float | None = None) -> str:
+    """The live tail's verdict, as ``tailfill status`` prints it: red when it is behind its objective or cannot
+    keep up (``unknown``: why ``health`` is None)."""
+    lines = describe_tail(cfg, health, now=now, unknown=unknown)
+    behind = health is not None and tail_verdict(health).behind
+    return "".join(f'<p class="{"bad" if behind or line.startswith("WARNING") else "muted"} tail-health">'
+                   f"{html.escape(line)}</p>" for line in lines)
 
 
 def problem_page(title: str, what: str, exc: BaseException, status: int = 503) -> HTMLResponse:

@@ -1,5 +1,6 @@
 """The backfill yields to the tail: a rate limit, lighter batches beside a live tail,
-and a pause while the tail misses its freshness objective.
+and a pause while the tail is behind its freshness objective
+(:func:`~tailfill.state.tail_verdict.tail_verdict`, the verdict ``status`` shows).
 
 Called between a backfill query's batches (after a commit, before the next batch is planned), so
 a pause never leaves anything half done. It decides the next batch's budget: how many offsets and
@@ -21,6 +22,7 @@ from typing import Literal
 from tailfill.run.tuning import next_batch_offsets
 from tailfill.source.handoff import Budget
 from tailfill.state.records import TailHealth
+from tailfill.state.tail_verdict import tail_verdict
 
 PAUSE_LOG_EVERY_S = 30.0
 MAX_PAUSE_INTERVALS = 10  # a tail still late after this many of its intervals is not late because of us
@@ -76,10 +78,10 @@ class Governor:
         paused = False
         while not self.stopping.is_set():
             health = self._look()
-            if health is None or not health.live(self.clock()) or health.healthy:
+            verdict = tail_verdict(health) if health is not None and health.live(self.clock()) else None
+            if verdict is None or not verdict.behind:
                 break
-            why = (f"tail freshness p95 {health.freshness.p95:.0f}s > objective "
-                   f"{health.freshness_objective_seconds:g}s" if health.freshness else "tail behind")
+            why = "; ".join(verdict.reasons)
             if self.clock() - began >= MAX_PAUSE_INTERVALS * health.trigger_interval_seconds:
                 self.log(f"the tail is still late after {self.clock() - began:.0f}s paused ({why}): the backfill "
                          "is not what holds it back (see the tail's keep-up line and the broker); one more batch")

@@ -15,6 +15,7 @@ from dataclasses import replace
 from tailfill.config import PipelineConfig
 from tailfill.state.records import TailHealth
 from tailfill.state.store import HEALTH, StateStore, read_health, write_health
+from tailfill.state.tail_verdict import tail_verdict
 from tailfill.values.freshness import Freshness
 
 
@@ -38,7 +39,8 @@ def read_tail(store: StateStore) -> tuple[TailHealth | None, str | None]:
 
 def describe(cfg: PipelineConfig, health: TailHealth | None, now: float | None = None,
              unknown: str | None = None) -> list[str]:
-    """Lines for ``status`` and preflight: the tail's freshness against its objective, and any keep-up problem.
+    """Lines for ``status``, preflight and the Airflow pages: the tail's freshness and its verdict
+    (:func:`~tailfill.state.tail_verdict.tail_verdict`), and any keep-up problem.
 
     ``unknown``: why ``health`` is None (see :func:`read_tail`); a backfill's governor is then blind.
     """
@@ -52,10 +54,9 @@ def describe(cfg: PipelineConfig, health: TailHealth | None, now: float | None =
         return lines
     state = "running" if health.live(now) else "not running"
     fresh = str(health.freshness) if health.freshness else "no batch yet"
-    verdict = "meets" if health.healthy else "MISSES"
-    backlog = f"; backlog {health.backlog:,} offsets" if health.backlog else ""
-    lines = [f"tail freshness ({state}, last batch): {fresh}; {verdict} the objective "
-             f"p95 ≤ {health.freshness_objective_seconds:g}s{backlog}"]
+    verdict = tail_verdict(health)
+    backlog = f"; backlog {health.backlog:,} offsets" if health.backlog and not verdict.backlog_late else ""
+    lines = [f"tail freshness ({state}, last batch): {fresh}; {verdict.asstr()}{backlog}"]
     problem = health.keep_up_problem()
     if problem:
         lines.append(f"WARNING: {problem}")

@@ -80,7 +80,10 @@ def format_stages(stages: dict[str, float]) -> str:
 
 @dataclass(frozen=True)
 class TailHealth:
-    """What the tail measured at its last batch (and when it last said it was alive)."""
+    """What the tail measured at its last batch (and when it last said it was alive).
+
+    Whether that meets the objective is :func:`tailfill.state.tail_verdict.tail_verdict`'s to say.
+    """
 
     alive_at: float  # unix seconds of the last heartbeat or batch
     trigger_interval_seconds: float
@@ -88,7 +91,7 @@ class TailHealth:
     max_offsets_per_batch: int
     freshness: Freshness | None = None  # of the last batch
     batch_at: float | None = None  # when the last batch committed
-    caught_up: bool = False  # the source had nothing more to read at the last heartbeat
+    caught_up: bool = False  # Spark saw no new data at the last heartbeat (not part of the verdict)
     incoming_per_s: float | None = None  # the topic's growth, offsets/s (smoothed)
     processing_per_s: float | None = None  # the tail's own rate while a batch runs, offsets/s (smoothed)
     backlog: int | None = None  # offsets on the broker not yet committed, after the last batch
@@ -97,13 +100,6 @@ class TailHealth:
         """A tail is running: its heartbeat is recent."""
         age = (now or time.time()) - self.alive_at
         return age <= max(MIN_LIVE_SECONDS, 3 * self.trigger_interval_seconds)
-
-    @property
-    def healthy(self) -> bool:
-        """The tail meets its freshness objective (or has nothing left to read)."""
-        if self.caught_up or self.freshness is None:
-            return True
-        return self.freshness.p95 <= self.freshness_objective_seconds
 
     @property
     def capacity_per_s(self) -> float | None:
