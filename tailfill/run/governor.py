@@ -23,6 +23,7 @@ from tailfill.run.tuning import next_batch_offsets
 from tailfill.source.handoff import Budget
 from tailfill.state.records import TailHealth
 from tailfill.state.tail_verdict import tail_verdict
+from tailfill.values.batch_cost import CostWindow
 
 PAUSE_LOG_EVERY_S = 30.0
 MAX_PAUSE_INTERVALS = 10  # a tail still late after this many of its intervals is not late because of us
@@ -45,6 +46,7 @@ class Governor:
         self.clock, self.sleep = clock, sleep
         self.started = clock()
         self.offsets = 0
+        self.costs = CostWindow()  # this query's recent batches: what a batch costs
         self.state = "full speed"
 
     def first_budget(self) -> Budget:
@@ -58,6 +60,7 @@ class Governor:
         budget and the seconds spent waiting.
         """
         self.offsets += offsets
+        self.costs.add(offsets, seconds)
         waited = self._rate_limit_wait() + self._pause_while_tail_suffers()
         return self._budget(offsets, seconds), waited
 
@@ -121,7 +124,7 @@ class Governor:
             tasks = max(1, self.cores // 2)
         cap = self.ceiling
         if offsets is not None and seconds and budget_s is not None:
-            cap = next_batch_offsets(offsets, seconds, budget_s, self.ceiling)
+            cap = next_batch_offsets(offsets, seconds, budget_s, self.ceiling, cost=self.costs.cost)
         elif beside_tail:
             cap = min(self.ceiling, 100_000)  # no rate measured yet: start small beside a tail
         if self.rate_limit is not None:
