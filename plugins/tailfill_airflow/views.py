@@ -295,6 +295,8 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
             check = check_objective(pipeline.cfg.tail.freshness_seconds, run_reports(owner.state, p["run_id"]))
             of = f"table {p['table']}: " if "table" in p else ""
             summary += f'<p class="{"good" if check.met else "bad"} objective">{html.escape(of + check.asstr())}</p>'
+            if p["state"] == "running":  # the tail's verdict now, as status says it
+                summary += tail_health_html(owner.cfg, *read_tail(owner.state))
     for owner in dict.fromkeys(o for _, _, o in indexed):
         summary += unknown_fields_html(owner, [p["run_id"] for _, p, o in indexed if o is owner])
     going = verdict_pending(lanes, cls, lambda: read_run_state(dag_id, run_id))
