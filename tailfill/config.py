@@ -463,8 +463,8 @@ class BackfillConfig(_Model):
                                                    "it).")
     max_offsets_per_batch: int = Field(ge=1, description="The first batch's size and every batch's limit.")
     batch_seconds: float | None = Field(
-        default=None, gt=0, description="Size each later batch to take about this long at the measured rate "
-                                        "(null: every batch is max_offsets_per_batch).")
+        default=None, gt=0, description="Size each later batch to take about this long by the measured cost of a "
+                                        "batch (null: every batch is max_offsets_per_batch).")
     max_offsets_per_second: int | None = Field(
         default=None, ge=1, description="A rate limit over a backfill query (null: as fast as it goes). While a "
                                         "live tail misses its freshness objective, backfills also pause between "
@@ -487,7 +487,8 @@ class TailConfig(_Model):
     trigger_interval_seconds: float = Field(gt=0, description="The processing-time trigger's interval.")
     min_offsets_per_batch: int = Field(ge=1, description="The adaptive tail's smallest batch.")
     max_offsets_per_batch: int = Field(ge=1, description="The adaptive tail's largest batch: it sizes each batch "
-                                                         "from the measured rate to fit the trigger interval.")
+                                                         "from the measured cost of a batch (fixed + per offset) to "
+                                                         "fit the trigger interval, larger while a backlog waits.")
     freshness_seconds: float = Field(gt=0, description="The objective: the p95 produce-to-commit latency of a "
                                                        "batch's records, in seconds; backfills yield while the "
                                                        "tail misses it.")

@@ -44,9 +44,12 @@ from tailfill.pipeline.handle import Pipeline
 from tailfill.pipeline.load import load_pipeline
 from tailfill.redact import redact_text
 from tailfill.run.runtime import log_dir
+from tailfill.run.tail_health import describe as describe_tail
+from tailfill.run.tail_health import read_tail
 from tailfill.settings import settings
-from tailfill.state.records import FailureRecord
+from tailfill.state.records import FailureRecord, TailHealth
 from tailfill.state.store import StateStore, read_failures, read_lane, run_exists, run_reports
+from tailfill.state.tail_verdict import tail_verdict
 from tailfill.values.drift import describe, unknown_in
 from tailfill.values.freshness import Freshness
 from tailfill_airflow.causes import FAILURE_KEY
@@ -59,6 +62,7 @@ from tailfill_airflow.progress import progress
 from tailfill_airflow.sparkline import sparkline
 
 if TYPE_CHECKING:
+    from tailfill.config import PipelineConfig
     from tailfill.lake.tables import Tables
     from tailfill.proof.result import ValidationResult
 
@@ -291,6 +295,8 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
             check = check_objective(pipeline.cfg.tail.freshness_seconds, run_reports(owner.state, p["run_id"]))
             of = f"table {p['table']}: " if "table" in p else ""
             summary += f'<p class="{"good" if check.met else "bad"} objective">{html.escape(of + check.asstr())}</p>'
+            if p["state"] == "running":  # the tail's verdict now, as status says it
+                summary += tail_health_html(owner.cfg, *read_tail(owner.state))
     for owner in dict.fromkeys(o for _, _, o in indexed):
         summary += unknown_fields_html(owner, [p["run_id"] for _, p, o in indexed if o is owner])
     going = verdict_pending(lanes, cls, lambda: read_run_state(dag_id, run_id))
@@ -522,10 +528,21 @@ def pipeline_page(dag_id: str, table: str | None = None) -> HTMLResponse:
     try:
         with pipeline:
             ctx = live_context(pipeline)
+            health, unknown = read_tail(pipeline.state)
     except TailfillError as exc:
         return problem_page(title, "the live offsets cannot be read", exc)
     lag = lag_section(read_lag_points(dag_id_of(base.name, INCREMENTAL)))
-    return _page(title, f"<pre>{html.escape(ctx['text'])}</pre>{lag}")
+    return _page(title, f"<pre>{html.escape(ctx['text'])}</pre>{tail_health_html(cfg, health, unknown)}{lag}")
+
+
+def tail_health_html(cfg: PipelineConfig, health: TailHealth | None, unknown: str | None = None,
+                     now: float | None = None) -> str:
+    """The live tail's verdict, as ``tailfill status`` prints it: red when it is behind its objective or cannot
+    keep up (``unknown``: why ``health`` is None)."""
+    lines = describe_tail(cfg, health, now=now, unknown=unknown)
+    behind = health is not None and tail_verdict(health).behind
+    return "".join(f'<p class="{"bad" if behind or line.startswith("WARNING") else "muted"} tail-health">'
+                   f"{html.escape(line)}</p>" for line in lines)
 
 
 def problem_page(title: str, what: str, exc: BaseException, status: int = 503) -> HTMLResponse:

@@ -1,5 +1,6 @@
 """The backfill yields to the tail: a rate limit, lighter batches beside a live tail,
-and a pause while the tail misses its freshness objective.
+and a pause while the tail is behind its freshness objective
+(:func:`~tailfill.state.tail_verdict.tail_verdict`, the verdict ``status`` shows).
 
 Called between a backfill query's batches (after a commit, before the next batch is planned), so
 a pause never leaves anything half done. It decides the next batch's budget: how many offsets and
@@ -21,6 +22,8 @@ from typing import Literal
 from tailfill.run.tuning import next_batch_offsets
 from tailfill.source.handoff import Budget
 from tailfill.state.records import TailHealth
+from tailfill.state.tail_verdict import tail_verdict
+from tailfill.values.batch_cost import CostWindow
 
 PAUSE_LOG_EVERY_S = 30.0
 MAX_PAUSE_INTERVALS = 10  # a tail still late after this many of its intervals is not late because of us
@@ -43,6 +46,7 @@ class Governor:
         self.clock, self.sleep = clock, sleep
         self.started = clock()
         self.offsets = 0
+        self.costs = CostWindow()  # this query's recent batches: what a batch costs
         self.state = "full speed"
 
     def first_budget(self) -> Budget:
@@ -56,6 +60,7 @@ class Governor:
         budget and the seconds spent waiting.
         """
         self.offsets += offsets
+        self.costs.add(offsets, seconds)
         waited = self._rate_limit_wait() + self._pause_while_tail_suffers()
         return self._budget(offsets, seconds), waited
 
@@ -76,10 +81,10 @@ class Governor:
         paused = False
         while not self.stopping.is_set():
             health = self._look()
-            if health is None or not health.live(self.clock()) or health.healthy:
+            verdict = tail_verdict(health) if health is not None and health.live(self.clock()) else None
+            if verdict is None or not verdict.behind:
                 break
-            why = (f"tail freshness p95 {health.freshness.p95:.0f}s > objective "
-                   f"{health.freshness_objective_seconds:g}s" if health.freshness else "tail behind")
+            why = "; ".join(verdict.reasons)
             if self.clock() - began >= MAX_PAUSE_INTERVALS * health.trigger_interval_seconds:
                 self.log(f"the tail is still late after {self.clock() - began:.0f}s paused ({why}): the backfill "
                          "is not what holds it back (see the tail's keep-up line and the broker); one more batch")
@@ -119,7 +124,7 @@ class Governor:
             tasks = max(1, self.cores // 2)
         cap = self.ceiling
         if offsets is not None and seconds and budget_s is not None:
-            cap = next_batch_offsets(offsets, seconds, budget_s, self.ceiling)
+            cap = next_batch_offsets(offsets, seconds, budget_s, self.ceiling, cost=self.costs.cost)
         elif beside_tail:
             cap = min(self.ceiling, 100_000)  # no rate measured yet: start small beside a tail
         if self.rate_limit is not None:

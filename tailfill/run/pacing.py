@@ -17,14 +17,12 @@ from tailfill.pipeline.handle import Pipeline
 from tailfill.run.governor import Governor
 from tailfill.run.plan import IngestRequest
 from tailfill.run.tail_health import TailPace, mark_stopped, read_tail
-from tailfill.run.tuning import tail_batch_offsets
+from tailfill.run.tuning import longest_batch_seconds, tail_batch_offsets
 from tailfill.source.handoff import Budget
 from tailfill.source.kafka import OwnedConsumer, watermarks
 from tailfill.state.records import BatchReport, TailHealth
 from tailfill.state.store import read_health, write_health
 from tailfill.values.freshness import Freshness
-
-KEEP_UP_WARNING_EVERY_S = 60.0
 
 
 class Pacer(Protocol):
@@ -97,7 +95,6 @@ class TailPacer:
         self.conf = pipeline.kafka
         self.consumer = OwnedConsumer(self.conf)  # kept between batches; closed when the tail stops
         self.position = dict(req.start.offsets)  # the end of what this tail has committed, per partition
-        self._warned_at = 0.0
         write_health(self.state, self.pace.health)
 
     def first_budget(self) -> Budget:
@@ -111,14 +108,16 @@ class TailPacer:
         health = self.pace.observe(time.time(), sum(high.offsets.values()), sum(self.position.values()),
                                    report.offsets, report.seconds, fresh)
         write_health(self.state, health)
-        problem = health.keep_up_problem()
-        if problem and time.monotonic() - self._warned_at >= KEEP_UP_WARNING_EVERY_S:
+        problem = self.pace.new_problem()
+        if problem:
             self.log(f"WARNING: {problem}")
-            self._warned_at = time.monotonic()
         if self.req.trigger != "processing_time":
             return Budget(self.req.max_offsets_per_batch), 0.0
         return Budget(tail_batch_offsets(report.offsets, report.seconds, self.req.trigger_interval_seconds,
-                                         self.cfg.tail.min_offsets_per_batch, self.req.max_offsets_per_batch)), 0.0
+                                         self.cfg.tail.min_offsets_per_batch, self.req.max_offsets_per_batch,
+                                         cost=health.cost, backlog=health.backlog,
+                                         incoming_per_s=health.incoming_per_s,
+                                         longest_seconds=longest_batch_seconds(self.req))), 0.0
 
     def heartbeat(self, caught_up: bool) -> None:
         write_health(self.state, self.pace.heartbeat(caught_up))

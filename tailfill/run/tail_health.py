@@ -15,6 +15,8 @@ from dataclasses import replace
 from tailfill.config import PipelineConfig
 from tailfill.state.records import TailHealth
 from tailfill.state.store import HEALTH, StateStore, read_health, write_health
+from tailfill.state.tail_verdict import tail_verdict
+from tailfill.values.batch_cost import CostWindow
 from tailfill.values.freshness import Freshness
 
 
@@ -38,7 +40,8 @@ def read_tail(store: StateStore) -> tuple[TailHealth | None, str | None]:
 
 def describe(cfg: PipelineConfig, health: TailHealth | None, now: float | None = None,
              unknown: str | None = None) -> list[str]:
-    """Lines for ``status`` and preflight: the tail's freshness against its objective, and any keep-up problem.
+    """Lines for ``status``, preflight and the Airflow pages: the tail's freshness and its verdict
+    (:func:`~tailfill.state.tail_verdict.tail_verdict`), and any keep-up problem.
 
     ``unknown``: why ``health`` is None (see :func:`read_tail`); a backfill's governor is then blind.
     """
@@ -52,10 +55,9 @@ def describe(cfg: PipelineConfig, health: TailHealth | None, now: float | None =
         return lines
     state = "running" if health.live(now) else "not running"
     fresh = str(health.freshness) if health.freshness else "no batch yet"
-    verdict = "meets" if health.healthy else "MISSES"
-    backlog = f"; backlog {health.backlog:,} offsets" if health.backlog else ""
-    lines = [f"tail freshness ({state}, last batch): {fresh}; {verdict} the objective "
-             f"p95 ≤ {health.freshness_objective_seconds:g}s{backlog}"]
+    verdict = tail_verdict(health)
+    backlog = f"; backlog {health.backlog:,} offsets" if health.backlog and not verdict.backlog_late else ""
+    lines = [f"tail freshness ({state}, last batch): {fresh}; {verdict.asstr()}{backlog}"]
     problem = health.keep_up_problem()
     if problem:
         lines.append(f"WARNING: {problem}")
@@ -63,7 +65,7 @@ def describe(cfg: PipelineConfig, health: TailHealth | None, now: float | None =
 
 
 class TailPace:
-    """A running tail's smoothed rates: how fast the topic grows, how fast the tail ingests."""
+    """A running tail's smoothed rates (how fast the topic grows, how fast the tail ingests) and what a batch costs."""
 
     ALPHA = 0.5  # weight of the newest measurement
 
@@ -72,6 +74,8 @@ class TailPace:
                                  freshness_objective_seconds=cfg.tail.freshness_seconds,
                                  max_offsets_per_batch=max_offsets_per_batch)
         self._last_high: tuple[float, int] | None = None
+        self.costs = CostWindow()  # the recent batches, and what a batch costs by them
+        self._said = False  # the keep-up line was said and still holds
 
     @classmethod
     def _smooth(cls, old: float | None, new: float) -> float:
@@ -86,10 +90,20 @@ class TailPace:
             incoming = self._smooth(incoming, max(high_total - self._last_high[1], 0) / (now - self._last_high[0]))
         self._last_high = (now, high_total)
         processing = self._smooth(h.processing_per_s, offsets / seconds) if seconds > 0 else h.processing_per_s
+        cost = self.costs.add(offsets, seconds)
         self.health = replace(h, alive_at=now, freshness=freshness, batch_at=now, caught_up=False,
                               incoming_per_s=incoming, processing_per_s=processing,
-                              backlog=max(high_total - position_total, 0))
+                              backlog=max(high_total - position_total, 0),
+                              fixed_seconds=cost.fixed_seconds if cost else None,
+                              per_offset_seconds=cost.per_offset_seconds if cost else None)
         return self.health
+
+    def new_problem(self) -> str | None:
+        """The keep-up line (:meth:`TailHealth.keep_up_problem`) the first time it holds: None while it lasts, so
+        that it is said once, and again only after the tail kept up in between."""
+        problem = self.health.keep_up_problem()
+        said, self._said = self._said, problem is not None
+        return None if said else problem
 
     def heartbeat(self, caught_up: bool) -> TailHealth:
         self.health = self.health.beat(caught_up)

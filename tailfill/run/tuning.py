@@ -4,19 +4,28 @@
 pipeline's configured maximum and a floor. The rate comes from the batch reports of earlier runs
 (:mod:`tailfill.state.store`): offsets of each committed batch over the time from its first
 task starting to its commit.
+
+While a query runs, each next batch is sized between batches (:func:`next_batch_offsets`,
+:func:`tail_batch_offsets`) from the cost of its recent batches, a fixed time plus a time per offset
+(:mod:`tailfill.values.batch_cost`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from tailfill.config import PipelineConfig
+from tailfill.run.plan import IngestRequest
 from tailfill.state.store import StateStore, recent_reports
+from tailfill.values.batch_cost import BatchCost
 
 SAFETY_FACTOR = 0.5
 FLOOR = 1_000
 TAIL_HEADROOM = 0.6  # a processing-time tail's batch may use this much of its trigger interval
 RECENT_RUNS = 5
+GROWTH = 4  # a batch is at most this many times the last one (or the floor)
+STALL_SHARE = 0.5  # a tail's batch is sized to take at most this share of its stall timeout
 
 
 @dataclass(frozen=True)
@@ -66,19 +75,52 @@ def tuned_max_offsets(cfg: PipelineConfig, store: StateStore, mode: str) -> Tuni
 
 
 def next_batch_offsets(offsets: int, seconds: float, budget_seconds: float, ceiling: int,
-                       floor: int = FLOOR) -> int:
-    """The next batch's cap, so that it takes about ``budget_seconds`` at the rate the last one ran.
+                       floor: int = FLOOR, cost: BatchCost | None = None) -> int:
+    """The next batch's cap, so that it takes about ``budget_seconds``: by ``cost`` (fixed + per offset, fit from
+    the recent batches) when it is known, else at the rate the last batch ran. When the fixed cost alone is above
+    the budget, batches grow: a smaller one would not be shorter, only slower per offset.
 
     Within ``[min(floor, ceiling), ceiling]``, and at most four times the last batch (or the floor),
     so that one fast small batch does not size a huge one.
     """
-    rate = offsets / seconds if seconds > 0 else float("inf")
-    wanted = min(rate * budget_seconds, 4 * max(offsets, floor))
-    return int(max(min(floor, ceiling), min(wanted, ceiling)))
+    if cost is not None:
+        fits = cost.offsets_within(budget_seconds) or None  # a fixed cost above the budget: no smaller batch helps
+    else:
+        fits = offsets / seconds * budget_seconds if seconds > 0 else None
+    return _bounded(math.inf if fits is None else fits, offsets, floor, ceiling)
 
 
-def tail_batch_offsets(offsets: int, seconds: float, interval_seconds: float, floor: int, ceiling: int) -> int:
-    """A processing-time tail's next cap: what fits in ``TAIL_HEADROOM`` of its trigger interval at the
-    rate its last batch ran, within the pipeline's ``[min, max]_offsets_per_batch``. A backlog then
-    drains in full-size batches that still end inside their interval."""
-    return next_batch_offsets(offsets, seconds, interval_seconds * TAIL_HEADROOM, ceiling, floor)
+def _bounded(wanted: float, last: int, floor: int, ceiling: int) -> int:
+    """``wanted`` within ``[min(floor, ceiling), ceiling]``, at most :data:`GROWTH` × the last batch (or the floor)."""
+    return int(max(min(floor, ceiling), min(wanted, GROWTH * max(last, floor), ceiling)))
+
+
+def longest_batch_seconds(req: IngestRequest) -> float | None:
+    """The longest a tail's batch may be sized to take: :data:`STALL_SHARE` of its stall timeout (None: none)."""
+    return req.stall_timeout_seconds * STALL_SHARE if req.stall_timeout_seconds else None
+
+
+def tail_batch_offsets(offsets: int, seconds: float, interval_seconds: float, floor: int, ceiling: int,
+                       cost: BatchCost | None = None, backlog: int | None = None,
+                       incoming_per_s: float | None = None, longest_seconds: float | None = None) -> int:
+    """A processing-time tail's next cap, within the pipeline's ``[min, max]_offsets_per_batch``: what fits in
+    ``TAIL_HEADROOM`` of its trigger interval, or more when the backlog asks for it.
+
+    To drain ``backlog`` within one interval while ``incoming_per_s`` keeps arriving, the tail must take
+    ``incoming + backlog / interval`` offsets/s; by ``cost`` that takes batches of at least
+    :meth:`~tailfill.values.batch_cost.BatchCost.offsets_for_rate` (the largest allowed when no size can).
+    Without a cost fit yet, the batch grows toward the backlog itself. Growth is at most four times the
+    last batch, so the cost is measured again on the way; by the cost, no batch is sized to take longer than
+    ``longest_seconds`` (a share of the stall timeout: a batch that long would count as stuck).
+    """
+    fits = next_batch_offsets(offsets, seconds, interval_seconds * TAIL_HEADROOM, ceiling, floor, cost)
+    backlog, incoming = backlog or 0, incoming_per_s or 0.0
+    rate = incoming + backlog / interval_seconds
+    if cost is None:
+        drains: float = backlog + incoming * interval_seconds
+    else:
+        drains = math.inf if (n := cost.offsets_for_rate(rate, interval_seconds)) is None else n
+    wanted = max(fits, _bounded(drains, offsets, floor, ceiling))
+    if cost is None or longest_seconds is None or (most := cost.offsets_within(longest_seconds)) is None:
+        return wanted
+    return max(min(wanted, most), min(floor, ceiling))

@@ -14,9 +14,11 @@ import time
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from tailfill.offsets import OffsetRange, ranges_from_json, ranges_to_json
+from tailfill.values.batch_cost import BatchCost
 from tailfill.values.freshness import Freshness
 
 KEEP_UP_TOLERANCE = 1.05  # incoming may exceed capacity by this much before it is called a problem
+KEEP_UP_HEADROOM = 1.2  # a fix sizes for this much more than the incoming rate
 MIN_LIVE_SECONDS = 15.0  # a heartbeat older than max(this, 3 intervals) means no tail is running
 
 
@@ -80,7 +82,10 @@ def format_stages(stages: dict[str, float]) -> str:
 
 @dataclass(frozen=True)
 class TailHealth:
-    """What the tail measured at its last batch (and when it last said it was alive)."""
+    """What the tail measured at its last batch (and when it last said it was alive).
+
+    Whether that meets the objective is :func:`tailfill.state.tail_verdict.tail_verdict`'s to say.
+    """
 
     alive_at: float  # unix seconds of the last heartbeat or batch
     trigger_interval_seconds: float
@@ -88,10 +93,13 @@ class TailHealth:
     max_offsets_per_batch: int
     freshness: Freshness | None = None  # of the last batch
     batch_at: float | None = None  # when the last batch committed
-    caught_up: bool = False  # the source had nothing more to read at the last heartbeat
+    caught_up: bool = False  # Spark saw no new data at the last heartbeat (not part of the verdict)
     incoming_per_s: float | None = None  # the topic's growth, offsets/s (smoothed)
     processing_per_s: float | None = None  # the tail's own rate while a batch runs, offsets/s (smoothed)
     backlog: int | None = None  # offsets on the broker not yet committed, after the last batch
+    # a batch's cost fit from the recent batches (tailfill.values.batch_cost): seconds fixed, and per offset
+    fixed_seconds: float | None = None
+    per_offset_seconds: float | None = None
 
     def live(self, now: float | None = None) -> bool:
         """A tail is running: its heartbeat is recent."""
@@ -99,15 +107,18 @@ class TailHealth:
         return age <= max(MIN_LIVE_SECONDS, 3 * self.trigger_interval_seconds)
 
     @property
-    def healthy(self) -> bool:
-        """The tail meets its freshness objective (or has nothing left to read)."""
-        if self.caught_up or self.freshness is None:
-            return True
-        return self.freshness.p95 <= self.freshness_objective_seconds
+    def cost(self) -> BatchCost | None:
+        """What a batch costs, once measured on batches of different sizes."""
+        if self.fixed_seconds is None or self.per_offset_seconds is None:
+            return None
+        return BatchCost(self.fixed_seconds, self.per_offset_seconds)
 
     @property
     def capacity_per_s(self) -> float | None:
-        """The most offsets/s the tail can take: its cap per trigger, or its measured rate if lower."""
+        """The most offsets/s the tail can take: its largest batch per trigger (or per batch's time, by the
+        measured cost), or, before a cost is measured, its cap per trigger or its measured rate if lower."""
+        if self.cost is not None:
+            return self.cost.rate(self.max_offsets_per_batch, self.trigger_interval_seconds)
         by_cap = self.max_offsets_per_batch / self.trigger_interval_seconds
         return min(by_cap, self.processing_per_s) if self.processing_per_s else None
 
@@ -116,9 +127,11 @@ class TailHealth:
         capacity = self.capacity_per_s
         if self.incoming_per_s is None or capacity is None or self.incoming_per_s <= capacity * KEEP_UP_TOLERANCE:
             return None
+        if self.cost is not None:
+            return self._costly_batches(self.cost, self.incoming_per_s, capacity)
         by_cap = self.max_offsets_per_batch / self.trigger_interval_seconds
         if capacity >= by_cap:
-            needed = math.ceil(self.incoming_per_s * self.trigger_interval_seconds * 1.2)
+            needed = math.ceil(self.incoming_per_s * self.trigger_interval_seconds * KEEP_UP_HEADROOM)
             limit = (f"tail.max_offsets_per_batch {self.max_offsets_per_batch:,} per "
                      f"{self.trigger_interval_seconds:g}s trigger")
             fix = f"raise tail.max_offsets_per_batch to at least {needed:,}"
@@ -127,6 +140,23 @@ class TailHealth:
             fix = "give the tail more cores or executors (--master, --conf), or a longer trigger_interval_seconds"
         return (f"the tail cannot keep up: incoming {self.incoming_per_s:,.0f} offsets/s, the most the tail "
                 f"can take is {capacity:,.0f} offsets/s ({limit}); fix: {fix}")
+
+    def _costly_batches(self, cost: BatchCost, incoming: float, capacity: float) -> str:
+        """The keep-up line by the measured cost: rates in and achieved, fixed and per-offset cost, the fix."""
+        top, interval = self.max_offsets_per_batch, self.trigger_interval_seconds
+        achieved = f"{self.processing_per_s:,.0f}" if self.processing_per_s else "?"
+        figures = (f"the tail cannot keep up: incoming {incoming:,.0f} offsets/s, achieved {achieved} offsets/s; "
+                   f"a batch costs {cost.fixed_seconds:.1f}s fixed + {cost.per_offset_seconds * 1000:.3g}ms per "
+                   f"offset, so even its largest (tail.max_offsets_per_batch {top:,}) takes "
+                   f"{cost.seconds(top):.1f}s: at most {capacity:,.0f} offsets/s")
+        needed = cost.offsets_for_rate(incoming * KEEP_UP_HEADROOM, interval)
+        if needed is None:
+            fix = ("each offset alone costs too much: make each batch cheaper (coarser table partitioning, more "
+                   "cores or executors)")
+        else:
+            fix = (f"raise tail.max_offsets_per_batch to at least {needed:,} (or tail.trigger_interval_seconds), "
+                   "or make each batch cheaper (coarser table partitioning, more cores or executors)")
+        return f"{figures}; fix: {fix}"
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -137,7 +167,8 @@ class TailHealth:
     def from_json(cls, text: str) -> TailHealth:
         data = json.loads(text)
         data["freshness"] = Freshness.from_dict(data["freshness"])
-        return cls(**data)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
     def beat(self, caught_up: bool, now: float | None = None) -> TailHealth:
         return replace(self, alive_at=now or time.time(), caught_up=caught_up)

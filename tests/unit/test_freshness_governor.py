@@ -87,8 +87,8 @@ def test_health_round_trips_and_describes_itself(tmp_path, monkeypatch):
     h = health(freshness=Freshness(3.0, 25.0, 31.0, 100), incoming_per_s=1_000.0, processing_per_s=5_000.0)
     assert TailHealth.from_json(h.to_json()) == h
     lines = describe(cfg, h, now=1001.0)
-    assert lines[0] == ("tail freshness (running, last batch): p50 3.0s, p95 25.0s, max 31.0s; MISSES the objective "
-                        "p95 ≤ 20s")
+    assert lines[0] == ("tail freshness (running, last batch): p50 3.0s, p95 25.0s, max 31.0s; BEHIND the objective "
+                        "p95 ≤ 20s: tail freshness p95 25s > objective 20s")
     assert lines[1].startswith("WARNING: the tail cannot keep up")
     assert "not running" in describe(cfg, h, now=5000.0)[0]
 
