@@ -26,6 +26,7 @@ from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
 from tailfill.pipeline.load import load_pipeline, pipeline_files, resolve_pipeline
+from tailfill.run.backfill_inputs import FROM_KEYWORD, TO_KEYWORD, bound_pattern, check_backfill_conf
 from tailfill.state.store import read_lane, run_reports
 from tailfill.values.drift import describe, unknown_in
 from tailfill_airflow.callbacks import deadline_missed, objective_missed, on_failure, on_retry
@@ -91,6 +92,9 @@ def _preflight_task(cfg: PipelineConfig, mode: str):
         from tailfill.run.preflight import preflight as run_checks
         from tailfill.run.preflight import preflight_tables
 
+        with causes_first(f"preflight of {cfg.name} ({mode})"):
+            if mode == "backfill":  # what a trigger's schema cannot refuse, refused before the broker is asked
+                check_backfill_conf(get_current_context()["dag_run"].conf, _params(cfg))
         with causes_first(f"preflight of {cfg.name} ({mode})"), TailfillHook(cfg).credentials_exported():
             if cfg.target.routed:
                 passed = preflight_tables(cfg, mode)
@@ -318,15 +322,16 @@ def _params(cfg: PipelineConfig) -> dict[str, Param]:
     topic = cfg.source.topic or (cfg.source.topics or ["a_topic"])[0]  # for the examples
     return {
         "from_offsets": Param(
-            "earliest", type="string", title="From",
-            description_md=f'Where the backfill starts: `earliest` (the oldest offset the broker still holds) or '
-                           f'offsets as JSON, e.g. `{{"{topic}": {{"0": 1000, "1": 1000}}}}`. '
-                           f'Earliest offsets per partition: {status}.'),
+            FROM_KEYWORD, type="string", pattern=bound_pattern(FROM_KEYWORD), title="From",
+            description_md=f'Where the backfill starts: `{FROM_KEYWORD}` (the oldest offset the broker still holds) '
+                           f'or offsets as JSON, e.g. `{{"{topic}": {{"0": 1000, "1": 1000}}}}`; anything else is '
+                           f'refused when you trigger. Earliest offsets per partition: {status}.'),
         "to_offsets": Param(
-            "cutover", type="string", title="To (exclusive)",
-            description_md=f'Where it ends: `cutover` (where the tail begins; recorded at the broker\'s current end '
-                           f'by the first run) or offsets JSON like `{{"{topic}": {{"0": 5000}}}}`. '
-                           f'Cutover, committed offsets and what a run would cover: {status}.'),
+            TO_KEYWORD, type="string", pattern=bound_pattern(TO_KEYWORD), title="To (exclusive)",
+            description_md=f'Where it ends: `{TO_KEYWORD}` (where the tail begins; recorded at the broker\'s current '
+                           f'end by the first run) or offsets JSON like `{{"{topic}": {{"0": 5000}}}}`; a To before '
+                           f'From fails the run at its first task. Cutover, committed offsets and what a run would '
+                           f'cover: {status}.'),
         "slices": Param(
             slices, type="integer", minimum=1, maximum=1024, title="Slices",
             description_md=f"How many pieces the range is cut into (per partition, equal offset counts). More slices "
