@@ -170,7 +170,8 @@ def demo_with_late_batches(home, tmp_path, monkeypatch, on_missed: str | None, p
 
 def run_objective_task(cfg, monkeypatch):
     """The incremental DAG's ``report`` objective, then its ``objective`` task as Airflow runs it (the task's
-    callable in its context; on failure, the task's failure callback): (the task's error or None, its return)."""
+    callable in its context; on failure, the task's failure callback): the task's error (or None), what it returned
+    and the XComs it pushed."""
     from types import SimpleNamespace
 
     from airflow.sdk.execution_time.context import set_current_context
@@ -179,15 +180,17 @@ def run_objective_task(cfg, monkeypatch):
     dag = incremental_dag(cfg)
     reported = {"objective": objective_of_run(cfg, "tail-1")}
     task = dag.get_task("objective")
-    ti = SimpleNamespace(dag_id=dag.dag_id, run_id="scheduled__1", task_id="objective", map_index=-1, try_number=1)
+    ti = SimpleNamespace(dag_id=dag.dag_id, run_id="scheduled__1", task_id="objective", map_index=-1, try_number=1,
+                         xcoms={})
+    ti.xcom_push = lambda key, value: ti.xcoms.update({key: value})
     with set_current_context({"ti": ti}):
         try:
-            return None, task.python_callable(reported)
+            return None, task.python_callable(reported), ti.xcoms
         except Exception as exc:  # what Airflow does with a failed task: its state, then its failure callback
             for callback in task.on_failure_callback if isinstance(task.on_failure_callback, list) \
                     else [task.on_failure_callback]:
                 callback({"ti": ti, "exception": exc})
-            return exc, None
+            return exc, None, ti.xcoms
 
 
 def test_a_missed_objective_fails_the_objective_task_by_default_naming_its_cause_and_alerting(home, tmp_path,
@@ -201,7 +204,7 @@ def test_a_missed_objective_fails_the_objective_task_by_default_naming_its_cause
 
     cfg = demo_with_late_batches(home, tmp_path, monkeypatch, None, p95=950.0)
     assert cfg.tail.on_missed_objective == "fail"
-    error, _ = run_objective_task(cfg, monkeypatch)
+    error, _, xcoms = run_objective_task(cfg, monkeypatch)
     line = ("freshness objective p95 ≤ 900s MISSED by 1 of 1 batch(es) (worst batch p95 950.0s): schedule: the run's "
             "first batch missed it already (p95 950.0s): its records waited for the run to start (fix: run the "
             "incremental DAG more often than every 900s, or set tail.freshness_seconds to what its schedule allows)")
@@ -210,13 +213,16 @@ def test_a_missed_objective_fails_the_objective_task_by_default_naming_its_cause
     assert (record.task_id, record.error, record.warning) == ("objective", line, False)
     [alert] = alerts(tmp_path / "alerts.jsonl")
     assert (alert["task_id"], alert["error"]) == ("objective", line)
+    failure = xcoms["failure"]  # for automation through the REST API, and the task's note
+    assert (failure["what"], failure["error_class"], failure["cause"], failure["retryable"]) == (
+        "the freshness objective of demo", "ObjectiveMissed", line, False)
 
 
 def test_a_missed_objective_only_warns_when_the_pipeline_says_warn(home, tmp_path, monkeypatch):
     from alert_hook import alerts
 
     cfg = demo_with_late_batches(home, tmp_path, monkeypatch, "warn", p95=950.0)
-    error, result = run_objective_task(cfg, monkeypatch)
+    error, result, _ = run_objective_task(cfg, monkeypatch)
     assert error is None and result["met"] is False and "MISSED" in result["missed"][0]
     [alert] = alerts(tmp_path / "alerts.jsonl")
     assert alert["task_id"] == "objective" and alert["warning"] and "schedule: " in alert["error"]
@@ -226,7 +232,7 @@ def test_a_met_objective_succeeds_and_alerts_nobody(home, tmp_path, monkeypatch)
     from alert_hook import alerts
 
     cfg = demo_with_late_batches(home, tmp_path, monkeypatch, None, p95=12.0)
-    error, result = run_objective_task(cfg, monkeypatch)
+    error, result, _ = run_objective_task(cfg, monkeypatch)
     assert error is None and result == {"met": True, "missed": []}
     assert alerts(tmp_path / "alerts.jsonl") == []
 
