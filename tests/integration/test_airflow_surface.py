@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from airflow_server import AirflowServer, text_of
+from airflow_server import AirflowError, AirflowServer, text_of
 from airflow_ui import (
     frame_refresh,
     login,
@@ -308,31 +308,45 @@ def test_openlineage_events_name_the_topic_and_the_table_with_schema_and_rows(ai
         assert table["outputFacets"]["outputStatistics"]["rowCount"] == 300, table
 
 
-def test_a_garbage_from_in_the_trigger_form_fails_the_plan_with_one_line_on_the_run_tab(airflow, pipelines, browser,
-                                                                                         shot):
-    """The form's From gets a word that is no offsets: the plan fails at once (no retry, no traceback), and the
-    run's tab names the field, what is wrong and the fix."""
+def test_a_bad_field_is_refused_at_the_form_and_the_rest_api_before_a_run_exists(airflow, pipelines, browser, shot):
+    """A From that is neither `earliest` nor offsets JSON, or Slices 0: Airflow refuses the trigger with the field and
+    why (HTTP 400 from the REST API, an error in the form) and no run is made."""
     dag = f"{QUIET}_backfill"
-    login(browser, airflow)
     before = {r["dag_run_id"] for r in airflow.dag_runs(dag)}
+    for conf, said in (({"slices": 0}, "Invalid input for param slices: 0 is less than the minimum of 1"),
+                       ({"from_offsets": "yesterday"}, "Invalid input for param from_offsets: "),
+                       ({"to_offsets": "{not json"}, "Invalid input for param to_offsets: ")):
+        with pytest.raises(AirflowError, match=r"-> 400: .*" + re.escape(said)):
+            airflow.trigger_dag(dag, conf)
+
+    login(browser, airflow)
     set_field(browser, open_trigger_form(browser, airflow, dag, "element_from_offsets"), "yesterday")
     shot("trigger-form-garbage-from")
     submit_trigger_form(browser)
-    run_id = airflow.new_runs(dag, before)[0]["dag_run_id"]
-    airflow.wait_for_end(dag, run_id)
-    states = {t["task_id"]: (t["state"], t["try_number"]) for t in airflow.task_instances(dag, run_id)}
-    assert states["plan"] == ("failed", 1), states
-    line = f"FAILED at plan (try 1): planning the backfill of {QUIET} failed: From (from_offsets): offsets are not " \
-           "valid JSON"
-    text = text_of(run_tab(airflow, dag, run_id))
-    assert line in text and "(fix: `earliest`, or offsets as a JSON object" in text, text
-    plan = next(t for t in airflow.task_instances(dag, run_id) if t["task_id"] == "plan")
-    errors = [row for row in airflow.task_log(plan, max_lines=10_000).splitlines() if " error " in row]
-    assert errors and "failed: From (from_offsets): offsets are not valid JSON" in errors[0], errors
-    assert "ValueError" not in "\n".join(errors) and "JSONDecodeError" not in "\n".join(errors), errors
+    wait_for_text(browser, shot, "trigger-form-refused", "Invalid input for param from_offsets", "does not match")
+    assert {r["dag_run_id"] for r in airflow.dag_runs(dag)} == before
 
-    browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/plugin/tailfill_run")
-    wait_for_tab(browser, shot, "garbage-from-run-tab", "FAILED at plan (try 1)", "From (from_offsets)")
+
+@pytest.mark.parametrize("conf, line", [
+    ({"to_offset": "cutover", "slices": 2},
+     "backfill conf: unknown key 'to_offset' (did you mean 'to_offsets'?); the known keys are committed_ranges, "
+     "from_offsets, max_offsets_per_second, max_parallel_slices, slices, to_offsets (fix: trigger the run again with "
+     "the known keys only)"),
+    ({"from_offsets": '{"t": {"0": 9}}', "to_offsets": '{"t": {"0": 1}}'},
+     "backfill bounds: a start after its end: t[0] from 9 to 1 (fix: swap From and To)"),
+])
+def test_an_unknown_conf_key_or_from_after_to_fails_preflight_at_once_with_one_line(airflow, conf, line):
+    """What Airflow's per-field check lets through: the run's first task fails on its first try, naming the key and
+    the known ones (or the partition), in its failure XCom and on the run's tab; no plan, no Spark."""
+    dag = f"{QUIET}_backfill"
+    run_id, state = finished(airflow, dag, conf)
+    assert state == "failed"
+    states = {t["task_id"]: (t["state"], t["try_number"]) for t in airflow.task_instances(dag, run_id)}
+    assert states["preflight"] == ("failed", 1) and states["plan"][0] == "upstream_failed", states
+    failure = airflow.xcom(dag, run_id, "preflight", key="failure")
+    assert (failure["cause"], failure["retryable"]) == (line, False), failure
+    text = text_of(run_tab(airflow, dag, run_id))
+    assert f"FAILED at preflight (try 1): preflight of {QUIET} (backfill) failed: {line}" in text, text
 
 
 def test_the_verdict_refreshes_until_validated_and_each_run_adds_a_lag_point(airflow, pipelines, browser, shot,
