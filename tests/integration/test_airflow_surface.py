@@ -39,7 +39,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "pipelines" / "demo.yaml"
-GONE, MISSING, QUIET = "gone", "missing", "quiet"
+GONE, MISSING, QUIET, STRICT = "gone", "missing", "quiet", "strict"
 RUNS: dict[str, str] = {}  # run ids the later tests look at
 
 
@@ -50,23 +50,29 @@ def surface_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def pipelines(broker, surface_dir, refused_port) -> dict[str, dict]:
-    """The three pipelines' YAML (the demo's, unscheduled), in one folder."""
+    """The pipelines' YAML (the demo's, unscheduled, a 1 s freshness objective), in one folder; ``strict`` keeps the
+    default for a missed objective (fail), the others warn."""
     folder = surface_dir / "pipelines"
     folder.mkdir()
     dead = f"127.0.0.1:{refused_port}"  # nothing listens there
-    quiet_topic = f"t-quiet-{uuid.uuid4().hex[:8]}"
-    ensure_topic(broker.bootstrap_servers, quiet_topic, 4)
+    quiet_topic, strict_topic = f"t-quiet-{uuid.uuid4().hex[:8]}", f"t-strict-{uuid.uuid4().hex[:8]}"
+    for topic in (quiet_topic, strict_topic):
+        ensure_topic(broker.bootstrap_servers, topic, 4)
     out = {}
     for name, servers, topic in ((GONE, dead, "t-gone"), (MISSING, broker.bootstrap_servers,
                                                           f"t-missing-{uuid.uuid4().hex[:8]}"),
-                                 (QUIET, broker.bootstrap_servers, quiet_topic)):
+                                 (QUIET, broker.bootstrap_servers, quiet_topic),
+                                 (STRICT, broker.bootstrap_servers, strict_topic)):
         data = yaml.safe_load(DEMO.read_text())
         data["name"] = name
         data["source"]["bootstrap_servers"] = servers
         data["source"]["topic"] = topic
         data["tail"]["schedule"] = None
         data["tail"]["freshness_seconds"] = 1  # a tail run that starts Spark misses it: the warning is seen
-        data["tail"]["on_missed_objective"] = "warn"  # the run succeeds with the warning (the default fails it)
+        if name == STRICT:
+            data["target"]["table"] = "strict_events"  # its tail writes rows: a table of its own
+        else:
+            data["tail"]["on_missed_objective"] = "warn"  # the run succeeds with the warning (the default fails it)
         data["maintenance"]["schedule"] = None
         (folder / f"{name}.yaml").write_text(yaml.safe_dump(data))
         out[name] = data
@@ -85,7 +91,8 @@ def airflow(pipelines, surface_dir, postgres):
                AIRFLOW__OPENLINEAGE__NAMESPACE="tailfill-tests",
                PYTHONPATH=os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p))
     with AirflowServer(surface_dir / "airflow", env=env) as server:
-        for dag_id in (f"{GONE}_backfill", f"{QUIET}_backfill", f"{QUIET}_incremental", f"{QUIET}_maintenance"):
+        for dag_id in (f"{GONE}_backfill", f"{QUIET}_backfill", f"{QUIET}_incremental", f"{QUIET}_maintenance",
+                       f"{STRICT}_incremental"):
             server.wait_for_dag(dag_id)
         yield server
 
@@ -306,6 +313,31 @@ def test_openlineage_events_name_the_topic_and_the_table_with_schema_and_rows(ai
         fields = {f["name"]: f["type"] for f in table["facets"]["schema"]["fields"]}
         assert {"event_id", "user_id", "kafka_offset"} <= set(fields) and fields["event_id"] == "string", fields
         assert table["outputFacets"]["outputStatistics"]["rowCount"] == 300, table
+
+
+def test_a_missed_objective_fails_the_run_at_its_objective_task_after_the_report(airflow, pipelines, surface_dir):
+    """The default (``tail.on_missed_objective: fail``): a tail whose batches miss the 1 s objective fails its run at
+    the last task, ``objective``, after ``report`` landed; one line names the measured cause and the fix, in the
+    task's failure XCom, on the run's tab and in the alert."""
+    from tailfill.dev.sample import produce_sample
+
+    dag, source = f"{STRICT}_incremental", pipelines[STRICT]["source"]
+    assert finished(airflow, dag)[1] == "success"  # the first run records the cutover: nothing new, nothing missed
+    produce_sample(source["bootstrap_servers"], source["topic"], 100, 4)
+    run_id, state = finished(airflow, dag, timeout=600)
+    states = {t["task_id"]: (t["state"], t["try_number"]) for t in airflow.task_instances(dag, run_id)}
+    assert state == "failed" and states["objective"] == ("failed", 1), airflow.describe_run(dag, run_id)
+    assert states["report"][0] == "success" and states["validate"][0] == "success", states
+    report = airflow.xcom(dag, run_id, "report")
+    assert report["verdict"] == "COMPLETE" and report["objective"]["met"] is False, report
+    line = report["objective"]["summary"]
+    assert re.match(r"freshness objective p95 ≤ 1s MISSED by \d+ of \d+ batch\(es\) \(worst batch p95 [\d,.]+s\): "
+                    r"(outage|slow batch|backlog|schedule): .* \(fix: .+\)$", line), line
+    failure = airflow.xcom(dag, run_id, "objective", key="failure")
+    assert (failure["cause"], failure["error_class"], failure["retryable"]) == (line, "ObjectiveMissed", False)
+    assert line in text_of(run_tab(airflow, dag, run_id))
+    [alert] = [a for a in alerts(surface_dir / "alerts.jsonl") if a["run_id"] == run_id]
+    assert (alert["task_id"], alert["error"]) == ("objective", line) and not alert.get("warning"), alert
 
 
 def test_a_bad_field_is_refused_at_the_form_and_the_rest_api_before_a_run_exists(airflow, pipelines, browser, shot):
