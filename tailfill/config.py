@@ -492,10 +492,11 @@ class TailConfig(_Model):
     freshness_seconds: float = Field(gt=0, description="The objective: the p95 produce-to-commit latency of a "
                                                        "batch's records, in seconds; backfills yield while the "
                                                        "tail misses it.")
-    on_missed_objective: Literal["warn", "fail"] = Field(
-        default="warn", description="When a tail run's batches miss the freshness objective: warn (a warning on "
-                                    "the run's tab and in its report, and the alerting hook called) or fail (the "
-                                    "incremental run fails, which alerts too).")
+    on_missed_objective: Literal["fail", "warn"] = Field(
+        default="fail", description="When a tail run's batches miss the freshness objective: fail (the incremental "
+                                    "run's objective task fails, after its report, naming the measured cause; the "
+                                    "alerting hook is called) or warn (a warning on the run's tab and in its report, "
+                                    "the alerting hook called, the run succeeds).")
     max_consecutive_failures: int = Field(ge=0, description="As backfill.max_consecutive_failures, for the tail.")
     restart_backoff_seconds: float = Field(ge=0, description="As backfill.restart_backoff_seconds, for the tail.")
     stall_timeout_seconds: float = Field(

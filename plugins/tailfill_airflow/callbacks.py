@@ -6,9 +6,11 @@ the error's first line — for an ingest task, the cause and its fix), records t
 pipeline's shared run state (``failures/`` under its state root, :mod:`tailfill.state.store`) and,
 when ``$TAILFILL_ON_FAILURE`` names a
 ``module:function``, calls it with the context and that record (alerting: mail, chat, pager).
-``objective_missed`` records and alerts a tail run that missed its freshness objective (a warning: the run
-goes on). ``deadline_missed`` is the incremental DAG's deadline alert (``tail.run_deadline_seconds``, run by
-Airflow's triggerer): a run still going that long after it was queued is recorded the same way.
+``objective_missed`` records and alerts a tail run that missed its freshness objective as a warning
+(``tail.on_missed_objective: warn``: the run succeeds; by default the ``objective`` task fails instead, and
+``on_failure`` records and alerts it). ``deadline_missed`` is the incremental DAG's deadline alert
+(``tail.run_deadline_seconds``, run by Airflow's triggerer): a run still going that long after it was queued
+is recorded the same way.
 """
 
 from __future__ import annotations

@@ -26,10 +26,11 @@ from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
 from tailfill.pipeline.load import load_pipeline, pipeline_files, resolve_pipeline
+from tailfill.run.backfill_inputs import FROM_KEYWORD, TO_KEYWORD, bound_pattern, check_backfill_conf
 from tailfill.state.store import read_lane, run_reports
 from tailfill.values.drift import describe, unknown_in
 from tailfill_airflow.callbacks import deadline_missed, objective_missed, on_failure, on_retry
-from tailfill_airflow.causes import causes_first
+from tailfill_airflow.causes import causes_first, push_failure
 from tailfill_airflow.hooks import TailfillHook
 from tailfill_airflow.lag_history import measure_lag
 from tailfill_airflow.lineage import emit_lineage
@@ -91,6 +92,9 @@ def _preflight_task(cfg: PipelineConfig, mode: str):
         from tailfill.run.preflight import preflight as run_checks
         from tailfill.run.preflight import preflight_tables
 
+        with causes_first(f"preflight of {cfg.name} ({mode})"):
+            if mode == "backfill":  # what a trigger's schema cannot refuse, refused before the broker is asked
+                check_backfill_conf(get_current_context()["dag_run"].conf, _params(cfg))
         with causes_first(f"preflight of {cfg.name} ({mode})"), TailfillHook(cfg).credentials_exported():
             if cfg.target.routed:
                 passed = preflight_tables(cfg, mode)
@@ -216,21 +220,40 @@ def tune_tail(cfg: PipelineConfig, airflow_run_id: str) -> dict | None:
 
 
 def objective_of_run(cfg: PipelineConfig, tail_run_id: str) -> dict:
-    """The tail run's batches against the freshness objective; missed: a warning recorded and alerted, or the
-    task failed (``tail.on_missed_objective``). Returns the check for the report's XCom."""
-    from airflow.sdk.exceptions import AirflowFailException
-
+    """The tail run's batches against the freshness objective, a miss with the cause the run measured (restarts,
+    tries, batch times). Returns the report's ``objective`` XCom; its ``summary`` is the line the ``objective``
+    task fails or warns with."""
     from tailfill_airflow.objective import check_objective
 
-    check = check_objective(cfg.tail.freshness_seconds, run_reports(_opened(cfg).state, tail_run_id))
+    state = _opened(cfg).state
+    lane = read_lane(state, tail_run_id)  # the tail's tries and its query's restarts
+    check = check_objective(cfg.tail.freshness_seconds, run_reports(state, tail_run_id),
+                            lane.restarts if lane else (), (lane.try_number or 1) if lane else 1)
     line = check.asstr()
-    if check.met:
-        log.info("%s", line)
-    elif cfg.tail.on_missed_objective == "fail":
-        raise AirflowFailException(f"{line}; tail.on_missed_objective: fail")
-    else:
-        objective_missed(get_current_context(), line)
-    return check.asdict()
+    (log.info if check.met else log.warning)("%s", line)
+    return check.asdict() | {"summary": line}
+
+
+def enforce_objective(cfg: PipelineConfig, checks: Mapping[str, dict]) -> dict:
+    """The incremental DAG's ``objective`` task, after ``report``: a missed objective (``checks``: the report's
+    objective by table, ``""`` for a pipeline's one table) fails the task in one line with its cause and fix
+    (``tail.on_missed_objective: fail``; the failure callback records and alerts it), or is recorded as a warning
+    and alerted while the run succeeds (``warn``)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    missed = [f"table {table}: {check['summary']}" if table else check["summary"]
+              for table, check in checks.items() if not check["met"]]
+    if not missed:
+        log.info("freshness objective met by every table's batches" if len(checks) > 1 else
+                 next(iter(checks.values()), {}).get("summary", "freshness objective: nothing measured"))
+        return {"met": True, "missed": []}
+    line = "; ".join(missed)
+    if cfg.tail.on_missed_objective == "fail":  # the fix is in the line: the failure XCom names none apart
+        push_failure(get_current_context()["ti"], f"the freshness objective of {cfg.name}", "ObjectiveMissed", line,
+                     None, retryable=False)
+        raise AirflowFailException(line)
+    objective_missed(get_current_context(), line)
+    return {"met": False, "missed": missed}
 
 
 # --- user-facing docs ---------------------------------------------------------------------------
@@ -256,9 +279,12 @@ cap from measured throughput. With nothing waiting, the run stops here (no Spark
 downstream tasks are skipped."""
 TAIL_DOC = """`spark-submit` of the tail from the committed position to the broker's current end, in
 capped micro-batches. Progress, links and failure causes as for a backfill lane."""
-REPORT_DOC = """The run's summary: offsets, rows, batch cap and why, the completeness report, and the
-freshness objective: a run whose batches missed it warns (recorded, on the run's tab, sent to the alerting
-hook) or fails, as `tail.on_missed_objective` says."""
+REPORT_DOC = """The run's summary: offsets, rows, batch cap and why, the completeness report, the lag, and the
+freshness objective of its batches (met, or missed with the cause the run measured and its fix)."""
+OBJECTIVE_DOC = """The freshness objective's verdict, after the report has landed: a run whose batches missed it
+fails here, in one line naming the measured cause (outage, slow batch, backlog or schedule) and its fix, and the
+alerting hook is called; with `tail.on_missed_objective: warn` it is a warning (recorded, on the run's tab, sent
+to the alerting hook) and the run succeeds."""
 
 
 def _into(cfg: PipelineConfig) -> str:
@@ -318,15 +344,16 @@ def _params(cfg: PipelineConfig) -> dict[str, Param]:
     topic = cfg.source.topic or (cfg.source.topics or ["a_topic"])[0]  # for the examples
     return {
         "from_offsets": Param(
-            "earliest", type="string", title="From",
-            description_md=f'Where the backfill starts: `earliest` (the oldest offset the broker still holds) or '
-                           f'offsets as JSON, e.g. `{{"{topic}": {{"0": 1000, "1": 1000}}}}`. '
-                           f'Earliest offsets per partition: {status}.'),
+            FROM_KEYWORD, type="string", pattern=bound_pattern(FROM_KEYWORD), title="From",
+            description_md=f'Where the backfill starts: `{FROM_KEYWORD}` (the oldest offset the broker still holds) '
+                           f'or offsets as JSON, e.g. `{{"{topic}": {{"0": 1000, "1": 1000}}}}`; anything else is '
+                           f'refused when you trigger. Earliest offsets per partition: {status}.'),
         "to_offsets": Param(
-            "cutover", type="string", title="To (exclusive)",
-            description_md=f'Where it ends: `cutover` (where the tail begins; recorded at the broker\'s current end '
-                           f'by the first run) or offsets JSON like `{{"{topic}": {{"0": 5000}}}}`. '
-                           f'Cutover, committed offsets and what a run would cover: {status}.'),
+            TO_KEYWORD, type="string", pattern=bound_pattern(TO_KEYWORD), title="To (exclusive)",
+            description_md=f'Where it ends: `{TO_KEYWORD}` (where the tail begins; recorded at the broker\'s current '
+                           f'end by the first run) or offsets JSON like `{{"{topic}": {{"0": 5000}}}}`; a To before '
+                           f'From fails the run at its first task. Cutover, committed offsets and what a run would '
+                           f'cover: {status}.'),
         "slices": Param(
             slices, type="integer", minimum=1, maximum=1024, title="Slices",
             description_md=f"How many pieces the range is cut into (per partition, equal offset counts). More slices "
@@ -502,13 +529,17 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
                     "freshness_objective_seconds": cfg.tail.freshness_seconds, "objective": objective,
                     "tail_health": lines, "lag": lag}
 
+        @task(task_id="objective", doc_md=OBJECTIVE_DOC)
+        def objective(reported: dict) -> dict:
+            return enforce_objective(cfg, {"": reported["objective"]})
+
         tuned = tune()
         tail = TailfillSubmitOperator(task_id="tail", pipeline=str(cfg.path), name=f"tailfill-{cfg.name}-tail",
                                       application_args=tuned["args"], planned_offsets=tuned["pending"],
                                       doc_md=TAIL_DOC, pool=SPARK_POOL, **RETRIES)
         checked = validate(tuned)
         _preflight_task(cfg, "tail") >> tuned >> tail >> checked
-        report(tuned, checked)
+        objective(report(tuned, checked))
     return dag
 
 
@@ -589,12 +620,18 @@ def routed_incremental_dag(cfg: PipelineConfig) -> DAG:
             return out | {"objectives": {t["table"]: objective_of_run(resolve_pipeline(t["pipeline"]), t["run_id"])
                                          for t in tails}}
 
+        @task(task_id="objective", doc_md=OBJECTIVE_DOC)
+        def objective(reported: dict) -> dict:
+            return enforce_objective(cfg, reported["objectives"])
+
         tuned = tune()
         tail = TailfillSubmitOperator.partial(
             task_id="tail", pipeline=str(cfg.path), name=f"tailfill-{cfg.name}-tail", doc_md=TAIL_DOC, pool=SPARK_POOL,
             map_index_template="{{ lane_label_of(task.application_args) }}", **RETRIES,
         ).expand_kwargs(tuned.map(lambda t: {"application_args": t["args"], "planned_offsets": t["pending"]}))
-        _preflight_task(cfg, "tail") >> tuned >> tail >> validate.expand(tuned=tuned) >> report()
+        reported = report()
+        _preflight_task(cfg, "tail") >> tuned >> tail >> validate.expand(tuned=tuned) >> reported
+        objective(reported)
     return dag
 
 

@@ -292,7 +292,8 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
         summary += tables_html(lanes, results)
     if kind == INCREMENTAL:
         for _, p, owner in indexed:
-            check = check_objective(pipeline.cfg.tail.freshness_seconds, run_reports(owner.state, p["run_id"]))
+            check = check_objective(pipeline.cfg.tail.freshness_seconds, run_reports(owner.state, p["run_id"]),
+                                    p.get("restarts") or (), p.get("try_number") or 1)
             of = f"table {p['table']}: " if "table" in p else ""
             summary += f'<p class="{"good" if check.met else "bad"} objective">{html.escape(of + check.asstr())}</p>'
             if p["state"] == "running":  # the tail's verdict now, as status says it

@@ -32,6 +32,7 @@ from tailfill.offsets import (
     total,
 )
 from tailfill.pipeline.handle import Pipeline
+from tailfill.run.backfill_inputs import refuse_start_after_end
 from tailfill.run.contract import Mode, Slice
 from tailfill.source.kafka import Watermarks, subscribed_partitions, watermarks
 from tailfill.source.partition_count import check_partition_counts
@@ -167,10 +168,7 @@ def check_bounds(state: SourceState, start: PartitionOffsets | None, end: Partit
         have = ", ".join(f"{t} 0 to {n - 1}" for t, n in sorted(Counter(tp.topic for tp in marks.high).items()))
         raise ConfigError(f"backfill bounds: {', '.join(map(str, unknown))} is not a partition of {topic} "
                           f"(fix: name partitions the source has: {have})")
-    backwards = [f"{tp} from {start[tp]:,} to {end[tp]:,}" for tp in sorted(end)
-                 if start is not None and tp in start and start[tp] > end[tp]]
-    if backwards:
-        raise ConfigError(f"backfill bounds: a start after its end: {'; '.join(backwards)} (fix: swap From and To)")
+    refuse_start_after_end(start, end)
     past = [f"{tp}: asked up to {end[tp]:,}, the broker's end is {marks.high[tp]:,}" for tp in sorted(end)
             if end[tp] > marks.high[tp]]
     if past:

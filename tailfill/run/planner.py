@@ -20,6 +20,7 @@ from typing import Any, Literal
 from tailfill.errors import ConfigError
 from tailfill.offsets import OffsetRange, PartitionOffsets, ranges_between, subtract, total
 from tailfill.pipeline.handle import Pipeline
+from tailfill.run.backfill_inputs import bound_offsets
 from tailfill.run.contract import JobSpec, Slice, new_run_id
 from tailfill.run.plan import (
     SourceState,
@@ -59,9 +60,8 @@ class BackfillRequest:
         """The backfill DAG's form: ``from_offsets``/``to_offsets`` (``earliest``/``cutover`` or offsets JSON),
         ``slices``, ``max_parallel_slices``, ``max_offsets_per_second``, ``committed_ranges``, ``topics`` (names
         separated by commas; empty: all)."""
-        start, end = params.get("from_offsets", "earliest"), params.get("to_offsets", "cutover")
-        return cls(start=None if start in (None, "", "earliest") else _offsets("From", "from_offsets", start),
-                   end=None if end in (None, "", "cutover") else _offsets("To", "to_offsets", end),
+        return cls(start=bound_offsets("from_offsets", params.get("from_offsets")),
+                   end=bound_offsets("to_offsets", params.get("to_offsets")),
                    slices=params.get("slices"), lanes=params.get("max_parallel_slices") or 1,
                    max_offsets_per_second=params.get("max_offsets_per_second"),
                    on_committed=params.get("committed_ranges") or "skip",
@@ -84,16 +84,6 @@ def only_topics(offsets: PartitionOffsets, topics: tuple[str, ...], state: Sourc
         raise ConfigError(f"backfill topics: {', '.join(map(repr, unknown))} not among the pipeline's "
                           f"{state.cfg.source.described} (fix: name some of: {', '.join(have)})")
     return PartitionOffsets({tp: off for tp, off in offsets.offsets.items() if tp.topic in topics})
-
-
-def _offsets(title: str, param: str, text: str) -> PartitionOffsets:
-    """A form field's offsets JSON; a clear one-line error naming the field when it is not."""
-    try:
-        return PartitionOffsets.from_json(str(text))
-    except (ValueError, TypeError, AttributeError) as exc:
-        keyword = "earliest" if param == "from_offsets" else "cutover"
-        raise ConfigError(f"{title} ({param}): {exc} (fix: `{keyword}`, or offsets as a JSON object like "
-                          '{"<topic>": {"0": 1000, "1": 1000}})') from None
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,8 @@ tail:
   trigger_interval_seconds: 30
   min_offsets_per_batch: 1000
   max_offsets_per_batch: 300000
-  freshness_seconds: 60           # objective: p95 produce-to-commit latency
+  freshness_seconds: 60           # objective: p95 produce-to-commit latency; a schedule must allow it
+  on_missed_objective: fail       # a missed objective fails the incremental run (alerted); warn: a warning
   max_consecutive_failures: 3
   restart_backoff_seconds: 2
   schedule: null                  # a cron for the Airflow incremental DAG; null: none

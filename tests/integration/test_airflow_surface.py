@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from airflow_server import AirflowServer, text_of
+from airflow_server import AirflowError, AirflowServer, text_of
 from airflow_ui import (
     frame_refresh,
     login,
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "pipelines" / "demo.yaml"
-GONE, MISSING, QUIET = "gone", "missing", "quiet"
+GONE, MISSING, QUIET, STRICT = "gone", "missing", "quiet", "strict"
 RUNS: dict[str, str] = {}  # run ids the later tests look at
 
 
@@ -50,22 +50,29 @@ def surface_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def pipelines(broker, surface_dir, refused_port) -> dict[str, dict]:
-    """The three pipelines' YAML (the demo's, unscheduled), in one folder."""
+    """The pipelines' YAML (the demo's, unscheduled, a 1 s freshness objective), in one folder; ``strict`` keeps the
+    default for a missed objective (fail), the others warn."""
     folder = surface_dir / "pipelines"
     folder.mkdir()
     dead = f"127.0.0.1:{refused_port}"  # nothing listens there
-    quiet_topic = f"t-quiet-{uuid.uuid4().hex[:8]}"
-    ensure_topic(broker.bootstrap_servers, quiet_topic, 4)
+    quiet_topic, strict_topic = f"t-quiet-{uuid.uuid4().hex[:8]}", f"t-strict-{uuid.uuid4().hex[:8]}"
+    for topic in (quiet_topic, strict_topic):
+        ensure_topic(broker.bootstrap_servers, topic, 4)
     out = {}
     for name, servers, topic in ((GONE, dead, "t-gone"), (MISSING, broker.bootstrap_servers,
                                                           f"t-missing-{uuid.uuid4().hex[:8]}"),
-                                 (QUIET, broker.bootstrap_servers, quiet_topic)):
+                                 (QUIET, broker.bootstrap_servers, quiet_topic),
+                                 (STRICT, broker.bootstrap_servers, strict_topic)):
         data = yaml.safe_load(DEMO.read_text())
         data["name"] = name
         data["source"]["bootstrap_servers"] = servers
         data["source"]["topic"] = topic
         data["tail"]["schedule"] = None
         data["tail"]["freshness_seconds"] = 1  # a tail run that starts Spark misses it: the warning is seen
+        if name == STRICT:
+            data["target"]["table"] = "strict_events"  # its tail writes rows: a table of its own
+        else:
+            data["tail"]["on_missed_objective"] = "warn"  # the run succeeds with the warning (the default fails it)
         data["maintenance"]["schedule"] = None
         (folder / f"{name}.yaml").write_text(yaml.safe_dump(data))
         out[name] = data
@@ -84,7 +91,8 @@ def airflow(pipelines, surface_dir, postgres):
                AIRFLOW__OPENLINEAGE__NAMESPACE="tailfill-tests",
                PYTHONPATH=os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p))
     with AirflowServer(surface_dir / "airflow", env=env) as server:
-        for dag_id in (f"{GONE}_backfill", f"{QUIET}_backfill", f"{QUIET}_incremental", f"{QUIET}_maintenance"):
+        for dag_id in (f"{GONE}_backfill", f"{QUIET}_backfill", f"{QUIET}_incremental", f"{QUIET}_maintenance",
+                       f"{STRICT}_incremental"):
             server.wait_for_dag(dag_id)
         yield server
 
@@ -195,7 +203,8 @@ def test_a_restart_and_a_missed_objective_of_the_tail_show_on_its_tabs(airflow, 
     """The tail's first batch fails once (an injected fault) and its query starts again from the checkpoint:
     the run tab and the tail's tab count the restart and name its cause; the try's output is linked. Its
     batches miss the 1 s freshness objective: the run succeeds (``on_missed_objective: warn``) with the
-    warning on its tab, in the report's XCom and sent to the alerting hook."""
+    warning on its tab, in the report's XCom and sent to the alerting hook by the ``objective`` task, naming the
+    restart as the cause."""
     from tailfill.dev.sample import produce_sample
 
     dag = f"{QUIET}_incremental"
@@ -225,7 +234,8 @@ def test_a_restart_and_a_missed_objective_of_the_tail_show_on_its_tabs(airflow, 
     assert objective["met"] is False and objective["missed"] >= 1 and objective["objective_seconds"] == 1, objective
     assert "freshness objective p95 ≤ 1s MISSED by" in text and "warning" in text, text
     [alert] = [a for a in alerts(surface_dir / "alerts.jsonl") if a["run_id"] == run_id]
-    assert alert["task_id"] == "report" and alert["warning"] and "MISSED" in alert["error"], alert
+    assert alert["task_id"] == "objective" and alert["warning"] and "MISSED" in alert["error"], alert
+    assert "outage: the job restarted its query" in alert["error"], alert
 
     validate = next(t for t in airflow.task_instances(dag, run_id) if t["task_id"] == "validate")
     path = (f"/api/v2/dags/{dag}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances/validate/logs/"
@@ -305,31 +315,70 @@ def test_openlineage_events_name_the_topic_and_the_table_with_schema_and_rows(ai
         assert table["outputFacets"]["outputStatistics"]["rowCount"] == 300, table
 
 
-def test_a_garbage_from_in_the_trigger_form_fails_the_plan_with_one_line_on_the_run_tab(airflow, pipelines, browser,
-                                                                                         shot):
-    """The form's From gets a word that is no offsets: the plan fails at once (no retry, no traceback), and the
-    run's tab names the field, what is wrong and the fix."""
+def test_a_missed_objective_fails_the_run_at_its_objective_task_after_the_report(airflow, pipelines, surface_dir):
+    """The default (``tail.on_missed_objective: fail``): a tail whose batches miss the 1 s objective fails its run at
+    the last task, ``objective``, after ``report`` landed; one line names the measured cause and the fix, in the
+    task's failure XCom, on the run's tab and in the alert."""
+    from tailfill.dev.sample import produce_sample
+
+    dag, source = f"{STRICT}_incremental", pipelines[STRICT]["source"]
+    assert finished(airflow, dag)[1] == "success"  # the first run records the cutover: nothing new, nothing missed
+    produce_sample(source["bootstrap_servers"], source["topic"], 100, 4)
+    run_id, state = finished(airflow, dag, timeout=600)
+    states = {t["task_id"]: (t["state"], t["try_number"]) for t in airflow.task_instances(dag, run_id)}
+    assert state == "failed" and states["objective"] == ("failed", 1), airflow.describe_run(dag, run_id)
+    assert states["report"][0] == "success" and states["validate"][0] == "success", states
+    report = airflow.xcom(dag, run_id, "report")
+    assert report["verdict"] == "COMPLETE" and report["objective"]["met"] is False, report
+    line = report["objective"]["summary"]
+    assert re.match(r"freshness objective p95 ≤ 1s MISSED by \d+ of \d+ batch\(es\) \(worst batch p95 [\d,.]+s\): "
+                    r"(outage|slow batch|backlog|schedule): .* \(fix: .+\)$", line), line
+    failure = airflow.xcom(dag, run_id, "objective", key="failure")
+    assert (failure["cause"], failure["error_class"], failure["retryable"]) == (line, "ObjectiveMissed", False)
+    assert line in text_of(run_tab(airflow, dag, run_id))
+    [alert] = [a for a in alerts(surface_dir / "alerts.jsonl") if a["run_id"] == run_id]
+    assert (alert["task_id"], alert["error"]) == ("objective", line) and not alert.get("warning"), alert
+
+
+def test_a_bad_field_is_refused_at_the_form_and_the_rest_api_before_a_run_exists(airflow, pipelines, browser, shot):
+    """A From that is neither `earliest` nor offsets JSON, or Slices 0: Airflow refuses the trigger with the field and
+    why (HTTP 400 from the REST API, an error in the form) and no run is made."""
     dag = f"{QUIET}_backfill"
-    login(browser, airflow)
     before = {r["dag_run_id"] for r in airflow.dag_runs(dag)}
+    for conf, said in (({"slices": 0}, "Invalid input for param slices: 0 is less than the minimum of 1"),
+                       ({"from_offsets": "yesterday"}, "Invalid input for param from_offsets: "),
+                       ({"to_offsets": "{not json"}, "Invalid input for param to_offsets: ")):
+        with pytest.raises(AirflowError, match=r"-> 400: .*" + re.escape(said)):
+            airflow.trigger_dag(dag, conf)
+
+    login(browser, airflow)
     set_field(browser, open_trigger_form(browser, airflow, dag, "element_from_offsets"), "yesterday")
     shot("trigger-form-garbage-from")
     submit_trigger_form(browser)
-    run_id = airflow.new_runs(dag, before)[0]["dag_run_id"]
-    airflow.wait_for_end(dag, run_id)
-    states = {t["task_id"]: (t["state"], t["try_number"]) for t in airflow.task_instances(dag, run_id)}
-    assert states["plan"] == ("failed", 1), states
-    line = f"FAILED at plan (try 1): planning the backfill of {QUIET} failed: From (from_offsets): offsets are not " \
-           "valid JSON"
-    text = text_of(run_tab(airflow, dag, run_id))
-    assert line in text and "(fix: `earliest`, or offsets as a JSON object" in text, text
-    plan = next(t for t in airflow.task_instances(dag, run_id) if t["task_id"] == "plan")
-    errors = [row for row in airflow.task_log(plan, max_lines=10_000).splitlines() if " error " in row]
-    assert errors and "failed: From (from_offsets): offsets are not valid JSON" in errors[0], errors
-    assert "ValueError" not in "\n".join(errors) and "JSONDecodeError" not in "\n".join(errors), errors
+    wait_for_text(browser, shot, "trigger-form-refused", "Invalid input for param from_offsets", "does not match")
+    assert {r["dag_run_id"] for r in airflow.dag_runs(dag)} == before
 
-    browser.get(f"{airflow.url}/dags/{dag}/runs/{run_id}/plugin/tailfill_run")
-    wait_for_tab(browser, shot, "garbage-from-run-tab", "FAILED at plan (try 1)", "From (from_offsets)")
+
+@pytest.mark.parametrize("conf, line", [
+    ({"to_offset": "cutover", "slices": 2},
+     "backfill conf: unknown key 'to_offset' (did you mean 'to_offsets'?); the known keys are committed_ranges, "
+     "from_offsets, max_offsets_per_second, max_parallel_slices, slices, to_offsets (fix: trigger the run again with "
+     "the known keys only)"),
+    ({"from_offsets": '{"t": {"0": 9}}', "to_offsets": '{"t": {"0": 1}}'},
+     "backfill bounds: a start after its end: t[0] from 9 to 1 (fix: swap From and To)"),
+])
+def test_an_unknown_conf_key_or_from_after_to_fails_preflight_at_once_with_one_line(airflow, conf, line):
+    """What Airflow's per-field check lets through: the run's first task fails on its first try, naming the key and
+    the known ones (or the partition), in its failure XCom and on the run's tab; no plan, no Spark."""
+    dag = f"{QUIET}_backfill"
+    run_id, state = finished(airflow, dag, conf)
+    assert state == "failed"
+    states = {t["task_id"]: (t["state"], t["try_number"]) for t in airflow.task_instances(dag, run_id)}
+    assert states["preflight"] == ("failed", 1) and states["plan"][0] == "upstream_failed", states
+    failure = airflow.xcom(dag, run_id, "preflight", key="failure")
+    assert (failure["cause"], failure["retryable"]) == (line, False), failure
+    text = text_of(run_tab(airflow, dag, run_id))
+    assert f"FAILED at preflight (try 1): preflight of {QUIET} (backfill) failed: {line}" in text, text
 
 
 def test_the_verdict_refreshes_until_validated_and_each_run_adds_a_lag_point(airflow, pipelines, browser, shot,

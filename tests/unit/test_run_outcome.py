@@ -99,47 +99,142 @@ def test_a_lane_counts_its_restarts_and_names_the_last_cause():
     assert "last restart (try 2, 00:02:00 UTC, at prepare): " in rows and "failed to connect back" in rows
 
 
+def batch(p95: float | None, at: float = 0.0, seconds: float = 1.0, batch_id: int = 0):
+    """A tail batch whose records' p95 produce-to-commit latency was ``p95`` (None: not measured)."""
+    from tailfill.state.records import BatchReport
+
+    fresh = {"p50": 1.0, "p95": p95, "max": p95, "records": 10} if p95 is not None else None
+    return BatchReport(batch_id=batch_id, at=at, seconds=seconds, offsets=10, records=10, rows=10, quarantined=0,
+                       freshness=fresh)
+
+
 def test_the_freshness_objective_is_missed_by_any_batch_above_it():
     from tailfill_airflow.objective import check_objective
 
-    from tailfill.state.records import BatchReport
-
-    def batch(p95: float | None) -> BatchReport:
-        fresh = {"p50": 1.0, "p95": p95, "max": p95, "records": 10} if p95 is not None else None
-        return BatchReport(batch_id=0, at=0.0, seconds=1.0, offsets=10, records=10, rows=10, quarantined=0,
-                           freshness=fresh)
-
     met = check_objective(60, [batch(12.0), batch(None), batch(59.9)])
     assert met.met and met.asdict() == {"objective_seconds": 60, "batches": 2, "missed": 0, "worst_p95": 59.9,
-                                        "met": True}
-    missed = check_objective(60, [batch(12.0), batch(381.0)])
+                                        "cause": None, "fix": None, "met": True}
+    missed = check_objective(60, [batch(381.0)])
     assert not missed.met and missed.missed == 1
-    assert missed.asstr().startswith("freshness objective p95 ≤ 60s MISSED by 1 of 2 batch(es) (worst batch p95 "
-                                     "381.0s) (fix: run the incremental DAG more often")
+    assert missed.asstr() == ("freshness objective p95 ≤ 60s MISSED by 1 of 1 batch(es) (worst batch p95 381.0s): "
+                              "schedule: the run's first batch missed it already (p95 381.0s): its records waited "
+                              "for the run to start (fix: run the incremental DAG more often than every 60s, or set "
+                              "tail.freshness_seconds to what its schedule allows)")
     assert check_objective(60, []).asstr() == "freshness objective p95 ≤ 60s: no batch measured in this run"
 
 
-def test_a_missed_objective_fails_the_report_when_the_pipeline_says_fail(home, tmp_path, monkeypatch):
-    """``tail.on_missed_objective: fail``: the report task fails naming the objective, the batches and the fix."""
-    import pytest
-    from airflow.sdk.exceptions import AirflowFailException
+def test_a_missed_objective_names_the_cause_the_run_measured():
+    """Restarts or retries: an outage (with the last restart's cause); a batch slower than the objective; later
+    batches late behind an early one in time: a backlog; else the schedule."""
+    from tailfill_airflow.objective import check_objective
+
+    late = [batch(12.0, at=1), batch(381.0, at=2, batch_id=1)]
+    restart = {"try": 1, "at": 5.0, "cause": "BrokerUnresponsive: no broker of 127.0.0.1:9 answered in 30s"}
+    outage = check_objective(60, late, [restart])
+    assert outage.cause == ("outage: the job restarted its query 1 time(s) in this run (last cause: "
+                            "BrokerUnresponsive: no broker of 127.0.0.1:9 answered in 30s)")
+    assert "the part that failed" in outage.fix
+    assert check_objective(60, late, tries=3).cause == "outage: the task ran 3 tries in this run"
+    assert check_objective(60, late).cause.startswith("backlog: the run's first 1 batch(es) met it, then records "
+                                                      "waited behind them (20 offsets in 2 batches)")
+    slow = check_objective(60, [batch(90.0, seconds=75.0, batch_id=4)])
+    assert slow.cause == "slow batch: batch 4 took 75.0s itself, longer than the objective"
+    assert "tail.max_offsets_per_batch" in slow.fix
+    assert check_objective(60, [batch(90.0), batch(95.0, at=1)]).cause.startswith("schedule: ")
+
+
+def demo_with_late_batches(home, tmp_path, monkeypatch, on_missed: str | None, p95: float):
+    """The demo pipeline (``tail.on_missed_objective`` as given, None: its default) with one tail batch of ``p95``
+    recorded, and Airflow's home and the alerting hook in the test's directory."""
+    import yaml
 
     from tailfill.pipeline.load import load_pipeline
-    from tailfill.state.records import BatchReport
     from tailfill.state.store import StateStore, report_file
 
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
-    from tailfill_airflow.dag_factory import objective_of_run
+    monkeypatch.setenv("TAILFILL_PIPELINES", str(tmp_path / "pipelines"))
+    monkeypatch.setenv("TAILFILL_ON_FAILURE", "alert_hook:record")
+    monkeypatch.setenv("TAILFILL_TEST_ALERTS", str(tmp_path / "alerts.jsonl"))
+    monkeypatch.syspath_prepend(str(REPO / "tests"))
+    data = yaml.safe_load((REPO / "pipelines" / "demo.yaml").read_text())
+    data["tail"].pop("on_missed_objective", None)
+    if on_missed:
+        data["tail"]["on_missed_objective"] = on_missed
+    (tmp_path / "pipelines").mkdir()
+    path = tmp_path / "pipelines" / "demo.yaml"
+    path.write_text(yaml.safe_dump(data))
+    cfg = load_pipeline(path)
+    report_file(StateStore.of(cfg), "tail-1", "q0").append(batch(p95, at=1.0))
+    return cfg
 
-    cfg = load_pipeline(REPO / "pipelines" / "demo.yaml")
-    cfg = cfg.model_copy(update={"tail": cfg.tail.model_copy(update={"on_missed_objective": "fail"})})
-    late = {"p50": 400.0, "p95": 950.0, "max": 990.0, "records": 10}
-    report_file(StateStore.of(cfg), "tail-1", "q0").append(
-        BatchReport(batch_id=0, at=1.0, seconds=1.0, offsets=10, records=10, rows=10, quarantined=0, freshness=late))
-    with pytest.raises(AirflowFailException, match=r"^freshness objective p95 ≤ 900s MISSED by 1 of 1 batch\(es\) "
-                                                   r"\(worst batch p95 950\.0s\) \(fix: .*tail.on_missed_objective: "
-                                                   r"fail$"):
-        objective_of_run(cfg, "tail-1")
+
+def run_objective_task(cfg, monkeypatch):
+    """The incremental DAG's ``report`` objective, then its ``objective`` task as Airflow runs it (the task's
+    callable in its context; on failure, the task's failure callback): the task's error (or None), what it returned
+    and the XComs it pushed."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time.context import set_current_context
+    from tailfill_airflow.dag_factory import incremental_dag, objective_of_run
+
+    dag = incremental_dag(cfg)
+    reported = {"objective": objective_of_run(cfg, "tail-1")}
+    task = dag.get_task("objective")
+    ti = SimpleNamespace(dag_id=dag.dag_id, run_id="scheduled__1", task_id="objective", map_index=-1, try_number=1,
+                         xcoms={})
+    ti.xcom_push = lambda key, value: ti.xcoms.update({key: value})
+    with set_current_context({"ti": ti}):
+        try:
+            return None, task.python_callable(reported), ti.xcoms
+        except Exception as exc:  # what Airflow does with a failed task: its state, then its failure callback
+            for callback in task.on_failure_callback if isinstance(task.on_failure_callback, list) \
+                    else [task.on_failure_callback]:
+                callback({"ti": ti, "exception": exc})
+            return exc, None, ti.xcoms
+
+
+def test_a_missed_objective_fails_the_objective_task_by_default_naming_its_cause_and_alerting(home, tmp_path,
+                                                                                              monkeypatch):
+    """The default (``tail.on_missed_objective: fail``): the report lands, then ``objective`` fails at once in one line
+    with the cause and fix; the failure is recorded for the run's tab and sent to the alerting hook."""
+    from airflow.sdk.exceptions import AirflowFailException
+    from alert_hook import alerts
+
+    from tailfill.state.store import StateStore, read_failures
+
+    cfg = demo_with_late_batches(home, tmp_path, monkeypatch, None, p95=950.0)
+    assert cfg.tail.on_missed_objective == "fail"
+    error, _, xcoms = run_objective_task(cfg, monkeypatch)
+    line = ("freshness objective p95 ≤ 900s MISSED by 1 of 1 batch(es) (worst batch p95 950.0s): schedule: the run's "
+            "first batch missed it already (p95 950.0s): its records waited for the run to start (fix: run the "
+            "incremental DAG more often than every 900s, or set tail.freshness_seconds to what its schedule allows)")
+    assert isinstance(error, AirflowFailException) and str(error) == line
+    [record] = read_failures(StateStore.of(cfg))
+    assert (record.task_id, record.error, record.warning) == ("objective", line, False)
+    [alert] = alerts(tmp_path / "alerts.jsonl")
+    assert (alert["task_id"], alert["error"]) == ("objective", line)
+    failure = xcoms["failure"]  # for automation through the REST API, and the task's note
+    assert (failure["what"], failure["error_class"], failure["cause"], failure["retryable"]) == (
+        "the freshness objective of demo", "ObjectiveMissed", line, False)
+
+
+def test_a_missed_objective_only_warns_when_the_pipeline_says_warn(home, tmp_path, monkeypatch):
+    from alert_hook import alerts
+
+    cfg = demo_with_late_batches(home, tmp_path, monkeypatch, "warn", p95=950.0)
+    error, result, _ = run_objective_task(cfg, monkeypatch)
+    assert error is None and result["met"] is False and "MISSED" in result["missed"][0]
+    [alert] = alerts(tmp_path / "alerts.jsonl")
+    assert alert["task_id"] == "objective" and alert["warning"] and "schedule: " in alert["error"]
+
+
+def test_a_met_objective_succeeds_and_alerts_nobody(home, tmp_path, monkeypatch):
+    from alert_hook import alerts
+
+    cfg = demo_with_late_batches(home, tmp_path, monkeypatch, None, p95=12.0)
+    error, result, _ = run_objective_task(cfg, monkeypatch)
+    assert error is None and result == {"met": True, "missed": []}
+    assert alerts(tmp_path / "alerts.jsonl") == []
 
 
 def test_a_failed_task_shows_the_fix_of_its_failure_xcom_unless_its_cause_names_one():
