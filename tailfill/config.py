@@ -20,6 +20,7 @@ from tailfill.values.schema import RESERVED_PREFIX, field_type
 from tailfill.values.table_template import is_template, template_problems
 
 PIPELINE_NAME = r"^[a-z][a-z0-9_]*$"  # a pipeline's name: its DAGs' and run state's names are made from it
+RETRY_CEILING_SECONDS = 240  # restarts without a commit stop after this (a dead broker: the run fails within 5 min)
 EMBEDDED = "embedded"  # bootstrap_servers of the local broker started by `tailfill broker up`
 # librdkafka settings that carry secrets: passwords, client secrets, JAAS configs, inline PEM keys.
 SECRET_HINTS = ("password", "secret", "jaas", "ssl.key.pem", "ssl.keystore.key")
@@ -474,6 +475,11 @@ class BackfillConfig(_Model):
                                                             "stops the run with the cause.")
     restart_backoff_seconds: float = Field(ge=0, description="The wait before restarting a failed attempt, doubled "
                                                              "per consecutive failure (at most 60 s).")
+    retry_ceiling_seconds: float = Field(
+        default=RETRY_CEILING_SECONDS, gt=0,
+        description="How long a run keeps restarting after a failure while it commits nothing, whatever the failures "
+                    "(an unreachable broker, catalog or store included): no restart waits past it, and the first "
+                    "failure past it fails the run in one line with the cause, how long it tried and the fix.")
     when_tail_unknown: Literal["yield", "proceed"] = Field(
         description="When the backfill cannot see the tail's state: 'yield' runs short batches on half the cores, "
                     "as beside a live tail; 'proceed' runs at full speed. Either way the progress line and "
@@ -499,6 +505,8 @@ class TailConfig(_Model):
                                     "the alerting hook called, the run succeeds).")
     max_consecutive_failures: int = Field(ge=0, description="As backfill.max_consecutive_failures, for the tail.")
     restart_backoff_seconds: float = Field(ge=0, description="As backfill.restart_backoff_seconds, for the tail.")
+    retry_ceiling_seconds: float = Field(default=RETRY_CEILING_SECONDS, gt=0,
+                                         description="As backfill.retry_ceiling_seconds, for the tail.")
     stall_timeout_seconds: float = Field(
         default=300, gt=0, description="A tail that commits nothing for this long (at least three trigger intervals) "
                                        "while it has data to read or a batch in flight counts as failed: its query is "

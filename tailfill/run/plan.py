@@ -17,7 +17,7 @@ from typing import Literal
 
 from pyiceberg.table import Table
 
-from tailfill.config import PipelineConfig
+from tailfill.config import RETRY_CEILING_SECONDS, PipelineConfig
 from tailfill.errors import ConfigError, LakeError, SourceError
 from tailfill.lake.ledger import Ledger, read_cutover, read_ledger, record_cutover
 from tailfill.lake.tables import Tables
@@ -223,6 +223,7 @@ class IngestRequest:
     batch_seconds: float | None = None  # size batches by this time budget (None: always the cap)
     max_offsets_per_second: int | None = None  # a backfill's rate limit (None: none)
     stall_timeout_seconds: float | None = None  # a tail: no commit for this long while busy is a failure
+    retry_ceiling_seconds: float = RETRY_CEILING_SECONDS  # restarts without a commit stop after this long
 
     @property
     def name(self) -> str:
@@ -272,6 +273,7 @@ def backfill_requests(state: SourceState, slices: list[Slice], run_id: str,
             max_offsets_per_batch=max_offsets_per_batch or cfg.backfill.max_offsets_per_batch,
             max_consecutive_failures=cfg.backfill.max_consecutive_failures,
             restart_backoff_seconds=cfg.backfill.restart_backoff_seconds,
+            retry_ceiling_seconds=cfg.backfill.retry_ceiling_seconds,
             checkpoint=checkpoint_root(cfg, "backfill") / checkpoint_key("backfill", s.start, s.end),
             run_id=run_id,
             batch_seconds=cfg.backfill.batch_seconds,
@@ -293,6 +295,7 @@ def tail_request(state: SourceState, cutover: PartitionOffsets, run_id: str, onc
         max_offsets_per_batch=max_offsets_per_batch or cfg.tail.max_offsets_per_batch,
         max_consecutive_failures=cfg.tail.max_consecutive_failures,
         restart_backoff_seconds=cfg.tail.restart_backoff_seconds,
+        retry_ceiling_seconds=cfg.tail.retry_ceiling_seconds,
         checkpoint=checkpoint_root(cfg, "tail") / checkpoint_key("tail", start, None),
         run_id=run_id,
         trigger="available_now" if once else cfg.tail.trigger,

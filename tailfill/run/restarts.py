@@ -11,16 +11,23 @@ The infrastructure around the work failing (:attr:`~tailfill.errors.ErrorInfo.in
 nothing of the batch: Spark's own machinery (a Python worker that could not connect back to its executor,
 the machine too busy to start one in time), a broker answering no request
 (:class:`~tailfill.errors.BrokerUnresponsive`) or a catalog that cannot be reached at commit
-(:class:`~tailfill.errors.CatalogUnreachable`). Such failures have a budget and a longer backoff of their
-own, and leave the batch's budget alone; past it, they count as the batch's.
+(:class:`~tailfill.errors.CatalogUnreachable`). Such failures have one allowance and a longer backoff of
+their own, and leave the batch's budget alone; past it, they count as the batch's. The allowance is the
+run's until it commits again: a batch-level failure in between does not give it back.
 
-Everything here is values in, a decision out: no clock, no sleeping, no Spark (tested as the governor is).
+Whatever the kind, a run keeps trying for at most ``retry_ceiling_seconds`` after its first failure since
+it last committed: no restart waits past the ceiling, and the first failure at or past it stops the run,
+saying how long it tried.
+
+Everything here is values in, a decision out: the time of each failure is given (``now``), never read, and
+nothing sleeps or touches Spark (tested as the governor is).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from tailfill.config import RETRY_CEILING_SECONDS
 from tailfill.errors import ErrorInfo
 
 MAX_BACKOFF_S = 60.0  # the longest wait before a restart, however many failures came before
@@ -51,10 +58,12 @@ class Decision:
 
 @dataclass(frozen=True)
 class RestartPolicy:
-    """The restart budget of one query (``max_consecutive_failures``, ``restart_backoff_seconds``)."""
+    """The restart budget of one query (``max_consecutive_failures``, ``restart_backoff_seconds``,
+    ``retry_ceiling_seconds``)."""
 
     tolerated: int
     backoff_seconds: float
+    ceiling_seconds: float = RETRY_CEILING_SECONDS
 
     def start(self) -> Restarts:
         return Restarts(self)
@@ -66,19 +75,40 @@ class Restarts:
 
     policy: RestartPolicy
     failures: tuple[Failure, ...] = ()  # batch failures in a row: they count against the budget
-    infrastructure: int = 0  # infrastructure failures in a row
+    infrastructure: int = 0  # infrastructure failures since the last commit: one allowance, never given back
+    since: float | None = None  # when the first failure since the last commit was seen (None: none yet)
 
-    def after(self, failure: Failure) -> tuple[Restarts, Decision]:
-        """The state after ``failure``, and what to do about it."""
+    def after(self, failure: Failure, now: float = 0.0) -> tuple[Restarts, Decision]:
+        """The state after ``failure``, seen at ``now`` (seconds, any monotonic clock), and what to do about it."""
         if not failure.error.retryable:
             return self, Decision(len(self.failures) + 1, self.policy.tolerated, stop=f"{failure.error}")
         if failure.advanced:  # the attempt committed a batch of this run: it does not count, the count starts again
-            return Restarts(self.policy), Decision(0, self.policy.tolerated, self.policy.backoff_seconds)
+            return (Restarts(self.policy, since=now),
+                    Decision(0, self.policy.tolerated, min(self.policy.backoff_seconds, self.policy.ceiling_seconds)))
+        state, decision = replace(self, since=now if self.since is None else self.since)._budget(failure)
+        if decision.stop is not None:
+            return state, decision
+        tried = now - (state.since or 0.0)
+        left = self.policy.ceiling_seconds - tried
+        if left <= 0:
+            return state, replace(decision, wait_seconds=0.0, stop=(
+                f"gave up after {tried:.0f}s of failed attempts without committing any offset "
+                f"(retry_ceiling_seconds: {self.policy.ceiling_seconds:g}; {state.attempts} attempts failed); "
+                f"last cause: {failure.error}"))
+        return state, replace(decision, wait_seconds=min(decision.wait_seconds, left))
+
+    @property
+    def attempts(self) -> int:
+        """Failed attempts since the last commit, of either kind."""
+        return len(self.failures) + self.infrastructure
+
+    def _budget(self, failure: Failure) -> tuple[Restarts, Decision]:
+        """The budgets' say on a retryable failure that committed nothing (the ceiling aside)."""
         if failure.error.infrastructure and self.infrastructure < INFRASTRUCTURE_ATTEMPTS:
             n = self.infrastructure + 1
             wait = min(INFRASTRUCTURE_BACKOFF_S * 2 ** (n - 1), INFRASTRUCTURE_MAX_BACKOFF_S)
             return replace(self, infrastructure=n), Decision(n, INFRASTRUCTURE_ATTEMPTS, wait)
-        now = replace(self, failures=(*self.failures, failure), infrastructure=0)
+        now = replace(self, failures=(*self.failures, failure))
         n, tolerated = len(now.failures), self.policy.tolerated
         if n > tolerated:
             steps = [f.step for f in now.failures]

@@ -219,7 +219,8 @@ def _attempts(start: Callable[[], StreamingQuery | DirectQuery], req: IngestRequ
     :class:`~tailfill.errors.QueryFailed` when the policy says stop (the failure's class, ``retryable`` and fix are
     the error's)."""
     state, log = watch.state, watch.log
-    restarts = RestartPolicy(req.max_consecutive_failures, req.restart_backoff_seconds).start()
+    restarts = RestartPolicy(req.max_consecutive_failures, req.restart_backoff_seconds,
+                             req.retry_ceiling_seconds).start()
     causes: list[str] = []
     while True:
         if causes and watch.stop is not None and watch.stop.asked:  # no restart once the job is asked to stop
@@ -242,7 +243,7 @@ def _attempts(start: Callable[[], StreamingQuery | DirectQuery], req: IngestRequ
             failure = _failure(exc, state, req)
             failure = Failure(failure.error, failure.step, advanced=state.tally.batches > before)
             causes.append(str(failure.error))
-            restarts, decision = restarts.after(failure)
+            restarts, decision = restarts.after(failure, time.monotonic())
             if decision.stop is not None:
                 raise QueryFailed(f"[{req.label}] {decision.stop}", failure.error) from None
             if checkpoint.refused(type(exc).__name__, str(exc), req.checkpoint):

@@ -194,3 +194,58 @@ def test_only_a_passing_catalog_error_counts_as_unreachable(tmp_path):
         sqlite3.connect(tmp_path / "missing" / "catalog.db")
     assert not catalog_unreachable(sqlalchemy_error(cannot_open.value))
     assert not catalog_unreachable(ValueError("a commit's own error"))
+
+
+def broker_down(step: str = PLANNING) -> Failure:
+    info = ErrorInfo.of(errors.BrokerUnresponsive("the broker at 127.0.0.1:9092 answered no fetch for 15s"))
+    return Failure(info, step)
+
+
+def test_a_dead_broker_spends_one_allowance_per_run_that_batch_failures_do_not_give_back():
+    restarts = RestartPolicy(tolerated=3, backoff_seconds=2.0, ceiling_seconds=1e9).start()  # no ceiling in the way
+    kinds = []
+    for _ in range(20):
+        restarts, decision = restarts.after(broker_down())
+        kinds.append(decision.tolerated)
+        if decision.stop is not None:
+            break
+    # the infrastructure's 5, then the batch's 3 tolerated, and the next stops: no second allowance of 5
+    assert kinds == [5, 5, 5, 5, 5, 3, 3, 3, 3] and decision.stop is not None
+    assert decision.stop.startswith("4 consecutive failed attempts") and "BrokerUnresponsive" in decision.stop
+
+
+def test_a_commit_gives_the_allowance_back():
+    restarts = RestartPolicy(tolerated=0, backoff_seconds=1.0).start()
+    for _ in range(5):
+        restarts, decision = restarts.after(broker_down())
+    restarts, decision = restarts.after(Failure(broker_down().error, PLANNING, advanced=True))
+    restarts, decision = restarts.after(broker_down())
+    assert (decision.stop, decision.failures, decision.wait_seconds) == (None, 1, 15.0)
+
+
+def test_the_ceiling_stops_a_run_that_commits_nothing_naming_how_long_it_tried_and_the_cause():
+    restarts = RestartPolicy(tolerated=3, backoff_seconds=2.0, ceiling_seconds=240.0).start()
+    clock, waits = 1_000.0, []
+    while True:
+        restarts, decision = restarts.after(broker_down(), clock)
+        if decision.stop is not None:
+            break
+        waits.append(decision.wait_seconds)
+        clock += decision.wait_seconds + 15.0  # the next attempt notices the dead broker 15 s after it starts
+    assert waits == [15.0, 30.0, 60.0, 90.0]  # the last restart starts at the ceiling (240 s), not 30 s past it
+    assert clock - 1_000.0 == 255.0  # its failure, 15 s later, stops the run
+    assert decision.stop == ("gave up after 255s of failed attempts without committing any offset "
+                             "(retry_ceiling_seconds: 240; 5 attempts failed); last cause: BrokerUnresponsive: the "
+                             "broker at 127.0.0.1:9092 answered no fetch for 15s")
+
+
+def test_the_ceiling_counts_from_the_first_failure_since_the_last_commit_for_failures_of_any_kind():
+    restarts = RestartPolicy(tolerated=9, backoff_seconds=5.0, ceiling_seconds=20.0).start()
+    restarts, first = restarts.after(fault(), 100.0)
+    restarts, second = restarts.after(fault(), 118.0)
+    assert (first.wait_seconds, second.wait_seconds) == (5.0, 2.0)  # a store's failures are capped alike
+    restarts, moved = restarts.after(fault(advanced=True), 130.0)  # it committed: the count starts at this failure
+    assert moved.stop is None
+    _, later = restarts.after(fault(), 149.0)
+    assert later.stop is None and later.wait_seconds == 1.0
+    assert restarts.after(fault(), 150.0)[1].stop.startswith("gave up after 20s of failed attempts")
