@@ -128,7 +128,7 @@ def _watch(query: StreamingQuery, watch: Watch) -> None:
             if (tally.batches != printed or since >= HEARTBEAT_S
                     or (reading != printed_reading and since >= READING_EVERY_S)):
                 note = state.note if state.note is not None else watch.pacer.note()  # the server's, over Connect
-                watch.log(progress_line(req, tally, started, note, reading))
+                watch.log(progress_line(req, tally, started, note, reading, state.stalled()))
                 printed, printed_reading, printed_at = tally.batches, reading, time.monotonic()
     except KeyboardInterrupt:
         watch.log(f"[{req.label}] stopping after the current batch")
@@ -169,8 +169,11 @@ def stop_between_batches(query: StreamingQuery) -> None:
 
 
 def progress_line(req: IngestRequest, done: Tally, started: float, note: str = "",
-                  reading: InBatch | None = None) -> str:
+                  reading: InBatch | None = None, stalled: str | None = None) -> str:
     """``[label] done/planned offsets (pct) rows/s batches ETA | last batch's stages | pacer's note``.
+
+    After a failure, until a batch commits again (``stalled``: the failure's cause), the rate and the ETA give way
+    to ``stalled: <cause>``: nothing is moving, and a rate of earlier attempts would say otherwise.
 
     While a batch runs and its tasks have read records (``reading``), the committed offsets are said to be
     so, and the records read follow apart: ``0/100,000 offsets (0%) committed, 41,200 read in batch 0;``
@@ -185,8 +188,9 @@ def progress_line(req: IngestRequest, done: Tally, started: float, note: str = "
     pct = f" ({100 * offsets / planned:.0f}%)" if planned else ""
     eta = f" ETA {max(planned - offsets, 0) / (offsets / elapsed):.0f}s" if planned and offsets else ""
     done_of = f"{offsets:,}/{planned:,}" if planned else f"{offsets:,}"
-    line = f"[{req.label}] {done_of} offsets{pct}{_in_flight(reading, planned - offsets if planned else None)} " \
-           f"{rows / elapsed:,.0f} rows/s {done.batches} batches{eta}"
+    speed = f"{done.batches} batches, stalled: {stalled}" if stalled else \
+        f"{rows / elapsed:,.0f} rows/s {done.batches} batches{eta}"
+    line = f"[{req.label}] {done_of} offsets{pct}{_in_flight(reading, planned - offsets if planned else None)} {speed}"
     if done.last is not None and done.last.stages:
         line += " | last batch: " + format_stages(done.last.stages)
     return line + (f" | {note}" if note else "")

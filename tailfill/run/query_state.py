@@ -70,12 +70,22 @@ class QueryState:
         self.reads: BatchReads | None = None  # the read counters of the batch in flight, where its handler runs
         self.published: InBatch | None = None  # over Connect: what the server's handler last said it read
         self.note: str | None = None  # over Connect: the server's pacer's note (None: none published yet)
+        self._failed: tuple[str, int] | None = None  # the last attempt's failure, and the batches committed then
 
     def in_batch(self) -> InBatch | None:
         """What the batch in flight has read so far, not committed yet (None between batches). Its handler
         forgets the batch before it counts its commit in :attr:`tally`: read ``tally`` first, then this."""
         reads = self.reads
         return reads.now() if reads is not None else self.published
+
+    def failed(self, cause: str) -> None:
+        """An attempt failed with ``cause``: the query is stalled until a batch commits again."""
+        self._failed = (cause, self.tally.batches)
+
+    def stalled(self) -> str | None:
+        """The cause of the last failure while no batch has committed since it, else None."""
+        failed = self._failed
+        return failed[0] if failed is not None and failed[1] == self.tally.batches else None
 
     def new_attempt(self) -> None:
         """A new attempt of the query starts: the failure of the last one is the restart loop's now."""

@@ -243,6 +243,7 @@ def _attempts(start: Callable[[], StreamingQuery | DirectQuery], req: IngestRequ
             failure = _failure(exc, state, req)
             failure = Failure(failure.error, failure.step, advanced=state.tally.batches > before)
             causes.append(str(failure.error))
+            state.failed(str(failure.error))  # the progress line says so until a batch commits
             restarts, decision = restarts.after(failure, time.monotonic())
             if decision.stop is not None:
                 raise QueryFailed(f"[{req.label}] {decision.stop}", failure.error) from None

@@ -8,7 +8,7 @@ from pathlib import Path
 from tailfill.offsets import PartitionOffsets, TopicPartition
 from tailfill.run.plan import IngestRequest
 from tailfill.run.poll import progress_line
-from tailfill.run.query_state import Tally
+from tailfill.run.query_state import QueryState, Tally
 
 TP = TopicPartition("t", 0)
 
@@ -39,3 +39,15 @@ def test_a_processing_time_tail_shows_what_it_did_and_its_backlog_not_a_stale_to
 def test_an_available_now_tail_past_its_start_time_end_stays_at_100_percent():
     line = progress_line(request(end=None, target_end=409), done(420), time.monotonic() - 1)
     assert "420/420 offsets (100%)" in line
+
+
+def test_after_a_failure_the_line_says_stalled_with_its_cause_not_a_rate_and_an_eta_until_a_batch_commits():
+    state = QueryState(done(250))
+    state.failed("BrokerUnresponsive: the broker at 127.0.0.1:9092 answered no fetch for 15s")
+    line = progress_line(request(end=1_000), state.tally, time.monotonic() - 1, stalled=state.stalled())
+    assert line.endswith("250/1,000 offsets (25%) 3 batches, stalled: BrokerUnresponsive: the broker at "
+                         "127.0.0.1:9092 answered no fetch for 15s")
+    assert "rows/s" not in line and "ETA" not in line
+    state.tally = Tally(batches=4, offsets=300, rows=300)  # a batch committed: moving again
+    assert state.stalled() is None
+    assert "ETA" in progress_line(request(end=1_000), state.tally, time.monotonic() - 1, stalled=state.stalled())
