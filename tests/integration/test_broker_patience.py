@@ -5,6 +5,10 @@ processing-time tail runs with no failure budget at all (``max_consecutive_failu
 answering nothing is not the batch's fault: the tail restarts with patience of its own, each restart one
 line naming the broker and the request it did not answer, and goes on committing when the broker is back;
 every offset exactly once.
+
+A broker that never comes back is not waited out for ever: once the run has tried for its
+``retry_ceiling_seconds`` without committing, it fails in one line with the cause, how long it tried and the
+fix, and what it committed before stays, exactly once.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from tcp_outage import broker_behind_outage
 
 from tailfill.cli import main as cli_main
 from tailfill.dev.sample import produce_sample
-from tailfill.run.spark_job import run
+from tailfill.errors import BrokerUnresponsive
+from tailfill.run.spark_job import run, run_to_result
 
 pytestmark = pytest.mark.integration
 
@@ -71,5 +76,44 @@ def test_a_tail_waits_out_a_broker_that_answers_nothing_and_goes_on(spark, make_
             assert "\n" not in line and len(line) < 1_000, line
         assert result.offsets >= 8_000
         backfill(spark, cfg)
+        tail(spark, cfg, once=True)
+        assert_exactly_once(cfg, high_watermarks(cfg))
+
+
+def test_a_broker_gone_for_good_fails_the_run_at_its_ceiling_in_one_line(spark, make_pipeline):
+    with broker_behind_outage() as (bootstrap, relay):
+        cfg = make_pipeline(source__bootstrap_servers=bootstrap, tail__trigger="processing_time",
+                            tail__trigger_interval_seconds=2, tail__max_consecutive_failures=3,
+                            tail__restart_backoff_seconds=1, tail__retry_ceiling_seconds=20,
+                            tail__min_offsets_per_batch=100, tail__max_offsets_per_batch=2_000)
+        topic = cfg.source.topic
+        produce_sample(bootstrap, topic, 1_000, 4)
+        spec = tail_spec(cfg, once=False)
+        produce_sample(bootstrap, topic, 4_000, 4)
+        lines: list[str] = []
+        thread, out = in_background(run_to_result, spec, spark, lines.append, lambda event: None)
+        try:
+            wait_until(lambda: committed(cfg) >= 4_000 or not thread.is_alive(), "the tail's first commits", 300)
+            relay.down()  # for good: the run must end by itself
+            result = finished(thread, out, timeout=600)
+        finally:
+            if thread.is_alive():
+                cli_main(["stop-tail", cfg.path])
+        said = result.asstr()
+        assert result.error is not None, said
+        assert said.startswith("failed: ") and "\n" not in said, said
+        assert "gave up after" in said and "retry_ceiling_seconds: 20;" in said, said
+        assert f"(fix: {BrokerUnresponsive.fix})" in said, said
+        assert bootstrap in said, said
+        first_restart = next(i for i, line in enumerate(lines) if "restarting from the checkpoint" in line)
+        progress = [line for line in lines[first_restart:] if line.startswith(f"[{cfg.name} tail] ")
+                    and " batches" in line]
+        assert progress and all("stalled: " in line and "rows/s" not in line for line in progress), \
+            "\n".join(progress)
+        kept = committed(cfg)
+        assert kept >= 4_000
+        relay.up()
+        assert committed(cfg) == kept  # what the failed run committed is all there, nothing more
+        backfill(spark, cfg)  # the history before the cutover, then the rest of the tail
         tail(spark, cfg, once=True)
         assert_exactly_once(cfg, high_watermarks(cfg))
