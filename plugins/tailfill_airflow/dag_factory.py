@@ -14,7 +14,7 @@ written for the person running the pipeline, not for its developers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +27,7 @@ from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
 from tailfill.pipeline.load import load_pipeline, pipeline_files, resolve_pipeline
 from tailfill.run.backfill_inputs import FROM_KEYWORD, TO_KEYWORD, bound_pattern, check_backfill_conf
+from tailfill.run.verdict import backfill_verdict
 from tailfill.state.store import read_lane, run_reports
 from tailfill.values.drift import describe, unknown_in
 from tailfill_airflow.callbacks import deadline_missed, objective_missed, on_failure, on_retry
@@ -58,6 +59,7 @@ keep_label_on_retry()  # in the task runner, which parses the DAG file before it
 START = datetime(2026, 1, 1)
 RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=30), "retry_exponential_backoff": True}
 DEFAULTS = {"on_failure_callback": on_failure, "on_retry_callback": on_retry}
+REPLAYED_KEY = "replayed"  # the plan task's XCom of what its replay of committed offsets did
 
 
 def table_asset(cfg: PipelineConfig) -> Asset:
@@ -176,10 +178,13 @@ def merged_ranges(results: list[dict]) -> dict:
 # --- the planning tasks: thin adapters of tailfill.run.planner -----------------------------------
 
 
-def plan_lanes(cfg: PipelineConfig, params: Mapping[str, Any], airflow_run_id: str) -> list[dict]:
+def plan_lanes(cfg: PipelineConfig, params: Mapping[str, Any], airflow_run_id: str,
+               on_replayed: Callable[[dict], None] = lambda _: None) -> list[dict]:
     """The backfill DAG's ``plan`` task: the form's ``params`` planned as ``tailfill backfill`` plans its flags.
 
-    One XCom entry per lane: its run id, label, slice indexes and the job's arguments.
+    One XCom entry per lane: its run id, label, slice indexes and the job's arguments. A replay of the range's
+    committed offsets (*Already-committed ranges* ``replay``) is run here and what it did handed to
+    ``on_replayed`` (the ``replayed`` XCom, which the ``summary`` task's verdict counts).
     """
     from tailfill.run.planner import BackfillRequest, plan_backfill_lanes
 
@@ -189,7 +194,10 @@ def plan_lanes(cfg: PipelineConfig, params: Mapping[str, Any], airflow_run_id: s
                                    lambda lane: tailfill_run_id(cfg.name, BACKFILL, airflow_run_id, lane))
         from tailfill.run.replay import replay_committed_first
 
-        replay_committed_first(pipeline, request.on_committed, plan, log.info)  # here: no Spark job
+        replayed = replay_committed_first(pipeline, request.on_committed, plan, log.info)  # here: no Spark job
+    if replayed is not None:
+        on_replayed({"run_id": replayed.run_id, "offsets": replayed.offsets, "rows": replayed.rows,
+                     "quarantined": replayed.quarantined, "batches": replayed.batches})
     for line in plan.lines:
         (log.warning if line.startswith("warning:") else log.info)(line)
     log.info(lanes_at_once(len(plan.specs)))
@@ -420,8 +428,10 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
         @task(doc_md=PLAN_DOC)
         def plan() -> list[dict]:
             """The slices to run, planned once: each lane gets its slices' exact bounds."""
+            context = get_current_context()
             with causes_first(f"planning the backfill of {cfg.name}"):
-                return plan_lanes(cfg, get_current_context()["params"], _airflow_run_id())
+                return plan_lanes(cfg, context["params"], _airflow_run_id(),
+                                  lambda replayed: context["ti"].xcom_push(REPLAYED_KEY, replayed))
 
         # The lane's label from its argument, rendered before the task runs: shown while it runs and if it fails.
         @task(doc_md=VALIDATE_DOC, outlets=[table_asset(cfg)],
@@ -437,16 +447,20 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
             for r in results:
                 log.info("%s: run %s, %s offsets (%s rows, %s quarantined) complete, report %s", r["label"],
                          r["run_id"], f"{r['offsets']:,}", f"{r['rows']:,}", f"{r['quarantined']:,}", r["report"])
-            out = {"verdict": "COMPLETE" if results else "NOTHING_TO_DO", "offsets": sum(r["offsets"] for r in results),
-                   "lanes": len(results), "rows": sum(r["rows"] for r in results),
+            replayed = get_current_context()["ti"].xcom_pull(task_ids="plan", key=REPLAYED_KEY) or {}
+            offsets = sum(r["offsets"] for r in results)
+            verdict = backfill_verdict(len(results), offsets, replayed.get("offsets", 0))
+            out = {"verdict": verdict.code, "headline": verdict.headline, "offsets": offsets,
+                   "replayed": replayed.get("offsets", 0), "lanes": len(results),
+                   "rows": sum(r["rows"] for r in results),
                    "quarantined": sum(r["quarantined"] for r in results), "ranges": merged_ranges(results),
                    "restarts": sum(r.get("restarts", 0) for r in results),
                    "unknown_fields": unknown_in(r.get("unknown_fields", {}) for r in results)}
             if out["unknown_fields"]:
                 log.warning("fields not declared (format.unknown_fields: %s): %s", cfg.format.unknown_fields,
                             describe(out["unknown_fields"]))
-            log.info("backfill of %s: %s offsets in %s lanes, %s", cfg.name, f"{out['offsets']:,}", out["lanes"],
-                     "all complete" if results else "nothing to do")
+            log.info("backfill of %s: %s offsets in %s lanes: %s", cfg.name, f"{out['offsets']:,}", out["lanes"],
+                     verdict.headline)
             return out
 
         lanes = plan()

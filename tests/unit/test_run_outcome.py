@@ -259,3 +259,13 @@ def test_a_failure_note_says_what_failed_why_and_the_fix():
     assert note_text(failure) == ("Tailfill: preflight of gone (backfill) failed. BrokerUnresponsive: cannot reach "
                                   "Kafka at 127.0.0.1:9\nfix: start the broker")
     assert note_text({"what": "tail of x"}) == "Tailfill: tail of x failed. error: no cause recorded"
+
+
+def test_a_backfill_that_only_replayed_shows_its_summary_verdict_not_nothing_to_do():
+    headline = "REPLAYED 10,000 offsets: their rows were re-read and replaced; nothing else of the range was left"
+    values = {"plan": [], "summary": {"verdict": "REPLAYED", "headline": headline, "replayed": 10_000}}
+    out = run_outcome(BACKFILL, tasks(preflight="success", plan="success", summary="success"), [], values.get)
+    assert (out.cls, out.text, out.task_id, out.running) == ("good", headline, "summary", False)
+    waiting = run_outcome(BACKFILL, tasks(preflight="success", plan="success", summary="queued"), [],
+                          {"plan": []}.get)
+    assert waiting.running and "Nothing to do" not in waiting.text
