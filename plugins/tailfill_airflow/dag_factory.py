@@ -39,6 +39,8 @@ from tailfill_airflow.naming import (
     BACKFILL,
     INCREMENTAL,
     MAINTENANCE,
+    REPLAY_LANE,
+    REPLAYED_KEY,
     SPARK_POOL,
     backfill_lane_slots,
     dag_id,
@@ -59,7 +61,6 @@ keep_label_on_retry()  # in the task runner, which parses the DAG file before it
 START = datetime(2026, 1, 1)
 RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=30), "retry_exponential_backoff": True}
 DEFAULTS = {"on_failure_callback": on_failure, "on_retry_callback": on_retry}
-REPLAYED_KEY = "replayed"  # the plan task's XCom of what its replay of committed offsets did
 
 
 def table_asset(cfg: PipelineConfig) -> Asset:
@@ -164,6 +165,23 @@ def _validate(cfg: PipelineConfig, run_id: str, alias: AssetAlias | None = None)
                       "restarts": len(lane.restarts) if lane else 0,
                       "ingest_tries": lane.try_number if lane and lane.try_number else 1,
                       "unknown_fields": unknown}
+
+
+def validate_replay(cfg: PipelineConfig, replay_run_id: str, report: str) -> dict:
+    """The proof of a backfill's replay of committed offsets: exactly the replayed offsets validated as a run's are
+    (each once, in one table; the data expectations over their new rows). Fails naming what is wrong; returns the
+    ``replay`` of the ``summary`` XCom (``report``: the completeness report's URL)."""
+    from tailfill.proof.validate import validate
+
+    with _opened(cfg) as pipeline:
+        result = validate(pipeline, run_id=replay_run_id)
+    log.info("validation of replay %s: %s (%s offsets) report %s", replay_run_id,
+             "complete" if result.success else "INCOMPLETE", f"{result.offsets_checked:,}", report)
+    if not result.success:
+        raise RuntimeError(f"replay {replay_run_id} of {cfg.name} is incomplete: " + "; ".join(result.problems)
+                           + f" (fix: see the completeness report {report})")
+    return {"run_id": replay_run_id, "verdict": "COMPLETE", "offsets": result.offsets_checked, "rows": result.rows,
+            "quarantined": result.quarantined, "ranges": result.covered(), "report": report}
 
 
 def merged_ranges(results: list[dict]) -> dict:
@@ -447,7 +465,10 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
             for r in results:
                 log.info("%s: run %s, %s offsets (%s rows, %s quarantined) complete, report %s", r["label"],
                          r["run_id"], f"{r['offsets']:,}", f"{r['rows']:,}", f"{r['quarantined']:,}", r["report"])
-            replayed = get_current_context()["ti"].xcom_pull(task_ids="plan", key=REPLAYED_KEY) or {}
+            ti = get_current_context()["ti"]
+            replayed = ti.xcom_pull(task_ids="plan", key=REPLAYED_KEY) or {}
+            report = run_page_url("report", ti.dag_id, ti.run_id, REPLAY_LANE)
+            proof = validate_replay(cfg, replayed["run_id"], report) if replayed else None
             offsets = sum(r["offsets"] for r in results)
             verdict = backfill_verdict(len(results), offsets, replayed.get("offsets", 0))
             out = {"verdict": verdict.code, "headline": verdict.headline, "offsets": offsets,
@@ -455,7 +476,8 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
                    "rows": sum(r["rows"] for r in results),
                    "quarantined": sum(r["quarantined"] for r in results), "ranges": merged_ranges(results),
                    "restarts": sum(r.get("restarts", 0) for r in results),
-                   "unknown_fields": unknown_in(r.get("unknown_fields", {}) for r in results)}
+                   "unknown_fields": unknown_in(r.get("unknown_fields", {}) for r in results),
+                   **({"replay": proof} if proof else {})}
             if out["unknown_fields"]:
                 log.warning("fields not declared (format.unknown_fields: %s): %s", cfg.format.unknown_fields,
                             describe(out["unknown_fields"]))

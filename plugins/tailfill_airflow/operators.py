@@ -68,7 +68,7 @@ def plugin_url(path: str) -> str:
     return conf.get("api", "base_url", fallback="").rstrip("/") + "/tailfill/" + path.lstrip("/")
 
 
-def run_page_url(page: str, dag_id: str, run_id: str, map_index: int) -> str:
+def run_page_url(page: str, dag_id: str, run_id: str, map_index: int | str) -> str:
     """The absolute URL of one of the plugin's pages of a task's run (``<page>/<dag>/<run>/<map index>``)."""
     from urllib.parse import quote
 

@@ -79,6 +79,11 @@ def test_links_name_only_lanes_that_started():
     assert "report/d_backfill/r/0" in links and "output/d_backfill/r/1" in links
 
 
+def test_a_replay_links_its_completeness_report_like_a_lane():
+    links = run_links("d_backfill", "r", [], replay=True)
+    assert 'replay of committed offsets: <a href="../../report/d_backfill/r/replay"' in links
+
+
 def test_a_lane_counts_its_restarts_and_names_the_last_cause():
     from tailfill_airflow.causes import restart_record
     from tailfill_airflow.views import _lane_rows
