@@ -222,7 +222,7 @@ class TailfillSubmitOperator(BaseOperator):
                 ti.xcom_push(key=PROGRESS_KEY, value=p.asdict())
                 _show_in_grid(ti, f"{label} · {p.asstr()}")
 
-        watcher = self._watcher = ProgressWatcher(store, spec.run_id, planned, publish)
+        watcher = self._watcher = ProgressWatcher(store, spec.run_id, planned, publish, tail=spec.mode == "tail")
         tries = {**(earlier.tries if earlier else {}), str(ti.try_number): watcher.started_at}
         write_lane(store, spec.run_id, label=label, planned=planned, started_at=watcher.started_at,
                    try_number=ti.try_number, tries=tries, cause=None, state="running", ended_at=None,

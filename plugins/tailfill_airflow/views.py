@@ -172,14 +172,16 @@ def tables_index(pipeline: Pipeline, what: str) -> HTMLResponse:
     return _page(f"{pipeline.name} · {what}", body)
 
 
-def lane_progress(store: StateStore, tf_run: str) -> dict:
-    """A lane's progress as its task saw it last, recomputed from its batch reports now."""
+def lane_progress(store: StateStore, tf_run: str, tail: bool = True) -> dict:
+    """A lane's progress as its task saw it last, recomputed from its batch reports now (freshness of a ``tail``
+    only)."""
     lane = read_lane(store, tf_run)
     reports = run_reports(store, tf_run)
     state = (lane.state if lane else None) or ("running" if lane else "not started")
     ended = lane.ended_at if lane else None
     started = lane.started_at if lane and lane.started_at is not None else time.time()
-    out = progress(reports, lane.planned if lane else None, started, now=ended or time.time(), state=state).asdict()
+    out = progress(reports, lane.planned if lane else None, started, now=ended or time.time(), state=state,
+                   tail=tail).asdict()
     return {"label": (lane.label if lane else None) or tf_run, "run_id": tf_run,
             "try_number": lane.try_number if lane else None, "restarts": lane.restarts if lane else [],
             "cause": redact_text(lane.cause) if lane and lane.cause else None, **out}
@@ -258,7 +260,8 @@ def run_lanes(pipeline: Pipeline, kind: str, run_id: str) -> list[tuple[int, dic
         owner, tf_run = lane_of(pipeline, kind, run_id, index, tables)
         if not run_exists(owner.state, tf_run):
             break
-        p = lane_progress(owner.state, tf_run) | ({"table": owner.cfg.target.table} if routed else {})
+        p = lane_progress(owner.state, tf_run, tail=kind != BACKFILL) \
+            | ({"table": owner.cfg.target.table} if routed else {})
         lanes.append((index if mapped else -1, p, owner))
     return lanes
 
@@ -443,7 +446,7 @@ def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
     if kind == MAINTENANCE or (kind == BACKFILL and map_index_of(map_index) < 0) \
             or not run_exists(pipeline.state, tf_run):  # not a lane, or one not started: what the run did
         return run_page(dag_id, run_id)
-    p = lane_progress(pipeline.state, tf_run)
+    p = lane_progress(pipeline.state, tf_run, tail=kind != BACKFILL)
     lane = read_lane(pipeline.state, tf_run)
     head = ("<tr><th>try</th><th>batch</th><th>committed at (UTC)</th><th>offsets</th><th>rows</th>"
             "<th>quarantined</th><th>seconds</th><th>commit ms</th><th>ranges</th></tr>")
