@@ -9,7 +9,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export AWS_EC2_METADATA_DISABLED := true
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: install demo test docs docs-gen lint airflow clean postgres-server
+.PHONY: install demo test docs docs-gen lint airflow airflow-stop clean postgres-server
 
 ## The venv, then the pinned JVM jars (Apache Kafka for the embedded broker) from Maven Central into ~/.cache/tailfill:
 ## fetched here, once, never when a broker or a job starts.
@@ -53,6 +53,11 @@ postgres-server:
 ## metadata on a local Postgres (LocalExecutor: backfill lanes run side by side).
 airflow: $(STAMP) postgres-server
 	PYTHONPATH=plugins $(PY) -m tailfill_airflow.local
+
+## Stop the Airflow that `make airflow` started (from another shell; Ctrl-C in its own does the same): its
+## components, the Spark Connect server, the embedded broker and Postgres it started. Returns once all stopped.
+airflow-stop: $(STAMP)
+	PYTHONPATH=plugins $(PY) -m tailfill_airflow.local --stop
 
 ## The docs site into site/ (open site/index.html): the generated parts first, then MkDocs with --strict,
 ## so a broken link or page fails. Offline: a built-in theme, nothing loaded from outside the site.

@@ -36,6 +36,7 @@ from tailfill.run.planner import (
 from tailfill.run.runners import Outcome, choose_runner, run_side_by_side
 from tailfill.run.submit import parse_conf
 from tailfill.run.terminal import CommandLog, JobOutput, failure_line
+from tailfill.run.verdict import backfill_verdict
 from tailfill.settings import REMOVED_SPARK_MODES, SPARK_MODES, settings, spark_mode_problem
 from tailfill.source.embedded import broker_state, registry_state, resolve_bootstrap, resolve_registry
 from tailfill.source.times import parse_time
@@ -257,14 +258,18 @@ def _produce_changes(cfg: PipelineConfig, topic: str, count: int) -> int:
 
 
 def _summarise(pipeline: Pipeline, what: str, outcomes: list[Outcome], nothing: str = "all offsets already committed",
-               output: JobOutput | None = None) -> int:
-    """The summary of a command's jobs, or the one line that says why they failed (cause, fix, full output)."""
+               output: JobOutput | None = None, replayed: int = 0) -> int:
+    """The summary of a command's jobs, or the one line that says why they failed (cause, fix, full output);
+    without a job, the backfill's verdict after it ``replayed`` committed offsets (0: none)."""
     cfg, results = pipeline.cfg, _results(outcomes)
     failed = next((o for o in outcomes if o.code != 0), None)
     if failed is not None:
         error = failed.result.error if failed.result is not None else None
         _err(failure_line(f"{what} of {cfg.name}", error, failed.code, output.log if output else None))
         return failed.code
+    if not results and replayed:
+        _say(f"{what} of {cfg.name}: {backfill_verdict(0, 0, replayed).headline}")
+        return 0
     if not results:
         _say(f"{what} of {cfg.name}: nothing to do ({nothing})")
         return 0
@@ -452,9 +457,9 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 def _backfill(args: argparse.Namespace, conf: dict[str, str]) -> int:
     with open_pipeline(args.pipeline) as pipeline:
-        specs, nothing = _backfill_specs(pipeline, args)
+        specs, nothing, replayed = _backfill_specs(pipeline, args)
     if not specs:
-        return _summarise(pipeline, "backfill", [], nothing)
+        return _summarise(pipeline, "backfill", [], nothing, replayed=replayed)
     output, owner = _job_output(pipeline.name, "backfill", specs), _owner(args, f"the backfill of {pipeline.name}")
     runner = choose_runner(args.spark, args.master, conf, secrets=env_names(pipeline.cfg), say=_show)
     outcomes = run_side_by_side(runner, specs, output, track=owner.track)  # a signal stops every lane's job
@@ -462,13 +467,14 @@ def _backfill(args: argparse.Namespace, conf: dict[str, str]) -> int:
     return stopped if stopped is not None else _summarise(pipeline, "backfill", outcomes, output=output)
 
 
-def _backfill_specs(pipeline: Pipeline, args: argparse.Namespace) -> tuple[list[JobSpec], str]:
-    """The backfill's specs, and why there are none when there are none."""
+def _backfill_specs(pipeline: Pipeline, args: argparse.Namespace) -> tuple[list[JobSpec], str, int]:
+    """The backfill's specs, why there are none when there are none, and how many committed offsets it replayed
+    first (``--on-committed replay``)."""
     from tailfill.run.replay import replay_committed_first
 
     plan = backfill_plan(pipeline, args)
-    replay_committed_first(pipeline, getattr(args, "on_committed", None) or "skip", plan, _say)
-    return plan.specs, plan.nothing
+    replayed = replay_committed_first(pipeline, getattr(args, "on_committed", None) or "skip", plan, _say)
+    return plan.specs, plan.nothing, replayed.offsets if replayed else 0
 
 
 def _results(outcomes: list[Outcome]) -> list[IngestResult]:

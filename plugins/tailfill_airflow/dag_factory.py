@@ -14,7 +14,7 @@ written for the person running the pipeline, not for its developers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +27,7 @@ from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
 from tailfill.pipeline.load import load_pipeline, pipeline_files, resolve_pipeline
 from tailfill.run.backfill_inputs import FROM_KEYWORD, TO_KEYWORD, bound_pattern, check_backfill_conf
+from tailfill.run.verdict import backfill_verdict
 from tailfill.state.store import read_lane, run_reports
 from tailfill.values.drift import describe, unknown_in
 from tailfill_airflow.callbacks import deadline_missed, objective_missed, on_failure, on_retry
@@ -38,6 +39,8 @@ from tailfill_airflow.naming import (
     BACKFILL,
     INCREMENTAL,
     MAINTENANCE,
+    REPLAY_LANE,
+    REPLAYED_KEY,
     SPARK_POOL,
     backfill_lane_slots,
     dag_id,
@@ -164,6 +167,23 @@ def _validate(cfg: PipelineConfig, run_id: str, alias: AssetAlias | None = None)
                       "unknown_fields": unknown}
 
 
+def validate_replay(cfg: PipelineConfig, replay_run_id: str, report: str) -> dict:
+    """The proof of a backfill's replay of committed offsets: exactly the replayed offsets validated as a run's are
+    (each once, in one table; the data expectations over their new rows). Fails naming what is wrong; returns the
+    ``replay`` of the ``summary`` XCom (``report``: the completeness report's URL)."""
+    from tailfill.proof.validate import validate
+
+    with _opened(cfg) as pipeline:
+        result = validate(pipeline, run_id=replay_run_id)
+    log.info("validation of replay %s: %s (%s offsets) report %s", replay_run_id,
+             "complete" if result.success else "INCOMPLETE", f"{result.offsets_checked:,}", report)
+    if not result.success:
+        raise RuntimeError(f"replay {replay_run_id} of {cfg.name} is incomplete: " + "; ".join(result.problems)
+                           + f" (fix: see the completeness report {report})")
+    return {"run_id": replay_run_id, "verdict": "COMPLETE", "offsets": result.offsets_checked, "rows": result.rows,
+            "quarantined": result.quarantined, "ranges": result.covered(), "report": report}
+
+
 def merged_ranges(results: list[dict]) -> dict:
     """The ``ranges`` of several validations (``{"topic": {"0": [[s, e]]}}``), merged per partition."""
     from tailfill.offsets import OffsetRange, merge, ranges_to_dict
@@ -176,10 +196,13 @@ def merged_ranges(results: list[dict]) -> dict:
 # --- the planning tasks: thin adapters of tailfill.run.planner -----------------------------------
 
 
-def plan_lanes(cfg: PipelineConfig, params: Mapping[str, Any], airflow_run_id: str) -> list[dict]:
+def plan_lanes(cfg: PipelineConfig, params: Mapping[str, Any], airflow_run_id: str,
+               on_replayed: Callable[[dict], None] = lambda _: None) -> list[dict]:
     """The backfill DAG's ``plan`` task: the form's ``params`` planned as ``tailfill backfill`` plans its flags.
 
-    One XCom entry per lane: its run id, label, slice indexes and the job's arguments.
+    One XCom entry per lane: its run id, label, slice indexes and the job's arguments. A replay of the range's
+    committed offsets (*Already-committed ranges* ``replay``) is run here and what it did handed to
+    ``on_replayed`` (the ``replayed`` XCom, which the ``summary`` task's verdict counts).
     """
     from tailfill.run.planner import BackfillRequest, plan_backfill_lanes
 
@@ -189,7 +212,10 @@ def plan_lanes(cfg: PipelineConfig, params: Mapping[str, Any], airflow_run_id: s
                                    lambda lane: tailfill_run_id(cfg.name, BACKFILL, airflow_run_id, lane))
         from tailfill.run.replay import replay_committed_first
 
-        replay_committed_first(pipeline, request.on_committed, plan, log.info)  # here: no Spark job
+        replayed = replay_committed_first(pipeline, request.on_committed, plan, log.info)  # here: no Spark job
+    if replayed is not None:
+        on_replayed({"run_id": replayed.run_id, "offsets": replayed.offsets, "rows": replayed.rows,
+                     "quarantined": replayed.quarantined, "batches": replayed.batches})
     for line in plan.lines:
         (log.warning if line.startswith("warning:") else log.info)(line)
     log.info(lanes_at_once(len(plan.specs)))
@@ -420,8 +446,10 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
         @task(doc_md=PLAN_DOC)
         def plan() -> list[dict]:
             """The slices to run, planned once: each lane gets its slices' exact bounds."""
+            context = get_current_context()
             with causes_first(f"planning the backfill of {cfg.name}"):
-                return plan_lanes(cfg, get_current_context()["params"], _airflow_run_id())
+                return plan_lanes(cfg, context["params"], _airflow_run_id(),
+                                  lambda replayed: context["ti"].xcom_push(REPLAYED_KEY, replayed))
 
         # The lane's label from its argument, rendered before the task runs: shown while it runs and if it fails.
         @task(doc_md=VALIDATE_DOC, outlets=[table_asset(cfg)],
@@ -437,16 +465,24 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
             for r in results:
                 log.info("%s: run %s, %s offsets (%s rows, %s quarantined) complete, report %s", r["label"],
                          r["run_id"], f"{r['offsets']:,}", f"{r['rows']:,}", f"{r['quarantined']:,}", r["report"])
-            out = {"verdict": "COMPLETE" if results else "NOTHING_TO_DO", "offsets": sum(r["offsets"] for r in results),
-                   "lanes": len(results), "rows": sum(r["rows"] for r in results),
+            ti = get_current_context()["ti"]
+            replayed = ti.xcom_pull(task_ids="plan", key=REPLAYED_KEY) or {}
+            report = run_page_url("report", ti.dag_id, ti.run_id, REPLAY_LANE)
+            proof = validate_replay(cfg, replayed["run_id"], report) if replayed else None
+            offsets = sum(r["offsets"] for r in results)
+            verdict = backfill_verdict(len(results), offsets, replayed.get("offsets", 0))
+            out = {"verdict": verdict.code, "headline": verdict.headline, "offsets": offsets,
+                   "replayed": replayed.get("offsets", 0), "lanes": len(results),
+                   "rows": sum(r["rows"] for r in results),
                    "quarantined": sum(r["quarantined"] for r in results), "ranges": merged_ranges(results),
                    "restarts": sum(r.get("restarts", 0) for r in results),
-                   "unknown_fields": unknown_in(r.get("unknown_fields", {}) for r in results)}
+                   "unknown_fields": unknown_in(r.get("unknown_fields", {}) for r in results),
+                   **({"replay": proof} if proof else {})}
             if out["unknown_fields"]:
                 log.warning("fields not declared (format.unknown_fields: %s): %s", cfg.format.unknown_fields,
                             describe(out["unknown_fields"]))
-            log.info("backfill of %s: %s offsets in %s lanes, %s", cfg.name, f"{out['offsets']:,}", out["lanes"],
-                     "all complete" if results else "nothing to do")
+            log.info("backfill of %s: %s offsets in %s lanes: %s", cfg.name, f"{out['offsets']:,}", out["lanes"],
+                     verdict.headline)
             return out
 
         lanes = plan()

@@ -41,6 +41,7 @@ from tailfill.run.connect_server import connect_server_down, connect_server_up
 from tailfill.run.server_settings import MODE_ENV
 from tailfill.settings import settings
 from tailfill.source.embedded import broker_state
+from tailfill_airflow.local_stop import launcher_pid, stop_launcher
 from tailfill_airflow.naming import SLOTS_ENV, SPARK_POOL, spark_slots
 
 REPO = Path(__file__).resolve().parents[2]
@@ -164,18 +165,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=port)
     parser.add_argument("--serve-logs", type=int, metavar="PORT", help="run only a log server on 127.0.0.1:PORT")
+    parser.add_argument("--stop", action="store_true", help="stop the local Airflow of $AIRFLOW_HOME (started by "
+                        "`make airflow`) and everything it started; return once all of it has stopped")
     args = parser.parse_args()
     if args.serve_logs:
         serve_logs(args.serve_logs)
         return
     home = Path(os.environ.get("AIRFLOW_HOME", REPO / ".tailfill" / "airflow")).absolute()
+    if args.stop:
+        print(stop_launcher(home), flush=True)
+        return
     airflow = str(Path(sys.executable).parent / "airflow")
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)  # `make airflow-stop` or a kill: the stop of Ctrl-C
     with contextlib.ExitStack() as stack:
+        home.mkdir(parents=True, exist_ok=True)
+        stack.enter_context(launcher_pid(home))  # removed last, once everything below has stopped
         url = settings().airflow_db
         if not url:
             from tailfill.dev.postgres import LocalPostgres
 
-            home.mkdir(parents=True, exist_ok=True)
             postgres = stack.enter_context(LocalPostgres(home / "postgres", free_port(), databases=("airflow",)))
             url = postgres.url("airflow")
             print(f"Postgres for Airflow's metadata: {url} (data {postgres.data_dir})", flush=True)
@@ -184,7 +192,6 @@ def main() -> None:
               flush=True)
         create_pool(airflow, env)
         stack.callback(_embedded_broker_up())
-        signal.signal(signal.SIGTERM, _stop_on_sigterm)
         if env[MODE_ENV] in ("auto", "connect"):
             env.update(connect_up(env))
         procs: list[subprocess.Popen] = []

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from tailfill.run.contract import JobSpec
 
 BACKFILL, INCREMENTAL, MAINTENANCE = "backfill", "incremental", "maintenance"
+REPLAYED_KEY = "replayed"  # the backfill's plan task's XCom of what its replay of committed offsets did
+REPLAY_LANE = "replay"  # a backfill's replay on the plugin's pages, in place of a lane's map index
 
 
 def dag_id(pipeline: str, kind: str) -> str:

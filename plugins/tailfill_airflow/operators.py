@@ -68,7 +68,7 @@ def plugin_url(path: str) -> str:
     return conf.get("api", "base_url", fallback="").rstrip("/") + "/tailfill/" + path.lstrip("/")
 
 
-def run_page_url(page: str, dag_id: str, run_id: str, map_index: int) -> str:
+def run_page_url(page: str, dag_id: str, run_id: str, map_index: int | str) -> str:
     """The absolute URL of one of the plugin's pages of a task's run (``<page>/<dag>/<run>/<map index>``)."""
     from urllib.parse import quote
 
@@ -222,7 +222,7 @@ class TailfillSubmitOperator(BaseOperator):
                 ti.xcom_push(key=PROGRESS_KEY, value=p.asdict())
                 _show_in_grid(ti, f"{label} · {p.asstr()}")
 
-        watcher = self._watcher = ProgressWatcher(store, spec.run_id, planned, publish)
+        watcher = self._watcher = ProgressWatcher(store, spec.run_id, planned, publish, tail=spec.mode == "tail")
         tries = {**(earlier.tries if earlier else {}), str(ti.try_number): watcher.started_at}
         write_lane(store, spec.run_id, label=label, planned=planned, started_at=watcher.started_at,
                    try_number=ti.try_number, tries=tries, cause=None, state="running", ended_at=None,

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tailfill.run.verdict import backfill_verdict
 from tailfill.state.records import FailureRecord
 from tailfill_airflow.naming import BACKFILL, INCREMENTAL, MAINTENANCE
 
@@ -77,14 +78,24 @@ def run_outcome(kind: str, tasks: list[TaskState], failures: list[FailureRecord]
     last = LEAD_TASKS[kind][-1]
     value = value_of(last)
     if kind == BACKFILL and not value:
-        return Outcome("good", "Nothing to do: every offset of the requested range is committed already (or the "
-                               "range is empty); no Spark job was started", task_id=last)
+        return backfill_without_lanes(by_id.get("summary"), value_of("summary"))
     if kind == INCREMENTAL and not value:
         return Outcome("good", "Nothing new since the committed position: no Spark job was started, validation "
                                "skipped", task_id=last)
     if kind == MAINTENANCE:
         return maintenance_outcome(value)
     return Outcome("muted", f"{last} finished; no lane has started yet", running=True, task_id=last)
+
+
+def backfill_without_lanes(summary: TaskState | None, value: Any) -> Outcome:
+    """A backfill that planned no lane: the verdict its ``summary`` task gave (``REPLAYED n offsets`` when it
+    replayed committed offsets, else nothing to do), or that the summary is still coming."""
+    if isinstance(value, dict) and value.get("headline"):
+        return Outcome("good", value["headline"], task_id="summary")
+    if summary is not None and (summary.state in WAITING or summary.state == "running"):
+        return Outcome("muted", "plan finished without a lane; the summary gives the verdict", running=True,
+                       task_id="plan")
+    return Outcome("good", backfill_verdict(0, 0).headline, task_id="plan")
 
 
 def fix_lines(cause: str, failure: Any) -> list[str]:

@@ -69,8 +69,9 @@ class Progress:
 
 
 def progress(reports: list[BatchReport], planned: int | None, started_at: float, now: float | None = None,
-             state: str = "running") -> Progress:
-    """Progress of a run: ``planned`` offsets (None: unbounded), its batch reports, when it started."""
+             state: str = "running", tail: bool = True) -> Progress:
+    """Progress of a run: ``planned`` offsets (None: unbounded), its batch reports, when it started. Freshness only
+    of a ``tail``: a backfill lane's records are old by design, so their produce-to-commit latency means nothing."""
     now = time.time() if now is None else now
     done = sum(r.offsets for r in reports)
     elapsed = max(now - started_at, 1e-6)
@@ -84,7 +85,7 @@ def progress(reports: list[BatchReport], planned: int | None, started_at: float,
         eta_s=(round(max(planned - done, 0) / offset_rate) if planned and offset_rate and state == "running"
                else None),
         elapsed_s=round(elapsed, 1), last_commit_age_s=round(now - reports[-1].at, 1) if reports else None,
-        freshness=_freshness(reports), updated_at=round(now, 3))
+        freshness=_freshness(reports) if tail else None, updated_at=round(now, 3))
 
 
 class ProgressWatcher:
@@ -95,8 +96,8 @@ class ProgressWatcher:
     """
 
     def __init__(self, store: StateStore, run_id: str, planned: int | None, publish: Callable[[Progress], None],
-                 interval: float = 2.0):
-        self.run_id, self.planned = run_id, planned
+                 interval: float = 2.0, tail: bool = True):
+        self.run_id, self.planned, self.tail = run_id, planned, tail
         self.reports = RunReports(store, run_id)  # fetches each batch report once
         self.publish, self.interval = publish, interval
         self.started_at = time.time()
@@ -121,7 +122,7 @@ class ProgressWatcher:
             reports = self.reports.read()
             if force or len(reports) != self._seen:
                 self._seen = len(reports)
-                self.publish(progress(reports, self.planned, self.started_at, state=state))
+                self.publish(progress(reports, self.planned, self.started_at, state=state, tail=self.tail))
 
     def _loop(self) -> None:
         while True:

@@ -54,7 +54,15 @@ from tailfill.values.drift import describe, unknown_in
 from tailfill.values.freshness import Freshness
 from tailfill_airflow.causes import FAILURE_KEY
 from tailfill_airflow.lag_history import LagPoint, read_lag_points
-from tailfill_airflow.naming import BACKFILL, INCREMENTAL, MAINTENANCE, split_dag_id, tailfill_run_id
+from tailfill_airflow.naming import (
+    BACKFILL,
+    INCREMENTAL,
+    MAINTENANCE,
+    REPLAY_LANE,
+    REPLAYED_KEY,
+    split_dag_id,
+    tailfill_run_id,
+)
 from tailfill_airflow.naming import dag_id as dag_id_of
 from tailfill_airflow.objective import check_objective
 from tailfill_airflow.outcome import Outcome, read_run_state, read_run_tasks, read_xcom, run_outcome
@@ -164,14 +172,16 @@ def tables_index(pipeline: Pipeline, what: str) -> HTMLResponse:
     return _page(f"{pipeline.name} · {what}", body)
 
 
-def lane_progress(store: StateStore, tf_run: str) -> dict:
-    """A lane's progress as its task saw it last, recomputed from its batch reports now."""
+def lane_progress(store: StateStore, tf_run: str, tail: bool = True) -> dict:
+    """A lane's progress as its task saw it last, recomputed from its batch reports now (freshness of a ``tail``
+    only)."""
     lane = read_lane(store, tf_run)
     reports = run_reports(store, tf_run)
     state = (lane.state if lane else None) or ("running" if lane else "not started")
     ended = lane.ended_at if lane else None
     started = lane.started_at if lane and lane.started_at is not None else time.time()
-    out = progress(reports, lane.planned if lane else None, started, now=ended or time.time(), state=state).asdict()
+    out = progress(reports, lane.planned if lane else None, started, now=ended or time.time(), state=state,
+                   tail=tail).asdict()
     return {"label": (lane.label if lane else None) or tf_run, "run_id": tf_run,
             "try_number": lane.try_number if lane else None, "restarts": lane.restarts if lane else [],
             "cause": redact_text(lane.cause) if lane and lane.cause else None, **out}
@@ -250,7 +260,8 @@ def run_lanes(pipeline: Pipeline, kind: str, run_id: str) -> list[tuple[int, dic
         owner, tf_run = lane_of(pipeline, kind, run_id, index, tables)
         if not run_exists(owner.state, tf_run):
             break
-        p = lane_progress(owner.state, tf_run) | ({"table": owner.cfg.target.table} if routed else {})
+        p = lane_progress(owner.state, tf_run, tail=kind != BACKFILL) \
+            | ({"table": owner.cfg.target.table} if routed else {})
         lanes.append((index if mapped else -1, p, owner))
     return lanes
 
@@ -266,8 +277,10 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     indexed = run_lanes(pipeline, kind, run_id)
     lanes = [p for _, p, _ in indexed]
     failures = run_failures(pipeline.state, dag_id, run_id)
+    replayed = kind == BACKFILL and bool(read_xcom(dag_id, run_id, "plan", key=REPLAYED_KEY))
+    # a table per topic: each lane's report links its table's
     links = run_links(dag_id, run_id, [(i, p["label"]) for i, p, _ in indexed],
-                      docs=data_docs_site(pipeline).is_dir())  # a table per topic: each lane's report links its table's
+                      docs=data_docs_site(pipeline).is_dir(), replay=replayed)
     tries = _failure_rows(failures)
     lag = lag_section(read_lag_points(dag_id)) if kind == INCREMENTAL else ""
     if not lanes:
@@ -365,10 +378,10 @@ def _failure_rows(failures: list[FailureRecord]) -> str:
             f"<th>try</th><th>then</th><th>cause</th></tr>{rows}</table>")
 
 
-def run_links(dag_id: str, run_id: str, lanes: list[tuple[int, str]], docs: bool = True) -> str:
-    """The run's links: each started lane's report, progress and job output (``lanes``: map index and label;
-    the tail's index is -1), then the pipeline's Data Docs (``docs``: once a validation made them), quarantine
-    and offsets."""
+def run_links(dag_id: str, run_id: str, lanes: list[tuple[int, str]], docs: bool = True, replay: bool = False) -> str:
+    """The run's links: the completeness report of its replay of committed offsets (``replay``: a backfill that
+    replayed), each started lane's report, progress and job output (``lanes``: map index and label; the tail's
+    index is -1), then the pipeline's Data Docs (``docs``: once a validation made them), quarantine and offsets."""
     dag, run = quote(dag_id), quote(run_id, safe="")
 
     def a(path: str, text: str) -> str:
@@ -381,6 +394,9 @@ def run_links(dag_id: str, run_id: str, lanes: list[tuple[int, str]], docs: bool
                            ("output", "Spark job output")))
 
     per_lane = "".join(f"<li>{html.escape(label)}: {lane(i)}</li>" for i, label in lanes)
+    if replay:
+        per_lane = (f"<li>replay of committed offsets: {a(f'report/{dag}/{run}/{REPLAY_LANE}', 'completeness report')}"
+                    "</li>" + per_lane)
     pipeline = " · ".join(((a(f"docs/{dag}/index.html", "Data Docs"),) if docs else ())
                           + (a(f"quarantine/{dag}", "quarantined records and counts per partition"),
                              a(f"table/{dag}", "table preview"),
@@ -430,7 +446,7 @@ def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
     if kind == MAINTENANCE or (kind == BACKFILL and map_index_of(map_index) < 0) \
             or not run_exists(pipeline.state, tf_run):  # not a lane, or one not started: what the run did
         return run_page(dag_id, run_id)
-    p = lane_progress(pipeline.state, tf_run)
+    p = lane_progress(pipeline.state, tf_run, tail=kind != BACKFILL)
     lane = read_lane(pipeline.state, tf_run)
     head = ("<tr><th>try</th><th>batch</th><th>committed at (UTC)</th><th>offsets</th><th>rows</th>"
             "<th>quarantined</th><th>seconds</th><th>commit ms</th><th>ranges</th></tr>")
@@ -455,7 +471,11 @@ def report_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
     from tailfill.plumbing.warehouse import fs_path
     from tailfill.proof.reports import results_uri
 
-    pipeline, tf_run = lane_of(*pipeline_of(dag_id), run_id, map_index)
+    if map_index == REPLAY_LANE:  # the backfill's replay of committed offsets, validated by its summary task
+        pipeline = pipeline_of(dag_id)[0]
+        tf_run = (read_xcom(dag_id, run_id, "plan", key=REPLAYED_KEY) or {}).get("run_id", "none")
+    else:
+        pipeline, tf_run = lane_of(*pipeline_of(dag_id), run_id, map_index)
     try:
         with pipeline.fs.open_input_stream(fs_path(f"{results_uri(pipeline.cfg)}/{tf_run}.html")) as f:
             table = pipeline.cfg.target.table if pipeline.cfg.route else None

@@ -30,7 +30,7 @@ from tailfill.lake.files import in_any, range_filter, rewrite_without
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, commit_attempts, map_by_name
 from tailfill.lake.orphan_fence import renew
 from tailfill.lake.transaction import transaction
-from tailfill.offsets import OffsetRange, merge, ranges_to_json
+from tailfill.offsets import OffsetRange, merge, ranges_from_json, ranges_to_json
 from tailfill.plumbing.warehouse import fs_path
 from tailfill.values.schema import COORDINATES
 
@@ -61,6 +61,16 @@ def replaced(table: Table, run_id: str, batch_id: int) -> bool:
         if props.get(REPLAY_RUN) == run_id and props.get(REPLAY_BATCH) == str(batch_id):
             return True
     return False
+
+
+def replayed_ranges(table: Table, run_id: str) -> list[OffsetRange]:
+    """The offsets replay run ``run_id`` replaced in ``table`` (as last refreshed), merged; none for another run."""
+    found: list[OffsetRange] = []
+    for snap in table.snapshots():
+        props = snap.summary.additional_properties if snap.summary else {}
+        if props.get(REPLAY_RUN) == run_id:
+            found += ranges_from_json(props.get(REPLAYED_RANGES))
+    return merge(found)
 
 
 def replace_rows(table: Table, fs: pafs.FileSystem, change: Replacement) -> bool:

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pandas as pd
 
 from tailfill.errors import LakeError
 from tailfill.lake.audit_log import audit_log
+from tailfill.lake.batch_summary import BatchSummary
 from tailfill.lake.ledger import read_ledger
-from tailfill.offsets import OffsetRange, by_partition, merge, total
+from tailfill.lake.replace import replayed_ranges
+from tailfill.offsets import OffsetRange, by_partition, intersect_all, merge, total
 from tailfill.pipeline.handle import Pipeline
 from tailfill.plumbing.disk import naming_full_disk
 from tailfill.proof.audit import committed_batches, run_rows, stored_offsets
@@ -42,6 +45,19 @@ from tailfill.proof.result import ValidationResult
 def _spans(ranges: list[OffsetRange]) -> list[OffsetRange]:
     """Per partition, one window from the first start to the last end (so strays in between show)."""
     return [OffsetRange.of(tp, rs[0].start, max(r.end for r in rs)) for tp, rs in by_partition(ranges).items()]
+
+
+def within(batches: list[BatchSummary], ranges: list[OffsetRange]) -> list[BatchSummary]:
+    """The parts of ``batches`` inside ``ranges``, each a batch of its own ranges' parts (batches without one
+    left out): what a replay of ``ranges`` is proven by."""
+    out = []
+    for b in batches:
+        parts = intersect_all(b.ranges, ranges)
+        if parts:
+            absent = intersect_all(b.absent, parts) if b.absent is not None else None
+            out.append(replace(b, ranges=parts, lost=intersect_all(b.lost, parts), absent=absent,
+                               records_read=total(parts) - total(absent or []) - total(intersect_all(b.lost, parts))))
+    return out
 
 
 def _partition_rows(checks: list[RangeCheck]) -> list[dict]:
@@ -86,6 +102,9 @@ def validate(pipeline: Pipeline, run_id: str | None = None, all_runs: bool = Fal
         batches = [b for b in every if b.run_id == run_id]
         runs = [run_id] if run_id else []
         scope = f"run {run_id}" + ("" if batches else " (committed nothing)") if run_id else "no runs yet"
+        replayed = replayed_ranges(data, run_id) if run_id and not batches else []
+        if replayed:  # a replay commits no batch of its own: the batches that committed its offsets, cut to them
+            batches, scope = within(every, replayed), f"replay {run_id} of {', '.join(map(str, replayed))}"
     claimed = [r for b in batches for r in b.ranges]
     stored, damaged = stored_offsets(data, quarantine, None if all_runs else _spans(claimed), ledger.committed)
     range_checks = check_batches(batches, stored, cfg.completeness.absent_offsets)

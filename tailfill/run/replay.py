@@ -171,12 +171,14 @@ def _commit_batch(pipeline: Pipeline, tables: Tables, run_id: str, batch_id: int
     pipeline.state.delete(batch.key)
 
 
-def replay_committed_first(pipeline: Pipeline, on_committed: str, plan: BackfillPlan, say: Say) -> None:
+def replay_committed_first(pipeline: Pipeline, on_committed: str, plan: BackfillPlan, say: Say) -> IngestResult | None:
     """A backfill's committed part, when it asks to replay it (``on_committed`` ``replay``): the committed offsets
     of ``plan``'s bounds re-read with the pipeline as it is now and their rows replaced, before its lanes run the
-    rest (for ``backfill --on-committed replay`` and the backfill DAG's ``plan`` task); nothing otherwise."""
+    rest (for ``backfill --on-committed replay`` and the backfill DAG's ``plan`` task). Returns what the replay did
+    (None: nothing replayed), for the backfill's verdict (:func:`tailfill.run.verdict.backfill_verdict`)."""
     if on_committed == "replay":
-        replay(pipeline, ReplayRequest(plan.start, plan.end), say)
+        return replay(pipeline, ReplayRequest(plan.start, plan.end), say)
+    return None
 
 
 def replay(pipeline: Pipeline, request: ReplayRequest, say: Say) -> IngestResult | None:

@@ -16,6 +16,7 @@ from tailfill.offsets import OffsetRange, PartitionOffsets, subtract, total
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.run.contract import JobSpec
 from tailfill.run.preflight import preflight
+from tailfill.run.verdict import backfill_verdict
 
 pytestmark = pytest.mark.integration
 
@@ -93,6 +94,32 @@ def test_replay_on_committed_replaces_the_committed_part_and_plans_the_rest(make
     planned = JobSpec.parse(lane["args"])
     assert sum(total(subtract(s.ranges, [OffsetRange(topic, 0, 0, 50)])) for s in planned.slices) == 350
     assert cli.main(["validate", cfg.path, "--all"]) == 0
+
+
+def test_a_replay_only_backfill_is_replayed_and_proven_over_exactly_the_replayed_range(make_pipeline, dag_factory,
+                                                                                         capsys):
+    """The form's ``replay`` over a committed range: the verdict is REPLAYED, not nothing to do, and the replay's
+    validation covers exactly the replayed offsets; the CLI's ``--on-committed replay`` says the same verdict."""
+    cfg = make_pipeline()
+    topic = cfg.source.topic
+    produce_sample(cfg.source.bootstrap_servers, topic, 400, 4)
+    commit_sample_batch(open_pipeline(cfg), "earlier", 0, [OffsetRange(topic, 0, 0, 50)], bad_every=10)
+    committed = f'{{"{topic}": {{"0": 50}}}}'
+    params = {"from_offsets": "earliest", "to_offsets": committed, "slices": 1, "max_parallel_slices": 1,
+              "max_offsets_per_second": None, "committed_ranges": "replay"}
+    handed: list[dict] = []
+    assert dag_factory.plan_lanes(cfg, params, "manual__1", handed.append) == []  # nothing left for a lane
+
+    [replayed] = handed
+    verdict = backfill_verdict(0, 0, replayed["offsets"])
+    assert (verdict.code, verdict.headline.split(":")[0]) == ("REPLAYED", "REPLAYED 50 offsets")
+    proof = dag_factory.validate_replay(cfg, replayed["run_id"], "http://127.0.0.1/report")
+    assert proof["verdict"] == "COMPLETE" and proof["offsets"] == 50
+    assert proof["ranges"] == {topic: {"0": [[0, 50]]}}  # the replayed range, no more, no less
+    assert (proof["rows"], proof["quarantined"]) == (50, 0)  # the synthetic bad rows re-read as the broker has them
+
+    assert cli.main(["backfill", cfg.path, "--to", committed, "--on-committed", "replay"]) == 0
+    assert "backfill of itest: REPLAYED 50 offsets: their rows were re-read and replaced" in capsys.readouterr().out
 
 
 def test_preflight_only_checks_it_records_no_cutover(make_pipeline):

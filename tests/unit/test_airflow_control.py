@@ -101,6 +101,15 @@ def test_progress_before_the_first_batch_then_rate_eta_and_freshness():
     assert "freshness p50 0.8s, p95 2.0s, max 9.0s" in tail.asstr()
 
 
+def test_a_backfill_lane_shows_no_freshness_even_when_its_batches_measured_one():
+    old_history = Freshness(1141.0, 1200.0, 1300.0, 100).to_dict()  # history is old by design: not a figure to read
+    reports = [BatchReport(**{**report(0, 105.0, 0, 100).__dict__, "freshness": old_history})]
+    lane = progress(reports, planned=1_000, started_at=100.0, now=106.0, tail=False)
+    assert lane.freshness is None and "freshness" not in lane.asstr() and lane.asdict()["freshness"] is None
+    assert lane.asstr() == "[running] 200/1,000 offsets (20%) · 33 rows/s · ETA 24s · 1 batches"
+    assert "freshness p50 1141.0s" in progress(reports, planned=None, started_at=100.0, now=106.0).asstr()
+
+
 def test_progress_counts_an_earlier_try_as_done_but_not_as_speed():
     p = progress([report(0, 50.0, 0, 100), report(1, 110.0, 100, 150)], planned=400, started_at=100.0, now=110.0)
     assert p.offsets_done == 300 and p.rows_per_s == 10.0 and p.eta_s == 10

@@ -65,7 +65,7 @@ def backfill_with(tmp_path, monkeypatch):
     spec = JobSpec(str(path), "backfill", "backfill-1", (Slice(0, 1, *[_offsets()] * 2),))
 
     def run(fails: bool) -> int:
-        monkeypatch.setattr(cli, "_backfill_specs", lambda _pipeline, _args: ([spec], ""))
+        monkeypatch.setattr(cli, "_backfill_specs", lambda _pipeline, _args: ([spec], "", 0))
         monkeypatch.setattr(cli, "choose_runner", lambda *_a, **_k: StandIn(fails))
         return cli.main(["backfill", str(path)])
 

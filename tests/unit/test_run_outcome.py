@@ -79,6 +79,11 @@ def test_links_name_only_lanes_that_started():
     assert "report/d_backfill/r/0" in links and "output/d_backfill/r/1" in links
 
 
+def test_a_replay_links_its_completeness_report_like_a_lane():
+    links = run_links("d_backfill", "r", [], replay=True)
+    assert 'replay of committed offsets: <a href="../../report/d_backfill/r/replay"' in links
+
+
 def test_a_lane_counts_its_restarts_and_names_the_last_cause():
     from tailfill_airflow.causes import restart_record
     from tailfill_airflow.views import _lane_rows
@@ -259,3 +264,13 @@ def test_a_failure_note_says_what_failed_why_and_the_fix():
     assert note_text(failure) == ("Tailfill: preflight of gone (backfill) failed. BrokerUnresponsive: cannot reach "
                                   "Kafka at 127.0.0.1:9\nfix: start the broker")
     assert note_text({"what": "tail of x"}) == "Tailfill: tail of x failed. error: no cause recorded"
+
+
+def test_a_backfill_that_only_replayed_shows_its_summary_verdict_not_nothing_to_do():
+    headline = "REPLAYED 10,000 offsets: their rows were re-read and replaced; nothing else of the range was left"
+    values = {"plan": [], "summary": {"verdict": "REPLAYED", "headline": headline, "replayed": 10_000}}
+    out = run_outcome(BACKFILL, tasks(preflight="success", plan="success", summary="success"), [], values.get)
+    assert (out.cls, out.text, out.task_id, out.running) == ("good", headline, "summary", False)
+    waiting = run_outcome(BACKFILL, tasks(preflight="success", plan="success", summary="queued"), [],
+                          {"plan": []}.get)
+    assert waiting.running and "Nothing to do" not in waiting.text
