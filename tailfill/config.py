@@ -620,6 +620,10 @@ class PipelineConfig(_Model):
                                           "rows.")
     maintenance: MaintenanceConfig | None = Field(
         default=None, description="Table upkeep (`tailfill maintain`, and the <name>_maintenance DAG when set).")
+    example: bool = Field(
+        default=False, description="An example that needs what the demo does not start (a Schema Registry, a change "
+                                   "stream): Airflow makes its DAGs only with TAILFILL_AIRFLOW_EXAMPLES=1; the "
+                                   "command line runs it either way.")
     path: str | None = Field(default=None, exclude=True, description="The file it was loaded from (set by the "
                                                                      "loader, not written in the YAML).")
     route: str | None = Field(default=None, exclude=True, description="Of one table of a routed pipeline: "

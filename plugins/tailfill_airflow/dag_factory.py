@@ -28,6 +28,7 @@ from tailfill.errors import ConfigError
 from tailfill.pipeline.load import load_pipeline, pipeline_files, resolve_pipeline
 from tailfill.run.backfill_inputs import FROM_KEYWORD, TO_KEYWORD, bound_pattern, check_backfill_conf
 from tailfill.run.verdict import backfill_verdict
+from tailfill.settings import settings
 from tailfill.state.store import read_lane, run_reports
 from tailfill.values.drift import describe, unknown_in
 from tailfill_airflow.callbacks import deadline_missed, objective_missed, on_failure, on_retry
@@ -712,13 +713,18 @@ def maintenance_dag(cfg: PipelineConfig) -> DAG:
 
 def build_dags(folder: Path | None = None) -> dict[str, DAG]:
     """The DAGs of every ``*.yaml`` in the pipelines folder (of a pipeline with a table per topic, DAGs that find
-    its tables when they run); a broken file is logged, not fatal."""
+    its tables when they run); a broken file is logged, not fatal. An example pipeline (``example: true``) gets
+    DAGs only with ``TAILFILL_AIRFLOW_EXAMPLES=1``."""
     dags: dict[str, DAG] = {}
     for path in pipeline_files(folder):
         try:
             cfg = load_pipeline(path)
         except ConfigError as exc:
             log.error("skipping pipeline %s: %s", path, exc)
+            continue
+        if cfg.example and not settings().airflow_examples:
+            log.info("no DAGs for the example pipeline %s (example: true; TAILFILL_AIRFLOW_EXAMPLES=1 makes them)",
+                     cfg.name)
             continue
         backfill, incremental = (routed_backfill_dag, routed_incremental_dag) if cfg.target.routed \
             else (backfill_dag, incremental_dag)
