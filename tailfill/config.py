@@ -463,6 +463,10 @@ class BackfillConfig(_Model):
                                                    "backfill's default; the CLI's --slices and the form override "
                                                    "it).")
     max_offsets_per_batch: int = Field(ge=1, description="The first batch's size and every batch's limit.")
+    min_batches_per_lane: int = Field(
+        default=3, ge=1, description="A lane runs at least this many batches: each is at most this fraction of the "
+                                     "lane's range (never under 1,000 offsets), so a lane of a small range still "
+                                     "shows its progress in steps (1: max_offsets_per_batch alone).")
     batch_seconds: float | None = Field(
         default=None, gt=0, description="Size each later batch to take about this long by the measured cost of a "
                                         "batch (null: every batch is max_offsets_per_batch).")
@@ -616,6 +620,10 @@ class PipelineConfig(_Model):
                                           "rows.")
     maintenance: MaintenanceConfig | None = Field(
         default=None, description="Table upkeep (`tailfill maintain`, and the <name>_maintenance DAG when set).")
+    example: bool = Field(
+        default=False, description="An example that needs what the demo does not start (a Schema Registry, a change "
+                                   "stream): Airflow makes its DAGs only with TAILFILL_AIRFLOW_EXAMPLES=1; the "
+                                   "command line runs it either way.")
     path: str | None = Field(default=None, exclude=True, description="The file it was loaded from (set by the "
                                                                      "loader, not written in the YAML).")
     route: str | None = Field(default=None, exclude=True, description="Of one table of a routed pipeline: "

@@ -46,6 +46,7 @@ class Settings:
     airflow_port: int  # TAILFILL_AIRFLOW_PORT: the local Airflow's port; 8080
     airflow_db: str | None  # TAILFILL_AIRFLOW_DB: the local Airflow's metadata database URL
     airflow_preload: bool  # TAILFILL_AIRFLOW_PRELOAD: the local scheduler imports the task modules before it forks; 1
+    airflow_examples: bool  # TAILFILL_AIRFLOW_EXAMPLES=1: Airflow makes DAGs of example pipelines (example: true); 0
     on_failure: str | None  # TAILFILL_ON_FAILURE: module:function called with every recorded failure
     class_archive_dir: Path | None  # TAILFILL_CLASS_ARCHIVE_DIR: Spark's JVM class archive (off: none); ~/.cache
     bounded_as_query: bool  # TAILFILL_BOUNDED_RUNS=query: a backfill or --once tail runs a streaming query (comparison)
@@ -86,6 +87,7 @@ class Settings:
             airflow_port=_number(env, "TAILFILL_AIRFLOW_PORT") or 8080,
             airflow_db=env.get("TAILFILL_AIRFLOW_DB") or None,
             airflow_preload=(_choice(env, "TAILFILL_AIRFLOW_PRELOAD", ("0", "1")) or "1") == "1",
+            airflow_examples=(_choice(env, "TAILFILL_AIRFLOW_EXAMPLES", ("0", "1")) or "0") == "1",
             on_failure=env.get("TAILFILL_ON_FAILURE") or None,
             class_archive_dir=None if env.get("TAILFILL_CLASS_ARCHIVE_DIR") == "off" else _cache_dir(
                 env, "TAILFILL_CLASS_ARCHIVE_DIR", "jvm"),

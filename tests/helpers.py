@@ -212,10 +212,11 @@ def write_demo_pipeline(path: Path, name: str, bootstrap_servers: str, **changes
 
 def one_batch_backfill(make_pipeline, records: int) -> tuple[PipelineConfig, JobSpec]:
     """A pipeline of one partition holding ``records`` records, and the spec of its backfill in one slice (one batch,
-    one task: the first batch's size is the pipeline's ``backfill.max_offsets_per_batch``)."""
+    one task: the first batch's size is the pipeline's ``backfill.max_offsets_per_batch``, the lane not split into
+    several)."""
     from tailfill.dev.sample import produce_sample
 
-    cfg = make_pipeline(source__partitions=1, backfill__slices=1)
+    cfg = make_pipeline(source__partitions=1, backfill__slices=1, backfill__min_batches_per_lane=1)
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, records, 1)
     with open_pipeline(cfg) as pipeline:
         spec = backfill_spec(pipeline, None, None, 1)

@@ -28,13 +28,15 @@ from tailfill.errors import ConfigError
 from tailfill.pipeline.load import load_pipeline, pipeline_files, resolve_pipeline
 from tailfill.run.backfill_inputs import FROM_KEYWORD, TO_KEYWORD, bound_pattern, check_backfill_conf
 from tailfill.run.verdict import backfill_verdict
+from tailfill.settings import settings
 from tailfill.state.store import read_lane, run_reports
 from tailfill.values.drift import describe, unknown_in
 from tailfill_airflow.callbacks import deadline_missed, objective_missed, on_failure, on_retry
 from tailfill_airflow.causes import causes_first, push_failure
+from tailfill_airflow.handover import HANDED_OVER_LINE, hand_over, manual_run_waiting
 from tailfill_airflow.hooks import TailfillHook
 from tailfill_airflow.lag_history import measure_lag
-from tailfill_airflow.lineage import emit_lineage
+from tailfill_airflow.lineage import emit_lineage, topic_assets
 from tailfill_airflow.naming import (
     BACKFILL,
     INCREMENTAL,
@@ -160,7 +162,7 @@ def _validate(cfg: PipelineConfig, run_id: str, alias: AssetAlias | None = None)
         events[table_asset(cfg)].extra = {"pipeline": cfg.name, **summary}
     else:
         events[alias].add(table_asset(cfg), extra={"pipeline": cfg.name, "table": cfg.target.table, **summary})
-    emit_lineage(cfg, result.rows, result.quarantined)
+    emit_lineage(cfg, result.rows, result.quarantined, get_current_context()["task"])
     return summary | {"verdict": "COMPLETE", "ranges": result.covered(), "partitions": result.partitions,
                       "restarts": len(lane.restarts) if lane else 0,
                       "ingest_tries": lane.try_number if lane and lane.try_number else 1,
@@ -302,7 +304,8 @@ duplicated ranges."""
 SUMMARY_DOC = """Totals of the run over all lanes: offsets, rows, quarantined, and each lane's report."""
 TUNE_DOC = """Finds how many offsets are waiting after the committed position and sizes the batch
 cap from measured throughput. With nothing waiting, the run stops here (no Spark) and the
-downstream tasks are skipped."""
+downstream tasks are skipped. A scheduled run with a run triggered by hand waiting behind it (as after
+*unpause* on trigger) leaves the work to that run and stops here too, saying so."""
 TAIL_DOC = """`spark-submit` of the tail from the committed position to the broker's current end, in
 capped micro-batches. Progress, links and failure causes as for a backfill lane."""
 REPORT_DOC = """The run's summary: offsets, rows, batch cap and why, the completeness report, the lag, and the
@@ -434,7 +437,7 @@ def _lane_jobs(cfg: PipelineConfig, lanes: Any) -> Any:
     """The backfill's mapped ``ingest_slice`` tasks: one job per lane of the ``plan`` task's XCom."""
     return TailfillSubmitOperator.partial(
         task_id="ingest_slice", pipeline=str(cfg.path), name=f"tailfill-{cfg.name}-backfill", doc_md=INGEST_DOC,
-        pool=SPARK_POOL, max_active_tis_per_dag=backfill_lane_slots(),
+        inlets=topic_assets(cfg), pool=SPARK_POOL, max_active_tis_per_dag=backfill_lane_slots(),
         map_index_template="{{ lane_label_of(task.application_args) }}", **RETRIES,
     ).expand(application_args=lanes.map(lambda lane: lane["args"]))
 
@@ -534,6 +537,11 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
 
         @task.short_circuit(doc_md=TUNE_DOC, multiple_outputs=True)  # downstream reads tuned["args"]
         def tune() -> dict | None:
+            context = get_current_context()
+            if manual_run_waiting(context["dag_run"]):  # unpaused on trigger: the run asked for does the work
+                log.info("handed over: %s", HANDED_OVER_LINE)
+                hand_over(context["ti"])
+                return None
             with causes_first(f"planning the tail of {cfg.name}"):
                 return tune_tail(cfg, _airflow_run_id())
 
@@ -571,6 +579,7 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
 
         tuned = tune()
         tail = TailfillSubmitOperator(task_id="tail", pipeline=str(cfg.path), name=f"tailfill-{cfg.name}-tail",
+                                      inlets=topic_assets(cfg),
                                       application_args=tuned["args"], planned_offsets=tuned["pending"],
                                       doc_md=TAIL_DOC, pool=SPARK_POOL, **RETRIES)
         checked = validate(tuned)
@@ -663,7 +672,7 @@ def routed_incremental_dag(cfg: PipelineConfig) -> DAG:
         tuned = tune()
         tail = TailfillSubmitOperator.partial(
             task_id="tail", pipeline=str(cfg.path), name=f"tailfill-{cfg.name}-tail", doc_md=TAIL_DOC, pool=SPARK_POOL,
-            map_index_template="{{ lane_label_of(task.application_args) }}", **RETRIES,
+            inlets=topic_assets(cfg), map_index_template="{{ lane_label_of(task.application_args) }}", **RETRIES,
         ).expand_kwargs(tuned.map(lambda t: {"application_args": t["args"], "planned_offsets": t["pending"]}))
         reported = report()
         _preflight_task(cfg, "tail") >> tuned >> tail >> validate.expand(tuned=tuned) >> reported
@@ -712,13 +721,18 @@ def maintenance_dag(cfg: PipelineConfig) -> DAG:
 
 def build_dags(folder: Path | None = None) -> dict[str, DAG]:
     """The DAGs of every ``*.yaml`` in the pipelines folder (of a pipeline with a table per topic, DAGs that find
-    its tables when they run); a broken file is logged, not fatal."""
+    its tables when they run); a broken file is logged, not fatal. An example pipeline (``example: true``) gets
+    DAGs only with ``TAILFILL_AIRFLOW_EXAMPLES=1``."""
     dags: dict[str, DAG] = {}
     for path in pipeline_files(folder):
         try:
             cfg = load_pipeline(path)
         except ConfigError as exc:
             log.error("skipping pipeline %s: %s", path, exc)
+            continue
+        if cfg.example and not settings().airflow_examples:
+            log.info("no DAGs for the example pipeline %s (example: true; TAILFILL_AIRFLOW_EXAMPLES=1 makes them)",
+                     cfg.name)
             continue
         backfill, incremental = (routed_backfill_dag, routed_incremental_dag) if cfg.target.routed \
             else (backfill_dag, incremental_dag)

@@ -254,7 +254,7 @@ class TailfillSubmitOperator(BaseOperator):
         result = self._output.result
         if result is not None:
             ti.xcom_push(key=RESULT_KEY, value=[asdict(r) for r in result.results])
-            emit_lineage(cfg, sum(r.rows for r in result.results), sum(r.quarantined for r in result.results))
+            emit_lineage(cfg, sum(r.rows for r in result.results), sum(r.quarantined for r in result.results), self)
 
     # --- stopped from outside -------------------------------------------------------------------
 

@@ -53,10 +53,12 @@ def latest_failure(failures: list[FailureRecord], task_id: str, map_index: int =
 
 
 def run_outcome(kind: str, tasks: list[TaskState], failures: list[FailureRecord],
-                value_of: Callable[[str], Any], failure_of: Callable[[str], Any] = lambda task_id: None) -> Outcome:
+                value_of: Callable[[str], Any], failure_of: Callable[[str], Any] = lambda task_id: None,
+                handed_over: str | None = None) -> Outcome:
     """The outcome of a run that has no lane to show (``failures``: its recorded failures, oldest first;
     ``value_of(task_id)``: what that task returned; ``failure_of(task_id)``: its ``failure`` XCom, whose fix is
-    shown when the cause does not name one)."""
+    shown when the cause does not name one; ``handed_over``: the headline of a scheduled run that left the work to
+    a run waiting behind it)."""
     by_id = {t.task_id: t for t in tasks if t.map_index == -1}
     for task_id in LEAD_TASKS[kind]:
         task = by_id.get(task_id)
@@ -79,6 +81,8 @@ def run_outcome(kind: str, tasks: list[TaskState], failures: list[FailureRecord]
     value = value_of(last)
     if kind == BACKFILL and not value:
         return backfill_without_lanes(by_id.get("summary"), value_of("summary"))
+    if kind == INCREMENTAL and not value and handed_over:
+        return Outcome("good", handed_over, task_id=last)
     if kind == INCREMENTAL and not value:
         return Outcome("good", "Nothing new since the committed position: no Spark job was started, validation "
                                "skipped", task_id=last)

@@ -53,6 +53,7 @@ from tailfill.state.tail_verdict import tail_verdict
 from tailfill.values.drift import describe, unknown_in
 from tailfill.values.freshness import Freshness
 from tailfill_airflow.causes import FAILURE_KEY
+from tailfill_airflow.handover import HANDED_OVER_KEY, handover_headline
 from tailfill_airflow.lag_history import LagPoint, read_lag_points
 from tailfill_airflow.naming import (
     BACKFILL,
@@ -284,9 +285,11 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     tries = _failure_rows(failures)
     lag = lag_section(read_lag_points(dag_id)) if kind == INCREMENTAL else ""
     if not lanes:
+        handed = read_xcom(dag_id, run_id, "tune", key=HANDED_OVER_KEY) if kind == INCREMENTAL else None
         outcome = run_outcome(kind, read_run_tasks(dag_id, run_id), failures,
                               lambda task_id: read_xcom(dag_id, run_id, task_id),
-                              lambda task_id: read_xcom(dag_id, run_id, task_id, key=FAILURE_KEY))
+                              lambda task_id: read_xcom(dag_id, run_id, task_id, key=FAILURE_KEY),
+                              handed_over=handover_headline(handed, dag_id))
         return _page(f"{dag_id} · {run_id}", _outcome_html(outcome, dag_id, run_id) + tries + lag + links,
                      refresh=outcome.running)
     from tailfill.proof.reports import read_result

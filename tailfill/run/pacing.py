@@ -13,11 +13,12 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from tailfill.offsets import ranges_between, total
 from tailfill.pipeline.handle import Pipeline
 from tailfill.run.governor import Governor
 from tailfill.run.plan import IngestRequest
 from tailfill.run.tail_health import TailPace, mark_stopped, read_tail
-from tailfill.run.tuning import longest_batch_seconds, tail_batch_offsets
+from tailfill.run.tuning import lane_batch_cap, longest_batch_seconds, tail_batch_offsets
 from tailfill.source.handoff import Budget
 from tailfill.source.kafka import OwnedConsumer, watermarks
 from tailfill.state.records import BatchReport, TailHealth
@@ -59,8 +60,12 @@ class BackfillPacer:
     def __init__(self, pipeline: Pipeline, req: IngestRequest, cores: int, stopping: threading.Event,
                  log: Callable[[str], None]):
         cfg = pipeline.cfg
+        ceiling = req.max_offsets_per_batch
+        if req.end is not None:  # a lane's batches: several, however small its range (its progress moves in steps)
+            ceiling = lane_batch_cap(total(ranges_between(req.start, req.end)), ceiling,
+                                     cfg.backfill.min_batches_per_lane)
         self.governor = Governor(
-            max_offsets_per_batch=req.max_offsets_per_batch, batch_seconds=req.batch_seconds,
+            max_offsets_per_batch=ceiling, batch_seconds=req.batch_seconds,
             max_offsets_per_second=req.max_offsets_per_second, cores=cores,
             read_tail=lambda: read_tail(pipeline.state),
             when_tail_unknown=cfg.backfill.when_tail_unknown, tail_interval_seconds=cfg.tail.trigger_interval_seconds,

@@ -175,6 +175,7 @@ checkpoint_location: ${{TAILFILL_HOME}}/checkpoints
 backfill:
   slices: 4
   max_offsets_per_batch: 2000000  # the first batch's size, and every batch's limit
+  min_batches_per_lane: 3         # ...but a lane runs at least 3 batches (>= 1,000 offsets each): progress in steps
   batch_seconds: 30               # then size batches to take about this long (measured rate)
   max_offsets_per_second: null    # a rate limit (offsets/s); null: none
   max_consecutive_failures: 2

@@ -5,9 +5,10 @@ pipeline's configured maximum and a floor. The rate comes from the batch reports
 (:mod:`tailfill.state.store`): offsets of each committed batch over the time from its first
 task starting to its commit.
 
-While a query runs, each next batch is sized between batches (:func:`next_batch_offsets`,
-:func:`tail_batch_offsets`) from the cost of its recent batches, a fixed time plus a time per offset
-(:mod:`tailfill.values.batch_cost`).
+A backfill lane's batches are also held to a share of the lane's range (:func:`lane_batch_cap`), so that however
+small the range, its progress moves in steps. While a query runs, each next batch is sized between batches
+(:func:`next_batch_offsets`, :func:`tail_batch_offsets`) from the cost of its recent batches, a fixed time plus a
+time per offset (:mod:`tailfill.values.batch_cost`).
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ def tuned_max_offsets(cfg: PipelineConfig, store: StateStore, mode: str) -> Tuni
         configured = cfg.backfill.max_offsets_per_batch
         budget = cfg.backfill.batch_seconds
         return Tuning(configured, None, budget or 0.0, configured,
-                      "the backfill's configured maximum" + (f"; each batch sized to about {budget:g}s while it runs"
-                                                             if budget else ""))
+                      f"the backfill's configured maximum, and at most 1/{cfg.backfill.min_batches_per_lane} of "
+                      f"a lane's range (at least {FLOOR:,})"
+                      + (f"; each batch sized to about {budget:g}s while it runs" if budget else ""))
     configured = cfg.tail.max_offsets_per_batch
     floor = cfg.tail.min_offsets_per_batch
     interval = cfg.tail.trigger_interval_seconds
@@ -72,6 +74,14 @@ def tuned_max_offsets(cfg: PipelineConfig, store: StateStore, mode: str) -> Tuni
     return Tuning(value, round(rate, 1), interval, configured,
                   f"{rate:,.0f} offsets/s × {interval:g}s × {SAFETY_FACTOR} = {derived:,}, "
                   f"bounded to [{floor:,}, {configured:,}]")
+
+
+def lane_batch_cap(lane_offsets: int, ceiling: int, steps: int, floor: int = FLOOR) -> int:
+    """A backfill lane's batch limit: ``ceiling`` (the configured maximum), and at most 1/``steps`` of the lane's
+    ``lane_offsets`` but never under ``floor``, so that a lane runs at least ``steps`` batches (its progress moves
+    in steps) unless they would be tiny. A lane of more than ``steps × ceiling`` offsets keeps ``ceiling``."""
+    share = math.ceil(lane_offsets / steps)
+    return max(min(floor, ceiling), min(share, ceiling))
 
 
 def next_batch_offsets(offsets: int, seconds: float, budget_seconds: float, ceiling: int,

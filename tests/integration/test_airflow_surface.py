@@ -39,7 +39,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "pipelines" / "demo.yaml"
-GONE, MISSING, QUIET, STRICT = "gone", "missing", "quiet", "strict"
+GONE, MISSING, QUIET, STRICT, HANDOFF = "gone", "missing", "quiet", "strict", "handoff"
 RUNS: dict[str, str] = {}  # run ids the later tests look at
 
 
@@ -51,27 +51,30 @@ def surface_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def pipelines(broker, surface_dir, refused_port) -> dict[str, dict]:
     """The pipelines' YAML (the demo's, unscheduled, a 1 s freshness objective), in one folder; ``strict`` keeps the
-    default for a missed objective (fail), the others warn."""
+    default for a missed objective (fail), the others warn; ``handoff`` keeps the demo's schedule (its DAG stays
+    paused until its test unpauses it)."""
     folder = surface_dir / "pipelines"
     folder.mkdir()
     dead = f"127.0.0.1:{refused_port}"  # nothing listens there
     quiet_topic, strict_topic = f"t-quiet-{uuid.uuid4().hex[:8]}", f"t-strict-{uuid.uuid4().hex[:8]}"
-    for topic in (quiet_topic, strict_topic):
+    handoff_topic = f"t-handoff-{uuid.uuid4().hex[:8]}"
+    for topic in (quiet_topic, strict_topic, handoff_topic):
         ensure_topic(broker.bootstrap_servers, topic, 4)
     out = {}
     for name, servers, topic in ((GONE, dead, "t-gone"), (MISSING, broker.bootstrap_servers,
                                                           f"t-missing-{uuid.uuid4().hex[:8]}"),
                                  (QUIET, broker.bootstrap_servers, quiet_topic),
-                                 (STRICT, broker.bootstrap_servers, strict_topic)):
+                                 (STRICT, broker.bootstrap_servers, strict_topic),
+                                 (HANDOFF, broker.bootstrap_servers, handoff_topic)):
         data = yaml.safe_load(DEMO.read_text())
         data["name"] = name
         data["source"]["bootstrap_servers"] = servers
         data["source"]["topic"] = topic
-        data["tail"]["schedule"] = None
+        data["tail"]["schedule"] = "*/10 * * * *" if name == HANDOFF else None
         data["tail"]["freshness_seconds"] = 1  # a tail run that starts Spark misses it: the warning is seen
-        if name == STRICT:
-            data["target"]["table"] = "strict_events"  # its tail writes rows: a table of its own
-        else:
+        if name in (STRICT, HANDOFF):
+            data["target"]["table"] = f"{name}_events"  # its tail writes rows: a table of its own
+        if name != STRICT:
             data["tail"]["on_missed_objective"] = "warn"  # the run succeeds with the warning (the default fails it)
         data["maintenance"]["schedule"] = None
         (folder / f"{name}.yaml").write_text(yaml.safe_dump(data))
@@ -258,6 +261,60 @@ def test_a_restart_and_a_missed_objective_of_the_tail_show_on_its_tabs(airflow, 
     wait_for_tab(browser, shot, "missed-objective", "MISSED by", "Failed tries and warnings")
 
 
+def test_unpause_on_trigger_leaves_the_work_to_the_run_asked_for(airflow, pipelines, surface_dir):
+    """A paused incremental DAG triggered by hand, then unpaused (the form's *unpause* does both at once): unpausing
+    makes a scheduled run, which Airflow starts first. It hands the waiting offsets over, and its tab names the run
+    triggered by hand, which ingests and validates every one of them."""
+    from tailfill.dev.sample import produce_sample
+    from tailfill.pipeline.handle import open_pipeline
+    from tailfill.pipeline.load import load_pipeline
+    from tailfill.run.planner import TailRequest, plan_tail
+
+    dag = f"{HANDOFF}_incremental"
+    wait_until(lambda: _parsed(airflow, dag), f"{dag} parsed")
+    assert airflow.dag(dag)["is_paused"], "a scheduled DAG comes up paused"
+    with pytest.MonkeyPatch.context() as mp:  # the cutover, before the records: they are the tail's
+        mp.setenv("TAILFILL_HOME", str(surface_dir / "home"))
+        with open_pipeline(load_pipeline(surface_dir / "pipelines" / f"{HANDOFF}.yaml")) as pipeline:
+            plan_tail(pipeline, TailRequest(once=True), "handoff-cutover")
+    produce_sample(pipelines[HANDOFF]["source"]["bootstrap_servers"], pipelines[HANDOFF]["source"]["topic"], 200, 4)
+
+    manual = airflow.trigger_dag(dag)
+    airflow.request("PATCH", f"/api/v2/dags/{dag}", {"is_paused": False})
+    try:
+        wait_until(lambda: any(r["run_type"] == "scheduled" for r in airflow.dag_runs(dag)),
+                   "the scheduled run unpausing makes", timeout=60)
+        [scheduled] = [r["dag_run_id"] for r in airflow.dag_runs(dag) if r["run_type"] == "scheduled"]
+        ends = {run: airflow.wait_for_end(dag, run, timeout=600) for run in (scheduled, manual)}
+    finally:
+        airflow.request("PATCH", f"/api/v2/dags/{dag}", {"is_paused": True})
+    assert {run: end["state"] for run, end in ends.items()} == {scheduled: "success", manual: "success"}, \
+        [airflow.describe_run(dag, run) for run in ends]
+    assert ends[scheduled]["start_date"] < ends[manual]["start_date"], ends  # the order that starved the manual run
+
+    states = {t["task_id"]: t["state"] for t in airflow.task_instances(dag, scheduled)}
+    assert (states["tune"], states["tail"], states["validate"]) == ("success", "skipped", "skipped"), states
+    handed = airflow.xcom(dag, scheduled, "tune", key="handed_over")
+    assert "a run triggered by hand waits behind this scheduled run" in handed["line"], handed
+    text = text_of(run_tab(airflow, dag, scheduled))
+    assert f"Handed over to run {manual}: that run, triggered by hand, ingests the waiting offsets" in text, text
+    assert "Nothing new" not in text, text
+
+    report = airflow.xcom(dag, manual, "report")  # the run asked for did the work
+    assert (report["verdict"], report["offsets"]) == ("COMPLETE", 200), report
+    assert "Nothing new" not in text_of(run_tab(airflow, dag, manual))
+
+
+def _parsed(airflow: AirflowServer, dag_id: str) -> bool:
+    try:
+        airflow.dag(dag_id)
+    except AirflowError as exc:
+        if "-> 404" in str(exc):
+            return False
+        raise
+    return True
+
+
 def rest_example() -> str:
     """The REST example of docs/airflow.md, as its readers copy it."""
     text = (REPO / "docs" / "airflow.md").read_text()
@@ -286,25 +343,27 @@ def test_the_documented_rest_example_reads_the_verdict_or_the_failure(airflow, p
 
 
 def test_openlineage_events_name_the_topic_and_the_table_with_schema_and_rows(airflow, pipelines, surface_dir):
-    """The tail run's ingest and validate tasks each attribute the Kafka topic (input) and the Iceberg table
-    (output, with its schema and the 300 rows) to their run, through the OpenLineage provider's file transport."""
+    """The tail run's ingest and validate tasks each attribute the Kafka topic (input, named by the broker's address)
+    and the Iceberg table (output, with its schema and the 300 rows) to their run, on a RUNNING event and on the
+    task's COMPLETE event, through the OpenLineage provider's file transport."""
     assert "tail" in RUNS, "needs the tail run of test_a_restart_and_a_missed_objective_of_the_tail_show_on_its_tabs"
     path = surface_dir / "lineage.jsonl"
     deadline = time.monotonic() + 60  # the provider emits from a worker of its own
     while True:
         events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-        mine = {}
+        mine: dict[tuple[str, str], list[dict]] = {}
         for e in events:
             job = e.get("job", {}).get("name", "")
             if job.startswith(f"{QUIET}_incremental.") and e.get("outputs"):
-                mine.setdefault(job.removeprefix(f"{QUIET}_incremental."), []).append(e)
-        if {"tail", "validate"} <= set(mine) or time.monotonic() > deadline:
+                mine.setdefault((job.removeprefix(f"{QUIET}_incremental."), e["eventType"]), []).append(e)
+        wanted = {(task, kind) for task in ("tail", "validate") for kind in ("RUNNING", "COMPLETE")}
+        if wanted <= set(mine) or time.monotonic() > deadline:
             break
         time.sleep(2)
-    assert {"tail", "validate"} <= set(mine), sorted({e.get("job", {}).get("name") for e in events})
+    assert wanted <= set(mine), sorted({(e.get("job", {}).get("name"), e.get("eventType")) for e in events})
     source = pipelines[QUIET]["source"]
-    for task in ("tail", "validate"):
-        event = mine[task][-1]  # the latest run of the task: this one
+    for task, kind in sorted(wanted):
+        event = mine[task, kind][-1]  # the latest run of the task: this one
         [source_ds] = event["inputs"]
         assert (source_ds["namespace"], source_ds["name"]) == (f"kafka://{source['bootstrap_servers']}",
                                                               source["topic"]), event
@@ -313,6 +372,12 @@ def test_openlineage_events_name_the_topic_and_the_table_with_schema_and_rows(ai
         fields = {f["name"]: f["type"] for f in table["facets"]["schema"]["fields"]}
         assert {"event_id", "user_id", "kafka_offset"} <= set(fields) and fields["event_id"] == "string", fields
         assert table["outputFacets"]["outputStatistics"]["rowCount"] == 300, table
+    # The topic is an asset too, named by the broker's address, read by the DAGs' ingest tasks.
+    uri = f"kafka://{source['bootstrap_servers']}/{source['topic']}"
+    [asset] = [a for a in airflow.request("GET", "/api/v2/assets", params={"uri_pattern": source["topic"]})["assets"]
+               if a["uri"] == uri]
+    assert {(t["dag_id"], t["task_id"]) for t in asset["consuming_tasks"]} >= {
+        (f"{QUIET}_incremental", "tail"), (f"{QUIET}_backfill", "ingest_slice")}, asset
 
 
 def test_a_missed_objective_fails_the_run_at_its_objective_task_after_the_report(airflow, pipelines, surface_dir):

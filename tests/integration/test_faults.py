@@ -643,7 +643,7 @@ def test_a_batch_committed_in_part_by_another_writer_commits_only_the_rest(spark
     what it skipped."""
     per = 1_000
     cfg = make_pipeline(backfill__slices=1, backfill__max_offsets_per_batch=PARTITIONS * per,
-                        backfill__batch_seconds=None)
+                        backfill__batch_seconds=None, backfill__min_batches_per_lane=1)
     topic = cfg.source.topic
     produce_sample(cfg.source.bootstrap_servers, topic, PARTITIONS * per, PARTITIONS, bad_every=BAD_EVERY)
     held = backfill_spec(open_pipeline(cfg))  # one slice, one batch: [0, 1000) of every partition

@@ -53,6 +53,13 @@ def test_nothing_to_backfill_and_nothing_new_to_tail_say_so():
     assert out.cls == "good" and out.text.startswith("Nothing new since the committed position")
 
 
+def test_a_scheduled_run_that_handed_over_names_the_run_doing_the_work_not_nothing_new():
+    line = "Handed over to run manual__1: that run, triggered by hand, ingests the waiting offsets"
+    out = run_outcome(INCREMENTAL, tasks(preflight="success", tune="success"), [], lambda task_id: None,
+                      handed_over=line)
+    assert (out.cls, out.text, out.task_id) == ("good", line, "tune")
+
+
 def test_a_run_still_planning_refreshes():
     out = run_outcome(BACKFILL, tasks(preflight="success", plan="running"), [], no_value)
     assert out.running and out.cls == "muted" and out.text == "plan is running: no lane has started yet"

@@ -4,7 +4,7 @@ import pytest
 
 from tailfill.offsets import OffsetRange
 from tailfill.pipeline.load import load_pipeline
-from tailfill.run.tuning import tuned_max_offsets
+from tailfill.run.tuning import lane_batch_cap, tuned_max_offsets
 from tailfill.state.records import BatchReport
 from tailfill.state.store import StateStore, report_file
 
@@ -61,3 +61,22 @@ def test_a_backfill_keeps_its_own_cap_whatever_the_tail_measured(cfg):
     tuning = tuned_max_offsets(cfg, StateStore.of(cfg), "backfill")
     assert tuning.max_offsets_per_batch == cfg.backfill.max_offsets_per_batch
     assert "backfill" in tuning.reason
+
+
+@pytest.mark.parametrize(("lane", "ceiling", "steps", "cap", "batches"), [
+    (30_000, 2_000_000, 3, 10_000, 3),  # a demo lane (120,000 offsets over 4 lanes): three steps, not one
+    (1_000_000, 2_000_000, 3, 333_334, 3),  # a million: three batches where the first batch used to take it all
+    (10_000_000, 2_000_000, 3, 2_000_000, 5),  # a big lane keeps the configured maximum: nothing slower
+    (1_500, 2_000_000, 3, 1_000, 2),  # never under the floor: no tiny batches
+    (100, 12, 3, 12, 9),  # a maximum below the floor stays the limit
+    (30_000, 2_000_000, 1, 30_000, 1),  # min_batches_per_lane 1: one batch, as under the configured maximum alone
+])
+def test_a_lane_s_batches_are_a_share_of_its_range_within_the_floor_and_the_maximum(lane, ceiling, steps, cap,
+                                                                                     batches):
+    assert lane_batch_cap(lane, ceiling, steps) == cap
+    assert -(-lane // cap) == batches  # the batches a lane of that many offsets runs at that cap
+
+
+def test_the_backfill_s_reason_names_the_share_of_a_lane(cfg):
+    assert cfg.backfill.min_batches_per_lane == 3  # the default: a lane shows at least three steps
+    assert "at most 1/3 of a lane's range" in tuned_max_offsets(cfg, StateStore.of(cfg), "backfill").reason
