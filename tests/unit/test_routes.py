@@ -21,6 +21,7 @@ from tailfill.pipeline.routes import (
     routes_of,
     unused_routes,
 )
+from tailfill.run.scaffold import table_template
 from tailfill.values.table_template import table_for, template_problems
 
 REPO = Path(__file__).resolve().parents[2]
@@ -239,3 +240,13 @@ def test_two_routes_for_one_table_are_refused_and_a_route_no_table_takes_is_said
                       topic_pattern=r"(eu|us)\.x\.[a-z]+")
     assert unused_routes(cfg, routes_of(cfg, ["eu.x.refunds"])) == [
         "routes.planes applies to no table of shop now (tables: refunds); it applies once a topic it names appears"]
+
+
+@pytest.mark.parametrize(("topics", "template"), [
+    (["nyc.flights", "nyc.planes"], "{topic.1}"),
+    (["a.shop.orders", "b.shop.orders"], "{topic}"),  # the last parts do not tell them apart
+    (["orders", "shop.refunds"], "{topic}"),  # parts of different counts
+    (["orders", "refunds"], "{topic}"),
+])
+def test_init_s_template_gives_each_topic_a_table_of_its_own(topics, template):
+    assert table_template(topics) == template
