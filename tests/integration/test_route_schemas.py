@@ -2,24 +2,30 @@
 
 On the real broker: ``tailfill init --topic-pattern`` samples each topic and writes one pipeline with a route per
 table, no ``unknown_fields: evolve``; the planes route, made keyed by hand, applies its tombstones; every table's
-columns are in the order its records hold them; every offset lands once, and ``validate --all`` passes.
+columns are in the order its records hold them; every offset lands once, and ``validate --all`` passes. The tables
+of one run commit on their own: one held at its commit holds no other.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import yaml
-from helpers import assert_each_offset_once, backfill, tail
+from helpers import assert_each_offset_once, backfill, committed, finished, in_background, tail, wait_until
 
 from tailfill.cli import main
 from tailfill.dev.sample import _SampleProducer
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.pipeline.load import load_pipeline
+from tailfill.run.contract import together_argv
+from tailfill.run.planner import backfill_spec
 from tailfill.run.routed import routes_for
+from tailfill.run.spark_job import main as job_main
 from tailfill.values.schema import CHANGE_COLUMNS, RESERVED_PREFIX
 
 pytestmark = pytest.mark.integration
@@ -118,3 +124,34 @@ def test_five_routed_topics_land_with_their_own_columns_and_the_keyed_one_applie
     capsys.readouterr()
     assert main(["validate", str(path), "--all"]) == 0
     assert "validate of nyc: 5 of 5 table(s) ok" in capsys.readouterr().out
+
+
+def test_a_table_held_at_its_commit_holds_no_other_table_of_the_run(spark, broker, home, tmp_path, monkeypatch):
+    monkeypatch.setenv("TAILFILL_PIPELINES", str(tmp_path / "pipelines"))
+    bootstrap, p = broker.bootstrap_servers, f"hold{uuid.uuid4().hex[:8]}"
+    counts = {"flights": 400, "airlines": 16, "airports": 30}
+    for name, count in counts.items():
+        produce(bootstrap, f"{p}.{name}", [(None, SHAPES[name](i)) for i in range(count)], 2)
+    assert main(["init", "hold", "--topic-pattern", rf"{p}\..*", "--bootstrap-servers", bootstrap]) == 0
+    cfg = load_pipeline(tmp_path / "pipelines" / "hold.yaml")
+    routes, _ = routes_for(cfg, "backfill")
+    specs = []
+    for route in routes:
+        with open_pipeline(route.cfg) as pipeline:
+            specs.append(backfill_spec(pipeline, slices=1))
+    flights = next(r.cfg for r in routes if r.table == "flights")
+    faults, held = Path(os.environ["TAILFILL_FAULT_DIR"]), f"before-commit@{flights.name}"
+    (faults / f"pause-{held}").touch()
+    try:
+        job = in_background(job_main, together_argv(specs), spark)  # the tables' jobs together, as spark-submit
+        wait_until((faults / held).exists, "the flights table's batch, prepared, held before its commit")
+        for route in routes:
+            if route.table != "flights":
+                wait_until(lambda r=route: committed(r.cfg) == counts[r.table], f"table {route.table}'s commits")
+        assert committed(flights) == 0  # held all along
+    finally:
+        (faults / f"pause-{held}").unlink(missing_ok=True)
+        (faults / f"{held}.release").touch()
+    assert finished(*job) == 0
+    for route in routes:
+        assert assert_each_offset_once(route.cfg, list(route.topics)) == {f"{p}.{route.table}": counts[route.table]}
