@@ -250,3 +250,14 @@ def test_two_routes_for_one_table_are_refused_and_a_route_no_table_takes_is_said
 ])
 def test_init_s_template_gives_each_topic_a_table_of_its_own(topics, template):
     assert table_template(topics) == template
+
+
+def test_a_route_reads_its_own_registry_subjects_and_a_table_without_one_its_topic_s(tmp_path):
+    base = routed(tmp_path, "orders_avro", table="{topic.1}", topic_pattern=r"shop\.[a-z]+")
+    data = yaml.safe_load(Path(base.path).read_text())
+    data["format"]["schema_registry"]["subject"] = None
+    data["routes"] = {"orders": {"subject": "orders-v2-value", "key_subject": "orders-v2-key"}}
+    Path(base.path).write_text(yaml.safe_dump(data))
+    routes = {r.table: r.cfg for r in routes_of(load_pipeline(base.path), ["shop.orders", "shop.refunds"]).routes}
+    assert (routes["orders"].subject, routes["orders"].key_subject) == ("orders-v2-value", "orders-v2-key")
+    assert routes["refunds"].subject == "shop.refunds-value"
