@@ -163,7 +163,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     if path.exists() and not args.force:
         raise ConfigError(f"{path} exists already (fix: another name, or --force to replace it)")
     text = propose(Request(args.name, args.topic, args.format, args.bootstrap_servers, args.registry_url,
-                           args.subject, args.sample))
+                           args.subject, args.sample, args.topic_pattern, args.table))
     path.parent.mkdir(parents=True, exist_ok=True)
     draft = path.with_name(f".{path.name}.draft")
     draft.write_text(text)
@@ -749,9 +749,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_broker)
 
     ini = sub.add_parser("init", help="write a first pipeline YAML for a topic, from a sample of its records "
-                                       "(json) or its registry subject")
+                                       "(json) or its registry subject; or for a topic pattern, a table per topic")
     ini.add_argument("name", help="the pipeline's name: pipelines/NAME.yaml (in $TAILFILL_PIPELINES)")
-    ini.add_argument("--topic", required=True)
+    one = ini.add_mutually_exclusive_group(required=True)
+    one.add_argument("--topic")
+    one.add_argument("--topic-pattern", help="a regular expression over whole topic names: a routed pipeline, each "
+                                             "matching topic's table with its own columns")
+    ini.add_argument("--table", help="with --topic-pattern: the table template (default: {topic.N} for the topics' "
+                                     "last dot-separated part when it tells them apart, else {topic})")
     ini.add_argument("--format", choices=("json", "avro", "protobuf", "json_schema"), default="json")
     ini.add_argument("--bootstrap-servers", default="embedded", help="default: the embedded broker")
     ini.add_argument("--registry-url", default="embedded", help="registry formats (default: the development registry)")

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from tailfill.values.partition_terms import parse_term
 from tailfill.values.schema import RESERVED_PREFIX, field_type
-from tailfill.values.table_template import is_template, template_problems
+from tailfill.values.table_template import TABLE_NAME, is_template, table_for, template_problems
 
 PIPELINE_NAME = r"^[a-z][a-z0-9_]*$"  # a pipeline's name: its DAGs' and run state's names are made from it
 RETRY_CEILING_SECONDS = 240  # restarts without a commit stop after this (a dead broker: the run fails within 5 min)
@@ -599,6 +599,59 @@ class MaintenanceConfig(_Model):
         return text
 
 
+class RouteConfig(_Model):
+    """One table of a routed pipeline (``target.table`` a template), where it differs from the pipeline: its
+    columns, registry subjects and write mode. Each setting given replaces the pipeline's own for this table; a
+    setting left out (null) is the pipeline's."""
+
+    fields: list[FieldSpec] | None = Field(default=None, description="json: this table's declared columns, in "
+                                           "their order (null: format.fields).")
+    unknown_fields: Literal["ignore", "quarantine", "evolve"] | None = Field(
+        default=None, description="json: as format.unknown_fields, for this table (null: the pipeline's).")
+    subject: str | None = Field(default=None, description="avro, protobuf, json_schema: the subject of this "
+                                                          "table's value schema (null: format.schema_registry."
+                                                          "subject, else <topic>-value).")
+    key_subject: str | None = Field(default=None, description="The subject of this table's key schema, read with "
+                                                              "format.key: registry (null: format.schema_registry."
+                                                              "key_subject, else <topic>-key).")
+    envelope: Literal["none", "debezium"] | None = Field(default=None, description="As format.envelope, for this "
+                                                                                  "table (null: the pipeline's).")
+    mode: Literal["append", "upsert"] | None = Field(
+        default=None, description="append or upsert, for this table (null: target.mode). Given, the table's key, "
+                                  "version_by and on_truncate are this route's own, never the pipeline's.")
+    key: tuple[str, ...] | None = Field(default=None, description="upsert: the columns that identify this "
+                                                                  "table's rows (null: target.key).")
+    version_by: str | None = Field(default=None, description="upsert: as target.version_by, for this table.")
+    on_truncate: Literal["apply", "stop"] | None = Field(default=None, description="upsert: as target.on_truncate, "
+                                                                                   "for this table.")
+    partition_by: tuple[str, ...] | None = Field(default=None, description="As target.partition_by, for this table "
+                                                                           "(null: the pipeline's).")
+    expectations: list[DataExpectation] | None = Field(default=None, description="This table's data expectations "
+                                                                                 "(null: the pipeline's).")
+
+    def applied(self, data: dict[str, Any]) -> dict[str, Any]:
+        """``data`` (a pipeline's settings, as ``model_dump`` gives them) with this route's settings in place."""
+        given = self.model_dump(exclude_none=True)
+        fmt, target = data["format"], data["target"]
+        for name in ("fields", "unknown_fields", "envelope"):
+            if name in given:
+                fmt[name] = given[name]
+        for name in ("subject", "key_subject"):
+            if name in given:
+                if fmt.get("schema_registry") is None:
+                    raise ValueError(f"{name}: a subject is read from format.schema_registry, and this pipeline has "
+                                     "none (fix: remove it, or add format.schema_registry)")
+                fmt["schema_registry"][name] = given[name]
+        if "mode" in given:  # a table's mode brings its own key: none of the pipeline's keyed settings
+            target.update(key=(), version_by=None, on_truncate="apply")
+        for name in ("mode", "key", "version_by", "on_truncate", "partition_by"):
+            if name in given:
+                target[name] = given[name]
+        if "expectations" in given:
+            data["expectations"] = given["expectations"]
+        return data
+
+
 class PipelineConfig(_Model):
     """One pipeline: where records come from, how they are parsed, where they land."""
 
@@ -624,6 +677,11 @@ class PipelineConfig(_Model):
         default=False, description="An example that needs what the demo does not start (a Schema Registry, a change "
                                    "stream): Airflow makes its DAGs only with TAILFILL_AIRFLOW_EXAMPLES=1; the "
                                    "command line runs it either way.")
+    routes: dict[str, RouteConfig] = Field(
+        default_factory=dict, description="A routed pipeline (target.table a template): the tables whose columns, "
+                                          "subjects or write mode differ from the pipeline's, each by its table's name "
+                                          "(as the template gives it) or by one of its topics. A table without an "
+                                          "entry takes the pipeline's format and target.")
     path: str | None = Field(default=None, exclude=True, description="The file it was loaded from (set by the "
                                                                      "loader, not written in the YAML).")
     route: str | None = Field(default=None, exclude=True, description="Of one table of a routed pipeline: "
@@ -635,7 +693,12 @@ class PipelineConfig(_Model):
             if not self.source.several:
                 raise ValueError(f"target.table {self.target.table!r} routes topics to tables: read several topics "
                                  "(source.topics or source.topic_pattern), or name one table")
+            self._routes_name_tables()
             return self
+        if self.routes:
+            raise ValueError(f"routes: {', '.join(self.routes)}: only a pipeline whose target.table is a template "
+                             "(e.g. '{topic.2}') routes topics to tables (fix: remove routes, or make target.table a "
+                             "template)")
         if self.source.several and self.target.mode == "upsert":
             raise ValueError("target.mode: upsert reads one topic: a keyed table of several topics is not supported "
                              "(fix: one keyed pipeline per topic)")
@@ -647,6 +710,18 @@ class PipelineConfig(_Model):
             raise ValueError("format.schema_registry.key_subject: a pipeline of several topics reads their keys with "
                              "one schema; name its subject")
         return self
+
+    def _routes_name_tables(self) -> None:
+        """Each route's key names a table the template can give, or a topic of the source."""
+        for key in self.routes:
+            if self.source.topics is not None:
+                tables = {table_for(self.target.table, t) for t in self.source.topics if _placed(self, t)}
+                if key not in tables and key not in self.source.topics:
+                    raise ValueError(f"routes.{key}: names neither a table nor a topic of this pipeline (tables: "
+                                     f"{', '.join(sorted(tables))}; topics: {', '.join(self.source.topics)})")
+            elif not (self.source.matches(key) or TABLE_NAME.match(key)):
+                raise ValueError(f"routes.{key}: names neither a table (letters, digits and _) nor a topic matching "
+                                 f"{self.source.topic_pattern!r}")
 
     @property
     def ref(self) -> str:
@@ -682,3 +757,12 @@ class PipelineConfig(_Model):
     @classmethod
     def from_json(cls, text: str) -> PipelineConfig:
         return cls.model_validate(json.loads(text))
+
+
+def _placed(cfg: PipelineConfig, topic: str) -> bool:
+    """Whether ``cfg``'s template gives ``topic`` a table (a topic it cannot place is named when it is routed)."""
+    try:
+        table_for(cfg.target.table, topic)
+    except ValueError:
+        return False
+    return True

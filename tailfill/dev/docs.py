@@ -191,17 +191,20 @@ class Section:
 
 
 def sections() -> list[Section]:
-    """Every mapping of a pipeline YAML, depth first in the model's field order."""
+    """Every mapping of a pipeline YAML, depth first in the model's field order; a mapping that appears in two places
+    (a route's ``fields``, as ``format.fields``) under the first."""
     out: list[Section] = []
 
     def visit(model: type[BaseModel], path: str) -> None:
+        if any(s.model is model for s in out):
+            return
         out.append(Section(path, model))
         for name, field in model.model_fields.items():
             if field.exclude:
                 continue
             for inner in _nested_models(field.annotation):
-                listed = typing.get_origin(field.annotation) is list
-                visit(inner, f"{path}.{name}".lstrip(".") + ("[]" if listed else ""))
+                origin = typing.get_origin(field.annotation)
+                visit(inner, f"{path}.{name}".lstrip(".") + {list: "[]", dict: ".TABLE"}.get(origin, ""))
 
     visit(PipelineConfig, "")
     return out

@@ -72,7 +72,7 @@ class ChangeFormat(Format):
 
     @classmethod
     def problems(cls, fmt: FormatConfig) -> list[str]:
-        return []  # the inner format's rules, and load.keyed_problems, check the block
+        return []  # the inner format's rules, and checks.keyed_problems, check the block
 
     def declared_columns(self, fmt: FormatConfig) -> pa.Schema | None:  # type: ignore[override]
         return with_change_columns(self.inner.declared_columns(fmt))

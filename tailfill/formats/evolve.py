@@ -191,8 +191,11 @@ def columns_to_add(table: pa.Schema, wants: Iterable[dict[str, dict[str, list[in
     """The columns (new, or wider than ``table``'s) that values of the wanted types need (``wants``: per column, per
     type ``format.fields`` writes, the first ``[partition, offset]`` that needed it; see
     :class:`tailfill.values.drift.Drift`). Each column is the join (:func:`widen`) of its types taken earliest offset
-    first; a type that joins none before it is left out: its records go to the quarantine."""
-    ordered = sorted((tuple(at), name, kind) for w in wants for name, types in w.items() for kind, at in types.items())
+    first; a type that joins none before it is left out: its records go to the quarantine. New columns come in the
+    order their records hold them: earliest offset first, and a record's fields in its own order (as ``wants`` lists
+    them)."""
+    ordered = sorted(((tuple(at), name, kind) for w in wants for name, types in w.items()
+                      for kind, at in types.items()), key=lambda want: want[0])  # stable: a record's own order
     joined: dict[str, pa.DataType] = {}
     for _, name, kind in ordered:
         i = table.get_field_index(name)

@@ -22,7 +22,8 @@ from pydantic import ValidationError
 
 from tailfill.config import PipelineConfig
 from tailfill.errors import ConfigError
-from tailfill.values.table_template import route_suffix, table_for
+from tailfill.pipeline.checks import format_problems
+from tailfill.values.table_template import TABLE_NAME, route_suffix, table_for
 
 ROUTES_KEY = "routes.json"  # in the routed pipeline's own state folder: every table it has routed to
 
@@ -71,18 +72,68 @@ def route_config(cfg: PipelineConfig, table: str, topics: Iterable[str]) -> Pipe
         raise ConfigError(f"pipeline {cfg.name} does not route topics to tables (target.table {cfg.target.table!r})")
     if not topics:
         raise ConfigError(f"pipeline {cfg.name}: table {table} has no topic")
+    key = route_key(cfg, table, topics)
+    where = f"{cfg.path or cfg.name}: table {table} (topics {', '.join(topics)})" + (
+        f", by routes.{key}" if key is not None else "")
     data = cfg.model_dump()
     data["name"] = route_name(cfg.name, table)
     data["target"]["table"] = table
+    data["routes"] = {}
     data["source"].update(topic=topics[0] if len(topics) == 1 else None,
                           topics=list(topics) if len(topics) > 1 else None, topic_pattern=None)
     try:
-        route = PipelineConfig.model_validate(data)
-    except ValidationError as exc:
-        why = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
-                        for e in exc.errors())
-        raise ConfigError(f"{cfg.path or cfg.name}: table {table} (topics {', '.join(topics)}): {why}") from None
+        route = PipelineConfig.model_validate(cfg.routes[key].applied(data) if key is not None else data)
+    except ValueError as exc:  # a ValidationError, or a route's setting that has nothing to apply to
+        raise ConfigError(f"{where}: {_why(exc)}") from None
+    problems = format_problems(route)
+    if problems:
+        fix = "" if key is not None or not cfg.routes else " (fix: give the table an entry under routes)"
+        raise ConfigError(f"{where}: {'; '.join(problems)}{fix}")
     return route.model_copy(update={"path": cfg.path, "route": f"{table}:{','.join(topics)}"})
+
+
+def route_key(cfg: PipelineConfig, table: str, topics: tuple[str, ...]) -> str | None:
+    """The key of ``cfg.routes``' entry for ``table`` (by its name, or one of its ``topics``): None without one;
+    :class:`ConfigError` when several apply."""
+    keys = [key for key in cfg.routes if key == table or key in topics]
+    if len(keys) > 1:
+        raise ConfigError(f"{cfg.path or cfg.name}: table {table} (topics {', '.join(topics)}): routes "
+                          f"{' and '.join(keys)} both apply to it (fix: keep one entry per table)")
+    return keys[0] if keys else None
+
+
+def _why(exc: ValueError) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
+                         for e in exc.errors())
+    return str(exc)
+
+
+def route_problems(cfg: PipelineConfig) -> list[str]:
+    """What is wrong with each of a routed pipeline's ``routes`` (``routes.<key>: field: problem`` lines), each
+    checked as the pipeline of a table of one topic would be. A table without an entry is checked as its topics are
+    routed (:func:`tailfill.pipeline.routes.route_config`)."""
+    out = []
+    for key in cfg.routes:
+        try:
+            table = key if TABLE_NAME.match(key) else table_for(cfg.target.table, key)
+        except ValueError as exc:
+            out.append(f"routes.{key}: {exc}")
+            continue
+        try:
+            route_config(cfg, table, (key,) if key != table else (f"{key}-topic",))
+        except ConfigError as exc:
+            text = str(exc).removeprefix(f"{cfg.path or cfg.name}: ")
+            out.append(f"routes.{key}: {text.split(f', by routes.{key}: ', 1)[-1]}")
+    return out
+
+
+def unused_routes(cfg: PipelineConfig, routes: RouteSet) -> list[str]:
+    """One line per entry of ``cfg.routes`` that applies to no table the pipeline routes to now."""
+    tables = {**{r.table: r.topics for r in routes.routes}, **routes.gone}
+    used = {key for key in cfg.routes for table, topics in tables.items() if key == table or key in topics}
+    return [f"routes.{key} applies to no table of {cfg.name} now (tables: {', '.join(sorted(tables)) or 'none'}); "
+            "it applies once a topic it names appears" for key in cfg.routes if key not in used]
 
 
 def parse_route(text: str) -> tuple[str, tuple[str, ...]]:

@@ -75,7 +75,8 @@ class BatchHandler:
         triggered = self._triggered_at(started)
         prepared = prepare_evolving(
             lambda columns: prepare_batch(ranges, self.shipped, self.req.run_id, tables.data.location(),
-                                          tables.quarantine.location(), columns, reads), tables.data, self.committer.fs)
+                                          tables.quarantine.location(), columns, reads, pool=self.committer.pipeline),
+            tables.data, self.committer.fs)
         if not prepared:
             state.last_end = time.time()
             return  # an empty batch commits nothing and never fails

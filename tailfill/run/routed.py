@@ -12,7 +12,16 @@ from tailfill.config import PipelineConfig
 from tailfill.lake.ledger import record_cutover
 from tailfill.lake.topic_ids import with_topic_ids
 from tailfill.pipeline.handle import open_pipeline
-from tailfill.pipeline.routes import ROUTES_KEY, Route, RouteSet, known_text, read_known, route_config, routes_of
+from tailfill.pipeline.routes import (
+    ROUTES_KEY,
+    Route,
+    RouteSet,
+    known_text,
+    read_known,
+    route_config,
+    routes_of,
+    unused_routes,
+)
 from tailfill.run.plan import source_state
 from tailfill.run.write_test import ensure_writable
 from tailfill.source.embedded import resolve_bootstrap
@@ -52,7 +61,7 @@ def routes_for(cfg: PipelineConfig, run: str | None = None) -> tuple[list[Route]
         with open_pipeline(cfg) as base:
             ensure_writable(base)
     routes = resolve_routes(cfg)
-    notes = routes.notes(resolve_bootstrap(cfg.source.bootstrap_servers))
+    notes = routes.notes(resolve_bootstrap(cfg.source.bootstrap_servers)) + unused_routes(cfg, routes)
     if run == "tail":
         start_new_tables(routes)
     if run is not None:

@@ -84,6 +84,7 @@ def spark_conf(dump: class_archive.Dump | None = None) -> dict[str, str]:
         "spark.sql.shuffle.partitions": "4",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
         "spark.python.worker.reuse": "true",
+        "spark.scheduler.mode": "FAIR",  # a routed pipeline's tables take turns for the cores (spark_prepare.in_pool)
         "spark.driver.extraJavaOptions": java,
     }
 

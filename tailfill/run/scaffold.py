@@ -3,7 +3,9 @@
 :func:`propose` reads what it needs (a JSON topic's first records, spread over its partitions; a
 registry format's latest subject version) and returns the YAML text: commented, with the topic's
 partition count, a table named after the topic, a day partition on the first timestamp column, and
-the demo's batch settings, so that it backfills and validates as it is.
+the demo's batch settings, so that it backfills and validates as it is. Given a topic pattern, it writes one
+routed pipeline: a table per topic (``target.table`` a template), each with a route of its own columns, read
+from that topic's sample or subject.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from tailfill.config import EMBEDDED, PIPELINE_NAME, SourceConfig
 from tailfill.errors import ConfigError, SourceError
 from tailfill.pipeline.subject import subject_columns
 from tailfill.source.embedded import resolve_bootstrap, resolve_registry
-from tailfill.source.kafka import OwnedConsumer, consumer_config, list_partitions, watermarks
+from tailfill.source.kafka import OwnedConsumer, consumer_config, list_partitions, subscribed_partitions, watermarks
 from tailfill.values.infer import InferredField, infer_fields
+from tailfill.values.table_template import table_for
 
 SAMPLE = 1000
 REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
@@ -30,13 +33,29 @@ _TIME_WORDS = ("created", "time", "timestamp", "_at", "date", "ts")
 
 @dataclass(frozen=True)
 class Request:
+    """What ``tailfill init`` was asked: one ``topic``, or a ``topic_pattern`` (routed by ``table``, a template;
+    None: one that tells the matching topics apart)."""
+
     name: str
-    topic: str
+    topic: str | None
     fmt: str = "json"
     bootstrap_servers: str = EMBEDDED
     registry_url: str = EMBEDDED
     subject: str | None = None
     sample: int = SAMPLE
+    topic_pattern: str | None = None
+    table: str | None = None
+
+
+@dataclass(frozen=True)
+class Columns:
+    """What init found of one table's topics: their partition count, the lines of its columns (``fields`` items for
+    json, a comment per column for a registry format, at no indent) and the column to partition by day."""
+
+    partitions: int
+    lines: list[str]
+    day: str | None
+    sampled: int | None = None  # json: the records the fields were inferred from
 
 
 def _sample_values(source: SourceConfig, count: int) -> tuple[int, list[bytes | None]]:
@@ -93,74 +112,159 @@ def _day_column(candidates: list[str]) -> str | None:
 
 
 def propose(req: Request) -> str:
-    """The YAML text of a first pipeline for ``req`` (reads the topic, and the registry for a registry format)."""
+    """The YAML text of a first pipeline for ``req`` (reads the topics, and the registry for a registry format)."""
     if not re.match(PIPELINE_NAME, req.name):
         raise ConfigError(f"pipeline name {req.name!r}: use lower-case letters, digits and underscores, starting with "
                           f"a letter (fix: e.g. {table_name(req.name)})")
-    source = SourceConfig(bootstrap_servers=resolve_bootstrap(req.bootstrap_servers), topic=req.topic)
-    if req.fmt == "json":
-        partitions, values = _sample_values(source, req.sample)
-        records = _records(values, req.topic)
-        fields, notes = infer_fields(records)
-        if not fields:
-            raise ConfigError(f"no field of {req.topic!r} could be declared from {len(records)} records: "
-                              + "; ".join(notes[:5]))
-        day = _day_column([f.name for f in fields if f.type == "timestamp"])
-        fmt = _json_block(fields, notes, len(records))
-    elif req.fmt in REGISTRY_FORMATS:
-        partitions = len(list_partitions(consumer_config(source), req.topic))
-        columns = _registry_columns(req)
-        day = _day_column([f.name for f in columns if f.type == pa.timestamp("us", tz="UTC")])
-        fmt = _registry_block(req, columns)
-    else:
+    if req.fmt != "json" and req.fmt not in REGISTRY_FORMATS:
         raise ConfigError(f"--format {req.fmt!r}: use json, {', '.join(REGISTRY_FORMATS)}")
-    return _yaml(req, partitions, fmt, day)
+    if (req.topic is None) == (req.topic_pattern is None):
+        raise ConfigError("init: give --topic or --topic-pattern (one of them)")
+    if req.topic_pattern is not None:
+        return _routed(req)
+    if req.table is not None:
+        raise ConfigError("--table is a template for --topic-pattern; with --topic the table is named after the topic")
+    columns = _columns(req, [req.topic])
+    if req.fmt == "json":
+        fmt = _json_block(columns)
+    else:
+        fmt = _registry_block(req, req.subject or f"{req.topic}-value", columns)
+    subscription = f"topic: {req.topic}\n  partitions: {columns.partitions}  # the run stops with one line if the " \
+                   "topic's partition count changes"
+    return _yaml(req, subscription, fmt, table_name(req.topic), _partition_by(columns.day, "  "))
 
 
-def _registry_columns(req: Request) -> pa.Schema:
-    return subject_columns(req.fmt, req.topic, resolve_registry(req.registry_url), req.subject)
+def _columns(req: Request, topics: list[str]) -> Columns:
+    """The columns of a table of ``topics``: inferred from their sampled records (json, ``req.sample`` spread over
+    them), or their value subject's latest schema (the first topic's, or ``req.subject``)."""
+    bootstrap = resolve_bootstrap(req.bootstrap_servers)
+    if req.fmt != "json":
+        partitions = len(list_partitions(consumer_config(SourceConfig(bootstrap_servers=bootstrap, topic=topics[0])),
+                                         topics[0]))
+        schema = subject_columns(req.fmt, topics[0], resolve_registry(req.registry_url), req.subject)
+        day = _day_column([f.name for f in schema if f.type == pa.timestamp("us", tz="UTC")])
+        return Columns(partitions, [f"#   {f.name}: {f.type}" for f in schema], day)
+    values: list[bytes | None] = []
+    for topic in topics:
+        partitions, sampled = _sample_values(SourceConfig(bootstrap_servers=bootstrap, topic=topic),
+                                             -(-req.sample // len(topics)))
+        values += sampled
+    records = _records(values, ", ".join(topics))
+    fields, notes = infer_fields(records)
+    if not fields:
+        raise ConfigError(f"no field of {', '.join(map(repr, topics))} could be declared from {len(records)} records: "
+                          + "; ".join(notes[:5]))
+    day = _day_column([f.name for f in fields if f.type == "timestamp"])
+    return Columns(partitions, _field_lines(fields, len(records)) + [f"# {note}" for note in notes], day,
+                   len(records))
 
 
-def _json_block(fields: list[InferredField], notes: list[str], sampled: int) -> str:
+def _field_lines(fields: list[InferredField], sampled: int) -> list[str]:
+    lines = []
+    for f in fields:
+        kind = json.dumps(f.type) if any(c in f.type for c in ",:<") else f.type  # YAML flow: quote nested types
+        lines.append(f"- {{name: {f.name}, type: {kind}}}  # in {f.present:,}/{sampled:,} records")
+    return lines
+
+
+def _partition_by(day: str | None, indent: str) -> str:
+    return (f"{indent}partition_by: [\"day({day})\"]  # one folder per day of {day}" if day else
+            f"{indent}partition_by: []  # no timestamp column was found: add e.g. \"day(a_timestamp)\"")
+
+
+def _routed(req: Request) -> str:
+    """A routed pipeline over the topics matching ``req.topic_pattern``: a route per table with its own columns."""
+    if req.subject is not None:
+        raise ConfigError("--subject names one subject: with --topic-pattern each table reads its topic's "
+                          "<topic>-value")
+    source = SourceConfig(bootstrap_servers=resolve_bootstrap(req.bootstrap_servers), topic_pattern=req.topic_pattern)
+    parts = subscribed_partitions(consumer_config(source), source)
+    topics = sorted({tp.topic for tp in parts})
+    template = req.table or table_template(topics)
+    tables: dict[str, list[str]] = {}
+    for topic in topics:
+        try:
+            tables.setdefault(table_for(template, topic), []).append(topic)
+        except ValueError as exc:
+            raise ConfigError(f"--table {template!r}: {exc}") from None
+    counts = {topic: sum(1 for tp in parts if tp.topic == topic) for topic in topics}
+    routes = ["routes:  # each table's own columns (and mode: upsert with key: [...] for a keyed table)"]
+    for table, mine in sorted(tables.items()):
+        columns = _columns(req, mine)
+        routes.append(f"  {table}:  # from {', '.join(mine)}" + (
+            f"; inferred from {columns.sampled:,} sampled records" if columns.sampled is not None else ""))
+        routes.append(_partition_by(columns.day, "    "))
+        if req.fmt == "json":
+            routes += ["    fields:", *(f"      {line}" for line in columns.lines)]
+        else:
+            if len(mine) > 1:
+                routes.append(f"    subject: {mine[0]}-value  # its topics share one schema")
+            routes += ["    # the columns are the subject's latest schema:", *(f"    {line}" for line in columns.lines)]
+    same = set(counts.values())
+    pattern = req.topic_pattern.replace("'", "''")
+    checked = (f"{same.pop()}  # each topic's count; the run stops with one line if one differs" if len(same) == 1
+               else "null  # the topics' counts differ: not checked")
+    subscription = f"topic_pattern: '{pattern}'  # {len(topics)} topics now: {', '.join(topics)}\n" \
+                   f"  partitions: {checked}"
+    if req.fmt == "json":
+        fmt = "\n".join(["format:", "  type: json", "  max_value_bytes: 1048576",
+                         "  # fields not declared are ignored (quarantine: send such records to the quarantine)",
+                         "  unknown_fields: ignore", "  fields: []  # each table's are under routes"])
+    else:
+        fmt = _registry_block(req, None, None)
+    table_line = f"'{template}'  # a table per topic: {', '.join(sorted(tables))}"
+    return _yaml(req, subscription, fmt, table_line, "  partition_by: []  # each table's is under routes",
+                 "\n".join(routes))
+
+
+def table_template(topics: list[str]) -> str:
+    """A ``target.table`` template that gives each of ``topics`` a table of its own: ``{topic.N}`` for the last
+    dot-separated part when every topic has N + 1 parts and those parts differ, else ``{topic}``."""
+    parts = {len(t.split(".")) for t in topics}
+    if len(parts) == 1 and (n := parts.pop()) > 1:
+        template = f"{{topic.{n - 1}}}"
+        try:
+            if len({table_for(template, t) for t in topics}) == len(topics):
+                return template
+        except ValueError:
+            pass
+    return "{topic}"
+
+
+def _json_block(columns: Columns) -> str:
     lines = ["format:", "  type: json", "  max_value_bytes: 1048576",
              "  # fields not declared below are ignored (quarantine: send such records to the quarantine)",
              "  unknown_fields: ignore",
-             f"  # inferred from {sampled:,} sampled records; `required: true` sends a record lacking the field "
-             "to the quarantine",
+             f"  # inferred from {columns.sampled:,} sampled records; `required: true` sends a record lacking the "
+             "field to the quarantine",
              "  fields:"]
-    for f in fields:
-        share = f"in {f.present:,}/{sampled:,} records"
-        kind = json.dumps(f.type) if any(c in f.type for c in ",:<") else f.type  # YAML flow: quote nested types
-        lines.append(f"    - {{name: {f.name}, type: {kind}}}  # {share}")
-    lines += [f"  # {note}" for note in notes]
-    return "\n".join(lines)
+    return "\n".join(lines + [f"    {line}" if line.startswith("-") else f"  {line}" for line in columns.lines])
 
 
-def _registry_block(req: Request, columns: pa.Schema) -> str:
+def _registry_block(req: Request, subject: str | None, columns: Columns | None) -> str:
     url = "${TAILFILL_SCHEMA_REGISTRY_URL:-embedded}" if req.registry_url == EMBEDDED else req.registry_url
     lines = ["format:", f"  type: {req.fmt}", "  max_value_bytes: 1048576", "  schema_registry:",
-             f"    url: {url}", f"    subject: {req.subject or req.topic + '-value'}",
-             "  on_incompatible_schema: quarantine  # or fail: stop with one line naming the field and both types",
-             "  # the columns are the subject's latest schema (new versions add columns as they come):"]
-    lines += [f"  #   {f.name}: {f.type}" for f in columns]
+             f"    url: {url}", f"    subject: {subject or 'null  # a table of one topic reads <topic>-value'}",
+             "  on_incompatible_schema: quarantine  # or fail: stop with one line naming the field and both types"]
+    if columns is not None:
+        lines += ["  # the columns are the subject's latest schema (new versions add columns as they come):",
+                  *(f"  {line}" for line in columns.lines)]
     return "\n".join(lines)
 
 
-def _yaml(req: Request, partitions: int, fmt: str, day: str | None) -> str:
+def _yaml(req: Request, subscription: str, fmt: str, table: str, partition_by: str, routes: str = "") -> str:
     bootstrap = ("${TAILFILL_BOOTSTRAP_SERVERS:-embedded}" if req.bootstrap_servers == EMBEDDED
                  else req.bootstrap_servers)
-    partition_by = (f"  partition_by: [\"day({day})\"]  # one folder per day of {day}" if day else
-                    "  partition_by: []  # no timestamp column was found: add e.g. \"day(a_timestamp)\"")
+    asked = f"--topic {req.topic}" if req.topic is not None else f"--topic-pattern '{req.topic_pattern}'"
     return f"""# yaml-language-server: $schema=../docs/pipeline.schema.json
-# Written by `tailfill init {req.name} --topic {req.topic} --format {req.fmt}`; every setting:
+# Written by `tailfill init {req.name} {asked} --format {req.fmt}`; every setting:
 # docs/reference/pipeline.md. Next: `tailfill backfill {req.name}`, `tailfill validate {req.name} --all`,
 # `tailfill preview {req.name}`.
 name: {req.name}
 source:
   # 'embedded' = the broker started by `tailfill broker up`
   bootstrap_servers: {bootstrap}
-  topic: {req.topic}
-  partitions: {partitions}  # the run stops with one line if the topic's partition count changes
+  {subscription}
   isolation_level: read_committed
   on_expired_offsets: fail
 {fmt}
@@ -168,7 +272,7 @@ target:
   catalog:
     uri: sqlite:///${{TAILFILL_HOME}}/catalog.db
   namespace: tailfill
-  table: {table_name(req.topic)}
+  table: {table}
   warehouse: ${{TAILFILL_HOME}}/warehouse
 {partition_by}
 checkpoint_location: ${{TAILFILL_HOME}}/checkpoints
@@ -195,4 +299,4 @@ tail:
 completeness:
   absent_offsets: verified        # each committed offset: a row, a quarantined row, or confirmed absent on the broker
 expectations: []                  # e.g. - {{column: some_id, not_null: true}} (checked on each run's new rows)
-"""
+""" + (f"{routes}\n" if routes else "")

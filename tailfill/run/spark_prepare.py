@@ -23,16 +23,20 @@ from tailfill.lake.prepare import PREPARED_SCHEMA, PreparedRange, failed, from_a
 from tailfill.offsets import OffsetRange
 from tailfill.pipeline.executor import executor_context
 from tailfill.plumbing.whole_lines import line_printer
-from tailfill.run.spark_connect import session_cores
+from tailfill.run.spark_connect import is_connect, session_cores
 from tailfill.source.read_counts import BatchReads
 
 
 def prepare_batch(ranges: DataFrame, shipped: str, run_id: str, data_location: str, quarantine_location: str,
-                  table_columns: pa.Schema | None = None, reads: BatchReads | None = None) -> list[PreparedRange]:
+                  table_columns: pa.Schema | None = None, reads: BatchReads | None = None,
+                  pool: str | None = None) -> list[PreparedRange]:
     """Prepare every range of a micro-batch on the executors; returns what each prepared, or raises the error a task
     met (:class:`~tailfill.errors.RemoteError`, carrying its class, message, ``retryable`` and fix).
     ``shipped``: the pipeline's resolved config as JSON; ``table_columns``: the data table's columns now;
-    ``reads``: where the tasks count the records they read while they run."""
+    ``reads``: where the tasks count the records they read while they run; ``pool``: the scheduler pool its tasks
+    share (:func:`in_pool`)."""
+    if pool is not None:
+        in_pool(ranges.sparkSession, pool)
 
     def prepare(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ranges = [OffsetRange(r["kafka_topic"], r["kafka_partition"], r["start_offset"], r["end_offset"])
@@ -48,6 +52,16 @@ def prepare_batch(ranges: DataFrame, shipped: str, run_id: str, data_location: s
         yield to_arrow(prepared)
 
     return from_arrow(ranges.mapInArrow(prepare, from_arrow_schema(PREPARED_SCHEMA)).toArrow())
+
+
+def in_pool(spark: SparkSession, pool: str) -> None:
+    """Run this thread's next Spark jobs in the scheduler pool ``pool`` (made when first named). Under Spark's fair
+    scheduler (``spark.scheduler.mode FAIR``, :func:`tailfill.run.runtime.spark_conf`) each pool gets its share of
+    the cores: the jobs of a routed pipeline's tables, one pool each, take turns, where a table's batch would wait
+    for every task of a larger table's batch to start. A Spark Connect client's session has no pools of its own
+    (its server's handler, which prepares a live tail's batches, does)."""
+    if not is_connect(spark):
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
 
 
 def warm_executors(spark: SparkSession, shipped: str) -> threading.Thread:

@@ -102,6 +102,15 @@ def test_columns_to_add_joins_the_tasks_wants_earliest_first_and_leaves_a_confli
         pa.schema([])
 
 
+def test_new_columns_come_in_the_order_the_records_hold_them_not_by_name():
+    table = pa.schema([*METADATA_FIELDS, pa.field("id", pa.int64())])
+    values = [js(id=1, zeta=1, alpha="a", mid=True), js(id=2, mid=False, beta=2.5)]
+    drift = Drift()
+    split_records(batch(values, start_offset=0), decoder_of(fmt("evolve")), "r", table, drift)
+    again = Drift.from_json(drift.to_json())  # as a task hands it to the driver
+    assert columns_to_add(table, [again.wants]).names == ["zeta", "alpha", "mid", "beta"]
+
+
 def test_evolved_columns_take_the_values_and_a_value_of_another_type_is_refused_naming_both_types():
     columns = pa.schema([pa.field("n", pa.int64()), pa.field("org", field_type("struct<login: string>"))])
     extras = {0: {"n": 1}, 2: {"n": "two"}, 3: {"org": {"login": "a", "id": 4}, "new": True}}
