@@ -1,0 +1,116 @@
+"""A successful run is quiet: ``tailfill backfill`` and ``tailfill tail``, run as a user runs them, print their own
+lines and no Python traceback, no exception, no Spark or JVM log line (on ``spark-submit`` and on this home's Spark
+Connect server alike); all of that stays in the run's log file. ``tailfill stop-tail`` ends a live tail that is
+behind (batches back to back) within its interval, in one line, and the next run goes on from its ledger."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers import assert_exactly_once, committed, high_watermarks, tail, wait_until
+
+from tailfill.dev.sample import produce_sample
+
+pytestmark = pytest.mark.integration
+
+TAILFILL = str(Path(sys.executable).parent / "tailfill")
+JAVA_LOG = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (ERROR|WARN) |\bERROR \w+:|^\s+at [\w.$]+\(")
+
+
+def noise(output: str) -> list[str]:
+    """The lines of a command's terminal output that are not for people: a traceback, an exception, a Java log
+    line or stack frame."""
+    return [line for line in output.splitlines()
+            if "Traceback" in line or "Exception" in line or "Logging error" in line or JAVA_LOG.search(line)
+            or line.startswith("WARNING: Using incubator modules")]
+
+
+def run_cli(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([TAILFILL, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def job_logs(home: Path, name: str, what: str) -> list[Path]:
+    return sorted((home / "logs" / name).glob(f"*/tailfill-{what}.log"))
+
+
+@pytest.fixture
+def connect_down(home):
+    """This home's local Spark Connect server, stopped after the test if one was started."""
+    yield
+    from tailfill.run.connect_server import connect_server_down
+
+    connect_server_down(home)
+
+
+@pytest.mark.parametrize("spark_mode", ["submit", "connect"])
+def test_a_successful_backfill_and_tail_print_no_traceback_and_keep_sparks_log(spark, make_pipeline, home,
+                                                                               connect_down, spark_mode):
+    cfg = make_pipeline(backfill__slices=2, tail__trigger="processing_time", tail__trigger_interval_seconds=2)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 4_000, 4, bad_every=500)
+    done = run_cli(["backfill", str(cfg.path), "--spark", spark_mode])
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert noise(output) == [], output[-3000:]
+    assert "backfill of itest: summary" in done.stdout, output[-3000:]
+
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, 4, bad_every=500)
+    ran = run_cli(["tail", str(cfg.path), "--stop-after", "15", "--spark", spark_mode])
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 0, output[-3000:]
+    assert noise(output) == [], output[-3000:]
+    assert "tail of itest: summary" in ran.stdout, output[-3000:]
+    assert committed(cfg) == 6_000
+
+    for what in ("backfill", "tail"):  # the whole output of each run is in its log, what Spark and the JVM said too
+        [log] = job_logs(home, "itest", what)
+        text = log.read_text()
+        assert f"[itest {what}" in text and "TAILFILL_RESULT " in text, text[-3000:]
+        jvm = (home / "logs" / "connect-server.log").read_text() if spark_mode == "connect" else text
+        assert "Using incubator modules: jdk.incubator.vector" in jvm, jvm[-3000:]
+
+
+STOP_WITHIN_S = 60.0  # the 2 s interval, the batch in flight (seconds), the job's and its JVM's end, a busy machine
+
+
+@pytest.mark.solo
+def test_stop_tail_ends_a_tail_that_is_behind_within_its_interval_in_one_line(spark, make_pipeline, home, tmp_path):
+    cfg = make_pipeline(tail__trigger="processing_time", tail__trigger_interval_seconds=2,
+                        tail__min_offsets_per_batch=500, tail__max_offsets_per_batch=500)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 400, 4)
+    tail(spark, cfg)  # records the cutover and reads to it: the live tail reads what comes next
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 30_000, 4)  # 60 batches: back to back
+    out = tmp_path / f"{uuid.uuid4().hex}.out"
+    with out.open("w") as sink:
+        proc = subprocess.Popen([TAILFILL, "tail", str(cfg.path), "--spark", "submit"], stdout=sink,
+                                stderr=subprocess.STDOUT, start_new_session=True, env=dict(os.environ))
+    try:
+        wait_until(lambda: committed(cfg) >= 400 + 1_000 or proc.poll() is not None, "the tail's second batch", 300)
+        assert proc.poll() is None, out.read_text()[-3000:]
+        asked = time.monotonic()
+        stop = run_cli(["stop-tail", str(cfg.path)], timeout=120)
+        assert stop.returncode == 0 and stop.stdout.strip() == \
+            "asked the tail of itest to stop after its current batch", stop.stdout + stop.stderr
+        code = proc.wait(timeout=180)
+        took = time.monotonic() - asked
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    output = out.read_text()
+    assert code == 0, output[-3000:]
+    assert noise(output) == [], output[-3000:]
+    stops = [line for line in output.splitlines() if "stopp" in line]
+    assert stops == ["[itest tail] stopped between batches as asked (tailfill stop-tail)"], output[-3000:]
+    assert took < STOP_WITHIN_S, f"the tail took {took:.0f}s to stop:\n{output[-3000:]}"
+    held = committed(cfg)
+    assert 400 < held < 30_400, output[-3000:]  # stopped on the way
+    tail(spark, cfg)  # the next run goes on from the ledger
+    assert committed(cfg) == 30_400
+    assert_exactly_once(cfg, high_watermarks(cfg))
