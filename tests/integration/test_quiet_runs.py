@@ -32,6 +32,8 @@ from tailfill.pipeline.load import load_pipeline
 pytestmark = pytest.mark.integration
 
 TAILFILL = str(Path(sys.executable).parent / "tailfill")
+
+
 def run_cli(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([TAILFILL, *args], capture_output=True, text=True, timeout=timeout)
 
