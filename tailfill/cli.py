@@ -522,11 +522,18 @@ def cmd_tail(args: argparse.Namespace) -> int:
     stopped = _stopped(args, "tail", name, outcomes)
     if stopped is not None:
         return stopped
+    cfg = resolve_pipeline(args.pipeline)
+    why = request.ends_because(cfg.tail.trigger, cfg.path)
     if len(refs) == 1:
-        return _summarise(planned[0][0], "tail", outcomes, output=output)
+        code = _summarise(planned[0][0], "tail", outcomes, output=output)
+        if code == 0 and why:
+            _say(f"tail of {name} ended: {why}")
+        return code
     for (pipeline, _), outcome in zip(planned, outcomes, strict=True):
         if _summarise(pipeline, "tail", [outcome], output=output) != 0:
             failed.append(_route_of(pipeline.cfg.ref)[0])
+    if not failed and why:
+        _say(f"tail of {name} ended: {why}")
     return _tables_verdict(args.pipeline, "tail", len(refs), failed)
 
 

@@ -39,6 +39,17 @@ from tailfill.values.partition_terms import parse_terms
 DEMO = Path(__file__).resolve().parent.parent / "pipelines" / "demo.yaml"
 
 
+JAVA_LOG = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (ERROR|WARN) |\bERROR \w+:|^\s+at [\w.$]+\(")
+
+
+def noise(output: str) -> list[str]:
+    """The lines of a command's terminal output that are not for people: a Python traceback, an exception, a
+    logging error, a Java log line or stack frame, the JVM's start-up warning."""
+    return [line for line in output.splitlines()
+            if "Traceback" in line or "Exception" in line or "Logging error" in line or JAVA_LOG.search(line)
+            or line.startswith("WARNING: Using incubator modules")]
+
+
 def tables_of(cfg: PipelineConfig) -> Tables:
     """The pipeline's tables as they are now (read, as every check reads them); they must exist."""
     with open_pipeline(cfg) as pipeline:

@@ -96,7 +96,7 @@ class TailPacer:
     def __init__(self, pipeline: Pipeline, req: IngestRequest, log: Callable[[str], None]):
         self.cfg, self.req, self.log = pipeline.cfg, req, log
         self.state = pipeline.state
-        self.pace = TailPace(self.cfg, req.max_offsets_per_batch)
+        self.pace = TailPace(self.cfg, req.max_offsets_per_batch, last=read_tail(self.state)[0])
         self.conf = pipeline.kafka
         self.consumer = OwnedConsumer(self.conf)  # kept between batches; closed when the tail stops
         self.position = dict(req.start.offsets)  # the end of what this tail has committed, per partition

@@ -93,6 +93,19 @@ class TailRequest:
     once: bool = False
     stop_after_seconds: float | None = None
 
+    def ends_because(self, trigger: str, pipeline_file: str | None) -> str | None:
+        """Why a tail of this request on a pipeline with tail ``trigger`` ends by itself, in words; None when only a
+        stop ends it (``tailfill stop-tail``, a signal: the job's own line says so)."""
+        if self.once:
+            return "it read to the topic's end, as --once asks"
+        if trigger == "available_now":
+            where = f" ({pipeline_file})" if pipeline_file else ""
+            return (f"it read to the topic's end: the pipeline's tail.trigger is available_now{where}, one catch-up "
+                    "run (tail.trigger: processing_time tails live)")
+        if self.stop_after_seconds is not None:
+            return f"--stop-after {self.stop_after_seconds:g}s passed"
+        return None
+
 
 @dataclass(frozen=True)
 class BackfillPlan:

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tailfill.errors import JobCancelled, QueryEnded, QueryStalled
@@ -27,6 +28,7 @@ from tailfill.run.job_stop import StopAsked
 from tailfill.run.pacing import Pacer
 from tailfill.run.plan import IngestRequest
 from tailfill.run.query_state import QueryState, Tally
+from tailfill.source.handoff import hold, release
 from tailfill.source.read_counts import InBatch
 from tailfill.state.records import format_stages
 from tailfill.state.store import StateStore, clear_stop, stop_requested
@@ -53,13 +55,23 @@ class Watch:
     sync: Callable[[], None] | None = None  # brings ``state`` up to date when the batches run elsewhere (Connect)
     tell_stop: Callable[[], None] | None = None  # tells where the batches run that the query is being stopped
     stop: StopAsked | None = None  # the job's caller asks it to stop between batches
+    budget_file: Path | None = None  # the budget its source plans batches by (held once the query is stopping)
 
     def stopping(self) -> None:
-        """The query is about to be stopped: its pacer (here, or on a Connect server) waits no longer."""
+        """The query is about to be stopped: its source plans no more batches, and its pacer (here, or on a Connect
+        server) waits no longer."""
         self.state.stopping.set()
+        if self.budget_file is not None:
+            hold(self.budget_file)
         if self.tell_stop is not None:
             with contextlib.suppress(Exception):  # a server that went away: stopping the query says so, not this
                 self.tell_stop()
+
+    def going_on(self) -> None:
+        """The query was stopped as a failure, not for good (a stall): the next attempt plans batches again."""
+        self.state.stopping.clear()
+        if self.budget_file is not None:
+            release(self.budget_file)
 
 
 def poll(query: StreamingQuery, watch: Watch) -> None:
@@ -116,7 +128,7 @@ def _watch(query: StreamingQuery, watch: Watch) -> None:
             if stuck is not None and not state.stopping.is_set():
                 watch.stopping()
                 query.stop()
-                state.stopping.clear()  # a stall is a failure, not a stop: the restart loop decides what follows
+                watch.going_on()  # a stall is a failure, not a stop: the restart loop decides what follows
                 raise QueryStalled(f"[{req.label}] committed nothing for {stuck:.0f}s while busy, at {state.step} "
                                    f"(Spark: {status.get('message', '?')}); stopped the query")
             if time.monotonic() - beat_at >= HEARTBEAT_S / 3:

@@ -3,9 +3,9 @@
 :func:`propose` reads what it needs (a JSON topic's first records, spread over its partitions; a
 registry format's latest subject version) and returns the YAML text: commented, with the topic's
 partition count, a table named after the topic, a day partition on the first timestamp column, and
-the demo's batch settings, so that it backfills and validates as it is. Given a topic pattern, it writes one
-routed pipeline: a table per topic (``target.table`` a template), each with a route of its own columns, read
-from that topic's sample or subject.
+the demo's batch settings, so that it backfills and validates as it is; its tail is live (``processing_time``:
+``tailfill tail`` runs until stopped). Given a topic pattern, it writes one routed pipeline: a table per topic
+(``target.table`` a template), each with a route of its own columns, read from that topic's sample or subject.
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ backfill:
   restart_backoff_seconds: 2
   when_tail_unknown: proceed
 tail:
-  trigger: available_now          # or processing_time, every trigger_interval_seconds
+  trigger: processing_time        # `tailfill tail` runs until stopped, a batch every interval; available_now: once
   trigger_interval_seconds: 30
   min_offsets_per_batch: 1000
   max_offsets_per_batch: 300000

@@ -59,14 +59,14 @@ from tailfill.run.spark_connect import (
     session_cores,
 )
 from tailfill.settings import settings
-from tailfill.source.handoff import reported_failure
+from tailfill.source.handoff import hold_file, release, reported_failure
 from tailfill.source.read_counts import READS_DIR
 from tailfill.state.store import clear_stop, report_file
 
 REQUEST_FILE = "tailfill-request.json"  # our own note in a checkpoint folder: the request's bounds
 BUDGET_FILE = "tailfill-budget.json"  # the next batch's cap, read by the source before each batch
 FAILURE_FILE = "tailfill-source-failure.json"  # the error the source's planning failed with, as data
-OURS = (REQUEST_FILE, BUDGET_FILE, FAILURE_FILE, READS_DIR)
+OURS = (REQUEST_FILE, BUDGET_FILE, hold_file(Path(BUDGET_FILE)).name, FAILURE_FILE, READS_DIR)
 BOUNDED_ENV = "TAILFILL_BOUNDED_RUNS"  # "query": a bounded request runs a streaming query too (settings())
 
 Log = Callable[[str], None]
@@ -158,12 +158,13 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
         pacer = pacer_for(pipeline, req, cores, state.stopping, qlog)
         handler = BatchHandler(req, pipeline.shipped, pipeline.committer(tables), reports, pacer, budget_file, state)
     pacer.first_budget().write(budget_file)
+    release(budget_file)  # a hold a killed run of the same request left
     if req.end is None:
         clear_stop(pipeline.state)  # a stop asked of an earlier tail is not for this one
     started = time.monotonic()
     try:
         watch = Watch(req, state, pacer, pipeline.state, cancel, log, remote.sync if remote else None,
-                      remote.ask_stop if remote else None, stop)
+                      remote.ask_stop if remote else None, stop, budget_file)
         resume = Resume(req, tables, qlog)
         if direct:
             options, cursor = source_options(pipeline, req, cores), BatchCursor(req.start, state.tally.batches)

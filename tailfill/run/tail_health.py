@@ -18,6 +18,7 @@ from tailfill.state.store import HEALTH, StateStore, read_health, write_health
 from tailfill.state.tail_verdict import tail_verdict
 from tailfill.values.batch_cost import CostWindow
 from tailfill.values.freshness import Freshness
+from tailfill.values.moments import age, utc
 
 
 def mark_stopped(store: StateStore) -> None:
@@ -57,7 +58,9 @@ def describe(cfg: PipelineConfig, health: TailHealth | None, now: float | None =
     fresh = str(health.freshness) if health.freshness else "no batch yet"
     verdict = tail_verdict(health)
     backlog = f"; backlog {health.backlog:,} offsets" if health.backlog and not verdict.backlog_late else ""
-    lines = [f"tail freshness ({state}, last batch): {fresh}; {verdict.asstr()}{backlog}"]
+    at = health.batch_at
+    measured = "" if at is None else f" {age((now or time.time()) - at)} ago, at {utc(at)}"
+    lines = [f"tail freshness ({state}, last batch{measured}): {fresh}; {verdict.asstr()}{backlog}"]
     problem = health.keep_up_problem()
     if problem:
         lines.append(f"WARNING: {problem}")
@@ -69,10 +72,13 @@ class TailPace:
 
     ALPHA = 0.5  # weight of the newest measurement
 
-    def __init__(self, cfg: PipelineConfig, max_offsets_per_batch: int):
+    def __init__(self, cfg: PipelineConfig, max_offsets_per_batch: int, last: TailHealth | None = None):
+        """``last``: the health an earlier tail left; its last batch's freshness, and when that was, stay until this
+        tail measures a batch of its own (a run with nothing to read forgets nothing)."""
         self.health = TailHealth(alive_at=time.time(), trigger_interval_seconds=cfg.tail.trigger_interval_seconds,
                                  freshness_objective_seconds=cfg.tail.freshness_seconds,
-                                 max_offsets_per_batch=max_offsets_per_batch)
+                                 max_offsets_per_batch=max_offsets_per_batch,
+                                 freshness=last.freshness if last else None, batch_at=last.batch_at if last else None)
         self._last_high: tuple[float, int] | None = None
         self.costs = CostWindow()  # the recent batches, and what a batch costs by them
         self._said = False  # the keep-up line was said and still holds

@@ -24,6 +24,10 @@ from tailfill.redact import redact_text
 
 OWN = re.compile(r"^\[[^\]\n]+\] ")  # a job's own line: its label or run id first, "[demo tail] 1,000 offsets …"
 SAID = ("Spark Connect:", "WARNING: ")  # the other lines a job says for people (its session, a warning)
+# What the JVM says as it starts, in the same words as a job's warning: "WARNING: Using incubator modules: …"
+JVM_SAID = re.compile(r"^WARNING: (Using incubator modules|A restricted method|A terminally deprecated method|"
+                      r"sun\.misc\.Unsafe|Restricted methods will be blocked|Use --enable-native-access|"
+                      r"Please consider reporting)")
 
 
 class JobOutput:
@@ -68,7 +72,7 @@ class JobOutput:
     @staticmethod
     def _shown(line: str) -> bool:
         """Whether ``line`` is one the job says for people (never a traceback's, a stack's or Spark's log line)."""
-        return OWN.match(line) is not None or line.startswith(SAID)
+        return OWN.match(line) is not None or (line.startswith(SAID) and JVM_SAID.match(line) is None)
 
 
 class CommandLog:

@@ -205,9 +205,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def batch_end(begin: PartitionOffsets, end: PartitionOffsets, budget: int | None) -> PartitionOffsets:
     """Where the batch from ``begin`` ends: at ``end``, or sooner on some partitions when its offsets would pass
-    ``budget`` (None: no cap). Equal to ``begin`` when there is nothing to read."""
+    ``budget`` (None: no cap; 0: nothing, the query is held). Equal to ``begin`` when there is nothing to read."""
     ranges = [r for r in ranges_between(begin, _at_least(end, begin)) if not r.is_empty()]
-    if budget is not None:
+    if budget == 0:
+        ranges = []
+    elif budget is not None:
         ranges = cap(ranges, budget)
     out = dict(begin.offsets)
     out.update({r.tp: r.end for r in ranges})

@@ -17,12 +17,12 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 
 from tailfill.errors import TailRunning
 from tailfill.plumbing.detached import alive, boot_id, started_at
 from tailfill.state.records import MIN_LIVE_SECONDS, TailClaim
 from tailfill.state.store import StateStore, read_health
+from tailfill.values.moments import moment
 
 CLAIMS = "tail/claims"
 ATTEMPTS = 3  # a tail that loses a race to a claim that turns out stale tries again this often
@@ -58,8 +58,7 @@ def gone(claim: TailClaim, store: StateStore, now: float | None = None) -> bool:
 def describe(claim: TailClaim, now: float | None = None) -> str:
     """``on host h1, pid 4242, since <date> <time> UTC (3m12s ago), run tail-…``."""
     now = time.time() if now is None else now
-    since = datetime.fromtimestamp(claim.since, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return f"on host {claim.host}, pid {claim.pid}, since {since} ({_age(now - claim.since)} ago), run {claim.run_id}"
+    return f"on host {claim.host}, pid {claim.pid}, since {moment(claim.since, now)}, run {claim.run_id}"
 
 
 def running(store: StateStore) -> TailClaim | None:
@@ -125,10 +124,3 @@ def claimed(store: StateStore, pipeline: str, run_id: str, say: Callable[[str], 
 
 def _key(generation: int) -> str:
     return f"{CLAIMS}/{generation:012d}.json"
-
-
-def _age(seconds: float) -> str:
-    seconds = max(int(seconds), 0)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"

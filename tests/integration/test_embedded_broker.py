@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from helpers import assert_exactly_once, backfill, high_watermarks
+from helpers import assert_exactly_once, backfill, high_watermarks, noise
 
 from tailfill.cli import main
 from tailfill.dev.broker import broker_down, broker_up
@@ -168,6 +168,7 @@ def test_the_demo_runs_twice_in_one_home(tmp_path):
                                   env=env, capture_output=True, text=True, timeout=1200, cwd=tmp_path)
             outputs.append(done.stdout)
             assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+            assert noise(done.stdout + done.stderr) == [], (done.stdout + done.stderr)[-3000:]  # a quiet success
             for service in ("broker", "connect-server"):  # as `make demo` ends
                 subprocess.run([TAILFILL, service, "down"], env=env, check=True, timeout=120)
     finally:

@@ -95,6 +95,25 @@ def test_rerun_without_new_data_commits_nothing(spark, make_pipeline):
     assert_exactly_once(cfg, high_watermarks(cfg))
 
 
+def test_status_keeps_the_last_measured_freshness_after_a_tail_with_nothing_to_read(spark, make_pipeline, capsys):
+    from tailfill.cli import main as cli_main
+
+    cfg = make_pipeline()
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, PARTITIONS)
+    backfill(spark, cfg)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, PARTITIONS)
+    assert tail(spark, cfg)[0].offsets == 2_000  # measured
+    capsys.readouterr()
+    cli_main(["status", str(cfg.path)])
+    [measured] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("tail freshness")]
+    assert tail(spark, cfg)[0].offsets == 0  # a catch-up run with nothing to read
+    cli_main(["status", str(cfg.path)])
+    [kept] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("tail freshness")]
+    assert "no batch" not in kept and ", p95 " in kept, kept
+    assert kept.startswith("tail freshness (not running, last batch ") and " ago, at " in kept, kept
+    assert kept.split(" ago, at ")[1] == measured.split(" ago, at ")[1]  # the same figures, measured then
+
+
 @pytest.mark.parametrize("bounded", ["query", "direct"])
 def test_a_batch_that_fails_after_its_commit_is_never_read_or_committed_again(spark, make_pipeline, home, arm_fault,
                                                                               monkeypatch, bounded):

@@ -48,6 +48,7 @@ def test_init_samples_a_nested_json_topic_and_the_yaml_backfills_and_validates(s
         "created_at": "timestamp", "score": "double", "org": "struct<id: long, login: string>"}
     assert "actor.display_login: only nulls were seen: not declared" in (pipelines / "gh.yaml").read_text()
     assert cfg.source.partitions == 3 and cfg.target.partition_by == ("day(created_at)",)
+    assert cfg.tail.trigger == "processing_time"  # `tailfill tail` on what init wrote tails live
     assert cfg.target.table == topic.replace("-", "_")
     assert main(["init", "gh", "--topic", topic, "--bootstrap-servers", broker.bootstrap_servers]) == 2
     assert "exists already (fix: another name, or --force" in capsys.readouterr().err

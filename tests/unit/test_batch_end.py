@@ -41,3 +41,16 @@ def test_without_a_budget_one_batch_reads_to_the_end():
 
 def test_a_partition_already_past_its_end_reads_nothing_and_stays():
     assert batch_end(offsets(50, 0, 0), offsets(10, 20, 0), 1_000) == offsets(50, 20, 0)
+
+
+def test_a_held_query_plans_no_batch_whatever_budget_its_writer_hands_over(tmp_path):
+    from tailfill.source.handoff import Budget, hold, release
+
+    budget_file = tmp_path / "budget.json"
+    Budget(500).write(budget_file)
+    hold(budget_file)  # the query is being stopped
+    Budget(2_000).write(budget_file)  # the batch in flight ends and sizes the next one
+    start, end = offsets(0, 0, 0), offsets(1_000, 1_000, 1_000)
+    assert batch_end(start, end, Budget.read(budget_file).max_offsets) == start  # nothing to read: no batch
+    release(budget_file)  # restarted after a stall: batches again
+    assert 0 < total(ranges_between(start, batch_end(start, end, Budget.read(budget_file).max_offsets))) <= 2_000

@@ -98,3 +98,51 @@ def test_sigterm_stops_the_job_between_batches_and_the_command_ends_in_one_line_
     assert err[-1] == ("backfill of demo stopped on SIGTERM after its batch in flight: 2,000 offsets committed by this "
                        "run; `tailfill backfill demo` goes on from there")
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+class DoneTail:
+    """A tail's job that commits one batch and ends."""
+
+    stopping = "killing its spark-submit"
+
+    def submit(self, spec: JobSpec, on_line) -> DoneTail:
+        self.on_line = on_line
+        return self
+
+    def wait(self) -> Outcome:
+        self.on_line("[demo tail] 100 offsets 1 batches")
+        return Outcome(0, JobResult([IngestResult("tail-1", "demo tail", 1, 100)]))
+
+    def stop(self, why: str) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+@pytest.fixture
+def tail_with(tmp_path, monkeypatch, capsys):
+    """Run ``tailfill tail`` (``flags``) of a demo pipeline with tail ``trigger``, whose job is :class:`DoneTail`."""
+    monkeypatch.setenv("TAILFILL_HOME", str(tmp_path / "home"))
+
+    def run(trigger: str, *flags: str) -> list[str]:
+        data = yaml.safe_load(DEMO.read_text())
+        data["source"]["bootstrap_servers"] = "127.0.0.1:9"
+        data["tail"]["trigger"] = trigger
+        path = tmp_path / "demo.yaml"
+        path.write_text(yaml.safe_dump(data))
+        spec = JobSpec(str(path), "tail", "tail-1")
+        monkeypatch.setattr(cli, "plan_tail", lambda *_a: type("Plan", (), {"spec": spec, "notes": []}))
+        monkeypatch.setattr(cli, "choose_runner", lambda *_a, **_k: DoneTail())
+        assert cli.main(["tail", str(path), *flags]) == 0
+        return [line for line in capsys.readouterr().out.splitlines() if line.startswith("tail of demo")]
+
+    return run
+
+
+def test_a_tail_that_ends_by_itself_says_why_in_one_line(tail_with, tmp_path):
+    assert tail_with("available_now")[-1] == (
+        f"tail of demo ended: it read to the topic's end: the pipeline's tail.trigger is available_now "
+        f"({tmp_path / 'demo.yaml'}), one catch-up run (tail.trigger: processing_time tails live)")
+    assert tail_with("processing_time", "--once")[-1] == \
+        "tail of demo ended: it read to the topic's end, as --once asks"
+    assert tail_with("processing_time", "--stop-after", "30")[-1] == "tail of demo ended: --stop-after 30s passed"
+    assert tail_with("processing_time") == ["tail of demo: summary"]  # live: only a stop ends it, and says so

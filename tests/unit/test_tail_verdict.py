@@ -71,10 +71,10 @@ def cfg(tmp_path, monkeypatch):
 
 
 def test_status_prints_behind_with_the_figures_and_never_meets_for_the_field_case(cfg):
-    line = describe(cfg, health(**FIELD), now=NOW)[0]
-    assert line == ("tail freshness (running, last batch): p50 396.5s, p95 397.4s, max 399.0s; BEHIND the objective "
-                    "p95 ≤ 60s: tail freshness p95 397s > objective 60s; backlog 33,898 offsets takes ~1,130s to "
-                    "commit at 30 offsets/s > objective 60s")
+    line = describe(cfg, health(**FIELD), now=NOW + 12)[0]
+    assert line == ("tail freshness (running, last batch 12s ago, at 1970-01-01 00:16:40 UTC): p50 396.5s, p95 "
+                    "397.4s, max 399.0s; BEHIND the objective p95 ≤ 60s: tail freshness p95 397s > objective 60s; "
+                    "backlog 33,898 offsets takes ~1,130s to commit at 30 offsets/s > objective 60s")
 
 
 @pytest.mark.parametrize("name, words", [
@@ -131,3 +131,14 @@ def test_the_airflow_tab_shows_the_same_words_in_red_when_behind(cfg):
     calm = tail_health_html(cfg, STATES["meets"], now=NOW)
     assert '<p class="muted tail-health">' in calm and "meets the objective p95 ≤ 60s" in calm
     assert "no tail batch measured yet" in tail_health_html(cfg, None)
+
+
+def test_a_tail_with_nothing_to_read_keeps_the_last_measured_figures_and_says_when(cfg):
+    from tailfill.run.tail_health import TailPace
+
+    earlier = health(**FIELD)
+    fresh = TailPace(cfg, 10_000, last=earlier).health  # a new run, before (or without) a batch of its own
+    assert (fresh.freshness, fresh.batch_at) == (earlier.freshness, earlier.batch_at)
+    line = describe(cfg, fresh, now=NOW + 7_500)[0]
+    assert ", last batch 2h05m ago, at 1970-01-01 00:16:40 UTC): p50 396.5s, p95 397.4s" in line, line
+    assert TailPace(cfg, 10_000).health.freshness is None  # no earlier tail: nothing measured yet

@@ -8,6 +8,7 @@ from tailfill.run.terminal import JobOutput, failure_line
 
 OUTPUT = """\
 Spark: spark-submit: no Spark Connect server configured
+WARNING: Using incubator modules: jdk.incubator.vector
 25/11/29 10:15:39 WARN NativeCodeLoader: Unable to load native-hadoop library for your platform
 [demo backfill slice 1/1 (40,000 offsets)] 2,000/40,000 offsets (5%) 1,200 rows/s 1 batches ETA 30s
 Traceback (most recent call last):
