@@ -10,7 +10,8 @@ runs. The job's lines reach the operator through the runner's public callback (:
 What it adds for the person watching the run:
 
 - **progress** while the job runs: a ``progress`` XCom and a task-log line per committed batch
-  (offsets done/planned, rows/s, ETA, freshness), and the lane's label in the grid extended with it;
+  (offsets done/planned, rows/s, ETA, freshness; ``stalled: <cause>`` instead after the job restarted a query,
+  until a batch commits), and the lane's label in the grid extended with it;
 - **causes first**: the job's full output goes to ``spark-submit-try<N>.log`` beside the run's batch
   reports; the task log keeps the job's own lines; a failure raises one headline (what failed,
   the cause, the fix), then what the run committed before it, then where the full output is;
@@ -222,7 +223,8 @@ class TailfillSubmitOperator(BaseOperator):
                 ti.xcom_push(key=PROGRESS_KEY, value=p.asdict())
                 _show_in_grid(ti, f"{label} · {p.asstr()}")
 
-        watcher = self._watcher = ProgressWatcher(store, spec.run_id, planned, publish, tail=spec.mode == "tail")
+        watcher = self._watcher = ProgressWatcher(store, spec.run_id, planned, publish, tail=spec.mode == "tail",
+                                                  restarts=lambda: before + self._restarts)
         tries = {**(earlier.tries if earlier else {}), str(ti.try_number): watcher.started_at}
         write_lane(store, spec.run_id, label=label, planned=planned, started_at=watcher.started_at,
                    try_number=ti.try_number, tries=tries, cause=None, state="running", ended_at=None,

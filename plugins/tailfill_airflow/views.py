@@ -181,7 +181,7 @@ def lane_progress(store: StateStore, tf_run: str, tail: bool = True) -> dict:
     ended = lane.ended_at if lane else None
     started = lane.started_at if lane and lane.started_at is not None else time.time()
     out = progress(reports, lane.planned if lane else None, started, now=ended or time.time(), state=state,
-                   tail=tail).asdict()
+                   tail=tail, restarts=lane.restarts if lane else ()).asdict()
     return {"label": (lane.label if lane else None) or tf_run, "run_id": tf_run,
             "try_number": lane.try_number if lane else None, "restarts": lane.restarts if lane else [],
             "cause": redact_text(lane.cause) if lane and lane.cause else None, **out}
@@ -202,7 +202,8 @@ def _bar(p: dict) -> str:
 
 
 def _lane_rows(lanes: list[dict], freshness: bool = True) -> str:
-    """A table of lanes; ``freshness`` only for the tail (for history it says how old the history is)."""
+    """A table of lanes; ``freshness`` only for the tail (for history it says how old the history is). A stalled
+    lane (restarted, nothing committed since) shows no rate or ETA, and ``stalled: <cause>`` under it."""
     head = ("<tr><th>lane</th><th>state</th><th>progress</th><th>offsets</th><th>rows/s</th><th>ETA</th>"
             "<th>batches</th>" + ("<th>freshness</th>" if freshness else "") + "</tr>")
     rows = []
@@ -211,12 +212,15 @@ def _lane_rows(lanes: list[dict], freshness: bool = True) -> str:
         planned = f"/{p['offsets_planned']:,}" if p["offsets_planned"] else ""
         cls = ' class="bad"' if p["state"] == "failed" else ""
         state = p["state"] + (f", try {p['try_number']}" if p.get("try_number") else "") + restart_count(p)
+        rate = "-" if p.get("stalled") else f"{p['rows_per_s']:,.0f}"
         rows.append(f"<tr><td class=l>{html.escape(p['label'])}</td><td{cls}>{html.escape(state)}</td>"
                     f"<td class=l>{_bar(p)} {p['percent'] if p['percent'] is not None else '-'}%</td>"
-                    f"<td>{p['offsets_done']:,}{planned}</td><td>{p['rows_per_s']:,.0f}</td>"
+                    f"<td>{p['offsets_done']:,}{planned}</td><td>{rate}</td>"
                     f"<td>{p['eta_s'] if p['eta_s'] is not None else '-'}</td><td>{p['batches']}</td>"
                     + (f"<td>{html.escape(fresh) or '-'}</td>" if freshness else "") + "</tr>")
-        if p.get("restarts"):
+        if p.get("stalled"):  # the last restart's cause, said as the job says it
+            rows.append(f'<tr><td colspan=8 class="l bad stalled">stalled: {html.escape(p["stalled"])}</td></tr>')
+        elif p.get("restarts"):
             last = p["restarts"][-1]
             rows.append(f'<tr><td colspan=8 class="l restarts">last restart (try {last["try"]}, '
                         f'{time.strftime("%H:%M:%S", time.gmtime(last["at"]))} UTC, at {html.escape(last["step"])}): '

@@ -84,6 +84,21 @@ def test_a_replay_links_its_completeness_report_like_a_lane():
     assert 'replay of committed offsets: <a href="../../report/d_backfill/r/replay"' in links
 
 
+def test_a_stalled_lane_shows_its_cause_and_no_rate_or_eta():
+    from tailfill_airflow.views import _lane_rows
+
+    cause = "BrokerUnresponsive: the broker at 127.0.0.1:9092 accepted no connection for 15s"
+    restart = {"try": 1, "at": 60.0, "label": "slice 1", "failures": 1, "tolerated": 5, "step": "planning a batch",
+               "cause": cause, "wait_seconds": 15.0}
+    lane = {"label": "slice 1", "state": "running", "try_number": 1, "percent": 40.0, "offsets_done": 40,
+            "offsets_planned": 100, "rows_per_s": 0.0, "eta_s": None, "batches": 2, "restarts": [restart],
+            "stalled": cause}
+    rows = _lane_rows([lane], freshness=False)
+    assert f'<td colspan=8 class="l bad stalled">stalled: {cause}</td>' in rows
+    assert "<td>40/100</td><td>-</td><td>-</td><td>2</td>" in rows  # no rate, no ETA
+    assert "last restart" not in rows  # the stall names it
+
+
 def test_a_lane_counts_its_restarts_and_names_the_last_cause():
     from tailfill_airflow.causes import restart_record
     from tailfill_airflow.views import _lane_rows
