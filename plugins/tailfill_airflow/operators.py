@@ -45,7 +45,7 @@ from tailfill.state.store import StateStore, read_lane, run_reports, write_lane
 from tailfill_airflow.causes import JobOutput, committed_summary, fix_for, headline, push_failure, restart_record
 from tailfill_airflow.hooks import TailfillHook
 from tailfill_airflow.lineage import emit_lineage
-from tailfill_airflow.naming import label_of_args, table_of_job
+from tailfill_airflow.naming import REPLAY_LANE, label_of_args, table_of_job
 from tailfill_airflow.progress import Progress, ProgressWatcher
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,14 @@ def run_page_url(page: str, dag_id: str, run_id: str, map_index: int | str) -> s
     from urllib.parse import quote
 
     return plugin_url(f"{page}/{quote(dag_id)}/{quote(run_id, safe='')}/{map_index}")
+
+
+def replay_report_url(dag_id: str, run_id: str, table: str | None = None) -> str:
+    """The absolute URL of the completeness report of a backfill's replay of committed offsets (``table``: of a table
+    of a pipeline with a table per topic)."""
+    from urllib.parse import quote
+
+    return run_page_url("report", dag_id, run_id, REPLAY_LANE) + (f"?table={quote(table)}" if table else "")
 
 
 def docs_url(dag_id: str, table: str | None = None) -> str:

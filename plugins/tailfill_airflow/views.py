@@ -31,7 +31,7 @@ import html
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -281,10 +281,11 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     indexed = run_lanes(pipeline, kind, run_id)
     lanes = [p for _, p, _ in indexed]
     failures = run_failures(pipeline.state, dag_id, run_id)
-    replayed = kind == BACKFILL and bool(read_xcom(dag_id, run_id, "plan", key=REPLAYED_KEY))
-    # a table per topic: each lane's report links its table's
+    replayed = (read_xcom(dag_id, run_id, "plan", key=REPLAYED_KEY) if kind == BACKFILL else None) or {}
+    # a table per topic: each lane's report links its table's, each table's replay its own
     links = run_links(dag_id, run_id, [(i, p["label"]) for i, p, _ in indexed],
-                      docs=data_docs_site(pipeline).is_dir(), replay=replayed)
+                      docs=data_docs_site(pipeline).is_dir(),
+                      replays=sorted(replayed) if pipeline.cfg.target.routed else [None] if replayed else [])
     tries = _failure_rows(failures)
     lag = lag_section(read_lag_points(dag_id)) if kind == INCREMENTAL else ""
     if not lanes:
@@ -382,10 +383,12 @@ def _failure_rows(failures: list[FailureRecord]) -> str:
             f"<th>try</th><th>then</th><th>cause</th></tr>{rows}</table>")
 
 
-def run_links(dag_id: str, run_id: str, lanes: list[tuple[int, str]], docs: bool = True, replay: bool = False) -> str:
-    """The run's links: the completeness report of its replay of committed offsets (``replay``: a backfill that
-    replayed), each started lane's report, progress and job output (``lanes``: map index and label; the tail's
-    index is -1), then the pipeline's Data Docs (``docs``: once a validation made them), quarantine and offsets."""
+def run_links(dag_id: str, run_id: str, lanes: list[tuple[int, str]], docs: bool = True,
+              replays: Sequence[str | None] = ()) -> str:
+    """The run's links: the completeness report of each replay of committed offsets of a backfill (``replays``: the
+    tables that replayed, of a pipeline with a table per topic, or ``[None]`` for a pipeline's one table), each
+    started lane's report, progress and job output (``lanes``: map index and label; the tail's index is -1), then
+    the pipeline's Data Docs (``docs``: once a validation made them), quarantine and offsets."""
     dag, run = quote(dag_id), quote(run_id, safe="")
 
     def a(path: str, text: str) -> str:
@@ -397,10 +400,11 @@ def run_links(dag_id: str, run_id: str, lanes: list[tuple[int, str]], docs: bool
                           (("report", "completeness report"), ("batches", "progress and batch reports"),
                            ("output", "Spark job output")))
 
-    per_lane = "".join(f"<li>{html.escape(label)}: {lane(i)}</li>" for i, label in lanes)
-    if replay:
-        per_lane = (f"<li>replay of committed offsets: {a(f'report/{dag}/{run}/{REPLAY_LANE}', 'completeness report')}"
-                    "</li>" + per_lane)
+    per_lane = "".join(
+        f"<li>replay of committed offsets{f' of table {html.escape(table)}' if table else ''}: "
+        f"{a(f'report/{dag}/{run}/{REPLAY_LANE}' + (f'?table={quote(table)}' if table else ''), 'completeness report')}"
+        "</li>" for table in replays)
+    per_lane += "".join(f"<li>{html.escape(label)}: {lane(i)}</li>" for i, label in lanes)
     pipeline = " · ".join(((a(f"docs/{dag}/index.html", "Data Docs"),) if docs else ())
                           + (a(f"quarantine/{dag}", "quarantined records and counts per partition"),
                              a(f"table/{dag}", "table preview"),
@@ -471,13 +475,20 @@ def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
 
 
 @app.get("/report/{dag_id}/{run_id}/{map_index}", response_class=HTMLResponse, dependencies=[_authorized()])
-def report_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
+def report_page(dag_id: str, run_id: str, map_index: str, table: str | None = None) -> HTMLResponse:
+    """A lane's completeness report; ``replay`` for the map index: the report of the backfill's replay of committed
+    offsets (``?table=``: of that table's replay, in a pipeline with a table per topic)."""
     from tailfill.plumbing.warehouse import fs_path
     from tailfill.proof.reports import results_uri
 
     if map_index == REPLAY_LANE:  # the backfill's replay of committed offsets, validated by its summary task
-        pipeline = pipeline_of(dag_id)[0]
-        tf_run = (read_xcom(dag_id, run_id, "plan", key=REPLAYED_KEY) or {}).get("run_id", "none")
+        base = pipeline_of(dag_id)[0]
+        pipeline = of_table(base, table)
+        if pipeline is None:
+            raise HTTPException(404, f"pipeline {base.name} has a table per topic: name the replay's table "
+                                     "(?table=<table>)")
+        replayed = read_xcom(dag_id, run_id, "plan", key=REPLAYED_KEY) or {}
+        tf_run = ((replayed.get(table) or {}) if table else replayed).get("run_id", "none")
     else:
         pipeline, tf_run = lane_of(*pipeline_of(dag_id), run_id, map_index)
     try:
