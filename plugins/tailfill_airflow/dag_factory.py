@@ -41,7 +41,6 @@ from tailfill_airflow.naming import (
     BACKFILL,
     INCREMENTAL,
     MAINTENANCE,
-    REPLAY_LANE,
     REPLAYED_KEY,
     SPARK_POOL,
     backfill_lane_slots,
@@ -49,9 +48,10 @@ from tailfill_airflow.naming import (
     label_of_args,
     lane_entry,
     lanes_at_once,
+    replayed_entry,
     tailfill_run_id,
 )
-from tailfill_airflow.operators import TailfillSubmitOperator, docs_url, run_page_url
+from tailfill_airflow.operators import TailfillSubmitOperator, docs_url, replay_report_url, run_page_url
 from tailfill_airflow.retry_label import keep_label_on_retry
 from tailfill_airflow.routed_plans import plan_routed_lanes, tables_verdict, tune_routed
 
@@ -169,21 +169,30 @@ def _validate(cfg: PipelineConfig, run_id: str, alias: AssetAlias | None = None)
                       "unknown_fields": unknown}
 
 
-def validate_replay(cfg: PipelineConfig, replay_run_id: str, report: str) -> dict:
+def replay_proof(cfg: PipelineConfig, replay_run_id: str, report: str) -> dict:
     """The proof of a backfill's replay of committed offsets: exactly the replayed offsets validated as a run's are
-    (each once, in one table; the data expectations over their new rows). Fails naming what is wrong; returns the
-    ``replay`` of the ``summary`` XCom (``report``: the completeness report's URL)."""
+    (each once, in one table; the data expectations over their new rows). Returns the ``replay`` of the ``summary``
+    XCom (``report``: the completeness report's URL), its ``verdict`` ``COMPLETE`` or ``INCOMPLETE`` with the
+    ``problems``."""
     from tailfill.proof.validate import validate
 
     with _opened(cfg) as pipeline:
         result = validate(pipeline, run_id=replay_run_id)
     log.info("validation of replay %s: %s (%s offsets) report %s", replay_run_id,
              "complete" if result.success else "INCOMPLETE", f"{result.offsets_checked:,}", report)
-    if not result.success:
-        raise RuntimeError(f"replay {replay_run_id} of {cfg.name} is incomplete: " + "; ".join(result.problems)
+    return {"run_id": replay_run_id, "verdict": "COMPLETE" if result.success else "INCOMPLETE",
+            "offsets": result.offsets_checked, "rows": result.rows, "quarantined": result.quarantined,
+            "ranges": result.covered(), "report": report,
+            **({} if result.success else {"problems": list(result.problems)})}
+
+
+def validate_replay(cfg: PipelineConfig, replay_run_id: str, report: str) -> dict:
+    """:func:`replay_proof`, failing naming what is wrong when the replay is not complete."""
+    proof = replay_proof(cfg, replay_run_id, report)
+    if proof["verdict"] != "COMPLETE":
+        raise RuntimeError(f"replay {replay_run_id} of {cfg.name} is incomplete: " + "; ".join(proof["problems"])
                            + f" (fix: see the completeness report {report})")
-    return {"run_id": replay_run_id, "verdict": "COMPLETE", "offsets": result.offsets_checked, "rows": result.rows,
-            "quarantined": result.quarantined, "ranges": result.covered(), "report": report}
+    return proof
 
 
 def merged_ranges(results: list[dict]) -> dict:
@@ -216,8 +225,7 @@ def plan_lanes(cfg: PipelineConfig, params: Mapping[str, Any], airflow_run_id: s
 
         replayed = replay_committed_first(pipeline, request.on_committed, plan, log.info)  # here: no Spark job
     if replayed is not None:
-        on_replayed({"run_id": replayed.run_id, "offsets": replayed.offsets, "rows": replayed.rows,
-                     "quarantined": replayed.quarantined, "batches": replayed.batches})
+        on_replayed(replayed_entry(replayed))
     for line in plan.lines:
         (log.warning if line.startswith("warning:") else log.info)(line)
     log.info(lanes_at_once(len(plan.specs)))
@@ -470,8 +478,8 @@ def backfill_dag(cfg: PipelineConfig) -> DAG:
                          r["run_id"], f"{r['offsets']:,}", f"{r['rows']:,}", f"{r['quarantined']:,}", r["report"])
             ti = get_current_context()["ti"]
             replayed = ti.xcom_pull(task_ids="plan", key=REPLAYED_KEY) or {}
-            report = run_page_url("report", ti.dag_id, ti.run_id, REPLAY_LANE)
-            proof = validate_replay(cfg, replayed["run_id"], report) if replayed else None
+            proof = validate_replay(cfg, replayed["run_id"], replay_report_url(ti.dag_id, ti.run_id)) \
+                if replayed else None
             offsets = sum(r["offsets"] for r in results)
             verdict = backfill_verdict(len(results), offsets, replayed.get("offsets", 0))
             out = {"verdict": verdict.code, "headline": verdict.headline, "offsets": offsets,
@@ -591,9 +599,9 @@ def incremental_dag(cfg: PipelineConfig) -> DAG:
 # --- a pipeline with a table per topic: its tables found when the tasks run --------------------------
 
 UNPLANNED_KEY = "unplanned_tables"  # the planning task's XCom of the tables it could not plan, with why
-TABLES_DOC = """The run's verdict table by table: COMPLETE when every run of the table was validated complete;
-a table that could not start, or whose validation failed, is named (and fails this task); the others' rows and
-assets stand."""
+TABLES_DOC = """The run's verdict table by table: COMPLETE when every run of the table was validated complete,
+REPLAYED when a backfill only replayed the table's committed offsets (the replay validated here); a table that could
+not start, or whose validation failed, is named (and fails this task); the others' rows and assets stand."""
 
 
 def _planned(task_id: str) -> tuple[list[dict], dict[str, str]]:
@@ -616,9 +624,11 @@ def routed_backfill_dag(cfg: PipelineConfig) -> DAG:
 
         @task(doc_md=PLAN_DOC)
         def plan() -> list[dict]:
+            context = get_current_context()
             with causes_first(f"planning the backfill of {cfg.name}"):
-                lanes, unplanned = plan_routed_lanes(cfg, get_current_context()["params"], _airflow_run_id())
-            get_current_context()["ti"].xcom_push(key=UNPLANNED_KEY, value=unplanned)
+                lanes, unplanned = plan_routed_lanes(cfg, context["params"], _airflow_run_id(),
+                                                     lambda replays: context["ti"].xcom_push(REPLAYED_KEY, replays))
+            context["ti"].xcom_push(key=UNPLANNED_KEY, value=unplanned)
             return lanes
 
         @task(doc_md=VALIDATE_DOC, outlets=[alias], map_index_template="{{ task.op_kwargs['lane']['label'] }}",
@@ -629,7 +639,15 @@ def routed_backfill_dag(cfg: PipelineConfig) -> DAG:
 
         @task(trigger_rule="all_done", doc_md=TABLES_DOC)
         def summary() -> dict:
-            return tables_verdict(f"backfill of {cfg.name}", *_planned("plan"))
+            ti = get_current_context()["ti"]
+            runs, unplanned = _planned("plan")
+            replays = ti.xcom_pull(task_ids="plan", key=REPLAYED_KEY) or {}
+            proofs = {table: replay_proof(resolve_pipeline(r["pipeline"]), r["run_id"], replay_report_url(
+                ti.dag_id, ti.run_id, table)) for table, r in replays.items()}
+            out = tables_verdict(f"backfill of {cfg.name}", runs, unplanned, proofs)
+            verdict = backfill_verdict(len(runs), out["offsets"], out["replayed"])
+            log.info("backfill of %s: %s", cfg.name, verdict.headline)
+            return out | {"verdict": verdict.code, "headline": verdict.headline}
 
         lanes = plan()
         checked = validate_slice.expand(lane=lanes)

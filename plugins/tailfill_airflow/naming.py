@@ -10,7 +10,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tailfill.run.contract import JobSpec
+    from tailfill.run.contract import IngestResult, JobSpec
 
 BACKFILL, INCREMENTAL, MAINTENANCE = "backfill", "incremental", "maintenance"
 REPLAYED_KEY = "replayed"  # the backfill's plan task's XCom of what its replay of committed offsets did
@@ -69,6 +69,12 @@ def lane_entry(spec: JobSpec) -> dict:
     args = spec.argv()
     return {"run_id": spec.run_id, "label": label_of_args(args), "slices": [s.index for s in spec.slices],
             "args": args}
+
+
+def replayed_entry(result: IngestResult) -> dict:
+    """What a backfill's replay of committed offsets did, as its ``plan`` task's ``replayed`` XCom holds it."""
+    return {"run_id": result.run_id, "offsets": result.offsets, "rows": result.rows, "quarantined": result.quarantined,
+            "batches": result.batches}
 
 
 def table_of_job(pipeline: str) -> str | None:

@@ -10,7 +10,8 @@ runs. The job's lines reach the operator through the runner's public callback (:
 What it adds for the person watching the run:
 
 - **progress** while the job runs: a ``progress`` XCom and a task-log line per committed batch
-  (offsets done/planned, rows/s, ETA, freshness), and the lane's label in the grid extended with it;
+  (offsets done/planned, rows/s, ETA, freshness; ``stalled: <cause>`` instead after the job restarted a query,
+  until a batch commits), and the lane's label in the grid extended with it;
 - **causes first**: the job's full output goes to ``spark-submit-try<N>.log`` beside the run's batch
   reports; the task log keeps the job's own lines; a failure raises one headline (what failed,
   the cause, the fix), then what the run committed before it, then where the full output is;
@@ -44,7 +45,7 @@ from tailfill.state.store import StateStore, read_lane, run_reports, write_lane
 from tailfill_airflow.causes import JobOutput, committed_summary, fix_for, headline, push_failure, restart_record
 from tailfill_airflow.hooks import TailfillHook
 from tailfill_airflow.lineage import emit_lineage
-from tailfill_airflow.naming import label_of_args, table_of_job
+from tailfill_airflow.naming import REPLAY_LANE, label_of_args, table_of_job
 from tailfill_airflow.progress import Progress, ProgressWatcher
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,14 @@ def run_page_url(page: str, dag_id: str, run_id: str, map_index: int | str) -> s
     from urllib.parse import quote
 
     return plugin_url(f"{page}/{quote(dag_id)}/{quote(run_id, safe='')}/{map_index}")
+
+
+def replay_report_url(dag_id: str, run_id: str, table: str | None = None) -> str:
+    """The absolute URL of the completeness report of a backfill's replay of committed offsets (``table``: of a table
+    of a pipeline with a table per topic)."""
+    from urllib.parse import quote
+
+    return run_page_url("report", dag_id, run_id, REPLAY_LANE) + (f"?table={quote(table)}" if table else "")
 
 
 def docs_url(dag_id: str, table: str | None = None) -> str:
@@ -222,7 +231,8 @@ class TailfillSubmitOperator(BaseOperator):
                 ti.xcom_push(key=PROGRESS_KEY, value=p.asdict())
                 _show_in_grid(ti, f"{label} · {p.asstr()}")
 
-        watcher = self._watcher = ProgressWatcher(store, spec.run_id, planned, publish, tail=spec.mode == "tail")
+        watcher = self._watcher = ProgressWatcher(store, spec.run_id, planned, publish, tail=spec.mode == "tail",
+                                                  restarts=lambda: before + self._restarts)
         tries = {**(earlier.tries if earlier else {}), str(ti.try_number): watcher.started_at}
         write_lane(store, spec.run_id, label=label, planned=planned, started_at=watcher.started_at,
                    try_number=ti.try_number, tries=tries, cause=None, state="running", ended_at=None,

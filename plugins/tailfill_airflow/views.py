@@ -31,7 +31,7 @@ import html
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -182,7 +182,7 @@ def lane_progress(store: StateStore, tf_run: str, tail: bool = True) -> dict:
     ended = lane.ended_at if lane else None
     started = lane.started_at if lane and lane.started_at is not None else time.time()
     out = progress(reports, lane.planned if lane else None, started, now=ended or time.time(), state=state,
-                   tail=tail).asdict()
+                   tail=tail, restarts=lane.restarts if lane else ()).asdict()
     return {"label": (lane.label if lane else None) or tf_run, "run_id": tf_run,
             "try_number": lane.try_number if lane else None, "restarts": lane.restarts if lane else [],
             "cause": redact_text(lane.cause) if lane and lane.cause else None, **out}
@@ -203,7 +203,8 @@ def _bar(p: dict) -> str:
 
 
 def _lane_rows(lanes: list[dict], freshness: bool = True) -> str:
-    """A table of lanes; ``freshness`` only for the tail (for history it says how old the history is)."""
+    """A table of lanes; ``freshness`` only for the tail (for history it says how old the history is). A stalled
+    lane (restarted, nothing committed since) shows no rate or ETA, and ``stalled: <cause>`` under it."""
     head = ("<tr><th>lane</th><th>state</th><th>progress</th><th>offsets</th><th>rows/s</th><th>ETA</th>"
             "<th>batches</th>" + ("<th>freshness</th>" if freshness else "") + "</tr>")
     rows = []
@@ -212,12 +213,15 @@ def _lane_rows(lanes: list[dict], freshness: bool = True) -> str:
         planned = f"/{p['offsets_planned']:,}" if p["offsets_planned"] else ""
         cls = ' class="bad"' if p["state"] == "failed" else ""
         state = p["state"] + (f", try {p['try_number']}" if p.get("try_number") else "") + restart_count(p)
+        rate = "-" if p.get("stalled") else f"{p['rows_per_s']:,.0f}"
         rows.append(f"<tr><td class=l>{html.escape(p['label'])}</td><td{cls}>{html.escape(state)}</td>"
                     f"<td class=l>{_bar(p)} {p['percent'] if p['percent'] is not None else '-'}%</td>"
-                    f"<td>{p['offsets_done']:,}{planned}</td><td>{p['rows_per_s']:,.0f}</td>"
+                    f"<td>{p['offsets_done']:,}{planned}</td><td>{rate}</td>"
                     f"<td>{p['eta_s'] if p['eta_s'] is not None else '-'}</td><td>{p['batches']}</td>"
                     + (f"<td>{html.escape(fresh) or '-'}</td>" if freshness else "") + "</tr>")
-        if p.get("restarts"):
+        if p.get("stalled"):  # the last restart's cause, said as the job says it
+            rows.append(f'<tr><td colspan=8 class="l bad stalled">stalled: {html.escape(p["stalled"])}</td></tr>')
+        elif p.get("restarts"):
             last = p["restarts"][-1]
             rows.append(f'<tr><td colspan=8 class="l restarts">last restart (try {last["try"]}, '
                         f'{time.strftime("%H:%M:%S", time.gmtime(last["at"]))} UTC, at {html.escape(last["step"])}): '
@@ -278,10 +282,11 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     indexed = run_lanes(pipeline, kind, run_id)
     lanes = [p for _, p, _ in indexed]
     failures = run_failures(pipeline.state, dag_id, run_id)
-    replayed = kind == BACKFILL and bool(read_xcom(dag_id, run_id, "plan", key=REPLAYED_KEY))
-    # a table per topic: each lane's report links its table's
+    replayed = (read_xcom(dag_id, run_id, "plan", key=REPLAYED_KEY) if kind == BACKFILL else None) or {}
+    # a table per topic: each lane's report links its table's, each table's replay its own
     links = run_links(dag_id, run_id, [(i, p["label"]) for i, p, _ in indexed],
-                      docs=data_docs_site(pipeline).is_dir(), replay=replayed)
+                      docs=data_docs_site(pipeline).is_dir(),
+                      replays=sorted(replayed) if pipeline.cfg.target.routed else [None] if replayed else [])
     tries = _failure_rows(failures)
     lag = lag_section(read_lag_points(dag_id)) if kind == INCREMENTAL else ""
     if not lanes:
@@ -381,10 +386,12 @@ def _failure_rows(failures: list[FailureRecord]) -> str:
             f"<th>try</th><th>then</th><th>cause</th></tr>{rows}</table>")
 
 
-def run_links(dag_id: str, run_id: str, lanes: list[tuple[int, str]], docs: bool = True, replay: bool = False) -> str:
-    """The run's links: the completeness report of its replay of committed offsets (``replay``: a backfill that
-    replayed), each started lane's report, progress and job output (``lanes``: map index and label; the tail's
-    index is -1), then the pipeline's Data Docs (``docs``: once a validation made them), quarantine and offsets."""
+def run_links(dag_id: str, run_id: str, lanes: list[tuple[int, str]], docs: bool = True,
+              replays: Sequence[str | None] = ()) -> str:
+    """The run's links: the completeness report of each replay of committed offsets of a backfill (``replays``: the
+    tables that replayed, of a pipeline with a table per topic, or ``[None]`` for a pipeline's one table), each
+    started lane's report, progress and job output (``lanes``: map index and label; the tail's index is -1), then
+    the pipeline's Data Docs (``docs``: once a validation made them), quarantine and offsets."""
     dag, run = quote(dag_id), quote(run_id, safe="")
 
     def a(path: str, text: str) -> str:
@@ -396,10 +403,11 @@ def run_links(dag_id: str, run_id: str, lanes: list[tuple[int, str]], docs: bool
                           (("report", "completeness report"), ("batches", "progress and batch reports"),
                            ("output", "Spark job output")))
 
-    per_lane = "".join(f"<li>{html.escape(label)}: {lane(i)}</li>" for i, label in lanes)
-    if replay:
-        per_lane = (f"<li>replay of committed offsets: {a(f'report/{dag}/{run}/{REPLAY_LANE}', 'completeness report')}"
-                    "</li>" + per_lane)
+    per_lane = "".join(
+        f"<li>replay of committed offsets{f' of table {html.escape(table)}' if table else ''}: "
+        f"{a(f'report/{dag}/{run}/{REPLAY_LANE}' + (f'?table={quote(table)}' if table else ''), 'completeness report')}"
+        "</li>" for table in replays)
+    per_lane += "".join(f"<li>{html.escape(label)}: {lane(i)}</li>" for i, label in lanes)
     pipeline = " · ".join(((a(f"docs/{dag}/index.html", "Data Docs"),) if docs else ())
                           + (a(f"quarantine/{dag}", "quarantined records and counts per partition"),
                              a(f"table/{dag}", "table preview"),
@@ -470,13 +478,20 @@ def batches_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
 
 
 @app.get("/report/{dag_id}/{run_id}/{map_index}", response_class=HTMLResponse, dependencies=[_authorized()])
-def report_page(dag_id: str, run_id: str, map_index: str) -> HTMLResponse:
+def report_page(dag_id: str, run_id: str, map_index: str, table: str | None = None) -> HTMLResponse:
+    """A lane's completeness report; ``replay`` for the map index: the report of the backfill's replay of committed
+    offsets (``?table=``: of that table's replay, in a pipeline with a table per topic)."""
     from tailfill.plumbing.warehouse import fs_path
     from tailfill.proof.reports import results_uri
 
     if map_index == REPLAY_LANE:  # the backfill's replay of committed offsets, validated by its summary task
-        pipeline = pipeline_of(dag_id)[0]
-        tf_run = (read_xcom(dag_id, run_id, "plan", key=REPLAYED_KEY) or {}).get("run_id", "none")
+        base = pipeline_of(dag_id)[0]
+        pipeline = of_table(base, table)
+        if pipeline is None:
+            raise HTTPException(404, f"pipeline {base.name} has a table per topic: name the replay's table "
+                                     "(?table=<table>)")
+        replayed = read_xcom(dag_id, run_id, "plan", key=REPLAYED_KEY) or {}
+        tf_run = ((replayed.get(table) or {}) if table else replayed).get("run_id", "none")
     else:
         pipeline, tf_run = lane_of(*pipeline_of(dag_id), run_id, map_index)
     try:

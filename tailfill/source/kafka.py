@@ -194,18 +194,23 @@ class Watermarks:
 def watermarks(conf: dict, partitions: list[TopicPartition], consumer: OwnedConsumer | None = None) -> Watermarks:
     """Low and high watermarks from the broker (``ListOffsets``, at the isolation level of ``conf``)."""
     with _borrowed(conf, consumer) as consumer:
-        listed = {}
-        for tp in partitions:
-            try:
-                listed[tp] = watermark_offsets(consumer, tp)
-            except KafkaException as exc:
-                if (err := _no_answer(exc)) is not None:
-                    raise BrokerUnresponsive(
-                        f"the broker at {conf['bootstrap.servers']} answered no offsets request (ListOffsets) for {tp} "
-                        f"within {METADATA_TIMEOUT_S:.0f}s: {err.str()}") from None
-                raise SourceError(f"cannot read offsets of {tp} from {conf['bootstrap.servers']}: {exc}") from exc
+        listed = {tp: _listed_offsets(conf, consumer, tp) for tp in partitions}
         return Watermarks(low=PartitionOffsets({tp: lo for tp, (lo, _) in listed.items()}),
                           high=PartitionOffsets({tp: hi for tp, (_, hi) in listed.items()}))
+
+
+def _listed_offsets(conf: dict, consumer: Consumer, tp: TopicPartition) -> tuple[int, int]:
+    """:func:`watermark_offsets` of ``tp`` with its failure named: a request the broker did not answer (it is gone,
+    unreachable, or its partitions unknown since) is :class:`BrokerUnresponsive` naming the broker, any other a
+    :class:`SourceError`."""
+    try:
+        return watermark_offsets(consumer, tp)
+    except KafkaException as exc:
+        if (err := _no_answer(exc)) is not None:
+            raise BrokerUnresponsive(
+                f"the broker at {conf['bootstrap.servers']} answered no offsets request (ListOffsets) for {tp} "
+                f"within {METADATA_TIMEOUT_S:.0f}s: {err.str()}") from None
+        raise SourceError(f"cannot read offsets of {tp} from {conf['bootstrap.servers']}: {exc}") from exc
 
 
 def watermark_offsets(consumer: Consumer, tp: TopicPartition) -> tuple[int, int]:
@@ -348,7 +353,7 @@ def read_ranges(
     with _borrowed(conf, consumer) as consumer:
 
         def earliest(c: _Cursor) -> int:
-            return watermark_offsets(consumer, c.rng.tp)[0]
+            return _listed_offsets(conf, consumer, c.rng.tp)[0]
 
         for c in cursors.values():
             c.skip_expired(earliest(c), on_expired)

@@ -4,11 +4,15 @@ One pattern pipeline over three topics of the session broker, routed by ``{topic
 triggered for two of the topics only: their tables get a lane each, a verdict each and an asset event each,
 the third table nothing. Then records arrive on every topic and a fourth topic appears: the incremental run
 tails each table with offsets waiting in a task of its own (the new topic's table from its earliest offset),
-validates each, and gives the verdict table by table; every offset lands exactly once in its table.
+validates each, and gives the verdict table by table; every offset lands exactly once in its table. Last, a
+replay of part of one table's committed offsets is the run's verdict, validated over exactly that part.
 """
 
 from __future__ import annotations
 
+import html
+import json
+import re
 import urllib.parse
 import uuid
 from pathlib import Path
@@ -151,3 +155,35 @@ def test_a_backfill_of_some_topics_then_a_tail_of_every_table_with_a_new_topic(a
         assert assert_each_offset_once(known[table].cfg, [topic]) == {topic: HISTORY + LIVE if table != "invoices"
                                                                       else LATE}
     assert [e["offsets"] for e in asset_extras(airflow, cfg, "invoices")] == [LATE]
+
+
+def test_a_replay_of_one_table_is_its_verdict_with_its_validation(airflow, pipeline):
+    """The form's ``replay`` over a committed range of one table (after the backfill above): no lane runs, the run
+    is REPLAYED with that table's replay validated over exactly the replayed offsets, on the tab and in the summary,
+    and every offset is still in the table once."""
+    orders = routes(pipeline)["orders"].cfg
+    kept = committed(orders)
+    assert kept == HISTORY + LIVE, "needs the backfill and tail of test_a_backfill_of_some_topics_then_a_tail_…"
+    to = {ORDERS: {str(p): 100 for p in range(PARTITIONS)}}
+    run_id = airflow.trigger_dag(BACKFILL, {"topics": ORDERS, "from_offsets": "earliest",
+                                            "to_offsets": json.dumps(to), "committed_ranges": "replay"})
+    airflow.wait_for_run(BACKFILL, run_id, timeout=600)
+    states = {t["task_id"]: t["state"] for t in airflow.task_instances(BACKFILL, run_id)}
+    assert states["ingest_slice"] == "skipped", states  # nothing left for a lane: no Spark job
+    replayed = 100 * PARTITIONS
+    summary = airflow.xcom(BACKFILL, run_id, "summary")
+    assert (summary["verdict"], summary["replayed"], summary["offsets"]) == ("REPLAYED", replayed, 0), summary
+    assert summary["headline"].startswith(f"REPLAYED {replayed:,} offsets: their rows were re-read and replaced")
+    table = summary["tables"]["orders"]
+    assert (table["verdict"], table["replayed"]) == ("REPLAYED", replayed), table
+    proof = table["replay"]
+    assert (proof["verdict"], proof["offsets"]) == ("COMPLETE", replayed), proof
+    assert proof["ranges"] == {ORDERS: {str(p): [[0, 100]] for p in range(PARTITIONS)}}  # exactly the replayed range
+
+    url = f"{airflow.url}/tailfill/run/{BACKFILL}/{urllib.parse.quote(run_id, safe='')}"
+    status, body = airflow.get_text(url)
+    assert status == 200 and summary["headline"] in text_of(body), text_of(body)
+    [report] = re.findall(r'replay of committed offsets of table orders: <a href="([^"]+)"', body)
+    status, page = airflow.get_text(urllib.parse.urljoin(url, html.unescape(report)))
+    assert status == 200 and "not validated yet" not in page and proof["run_id"] in page, page[:2000]
+    assert assert_each_offset_once(orders, [ORDERS]) == {ORDERS: kept}

@@ -9,11 +9,16 @@ every offset exactly once.
 A broker that never comes back is not waited out for ever: once the run has tried for its
 ``retry_ceiling_seconds`` without committing, it fails in one line with the cause, how long it tried and the
 fix, and what it committed before stays, exactly once.
+
+A reader whose broker was killed between two batches (an executor's consumer, which keeps the broker's metadata
+from the batch before) names that broker: it answers nothing, with the patience that gets, not a bare client error.
 """
 
 from __future__ import annotations
 
+import re
 import time
+import uuid
 
 import pytest
 from helpers import (
@@ -31,9 +36,13 @@ from helpers import (
 from tcp_outage import broker_behind_outage
 
 from tailfill.cli import main as cli_main
+from tailfill.dev.broker import EmbeddedBroker
 from tailfill.dev.sample import produce_sample
 from tailfill.errors import BrokerUnresponsive
+from tailfill.offsets import OffsetRange
+from tailfill.pipeline.handle import open_pipeline
 from tailfill.run.spark_job import run, run_to_result
+from tailfill.source.kafka import OwnedConsumer, read_ranges
 
 pytestmark = pytest.mark.integration
 
@@ -117,3 +126,19 @@ def test_a_broker_gone_for_good_fails_the_run_at_its_ceiling_in_one_line(spark, 
         backfill(spark, cfg)  # the history before the cutover, then the rest of the tail
         tail(spark, cfg, once=True)
         assert_exactly_once(cfg, high_watermarks(cfg))
+
+
+def test_a_reader_whose_broker_was_killed_names_the_broker(make_pipeline):
+    with EmbeddedBroker() as doomed:
+        cfg = make_pipeline(source__bootstrap_servers=doomed.bootstrap_servers, source__topic=f"t-{uuid.uuid4().hex}")
+        produce_sample(doomed.bootstrap_servers, cfg.source.topic, 100, 4)
+        conf = open_pipeline(cfg).kafka
+        consumer = OwnedConsumer(conf)  # as an executor keeps it across batches
+        try:
+            assert sum(b.num_rows for b in read_ranges(conf, [OffsetRange(cfg.source.topic, 0, 0, 10)],
+                                                       with_markers=False, consumer=consumer)) == 10
+            doomed.kill()
+            with pytest.raises(BrokerUnresponsive, match=re.escape(f"the broker at {doomed.bootstrap_servers} ")):
+                list(read_ranges(conf, [OffsetRange(cfg.source.topic, 0, 10, 20)], consumer=consumer))
+        finally:
+            consumer.close()

@@ -115,6 +115,49 @@ def test_progress_counts_an_earlier_try_as_done_but_not_as_speed():
     assert p.offsets_done == 300 and p.rows_per_s == 10.0 and p.eta_s == 10
 
 
+BROKER_GONE = "BrokerUnresponsive: the broker at 127.0.0.1:9092 accepted no connection for 15s"
+
+
+def restart(at: float, cause: str = BROKER_GONE) -> dict:
+    """A restart of the job's query as the lane record keeps it."""
+    return {"try": 1, "at": at, "label": "slice 1 of 1", "failures": 1, "tolerated": 5, "step": "planning a batch",
+            "cause": cause, "wait_seconds": 15.0}
+
+
+def test_after_a_restart_progress_says_stalled_with_its_cause_not_a_rate_and_an_eta_until_a_batch_commits():
+    reports = [report(0, 105.0, 0, 100), report(1, 110.0, 100, 200)]
+    moving = progress(reports, planned=1_000, started_at=100.0, now=140.0, restarts=[restart(90.0)])
+    assert moving.stalled is None and moving.eta_s is not None  # an earlier try's restart: not this try's stall
+
+    stalled = progress(reports, planned=1_000, started_at=100.0, now=140.0, restarts=[restart(112.0)])
+    assert stalled.asstr() == f"[running] 400/1,000 offsets (40%) · 2 batches · stalled: {BROKER_GONE}"
+    assert (stalled.stalled, stalled.eta_s, stalled.rows_per_s) == (BROKER_GONE, None, 0.0)
+    assert stalled.asdict()["stalled"] == BROKER_GONE and "rows/s" not in stalled.asdict()["line"]
+    assert progress([], planned=1_000, started_at=100.0, now=140.0, restarts=[restart(112.0)]).asstr() == \
+        f"[running] 0/1,000 offsets (0%) · first batch running · stalled: {BROKER_GONE}"
+
+    again = progress([*reports, report(2, 130.0, 200, 300)], planned=1_000, started_at=100.0, now=140.0,
+                     restarts=[restart(112.0)])
+    assert again.stalled is None and "rows/s" in again.asstr() and again.eta_s is not None  # moving again
+    ended = progress(reports, planned=1_000, started_at=100.0, now=140.0, state="failed", restarts=[restart(112.0)])
+    assert ended.stalled is None  # a failed try says its own cause
+
+
+def test_the_watcher_says_stalled_when_a_restart_is_forced_in(home):
+    seen: list = []
+    restarts: list[dict] = []
+    cfg = load_pipeline(REPO / "pipelines" / "demo.yaml")
+    path = report_file(StateStore.of(cfg), "run2", "q0")
+    with ProgressWatcher(StateStore.of(cfg), "run2", 400, seen.append, interval=3600,
+                         restarts=lambda: restarts) as watcher:
+        path.append(report(0, watcher.started_at, 0, 100))
+        watcher.poll()
+        restarts.append(restart(watcher.started_at + 1))
+        watcher.poll(force=True)  # as the operator does when the job says it restarted
+    assert [s.stalled for s in seen] == [None, None, BROKER_GONE, None]
+    assert seen[2].asstr().endswith(f"1 batches · stalled: {BROKER_GONE}")
+
+
 def test_watcher_publishes_at_once_then_each_new_batch_then_its_end(home):
     seen: list = []
     cfg = load_pipeline(REPO / "pipelines" / "demo.yaml")

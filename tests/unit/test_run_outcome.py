@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins"))
 from tailfill_airflow.naming import BACKFILL, INCREMENTAL, MAINTENANCE  # noqa: E402
@@ -87,8 +89,26 @@ def test_links_name_only_lanes_that_started():
 
 
 def test_a_replay_links_its_completeness_report_like_a_lane():
-    links = run_links("d_backfill", "r", [], replay=True)
+    links = run_links("d_backfill", "r", [], replays=[None])
     assert 'replay of committed offsets: <a href="../../report/d_backfill/r/replay"' in links
+    routed = run_links("d_backfill", "r", [], replays=["customers", "orders"])  # a table per topic: one per table
+    assert 'replay of committed offsets of table orders: <a href="../../report/d_backfill/r/replay?table=orders"' \
+        in routed and "r/replay?table=customers" in routed
+
+
+def test_a_stalled_lane_shows_its_cause_and_no_rate_or_eta():
+    from tailfill_airflow.views import _lane_rows
+
+    cause = "BrokerUnresponsive: the broker at 127.0.0.1:9092 accepted no connection for 15s"
+    restart = {"try": 1, "at": 60.0, "label": "slice 1", "failures": 1, "tolerated": 5, "step": "planning a batch",
+               "cause": cause, "wait_seconds": 15.0}
+    lane = {"label": "slice 1", "state": "running", "try_number": 1, "percent": 40.0, "offsets_done": 40,
+            "offsets_planned": 100, "rows_per_s": 0.0, "eta_s": None, "batches": 2, "restarts": [restart],
+            "stalled": cause}
+    rows = _lane_rows([lane], freshness=False)
+    assert f'<td colspan=8 class="l bad stalled">stalled: {cause}</td>' in rows
+    assert "<td>40/100</td><td>-</td><td>-</td><td>2</td>" in rows  # no rate, no ETA
+    assert "last restart" not in rows  # the stall names it
 
 
 def test_a_lane_counts_its_restarts_and_names_the_last_cause():
@@ -281,3 +301,17 @@ def test_a_backfill_that_only_replayed_shows_its_summary_verdict_not_nothing_to_
     waiting = run_outcome(BACKFILL, tasks(preflight="success", plan="success", summary="queued"), [],
                           {"plan": []}.get)
     assert waiting.running and "Nothing to do" not in waiting.text
+
+
+def test_a_table_that_only_replayed_is_replayed_and_one_whose_replay_is_incomplete_fails_the_run():
+    from tailfill_airflow.routed_plans import TablesIncomplete, tables_verdict
+
+    proof = {"run_id": "replay-1", "verdict": "COMPLETE", "offsets": 600, "rows": 600, "quarantined": 0,
+             "ranges": {"r.orders": {"0": [[0, 300]], "1": [[0, 300]]}}, "report": "http://127.0.0.1/report"}
+    out = tables_verdict("backfill of shop", [], {}, {"orders": proof})
+    assert out["tables"]["orders"] | {"replay": None} == {"verdict": "REPLAYED", "offsets": 0, "runs": 0,
+                                                          "problems": [], "replayed": 600, "replay": None}
+    assert (out["replayed"], out["offsets"], out["tables"]["orders"]["replay"]) == (600, 0, proof)
+    broken = proof | {"verdict": "INCOMPLETE", "problems": ["r.orders[0] 5..6 missing"]}
+    with pytest.raises(TablesIncomplete, match=r"0 of 1 table\(s\) complete; not complete: orders"):
+        tables_verdict("backfill of shop", [], {}, {"orders": broken})
