@@ -304,7 +304,8 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     quarantined = sum(p["quarantined"] for p in lanes)
     stored = sum(p["rows"] for p in lanes) - quarantined
     results = [read_result(owner, p["run_id"]) for _, p, owner in indexed]
-    cls, text = verdict(results)
+    run_state = read_run_state(dag_id, run_id) if None in results else None
+    cls, text = verdict(results, run_state)
     summary = (f'<p class="{cls}"><b>{html.escape(text)}</b></p>'
                f"<p><b>{done:,}</b>{f' of {planned:,}' if planned else ''} offsets: {stored:,} rows + "
                f"{quarantined:,} quarantined in {len(lanes)} lane(s); "
@@ -321,7 +322,7 @@ def run_page(dag_id: str, run_id: str) -> HTMLResponse:
                 summary += tail_health_html(owner.cfg, *read_tail(owner.state))
     for owner in dict.fromkeys(o for _, _, o in indexed):
         summary += unknown_fields_html(owner, [p["run_id"] for _, p, o in indexed if o is owner])
-    going = verdict_pending(lanes, cls, lambda: read_run_state(dag_id, run_id))
+    going = verdict_pending(lanes, cls, lambda: run_state or read_run_state(dag_id, run_id))
     return _page(f"{dag_id} · {run_id}",
                  summary + _lane_rows(lanes, freshness=kind != BACKFILL) + tries + lag + links, refresh=going)
 
@@ -435,13 +436,17 @@ def tables_html(lanes: list[dict], results: list[ValidationResult | None]) -> st
     return f"<table class=tables><tr><th>table</th><th>verdict</th></tr>{''.join(rows)}</table>"
 
 
-def verdict(results: list[ValidationResult | None]) -> tuple[str, str]:
-    """The run's verdict at a glance from its lanes' validations: (css class, text)."""
+def verdict(results: list[ValidationResult | None], run_state: str | None = None) -> tuple[str, str]:
+    """The run's verdict at a glance from its lanes' validations: (css class, text). Lanes still waiting for
+    their validation in a run Airflow has failed (``run_state``) will never get it: that run is FAILED."""
     failed = [r for r in results if r is not None and not r.success]
     if failed:
         problems = "; ".join(p for r in failed for p in r.problems[:3])
         return "bad", f"INCOMPLETE ({len(failed)} of {len(results)} lane(s)): {problems}"
     waiting = sum(r is None for r in results)
+    if waiting and run_state == "failed":
+        return "bad", (f"FAILED: {waiting} of {len(results)} lane(s) never validated: the run failed "
+                       "(its failed tries and their cause below)")
     if waiting:
         return "muted", f"not validated yet: {waiting} of {len(results)} lane(s) waiting for their validation"
     checked = sum(r.offsets_checked for r in results if r is not None)

@@ -137,6 +137,8 @@ def test_a_broker_killed_mid_backfill_fails_the_try_within_its_ceiling_naming_th
     wait_until(lambda: lane(airflow, run_id)["note"] is not None, "the failed task's note", timeout=90, poll=2)
     note = lane(airflow, run_id)["note"]
     assert address in note and f"fix: {last['fix']}" in note, note
+    text = tab(airflow, run_id)  # a failed run's lanes will never be validated: its headline says FAILED in red
+    assert "FAILED: 1 of 1 lane(s) never validated" in text and "not validated yet" not in text, text
 
     browser.get(f"{airflow.url}/dags/{DAG}/runs/{run_id}/plugin/tailfill_run")
     wait_for_tab(browser, shot, "broker-killed-run-tab", f"failed, try {last['try_number']}", address,

@@ -57,6 +57,8 @@ def test_the_run_tab_leads_with_the_verdict_of_all_its_lanes():
         "good", "COMPLETE: every one of 120,000 offsets landed exactly once (2 lane(s) validated)")
     cls, text = verdict([result(True, 40_000), None])
     assert cls == "muted" and text.startswith("not validated yet: 1 of 2 lane(s)")
+    cls, text = verdict([result(True, 40_000), None], run_state="failed")  # its validation will never come
+    assert cls == "bad" and text.startswith("FAILED: 1 of 2 lane(s) never validated")
     cls, text = verdict([result(True, 40_000), result(False, 80_000, ["t[0] [10, 20): 10 offsets missing"])])
     assert cls == "bad" and text == "INCOMPLETE (1 of 2 lane(s)): t[0] [10, 20): 10 offsets missing"
 
