@@ -118,6 +118,10 @@ class ConnectWorker:
             NestedField(7, "kafka_partition", IntegerType()), NestedField(8, "kafka_offset", LongType()),
             NestedField(9, "kafka_timestamp", TimestamptzType())))
 
+    def assigned(self) -> bool:
+        """Whether the sink's consumers have their partitions (from the worker's log)."""
+        return self.log.exists() and "Adding newly assigned partitions" in self.log.read_text(errors="replace")
+
     def task_failure(self) -> str | None:
         """The exception of a sink task the worker gave up on (the worker itself runs on), from its log."""
         lines = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []

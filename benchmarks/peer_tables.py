@@ -78,6 +78,18 @@ def iceberg_records(db: Path, name: str, warehouse: Path, identifier: str) -> tu
     return int(snapshot.summary["total-records"]), snapshot.timestamp_ms
 
 
+def iceberg_property(db: Path, name: str, warehouse: Path, identifier: str, key: str) -> str | None:
+    """Table property ``key`` of Iceberg table ``identifier``; None while the table or the property is absent."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    if not db.exists():
+        return None
+    try:
+        return catalog(db, name, warehouse).load_table(identifier).properties.get(key)
+    except NoSuchTableError:
+        return None
+
+
 def committed_files(table: Path) -> dict[Path, int]:
     """The data files Spark's file sink committed to ``table``, each with its commit time (epoch ms: when the
     batch's log file that first lists it was written): every ``add`` in its ``_spark_metadata`` log (numbered

@@ -58,6 +58,7 @@ from peer_tables import (
     committed_files,
     iceberg_file_commits,
     iceberg_ids,
+    iceberg_property,
     iceberg_records,
     landed,
     parquet_sink_ids,
@@ -79,7 +80,7 @@ class Row:
 
     system: str
     seconds: float = 0.0
-    cpu_s: float = 0.0
+    cpu_s: float | None = None  # not measured through kills
     table: Landed | None = None
     error: str = ""
     kills: int = 0  # SIGKILLs that landed while it ran
@@ -204,6 +205,7 @@ class System:
     done: Callable[[subprocess.Popen], float]  # waits; returns the end's wall-clock time (epoch s)
     count: Callable[[], Landed]
     files: Callable[[], dict[Path, int]]
+    ready: Callable[[], bool]  # started and reading: a live tail's events are produced from then on
 
 
 def spark_system(bench: Bench, name: str, live_s: int | None = None) -> System:
@@ -219,8 +221,7 @@ def spark_system(bench: Bench, name: str, live_s: int | None = None) -> System:
     folder.mkdir()
     log = bench.log(f"spark-{name}")
     iceberg = peer_spark_job.has_iceberg_runtime(list(jars.glob("*.jar")))
-    sink = ("Iceberg (Iceberg's Spark runtime)" if iceberg else
-            f"Spark's Parquet file sink (Iceberg publishes no Spark runtime for Spark {minor})")
+    sink = "Iceberg (Iceberg's Spark runtime)" if iceberg else f"Parquet file sink (no Iceberg runtime for {minor})"
     argv = [sys.executable, str(Path(peer_spark_job.__file__)), bench.bootstrap, bench.topic, str(folder), str(jars),
             *([str(live_s)] if live_s else [])]
     catalog = (folder / "catalog.db", peer_spark_job.CATALOG, folder / "warehouse", "bench.events")
@@ -235,8 +236,11 @@ def spark_system(bench: Bench, name: str, live_s: int | None = None) -> System:
     def files() -> dict[Path, int]:
         return iceberg_file_commits(*catalog) if iceberg else committed_files(folder / "table")
 
+    def ready() -> bool:  # the query has started (it reads from the earliest offset either way)
+        return (folder / "checkpoint" / "metadata").exists()
+
     return System(f"(b) Spark {pyspark.__version__} SS, Kafka source → {sink}", lambda: spawn(argv, log), done,
-                  count, files)
+                  count, files, ready)
 
 
 def connect_system(bench: Bench, name: str, live_s: int | None = None) -> System:
@@ -249,8 +253,10 @@ def connect_system(bench: Bench, name: str, live_s: int | None = None) -> System
     log = bench.log(f"connect-{name}")
 
     def done(proc: subprocess.Popen) -> float:
-        """Wait for the snapshot that holds every event (its commit time is the end), then stop the worker."""
-        deadline = time.monotonic() + bench.timeout_s
+        """Wait for the first snapshot that holds as many records as events (its commit time is the end) and for
+        the table to settle (no new snapshot for three commit intervals: a restarted sink may still commit what
+        it wrote before a kill), then stop the worker."""
+        deadline, end, settled = time.monotonic() + bench.timeout_s, None, None
         try:
             while True:
                 if proc.poll() is not None:
@@ -260,7 +266,10 @@ def connect_system(bench: Bench, name: str, live_s: int | None = None) -> System
                     raise PeerFailed(f"{failure} (the worker's log: {worker.log})")
                 now = iceberg_records(worker.catalog_db, CONNECT_CATALOG, worker.warehouse, CONNECT_TABLE)
                 if now and now[0] >= bench.events:
-                    return now[1] / 1000
+                    if end is None or now[1] != settled[1]:
+                        end, settled = end or now[1] / 1000, (time.monotonic() + 3 * commit_ms / 1000, now[1])
+                    elif time.monotonic() > settled[0]:
+                        return end
                 if time.monotonic() > deadline:
                     raise PeerFailed(f"the Iceberg sink committed {now[0] if now else 0:,} of {bench.events:,} "
                                      f"records in {bench.timeout_s:.0f}s (its log {worker.log}: "
@@ -271,7 +280,8 @@ def connect_system(bench: Bench, name: str, live_s: int | None = None) -> System
 
     return System(f"(c) Iceberg Kafka Connect sink, commit every {commit_ms / 1000:g} s, {bench.connect_tasks} "
                   f"task(s)", lambda: spawn(worker.command(), log), done,
-                  lambda: landed(iceberg_ids(*catalog), bench.events), lambda: iceberg_file_commits(*catalog))
+                  lambda: landed(iceberg_ids(*catalog), bench.events), lambda: iceberg_file_commits(*catalog),
+                  worker.assigned)
 
 
 def tailfill_pipeline(bench: Bench, home: Path, table: str, live_s: int | None = None) -> Path:
@@ -302,8 +312,11 @@ def tailfill_system(bench: Bench, home: Path, table: str, label: str, live_s: in
         finish(proc, log, "tailfill backfill", bench.timeout_s)
         return time.time()
 
+    def ready() -> bool:  # the tail reads from the cutover its first run records (the history is a backfill's)
+        return iceberg_property(*catalog, "tailfill.cutover") is not None
+
     return System(f"(d) tailfill {argv[1]}, {label}", lambda: spawn(argv, log, {"TAILFILL_HOME": str(home)}), done,
-                  lambda: landed(iceberg_ids(*catalog), bench.events), lambda: iceberg_file_commits(*catalog))
+                  lambda: landed(iceberg_ids(*catalog), bench.events), lambda: iceberg_file_commits(*catalog), ready)
 
 
 def timed(system: System) -> Row:
@@ -349,12 +362,16 @@ class LiveRow:
 
 
 def live(system: System, bench: Bench, minutes: float, rate: float) -> LiveRow:
-    """Run ``system`` continuously on its own empty topic while ``rate`` events/s are produced for ``minutes``, let
-    it catch up (at most ``bench.timeout_s``), stop it; latencies of the rows produced after its first commit."""
+    """Run ``system`` continuously on its own empty topic and, once it is ready, produce ``rate`` events/s for
+    ``minutes``; let it catch up (at most ``bench.timeout_s``), stop it; latencies of the rows produced after its
+    first commit."""
     from tailfill.dev.sample import produce_live
 
     row, stop, produced = LiveRow(system.label), threading.Event(), {}
     proc = system.start()
+    deadline = time.monotonic() + bench.timeout_s
+    while not system.ready() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(1)
     producer = threading.Thread(target=lambda: produced.update(produce_live(bench.bootstrap, bench.topic, rate, stop,
                                                                             PARTITIONS)), daemon=True)
     producer.start()
@@ -417,7 +434,8 @@ def report(title: str, rows: list[Row], events: int, baseline: Row | None) -> No
         ratio = f"{rate / (events / baseline.seconds):9.2f}" if baseline and baseline.seconds else f"{'-':>9s}"
         kills = f"{r.kills}" + (f" (+{r.missed} after it ended)" if r.missed else "") if (r.kills or r.missed) else "-"
         t = r.table
-        print(f"{r.system:82s} {r.seconds:8.1f} {rate:9,.0f} {r.cpu_s:7.1f} {t.rows if t else 0:10,} "
+        cpu = f"{r.cpu_s:7.1f}" if r.cpu_s is not None else f"{'-':>7s}"
+        print(f"{r.system:82s} {r.seconds:8.1f} {rate:9,.0f} {cpu} {t.rows if t else 0:10,} "
               f"{t.duplicates if t else 0:5,} {t.lost if t else 0:6,} {ratio} {kills:>6s}", flush=True)
 
 
