@@ -372,6 +372,12 @@ def live(system: System, bench: Bench, minutes: float, rate: float) -> LiveRow:
     deadline = time.monotonic() + bench.timeout_s
     while not system.ready() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(1)
+    if not system.ready():
+        exited = proc.poll()
+        kill_group(proc, signal.SIGTERM)
+        row.error = (f"it exited with code {exited} before it read" if exited is not None else
+                     f"it was not reading after {bench.timeout_s:.0f}s") + f" (its log: {bench.logs[-1]})"
+        return row
     producer = threading.Thread(target=lambda: produced.update(produce_live(bench.bootstrap, bench.topic, rate, stop,
                                                                             PARTITIONS)), daemon=True)
     producer.start()
@@ -402,7 +408,7 @@ def report_live(rows: list[LiveRow], minutes: float, rate: float) -> None:
     print(f"{'system':82s} {'rows':>10s} {'dup':>5s} {'lost':>6s} {'p50 s':>7s} {'p95 s':>7s} {'max s':>7s}")
     for r in rows:
         t = r.table
-        if r.latencies:
+        if len(r.latencies) > 1:
             q = statistics.quantiles(r.latencies, n=100)
             lat = f"{q[49]:7.1f} {q[94]:7.1f} {max(r.latencies):7.1f}"
         else:
