@@ -366,8 +366,10 @@ def live(system: System, bench: Bench, minutes: float, rate: float) -> LiveRow:
     ``minutes``; let it catch up (at most ``bench.timeout_s``), stop it; latencies of the rows produced after its
     first commit."""
     from tailfill.dev.sample import produce_live
+    from tailfill.source.topics import ensure_topic
 
-    row, stop, produced = LiveRow(system.label), threading.Event(), {}
+    row, stop, produced, failed = LiveRow(system.label), threading.Event(), {}, []
+    ensure_topic(bench.bootstrap, bench.topic, PARTITIONS)  # before a consumer's subscription creates it with one
     proc = system.start()
     deadline = time.monotonic() + bench.timeout_s
     while not system.ready() and proc.poll() is None and time.monotonic() < deadline:
@@ -378,15 +380,23 @@ def live(system: System, bench: Bench, minutes: float, rate: float) -> LiveRow:
         row.error = (f"it exited with code {exited} before it read" if exited is not None else
                      f"it was not reading after {bench.timeout_s:.0f}s") + f" (its log: {bench.logs[-1]})"
         return row
-    producer = threading.Thread(target=lambda: produced.update(produce_live(bench.bootstrap, bench.topic, rate, stop,
-                                                                            PARTITIONS)), daemon=True)
+    def produce() -> None:
+        try:
+            produced.update(produce_live(bench.bootstrap, bench.topic, rate, stop, PARTITIONS))
+        except Exception as exc:  # the row names it: a tail measured without its events is no figure
+            failed.append(exc)
+
+    producer = threading.Thread(target=produce, name="live-producer", daemon=True)
     producer.start()
     try:
         ends = time.monotonic() + minutes * 60
-        while time.monotonic() < ends and proc.poll() is None:
+        while time.monotonic() < ends and proc.poll() is None and not failed:
             time.sleep(1)
         stop.set()
         producer.join()
+        if failed:
+            row.error = f"producing {rate:g} events/s to {bench.topic} failed: {failed[0]}"
+            return row
         bench.events = produced.get("good", 0)
         deadline = time.monotonic() + bench.timeout_s
         while proc.poll() is None and system.count().distinct < bench.events and time.monotonic() < deadline:
