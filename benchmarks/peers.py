@@ -22,7 +22,7 @@ while each system runs continuously, and each row's produce-to-commit latency re
 The peers' JVM jars are benchmark-only sets (``make bench-deps``); a missing one fails at the start in one line
 naming that command. Nothing here is a test: it prints figures.
 
-    .venv/bin/python benchmarks/peers.py [--events 1000000] [--systems a,b,c,d] [--kills 10] [--seed 1]
+    .venv/bin/python benchmarks/peers.py [--events 1000000] [--systems a,b,c,d] [--kills 10] [--seed N]
                                          [--minutes 10 --rate 2000]
 """
 
