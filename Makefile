@@ -9,7 +9,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export AWS_EC2_METADATA_DISABLED := true
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: install demo test docs docs-gen lint airflow airflow-stop clean postgres-server
+.PHONY: install bench-deps demo test docs docs-gen lint airflow airflow-stop clean postgres-server
 
 ## The venv, then the pinned JVM jars (Apache Kafka for the embedded broker) from Maven Central into ~/.cache/tailfill:
 ## fetched here, once, never when a broker or a job starts.
@@ -23,6 +23,12 @@ $(STAMP): $(PINS)
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 install: $(STAMP)
+
+## The peers' JVM jars for benchmarks/peers.py (a Kafka Connect worker, the Iceberg sink's plugin, Spark's Kafka
+## source and Iceberg's Spark runtime for the installed pyspark's Spark version); the install never fetches them.
+bench-deps: $(STAMP)
+	$(PY) -m tailfill.dev.jars fetch bench-connect bench-iceberg-connect \
+	  bench-spark-$$($(PY) -c 'import pyspark; print(".".join(pyspark.__version__.split(".")[:2]))')
 
 ## Run the main job on the embedded defaults: broker, sample data, backfill, tail, status. The broker keeps
 ## its topics (and the table its rows) in $TAILFILL_HOME, so a second demo adds to the first.

@@ -120,7 +120,8 @@ def new_cluster_id() -> str:
     return made
 
 
-def _java() -> str:
+def java_command() -> str:
+    """The ``java`` of ``JAVA_HOME``, else the one on PATH; a :class:`BrokerError` with the fix if there is none."""
     java_home = os.environ.get("JAVA_HOME")
     java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
     if not java or not Path(java).exists():
@@ -141,7 +142,7 @@ def format_storage(node: KafkaNode, config: Path, cluster_id: str) -> None:
     """Format ``node``'s log folder for ``cluster_id`` (once: a formatted node keeps its topics)."""
     if node.formatted:
         return
-    done = subprocess.run([_java(), *_log_options(node), "-cp", classpath("kafka"), "kafka.tools.StorageTool",
+    done = subprocess.run([java_command(), *_log_options(node), "-cp", classpath("kafka"), "kafka.tools.StorageTool",
                            "format", f"--cluster-id={cluster_id}", "--config", str(config), "--ignore-formatted"],
                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
@@ -188,7 +189,7 @@ def start_node(node: KafkaNode, quorum: str, cluster_id: str, settings: dict[str
     config = _write_config(node, quorum, settings)
     format_storage(node, config, cluster_id)
     with open(node.data_dir / "jvm.log", "ab") as out:
-        proc = subprocess.Popen([_java(), *HEAP, *JVM_OPTIONS, *_log_options(node), "-cp", classpath("kafka"),
+        proc = subprocess.Popen([java_command(), *HEAP, *JVM_OPTIONS, *_log_options(node), "-cp", classpath("kafka"),
                                  "kafka.Kafka", str(config)],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=detach)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tailfill.dev import jars
-from tailfill.dev.jars import JarsError, classpath, fetch, jar_set
+from tailfill.dev.jars import JarsError, classpath, fetch, jar_set, jar_sets, parse_pins, pom
 
 
 def test_the_kafka_set_pins_apache_kafka_and_locks_every_jar_it_resolves_to():
@@ -25,17 +25,51 @@ def test_a_set_not_in_the_cache_is_one_line_with_the_fetch_command(tmp_path):
 
 
 def test_an_unknown_set_names_the_sets():
-    with pytest.raises(JarsError, match=r"no pinned JVM jar set 'spark' \(the sets: kafka\)"):
+    with pytest.raises(JarsError, match=r"no pinned JVM jar set 'spark' \(the sets: bench-connect, .*kafka\)"):
         classpath("spark")
 
 
-def test_a_fetch_that_resolves_other_jars_than_the_lock_moves_nothing_into_the_cache(tmp_path, monkeypatch):
-    def resolve(jar_set, into):  # Maven stands in: it "resolves" one jar the lock does not pin
+def test_an_exclusion_line_leaves_a_dependency_out_of_the_root_above_it():
+    pins = parse_pins([["s", "g:root:1"], ["s", "-log4j:*"], ["s", "-org.slf4j:slf4j-api"], ["s", "g:other:2"],
+                       ["t", "g:root:1"]])
+    assert pins == {"s": {"g:root:1": ["log4j:*", "org.slf4j:slf4j-api"], "g:other:2": []}, "t": {"g:root:1": []}}
+
+
+@pytest.mark.parametrize(("line", "error"), [
+    (["s", "-log4j:*"], r"pin 1: an exclusion '-log4j:\*' must be '-<groupId>:<artifactId>' below a root of set 's'"),
+    (["s", "g:a"], r"pin 1: 'g:a' is not '<groupId:artifactId:version>'"),
+    (["s", "g:a:1", "extra"], r"pin 1: want '<set> <groupId:artifactId:version>' .*, got 's g:a:1 extra'"),
+])
+def test_a_malformed_pin_is_named_by_its_number(line, error):
+    with pytest.raises(JarsError, match=error):
+        parse_pins([line])
+
+
+def test_the_pom_names_each_roots_exclusions_and_nothing_for_a_root_without():
+    made = pom(("g:root:1", "g:other:2"), (("g:root:1", ("log4j:*", "org.slf4j:slf4j-api")),))
+    assert ("<dependency><groupId>g</groupId><artifactId>root</artifactId><version>1</version><exclusions>"
+            "<exclusion><groupId>log4j</groupId><artifactId>*</artifactId></exclusion>"
+            "<exclusion><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId></exclusion>"
+            "</exclusions></dependency>") in made
+    assert "<artifactId>other</artifactId><version>2</version></dependency>" in made
+
+
+def test_the_benchmark_sets_are_fetched_only_when_named_and_say_how(tmp_path, monkeypatch):
+    resolved = []
+
+    def resolve(jar_set, into):  # Maven stands in: it resolves exactly the locked jars
+        resolved.append(jar_set.name)
         into.mkdir(parents=True)
-        (into / "evil-1.0.jar").write_bytes(b"not what was pinned")
+        for name, _ in jar_set.locked:
+            (into / name).write_bytes(b"")
 
     monkeypatch.setattr(jars, "_resolve", resolve)
-    with pytest.raises(JarsError, match=r"the 'kafka' jars Maven resolved differ from jvm-jars.lock: "
-                                        r"HdrHistogram-2\.2\.2\.jar, .* …"):
-        fetch(["kafka"], tmp_path)
-    assert [p.name for p in tmp_path.iterdir()] == []  # no cache folder, no staging left
+    monkeypatch.setattr(jars, "_hashes", lambda folder: {p.name: dict(jar_sets()["kafka"].locked).get(p.name)
+                                                          for p in folder.glob("*.jar")})
+    fetch(None, tmp_path)
+    assert resolved == ["kafka"]
+    assert all(s.bench_only for n, s in jar_sets().items() if n != "kafka")
+    with pytest.raises(JarsError, match=r"the JVM jars of 'bench-connect' are not installed in .* \(fix: "
+                                        r"`make bench-deps`, or `.* -m tailfill.dev.jars fetch bench-connect`\)"):
+        classpath("bench-connect", tmp_path)
+
