@@ -75,7 +75,7 @@ class BackfillPacer:
         return self.governor.first_budget()
 
     def after_batch(self, report: BatchReport) -> tuple[Budget, float]:
-        return self.governor.after_batch(report.offsets, report.seconds)
+        return self.governor.after_batch(report.offsets, report.seconds, report.table_partitions or 1)
 
     def heartbeat(self, caught_up: bool) -> None:
         return None
@@ -111,7 +111,7 @@ class TailPacer:
         fresh = Freshness.from_dict(report.freshness)
         high = watermarks(self.conf, list(self.position), consumer=self.consumer).high
         health = self.pace.observe(time.time(), sum(high.offsets.values()), sum(self.position.values()),
-                                   report.offsets, report.seconds, fresh)
+                                   report.offsets, report.seconds, fresh, report.table_partitions or 1)
         write_health(self.state, health)
         problem = self.pace.new_problem()
         if problem:
