@@ -4,6 +4,8 @@ evolution, and the proof unchanged."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pyarrow.parquet as pq
 import pytest
 from helpers import (
@@ -15,15 +17,10 @@ from helpers import (
     tables_of,
     tail,
 )
-import json
-from collections import Counter
-from datetime import UTC, datetime, timedelta
-
-from confluent_kafka import Producer
 from pyiceberg.expressions import EqualTo
 
 from tailfill.dev.batches import commit_sample_batch
-from tailfill.dev.sample import produce_sample
+from tailfill.dev.sample import produce_sample, year_event
 from tailfill.errors import LakeError
 from tailfill.lake.data_files import spec_terms
 from tailfill.lake.files import written_by
@@ -31,7 +28,6 @@ from tailfill.offsets import OffsetRange
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.plumbing.warehouse import filesystem, fs_path
 from tailfill.proof.validate import validate
-from tailfill.source.topics import ensure_topic
 from tailfill.upkeep.compact import compact
 
 pytestmark = pytest.mark.integration
@@ -55,25 +51,9 @@ def test_a_partitioned_table_backfilled_and_tailed_exactly_once(spark, make_pipe
     assert validate(open_pipeline(cfg), all_runs=True).success
 
 
-def produce_over_days(bootstrap: str, topic: str, count: int, days: int) -> set[str]:
-    """``count`` sample-shaped events round-robin over the partitions, their ``created_at`` cycling through ``days``
-    days; returns the days written (``YYYY-MM-DD``)."""
-    ensure_topic(bootstrap, topic, PARTITIONS)
-    producer = Producer({"bootstrap.servers": bootstrap})
-    written = set()
-    for i in range(count):
-        at = datetime(2025, 1, 1, tzinfo=UTC) + timedelta(days=i % days, seconds=i)
-        written.add(f"{at:%Y-%m-%d}")
-        event = {"event_id": f"evt-{i}", "user_id": i % 10_000, "kind": "view", "amount": 1.0,
-                 "created_at": at.isoformat()}
-        producer.produce(topic, json.dumps(event).encode(), partition=i % PARTITIONS)
-    assert producer.flush(60) == 0
-    return written
-
-
 def test_a_batch_writes_one_file_per_table_partition_it_touches(spark, make_pipeline):
     cfg = make_pipeline(target__partition_by=["day(created_at)"], backfill__slices=1)
-    days = produce_over_days(cfg.source.bootstrap_servers, cfg.source.topic, 4_000, 150)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 4_000, PARTITIONS, event=year_event)
     [result] = backfill(spark, cfg)  # one batch, read by two tasks (local[2]) from four Kafka partitions
 
     data, _ = tables_of(cfg)
@@ -81,7 +61,7 @@ def test_a_batch_writes_one_file_per_table_partition_it_touches(spark, make_pipe
     added = [t.file for t in data.scan(snapshot_id=batch.snapshot_id).plan_files()
              if written_by(t.file.file_path) == result.run_id]
     per_day = Counter(f.partition[0] for f in added)
-    assert len(per_day) == len(days) == 150
+    assert len(per_day) == 365  # every day of the year
     assert set(per_day.values()) == {1}, per_day.most_common(3)  # not one per day and task, or Kafka partition
     assert int(batch.summary.additional_properties["added-data-files"]) == len(added)
     assert sum(f.record_count for f in added) == 4_000
