@@ -15,6 +15,7 @@ from typing import Protocol
 
 from tailfill.offsets import ranges_between, total
 from tailfill.pipeline.handle import Pipeline
+from tailfill.run.auto_upkeep import TailUpkeep
 from tailfill.run.governor import Governor
 from tailfill.run.plan import IngestRequest
 from tailfill.run.tail_health import TailPace, mark_stopped, read_tail
@@ -100,6 +101,7 @@ class TailPacer:
         self.conf = pipeline.kafka
         self.consumer = OwnedConsumer(self.conf)  # kept between batches; closed when the tail stops
         self.position = dict(req.start.offsets)  # the end of what this tail has committed, per partition
+        self.upkeep = TailUpkeep(pipeline, log)  # the tables kept up beside the batches (no maintenance block)
         write_health(self.state, self.pace.health)
 
     def first_budget(self) -> Budget:
@@ -116,6 +118,7 @@ class TailPacer:
         problem = self.pace.new_problem()
         if problem:
             self.log(f"WARNING: {problem}")
+        self.upkeep.after_batch()
         if self.req.trigger != "processing_time":
             return Budget(self.req.max_offsets_per_batch), 0.0
         return Budget(tail_batch_offsets(report.offsets, report.seconds, self.req.trigger_interval_seconds,
@@ -135,6 +138,7 @@ class TailPacer:
 
     def stopped(self) -> None:
         self.consumer.close()
+        self.upkeep.wait()
         mark_stopped(self.state)  # no tail running any more: nothing for a backfill to yield to
 
 
