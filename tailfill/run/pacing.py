@@ -26,6 +26,8 @@ from tailfill.state.records import BatchReport, TailHealth
 from tailfill.state.store import read_health, write_health
 from tailfill.values.freshness import Freshness
 
+ONE_TASK_OFFSETS = 100_000  # a partitioned table's tail batch up to this size is read by one task
+
 
 class Pacer(Protocol):
     """Sizes a query's batches; called on the driver between batches, never during one."""
@@ -105,7 +107,13 @@ class TailPacer:
         write_health(self.state, self.pace.health)
 
     def first_budget(self) -> Budget:
-        return Budget(self.req.max_offsets_per_batch)
+        return self._budget(self.req.max_offsets_per_batch)
+
+    def _budget(self, offsets: int) -> Budget:
+        """A batch of ``offsets``: on a partitioned table, one task reads a batch of up to :data:`ONE_TASK_OFFSETS`
+        (it writes one file per table partition, and no files of several tasks are merged before the commit)."""
+        one = self.cfg.target.partition_by and offsets <= ONE_TASK_OFFSETS
+        return Budget(offsets, 1 if one else None)
 
     def after_batch(self, report: BatchReport) -> tuple[Budget, float]:
         for r in [*report.committed, *report.skipped]:
@@ -120,12 +128,12 @@ class TailPacer:
             self.log(f"WARNING: {problem}")
         self.upkeep.after_batch()
         if self.req.trigger != "processing_time":
-            return Budget(self.req.max_offsets_per_batch), 0.0
-        return Budget(tail_batch_offsets(report.offsets, report.seconds, self.req.trigger_interval_seconds,
-                                         self.cfg.tail.min_offsets_per_batch, self.req.max_offsets_per_batch,
-                                         cost=health.cost, backlog=health.backlog,
-                                         incoming_per_s=health.incoming_per_s,
-                                         longest_seconds=longest_batch_seconds(self.req))), 0.0
+            return self._budget(self.req.max_offsets_per_batch), 0.0
+        return self._budget(tail_batch_offsets(report.offsets, report.seconds, self.req.trigger_interval_seconds,
+                                               self.cfg.tail.min_offsets_per_batch, self.req.max_offsets_per_batch,
+                                               cost=health.cost, backlog=health.backlog,
+                                               incoming_per_s=health.incoming_per_s,
+                                               longest_seconds=longest_batch_seconds(self.req))), 0.0
 
     def heartbeat(self, caught_up: bool) -> None:
         write_health(self.state, self.pace.heartbeat(caught_up))
