@@ -35,7 +35,8 @@ def one_per_partition(fs: pafs.FileSystem, prepared: Sequence[PreparedRange], lo
     under ``location``) where there are several that together stay under ``target_bytes``; each merged file is
     listed with the range that listed the first of its files."""
     files = [f for p in prepared for f in p.data_files]
-    if len(files) < 2:
+    tasks = sum(1 for p in prepared if p.stages)  # a task's first range carries its time by stage
+    if len(files) < 2 or tasks < 2:  # one task wrote one file per partition already
         return list(prepared)
     with ThreadPoolExecutor(max_workers=MERGERS) as pool:
         groups = _by_partition(fs, files, target_bytes, pool)

@@ -45,7 +45,7 @@ class PreparedRange:
     quarantine_files: list[str]
     rows: int
     quarantined: int
-    stages: dict[str, float] = field(default_factory=dict)  # seconds in read, parse, write
+    stages: dict[str, float] = field(default_factory=dict)  # seconds in read, parse, write (a task's first range only)
     timestamps: TimestampSketch | None = None  # the task's record timestamps (carried by its first range)
     drift: Drift | None = None  # the task's fields not declared (JSON; carried by its first range)
 
