@@ -186,20 +186,21 @@ def _sorted_offsets(arrow: pa.Table) -> dict[TopicPartition, np.ndarray]:
 
 
 def stored_offsets(data: Table, quarantine: Table, fs: pafs.FileSystem, windows: list[OffsetRange] | None,
-                   committed: list[OffsetRange]) -> tuple[dict[TopicPartition, Offsets], list[DamagedFile]]:
-    """Sorted offsets stored in the data and quarantine tables (files on ``fs``) within ``windows`` (None: all), and
-    the files that could not be read (with the ``committed`` offsets each held)."""
-    found = []
-    for table, label in ((data, "data"), (quarantine, "quarantine")):
-        arrow, damaged = read_rows(table, fs, windows, COORDINATES, label, committed)
-        found.append((_sorted_offsets(arrow), damaged))
-    (rows, bad_data), (bad, bad_quarantine) = found
+                   committed: list[OffsetRange], columns: Sequence[str] = ()
+                   ) -> tuple[dict[TopicPartition, Offsets], list[DamagedFile], pa.Table]:
+    """Sorted offsets stored in the data and quarantine tables (files on ``fs``) within ``windows`` (None: all), the
+    files that could not be read (with the ``committed`` offsets each held), and the data table's rows there with
+    ``columns`` beside the coordinates (each file is read once for both)."""
+    wanted = tuple(dict.fromkeys([*COORDINATES, *columns]))
+    data_rows, bad_data = read_rows(data, fs, windows, wanted, "data", committed)
+    bad_rows, bad_quarantine = read_rows(quarantine, fs, windows, COORDINATES, "quarantine", committed)
+    rows, bad = _sorted_offsets(data_rows), _sorted_offsets(bad_rows)
     empty = np.empty(0, np.int64)
     offsets = {tp: Offsets(rows.get(tp, empty), bad.get(tp, empty)) for tp in set(rows) | set(bad)}
-    return offsets, [*bad_data, *bad_quarantine]
+    return offsets, [*bad_data, *bad_quarantine], data_rows
 
 
-def run_rows(data: Table, fs: pafs.FileSystem, windows: list[OffsetRange], columns: list[str]) -> pa.Table:
-    """The readable rows of ``data`` (files on ``fs``) within ``windows`` (a run's committed ranges), only
+def run_rows(rows: pa.Table, windows: list[OffsetRange], columns: list[str]) -> pa.Table:
+    """Of a table's ``rows`` (with their coordinates), those within ``windows`` (a run's committed ranges), only
     ``columns``."""
-    return read_rows(data, fs, windows, columns, "data", windows)[0]
+    return rows.filter(_in_windows(rows, windows)).select(columns)
