@@ -3,7 +3,7 @@
 On the embedded broker, for each rate of ``--rates``: a topic of sample events whose ``created_at`` falls on every
 day of a year (:func:`tailfill.dev.sample.year_event`, so that every batch of a few hundred records touches
 hundreds of day partitions), the pipeline ``tailfill init`` writes for it (``partition_by: day(created_at)``, its
-tail settings) with the tail's trigger set to ``processing_time``, and ``tailfill tail`` (its own ``spark-submit``)
+live tail's settings), and ``tailfill tail`` (its own ``spark-submit``)
 kept running for ``--minutes`` after its first commit under a producer at that rate; then the same with
 ``partition_by: []``, the baseline. Each row is measured from the tail run's batch reports
 (:mod:`tailfill.dev.soak`): the batches' produce-to-commit latency (p50, p95 against the trigger interval), the
@@ -30,7 +30,7 @@ SAMPLE = 1_000  # records init samples (the history before the tail's cutover)
 
 
 def pipeline(home: Path, bootstrap: str, name: str, partitioned: bool) -> Path:
-    """What ``tailfill init`` writes for a fresh topic of year-spread events, as a processing-time tail."""
+    """What ``tailfill init`` writes for a fresh topic of year-spread events (a processing-time tail)."""
     from tailfill.dev.sample import produce_sample, year_event
     from tailfill.run.scaffold import Request, propose
 
@@ -38,9 +38,9 @@ def pipeline(home: Path, bootstrap: str, name: str, partitioned: bool) -> Path:
     produce_sample(bootstrap, topic, SAMPLE, PARTITIONS, event=year_event)
     spec = yaml.safe_load(propose(Request(name, topic, bootstrap_servers=bootstrap)))
     assert spec["target"]["partition_by"] == ["day(created_at)"], spec["target"]
+    assert spec["tail"]["trigger"] == "processing_time", spec["tail"]
     if not partitioned:
         spec["target"]["partition_by"] = []
-    spec["tail"]["trigger"] = "processing_time"
     path = home / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
