@@ -52,7 +52,7 @@ def test_a_partitioned_table_backfilled_and_tailed_exactly_once(spark, make_pipe
 
 
 def test_a_batch_writes_one_file_per_table_partition_it_touches(spark, make_pipeline):
-    cfg = make_pipeline(target__partition_by=["day(created_at)"], backfill__slices=1)
+    cfg = make_pipeline(target__partition_by=["day(created_at)"], backfill__slices=1, backfill__min_batches_per_lane=1)
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 4_000, PARTITIONS, event=year_event)
     [result] = backfill(spark, cfg)  # one batch, read by two tasks (local[2]) from four Kafka partitions
 
