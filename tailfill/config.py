@@ -516,6 +516,13 @@ class TailConfig(_Model):
                                        "while it has data to read or a batch in flight counts as failed: its query is "
                                        "restarted as a failure (tail.max_consecutive_failures), naming where it was "
                                        "stuck.")
+    upkeep_every_seconds: float | None = Field(
+        default=1800, gt=0, description="Without a maintenance block: once this long has passed since the data "
+                                        "table's last compaction (or its first commit), the tail compacts both "
+                                        "tables' small files and expires old snapshots (their batch audit archived "
+                                        "first) beside its batches, with the defaults of docs/operations.md (no "
+                                        "orphan cleanup); null: never. With a maintenance block, its settings and "
+                                        "schedule govern instead.")
     schedule: str | None = Field(default=None, description="The incremental DAG's Airflow schedule, e.g. a cron "
                                                            "expression (null: triggered by hand only).")
     run_deadline_seconds: float | None = Field(

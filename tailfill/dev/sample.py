@@ -29,6 +29,7 @@ BAD_VALUES: tuple[bytes | None, ...] = (
 
 
 def sample_event(run: str, i: int) -> dict:
+    """Sample event ``i``: its ``created_at`` one second after the one before, from 2026-01-01."""
     rnd = random.Random(i)
     return {
         "event_id": f"evt-{run}-{i:09d}",
@@ -37,6 +38,13 @@ def sample_event(run: str, i: int) -> dict:
         "amount": round(rnd.uniform(0, 500), 2),
         "created_at": (datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=i)).isoformat(),
     }
+
+
+def year_event(run: str, i: int) -> dict:
+    """Sample event ``i`` whose ``created_at`` falls on day ``i`` mod 365 of 2025: a year of days partitions touched
+    by every few hundred records (history arriving late, a device's backlog)."""
+    at = datetime(2025, 1, 1, tzinfo=UTC) + timedelta(days=i % 365, seconds=i % 86_400)
+    return {**sample_event(run, i), "created_at": at.isoformat()}
 
 
 class _SampleProducer:
@@ -80,8 +88,10 @@ def produce_sample(
     partitions: int = 4,
     bad_every: int = 0,
     progress: Callable[[int], None] | None = None,
+    event: Callable[[str, int], dict] = sample_event,
 ) -> dict[str, int]:
-    """Write ``count`` records round-robin over the partitions; every ``bad_every``-th one is bad.
+    """Write ``count`` records (``event(run, i)``) round-robin over the partitions; every ``bad_every``-th one is
+    bad.
 
     Returns counts ``{"good": …, "bad": …}``. Raises if any record was not acknowledged.
     """
@@ -93,7 +103,7 @@ def produce_sample(
             value = BAD_VALUES[(i // bad_every) % len(BAD_VALUES)]
             bad += 1
         else:
-            value = json.dumps(sample_event(run, i)).encode()
+            value = json.dumps(event(run, i)).encode()
             good += 1
         out.send(i, value)
         if i % 10000 == 0:
@@ -105,15 +115,15 @@ def produce_sample(
 
 
 def produce_live(bootstrap: str, topic: str, per_second: float, stop: threading.Event,
-                 partitions: int = 4) -> dict[str, int]:
-    """Write sample events at ``per_second`` (in 10 ms steps, timestamped as they are sent) until
+                 partitions: int = 4, event: Callable[[str, int], dict] = sample_event) -> dict[str, int]:
+    """Write sample events (``event(run, i)``) at ``per_second`` (in 10 ms steps, timestamped as they are sent) until
     ``stop`` is set; returns ``{"good": n, "bad": 0}``. Raises if any record was not acknowledged."""
     out = _SampleProducer(bootstrap, topic, partitions, **{"linger.ms": 5})
     run, sent, started = uuid.uuid4().hex[:8], 0, time.monotonic()
     while not stop.is_set():
         due = int((time.monotonic() - started) * per_second)
         for i in range(sent, due):
-            out.send(i, json.dumps(sample_event(run, i)).encode())
+            out.send(i, json.dumps(event(run, i)).encode())
         sent = max(sent, due)
         out.producer.poll(0)
         time.sleep(0.01)

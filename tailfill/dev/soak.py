@@ -15,11 +15,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tailfill.config import PipelineConfig
-from tailfill.dev.sample import produce_live
+from tailfill.dev.sample import produce_live, sample_event
 from tailfill.run.contract import Restarted, read_event
 from tailfill.state.records import BatchReport
 from tailfill.state.store import StateStore, read_health, run_ids, run_reports
@@ -44,6 +45,7 @@ class SoakResult:
     exit_code: int | None = None
     restarts: int = 0
     backfill_exit_code: int | None = None
+    behind: int | None = None  # offsets on the broker the tail had not committed at its last batch before the stop
 
     @property
     def max_gap(self) -> float:
@@ -88,18 +90,19 @@ def beside_rate(history: int, seconds: float) -> int:
 
 
 def soak(cfg: PipelineConfig, seconds: float, rate: float, log_dir: Path, env: dict[str, str],
-         backfill_rate: int | None = None) -> SoakResult:
+         backfill_rate: int | None = None, event: Callable[[str, int], dict] = sample_event) -> SoakResult:
     """Run the tail of ``cfg`` (processing-time trigger) for ``seconds`` after its first commit under a producer
-    at ``rate``; with ``backfill_rate``, a backfill of ``[earliest, cutover)`` limited to that many offsets/s
-    runs beside it. ``env``: the commands' environment, as a user's shell has it. Raises if the tail does not
-    start."""
+    at ``rate`` (of ``event(run, i)``); with ``backfill_rate``, a backfill of ``[earliest, cutover)`` limited to
+    that many offsets/s runs beside it. ``env``: the commands' environment, as a user's shell has it. Raises if the
+    tail does not start."""
     assert cfg.path is not None and cfg.tail.trigger == "processing_time"
     tailfill = str(Path(sys.executable).parent / "tailfill")
     store = StateStore.of(cfg)
     before = set(run_ids(store))
     stop = threading.Event()
     producer = threading.Thread(target=produce_live, args=(cfg.source.bootstrap_servers, cfg.source.topic, rate,
-                                                           stop), name="soak-producer", daemon=True)
+                                                           stop), kwargs={"event": event}, name="soak-producer",
+                                daemon=True)
     tail_log = (log_dir / "tail.log").open("w")
     tail = subprocess.Popen([tailfill, "tail", cfg.path], env=env, stdout=tail_log, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -121,6 +124,7 @@ def soak(cfg: PipelineConfig, seconds: float, rate: float, log_dir: Path, env: d
                 break  # the tail ended by itself: measured as it is, its exit code says how
             time.sleep(1.0)
         stopped_at = time.time()
+        last = read_health(store)
         subprocess.run([tailfill, "stop-tail", cfg.path], env=env, check=True, capture_output=True)
         exit_code = tail.wait(timeout=600)
         backfill_code = backfill.wait(timeout=3600) if backfill is not None else None
@@ -136,6 +140,7 @@ def soak(cfg: PipelineConfig, seconds: float, rate: float, log_dir: Path, env: d
     result = measure(run_reports(store, run_id), stopped_at, rate, cfg.tail.trigger_interval_seconds,
                      backfill_rate is not None)
     result.exit_code, result.backfill_exit_code = exit_code, backfill_code
+    result.behind = last.backlog if last is not None else None
     result.restarts = _restarts(log_dir / "tail.log")
     return result
 

@@ -16,6 +16,7 @@ import pyarrow.fs as pafs
 
 from tailfill.errors import LakeError
 from tailfill.lake.audit_log import audit_log
+from tailfill.lake.batch_files import DEFAULT_TARGET_FILE_BYTES, one_per_partition
 from tailfill.lake.batch_summary import BatchSummary
 from tailfill.lake.files import rewrite_files, rows_in
 from tailfill.lake.ledger import CommitResult, commit_batch
@@ -31,22 +32,27 @@ from tailfill.state.store import StateStore
 class Committer:
     """Where a pipeline's batches are committed: its tables (opened once per run; each commit refreshes them), the
     filesystem of their files, the state folder of each batch's audit. ``follows_writer_schema``: the rows carry
-    their writer schemas' columns, which the data table takes before a batch commits."""
+    their writer schemas' columns, which the data table takes before a batch commits. ``target_file_bytes``: on a
+    partitioned table, a batch's files of one table partition are merged into one up to this size first."""
 
     pipeline: str
     tables: Tables
     fs: pafs.FileSystem
     state: StateStore
     follows_writer_schema: bool = False
+    target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES
 
     def commit(self, run_id: str, batch_id: int, prepared: Sequence[PreparedRange]) -> tuple[CommitResult, float]:
         """Commit a batch's prepared ranges; returns the data table's result and the seconds it took."""
+        started = time.perf_counter()
+        if self.tables.data.spec().fields:
+            prepared = one_per_partition(self.fs, prepared, self.tables.data.location(), run_id,
+                                         self.target_file_bytes)
         summary = BatchSummary(self.pipeline, run_id, batch_id, ranges=[p.marker.range for p in prepared],
                                lost=[r for p in prepared for r in p.marker.lost],
                                records_read=sum(p.marker.records for p in prepared),
                                absent=[r for p in prepared for r in p.marker.absent],
                                absent_under=read_under(prepared))
-        started = time.perf_counter()
         fs = self.fs
 
         def commit(table, files: list[str]) -> CommitResult:
@@ -99,13 +105,14 @@ def records_in(fs: pafs.FileSystem, prepared: Sequence[PreparedRange], kept: lis
     """Records the source read in the ``kept`` part of a batch (when another writer committed the rest).
 
     A range kept whole counts what its task read; a range kept in part counts its stored rows and
-    quarantined rows there (every record read became one or the other; absent offsets became neither).
+    quarantined rows there (every record read became one or the other; absent offsets became neither), in any of
+    the batch's files (one file may hold several ranges' rows).
     """
-    count = 0
+    count, partly = 0, []
     for p in prepared:
         parts = intersect_all([p.marker.range], kept)
         if parts == [p.marker.range]:
             count += p.marker.records
-        elif parts:
-            count += rows_in(fs, p.files, parts)
-    return count
+        else:
+            partly += parts
+    return count + (rows_in(fs, [f for p in prepared for f in p.files], partly) if partly else 0)

@@ -41,11 +41,11 @@ class PreparedRange:
     """What one task prepared for one range: files to commit, and what it read, kept and took."""
 
     marker: RangeMarker
-    data_files: list[str]
+    data_files: list[str]  # each file once per batch: one that holds several ranges' rows, with the first of them
     quarantine_files: list[str]
     rows: int
     quarantined: int
-    stages: dict[str, float] = field(default_factory=dict)  # seconds in read, parse, write
+    stages: dict[str, float] = field(default_factory=dict)  # seconds in read, parse, write (a task's first range only)
     timestamps: TimestampSketch | None = None  # the task's record timestamps (carried by its first range)
     drift: Drift | None = None  # the task's fields not declared (JSON; carried by its first range)
 
@@ -121,7 +121,9 @@ def prepare_ranges(read: Reader, decoder: Decoder, where: Destination, run_id: s
     ``table_columns``: the data table's columns as the driver last saw them (a decoder may check records
     against them)."""
     stages = {"read": 0.0, "parse": 0.0, "write": 0.0}
-    out: dict[TopicPartition, RangeOutput] = {r.tp: RangeOutput(where, decoder.rows_schema, run_id) for r in ranges}
+    shared = PartitionFiles(where, decoder.rows_schema, run_id) if where.partition_by else None
+    out: dict[TopicPartition, RangeOutput] = {r.tp: RangeOutput(where, decoder.rows_schema, run_id, shared)
+                                              for r in ranges}
     markers: dict[TopicPartition, RangeMarker] = {}
     stamps: list[pa.Array] = []
     drift = Drift()
@@ -141,11 +143,14 @@ def prepare_ranges(read: Reader, decoder: Decoder, where: Destination, run_id: s
         ok, quarantine = split_records(batch, decoder, run_id, table_columns, drift)
         stages["parse"] += time.perf_counter() - t
         t = time.perf_counter()
-        out[tp].add(ok, quarantine)
+        out[tp].add(tp, ok, quarantine)
         failpoints.pause("while-writing")
         stages["write"] += time.perf_counter() - t
     t = time.perf_counter()
-    files = {tp: o.close() for tp, o in out.items()}
+    files = {r.tp: out[r.tp].close() for r in ranges}
+    if shared is not None:  # each partition's file listed once, with the first range that wrote to it
+        for tp, values in shared.close().items():
+            files[tp][0].extend(values)
     stages["write"] += time.perf_counter() - t
     sketch = TimestampSketch.of(stamps)
     prepared = []
@@ -164,20 +169,48 @@ def prepare_ranges(read: Reader, decoder: Decoder, where: Destination, run_id: s
     return prepared
 
 
+class PartitionFiles:
+    """A task's data files of a partitioned table: one file set per partition value, shared by the task's ranges,
+    so that a task writes at most one file per table partition (until its schema changes)."""
+
+    def __init__(self, where: Destination, schema: pa.Schema | None, run_id: str):
+        self.where, self.schema, self.run_id = where, schema, run_id
+        self.terms = parse_terms(where.partition_by)
+        self.sets: dict[tuple, FileSet] = {}
+        self.first: dict[tuple, TopicPartition] = {}  # the range that wrote to a partition first
+
+    def write(self, tp: TopicPartition, rows: pa.Table) -> None:
+        for values, part in split(rows, self.terms):
+            if values not in self.sets:
+                self.sets[values] = FileSet(self.where.fs, self.where.data_location, self.schema, self.run_id,
+                                            footer(self.terms, values))
+                self.first[values] = tp
+            self.sets[values].write(part)
+
+    def close(self) -> dict[TopicPartition, list[str]]:
+        """The files written, by the range each is listed with."""
+        out: dict[TopicPartition, list[str]] = {}
+        for values, fileset in self.sets.items():
+            out.setdefault(self.first[values], []).extend(fileset.close())
+        return out
+
+
 class RangeOutput:
     """One range's rows and quarantined rows on their way to Parquet, in row groups of a good size."""
 
-    def __init__(self, where: Destination, schema: pa.Schema | None, run_id: str):
-        """``schema``: every row's columns; None: rows carry their writer schema's (files follow them)."""
-        self.fs, self.run_id, self.data_location = where.fs, run_id, where.data_location
-        self.schema = schema
-        self.terms = parse_terms(where.partition_by)
-        self.data: dict[tuple, FileSet] = {}  # one file set per partition value: no file mixes partitions
+    def __init__(self, where: Destination, schema: pa.Schema | None, run_id: str,
+                 shared: PartitionFiles | None = None):
+        """``schema``: every row's columns; None: rows carry their writer schema's (files follow them).
+        ``shared``: the task's files of a partitioned table (None: this range's own file)."""
+        self.tp: TopicPartition | None = None
+        self.shared = shared
+        self.data = None if shared else FileSet(where.fs, where.data_location, schema, run_id)
         self.bad = FileSet(where.fs, where.quarantine_location, QUARANTINE_SCHEMA, run_id)
         self.pending: tuple[list[pa.Table], list[pa.Table]] = ([], [])
         self.rows = self.quarantined = 0
 
-    def add(self, ok: pa.Table, quarantine: pa.Table) -> None:
+    def add(self, tp: TopicPartition, ok: pa.Table, quarantine: pa.Table) -> None:
+        self.tp = tp
         self.rows += ok.num_rows
         self.quarantined += quarantine.num_rows
         self.pending[0].append(ok)
@@ -188,11 +221,12 @@ class RangeOutput:
         rows, quarantined = (self._take(pending, force) for pending in self.pending)
         if quarantined is not None:
             self.bad.write(quarantined)
-        for values, part in split(rows, self.terms) if rows is not None else ():
-            if values not in self.data:
-                self.data[values] = FileSet(self.fs, self.data_location, self.schema, self.run_id,
-                                            footer(self.terms, values))
-            self.data[values].write(part)
+        if rows is None:
+            return
+        if self.shared is not None:
+            self.shared.write(self.tp, rows)
+        else:
+            self.data.write(rows)
 
     @staticmethod
     def _take(pending: list[pa.Table], force: bool) -> pa.Table | None:
@@ -204,5 +238,6 @@ class RangeOutput:
         return rows
 
     def close(self) -> tuple[list[str], list[str]]:
+        """This range's own files (data, quarantine); a partitioned table's data files are the task's to close."""
         self._flush(force=True)
-        return [uri for fileset in self.data.values() for uri in fileset.close()], self.bad.close()
+        return (self.data.close() if self.data is not None else []), self.bad.close()

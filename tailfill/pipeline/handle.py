@@ -23,6 +23,7 @@ from tailfill.errors import ConfigError, LakeError
 from tailfill.formats.base import Format
 from tailfill.formats.registry import pipeline_format
 from tailfill.formats.schema_registry import RegistryClient
+from tailfill.lake.batch_files import DEFAULT_TARGET_FILE_BYTES
 from tailfill.lake.commit import Committer
 from tailfill.lake.keyed import KeyedCommitter, StateMerger
 from tailfill.lake.tables import (
@@ -127,14 +128,16 @@ class Pipeline:
 
     def committer(self, tables: Tables) -> Committer:
         """What commits a run's batches to ``tables`` (and, keyed, merges them into the state table)."""
+        file_bytes = self.cfg.maintenance.target_file_bytes if self.cfg.maintenance else DEFAULT_TARGET_FILE_BYTES
         if not self.keyed:
-            return Committer(self.name, tables, self.fs, self.state, self.format.follows_writer_schema)
+            return Committer(self.name, tables, self.fs, self.state, self.format.follows_writer_schema,
+                             file_bytes)
         state = self.open_state_table()
         target = self.cfg.target
         if state is None:
             raise LakeError(f"the state table {target.namespace}.{target.state_name} was never made: run the planner "
                             "(tailfill backfill or tail) first")
-        return KeyedCommitter(self.name, tables, self.fs, self.state, self.format.follows_writer_schema,
+        return KeyedCommitter(self.name, tables, self.fs, self.state, self.format.follows_writer_schema, file_bytes,
                               merger=StateMerger(state, self.fs, target.key, target.version_by, self.name,
                                                  target.on_truncate))
 

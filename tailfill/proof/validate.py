@@ -106,7 +106,9 @@ def validate(pipeline: Pipeline, run_id: str | None = None, all_runs: bool = Fal
         if replayed:  # a replay commits no batch of its own: the batches that committed its offsets, cut to them
             batches, scope = within(every, replayed), f"replay {run_id} of {', '.join(map(str, replayed))}"
     claimed = [r for b in batches for r in b.ranges]
-    stored, damaged = stored_offsets(data, quarantine, None if all_runs else _spans(claimed), ledger.committed)
+    checked_columns = expectation_columns(cfg.expectations) or ["kafka_offset"]
+    stored, damaged, data_rows = stored_offsets(data, quarantine, pipeline.fs, None if all_runs else _spans(claimed),
+                                                ledger.committed, checked_columns)
     range_checks = check_batches(batches, stored, cfg.completeness.absent_offsets)
     range_checks, absent_by_reason = account_absent(range_checks, cfg.completeness.absent_offsets,
                                                     lambda: pipeline.kafka)
@@ -125,7 +127,7 @@ def validate(pipeline: Pipeline, run_id: str | None = None, all_runs: bool = Fal
     run_name = "all" if all_runs else (run_id or "none")
     range_rows = [c.summary_row() for c in range_checks]
     # The run's rows, only the columns the data expectations read: the raw values would dominate.
-    rows = run_rows(data, merge(claimed), expectation_columns(cfg.expectations) or ["kafka_offset"])
+    rows = run_rows(data_rows, merge(claimed), checked_columns)
     data_checks = check_rows(rows, cfg.expectations, sum(c.rows for c in range_checks))
     frames = [(RUN_SUITE, "run_ranges", _summary_frame(range_rows, RANGE_COLUMNS)),
               (TILING_SUITE, "partition_tiling", _summary_frame([t.summary_row() for t in tiling], TILING_COLUMNS)),

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from tailfill import failpoints
 from tailfill.errors import BatchFailed, CatalogUnreachable, ErrorInfo
+from tailfill.lake.batch_files import partitions_added
 from tailfill.lake.commit import Committer, catalog_unreachable
 from tailfill.lake.evolving import prepare_evolving
 from tailfill.lake.prepare import PreparedRange
@@ -153,5 +154,6 @@ def commit_report(committer: Committer, run_id: str, batch_id: int, prepared: li
         committed=result.committed, skipped=result.skipped, snapshot_id=result.snapshot_id,
         commit_ms=round(commit_s * 1000, 1), stages={k: round(v, 3) for k, v in stages.items()},
         freshness=fresh.to_dict() if fresh else None, changes=committer.merged(),
-        unknown_fields=Drift().add_all(p.drift for p in prepared).unknown)
+        unknown_fields=Drift().add_all(p.drift for p in prepared).unknown,
+        table_partitions=partitions_added(committer.tables.data, result.snapshot_id))
     return report, sample

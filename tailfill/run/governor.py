@@ -53,14 +53,14 @@ class Governor:
         """The first batch's budget: yield from the start if a tail is already running."""
         return self._budget(None, None)
 
-    def after_batch(self, offsets: int, seconds: float) -> tuple[Budget, float]:
+    def after_batch(self, offsets: int, seconds: float, partitions: int = 1) -> tuple[Budget, float]:
         """The next batch's budget, after waiting as the rate limit and the tail require.
 
-        ``offsets`` and ``seconds``: the batch just committed and how long it took. Returns the
-        budget and the seconds spent waiting.
+        ``offsets`` and ``seconds``: the batch just committed and how long it took (``partitions``: the table
+        partitions it touched). Returns the budget and the seconds spent waiting.
         """
         self.offsets += offsets
-        self.costs.add(offsets, seconds)
+        self.costs.add(offsets, seconds, partitions)
         waited = self._rate_limit_wait() + self._pause_while_tail_suffers()
         return self._budget(offsets, seconds), waited
 

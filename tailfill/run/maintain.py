@@ -85,9 +85,9 @@ class MaintenanceResult:
         return "\n".join([head, *(f"  {t.asstr()}" for t in self.tables)])
 
 
-def maintain(pipeline: Pipeline, settings: MaintenanceConfig) -> MaintenanceResult:
-    """Compact, expire and clean both tables of ``pipeline``; returns what each step did per table (none when
-    the tables were never made: there is nothing to keep up yet)."""
+def maintain(pipeline: Pipeline, settings: MaintenanceConfig, orphans: bool = True) -> MaintenanceResult:
+    """Compact, expire and (``orphans``) clean both tables of ``pipeline``; returns what each step did per table
+    (none when the tables were never made: there is nothing to keep up yet)."""
     started = time.perf_counter()
     fs = pipeline.fs
     older_than = datetime.now(UTC) - timedelta(seconds=duration_seconds(settings.expire_older_than))
@@ -100,7 +100,8 @@ def maintain(pipeline: Pipeline, settings: MaintenanceConfig) -> MaintenanceResu
         else:
             compacted = compact(table, fs, settings.target_file_bytes)
         expired = expire(table, audit_log(pipeline.state, table), older_than, settings.keep_last)
-        orphans = remove_orphans(table, fs, duration_seconds(settings.orphan_min_age))
-        result.tables.append(TableUpkeep(".".join(table.name()), compacted, expired, orphans))
+        cleaned = (remove_orphans(table, fs, duration_seconds(settings.orphan_min_age)) if orphans
+                   else OrphanResult(".".join(table.name()), 0, [], 0, 0))
+        result.tables.append(TableUpkeep(".".join(table.name()), compacted, expired, cleaned))
     result.seconds = round(time.perf_counter() - started, 3)
     return result

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from tailfill.offsets import ranges_between, total
 from tailfill.pipeline.handle import Pipeline
+from tailfill.run.auto_upkeep import TailUpkeep
 from tailfill.run.governor import Governor
 from tailfill.run.plan import IngestRequest
 from tailfill.run.tail_health import TailPace, mark_stopped, read_tail
@@ -24,6 +25,8 @@ from tailfill.source.kafka import OwnedConsumer, watermarks
 from tailfill.state.records import BatchReport, TailHealth
 from tailfill.state.store import read_health, write_health
 from tailfill.values.freshness import Freshness
+
+ONE_TASK_OFFSETS = 100_000  # a partitioned table's tail batch up to this size is read by one task
 
 
 class Pacer(Protocol):
@@ -75,7 +78,7 @@ class BackfillPacer:
         return self.governor.first_budget()
 
     def after_batch(self, report: BatchReport) -> tuple[Budget, float]:
-        return self.governor.after_batch(report.offsets, report.seconds)
+        return self.governor.after_batch(report.offsets, report.seconds, report.table_partitions or 1)
 
     def heartbeat(self, caught_up: bool) -> None:
         return None
@@ -100,10 +103,17 @@ class TailPacer:
         self.conf = pipeline.kafka
         self.consumer = OwnedConsumer(self.conf)  # kept between batches; closed when the tail stops
         self.position = dict(req.start.offsets)  # the end of what this tail has committed, per partition
+        self.upkeep = TailUpkeep(pipeline, log)  # the tables kept up beside the batches (no maintenance block)
         write_health(self.state, self.pace.health)
 
     def first_budget(self) -> Budget:
-        return Budget(self.req.max_offsets_per_batch)
+        return self._budget(self.req.max_offsets_per_batch)
+
+    def _budget(self, offsets: int) -> Budget:
+        """A batch of ``offsets``: on a partitioned table, one task reads a batch of up to :data:`ONE_TASK_OFFSETS`
+        (it writes one file per table partition, and no files of several tasks are merged before the commit)."""
+        one = self.cfg.target.partition_by and offsets <= ONE_TASK_OFFSETS
+        return Budget(offsets, 1 if one else None)
 
     def after_batch(self, report: BatchReport) -> tuple[Budget, float]:
         for r in [*report.committed, *report.skipped]:
@@ -111,18 +121,19 @@ class TailPacer:
         fresh = Freshness.from_dict(report.freshness)
         high = watermarks(self.conf, list(self.position), consumer=self.consumer).high
         health = self.pace.observe(time.time(), sum(high.offsets.values()), sum(self.position.values()),
-                                   report.offsets, report.seconds, fresh)
+                                   report.offsets, report.seconds, fresh, report.table_partitions or 1)
         write_health(self.state, health)
         problem = self.pace.new_problem()
         if problem:
             self.log(f"WARNING: {problem}")
+        self.upkeep.after_batch()
         if self.req.trigger != "processing_time":
-            return Budget(self.req.max_offsets_per_batch), 0.0
-        return Budget(tail_batch_offsets(report.offsets, report.seconds, self.req.trigger_interval_seconds,
-                                         self.cfg.tail.min_offsets_per_batch, self.req.max_offsets_per_batch,
-                                         cost=health.cost, backlog=health.backlog,
-                                         incoming_per_s=health.incoming_per_s,
-                                         longest_seconds=longest_batch_seconds(self.req))), 0.0
+            return self._budget(self.req.max_offsets_per_batch), 0.0
+        return self._budget(tail_batch_offsets(report.offsets, report.seconds, self.req.trigger_interval_seconds,
+                                               self.cfg.tail.min_offsets_per_batch, self.req.max_offsets_per_batch,
+                                               cost=health.cost, backlog=health.backlog,
+                                               incoming_per_s=health.incoming_per_s,
+                                               longest_seconds=longest_batch_seconds(self.req))), 0.0
 
     def heartbeat(self, caught_up: bool) -> None:
         write_health(self.state, self.pace.heartbeat(caught_up))
@@ -135,6 +146,7 @@ class TailPacer:
 
     def stopped(self) -> None:
         self.consumer.close()
+        self.upkeep.wait()
         mark_stopped(self.state)  # no tail running any more: nothing for a backfill to yield to
 
 

@@ -88,20 +88,23 @@ class TailPace:
         return new if old is None else cls.ALPHA * new + (1 - cls.ALPHA) * old
 
     def observe(self, now: float, high_total: int, position_total: int, offsets: int, seconds: float,
-                freshness: Freshness | None) -> TailHealth:
-        """After a batch of ``offsets`` that took ``seconds``: the broker's end and the tail's position."""
+                freshness: Freshness | None, partitions: int = 1) -> TailHealth:
+        """After a batch of ``offsets`` that took ``seconds`` (touching ``partitions`` of the table): the broker's end
+        and the tail's position."""
         h = self.health
         incoming = h.incoming_per_s
         if self._last_high is not None and now > self._last_high[0]:
             incoming = self._smooth(incoming, max(high_total - self._last_high[1], 0) / (now - self._last_high[0]))
         self._last_high = (now, high_total)
         processing = self._smooth(h.processing_per_s, offsets / seconds) if seconds > 0 else h.processing_per_s
-        cost = self.costs.add(offsets, seconds)
+        cost = self.costs.add(offsets, seconds, partitions)
         self.health = replace(h, alive_at=now, freshness=freshness, batch_at=now, caught_up=False,
                               incoming_per_s=incoming, processing_per_s=processing,
                               backlog=max(high_total - position_total, 0),
                               fixed_seconds=cost.fixed_seconds if cost else None,
-                              per_offset_seconds=cost.per_offset_seconds if cost else None)
+                              per_offset_seconds=cost.per_offset_seconds if cost else None,
+                              per_partition_seconds=cost.per_partition_seconds if cost else 0.0,
+                              partitions_spread=cost.spread.distinct if cost else 1.0)
         return self.health
 
     def new_problem(self) -> str | None:

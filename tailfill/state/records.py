@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from tailfill.offsets import OffsetRange, ranges_from_json, ranges_to_json
-from tailfill.values.batch_cost import BatchCost
+from tailfill.values.batch_cost import BatchCost, PartitionSpread
 from tailfill.values.freshness import Freshness
 
 KEEP_UP_TOLERANCE = 1.05  # incoming may exceed capacity by this much before it is called a problem
@@ -61,6 +61,7 @@ class BatchReport:
     # JSON fields the batch's records held that format.fields does not declare: dotted path → [records, partition,
     # offset of the first] (tailfill.values.drift.Drift.unknown).
     unknown_fields: dict[str, list[int]] = field(default_factory=dict)
+    table_partitions: int | None = None  # the data table's partitions its rows went to (None: not counted)
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -97,9 +98,12 @@ class TailHealth:
     incoming_per_s: float | None = None  # the topic's growth, offsets/s (smoothed)
     processing_per_s: float | None = None  # the tail's own rate while a batch runs, offsets/s (smoothed)
     backlog: int | None = None  # offsets on the broker not yet committed, after the last batch
-    # a batch's cost fit from the recent batches (tailfill.values.batch_cost): seconds fixed, and per offset
+    # a batch's cost fit from the recent batches (tailfill.values.batch_cost): seconds fixed, per offset, per table
+    # partition touched, and how many partitions the records spread over
     fixed_seconds: float | None = None
     per_offset_seconds: float | None = None
+    per_partition_seconds: float = 0.0
+    partitions_spread: float = 1.0
 
     def live(self, now: float | None = None) -> bool:
         """A tail is running: its heartbeat is recent."""
@@ -111,7 +115,8 @@ class TailHealth:
         """What a batch costs, once measured on batches of different sizes."""
         if self.fixed_seconds is None or self.per_offset_seconds is None:
             return None
-        return BatchCost(self.fixed_seconds, self.per_offset_seconds)
+        return BatchCost(self.fixed_seconds, self.per_offset_seconds, self.per_partition_seconds,
+                         PartitionSpread(self.partitions_spread))
 
     @property
     def capacity_per_s(self) -> float | None:
@@ -147,7 +152,7 @@ class TailHealth:
         achieved = f"{self.processing_per_s:,.0f}" if self.processing_per_s else "?"
         figures = (f"the tail cannot keep up: incoming {incoming:,.0f} offsets/s, achieved {achieved} offsets/s; "
                    f"a batch costs {cost.fixed_seconds:.1f}s fixed + {cost.per_offset_seconds * 1000:.3g}ms per "
-                   f"offset, so even its largest (tail.max_offsets_per_batch {top:,}) takes "
+                   f"offset{_per_partition(cost, top)}, so even its largest (tail.max_offsets_per_batch {top:,}) takes "
                    f"{cost.seconds(top):.1f}s: at most {capacity:,.0f} offsets/s")
         needed = cost.offsets_for_rate(incoming * KEEP_UP_HEADROOM, interval)
         if needed is None:
@@ -232,3 +237,11 @@ class FailureRecord(_Plain):
     error: str
     will_retry: bool = False  # a try that failed with retries left (alerted too: an outage that recovers is seen)
     warning: bool = False  # not a failure: a run that went on, with something to look at (a missed objective)
+
+
+def _per_partition(cost: BatchCost, offsets: int) -> str:
+    """The keep-up line's cost per table partition touched ('' when there is none)."""
+    if not cost.per_partition_seconds:
+        return ""
+    return (f" + {cost.per_partition_seconds * 1000:.3g}ms per table partition touched (a batch of {offsets:,} "
+            f"touches {cost.spread.touched(offsets):,.0f})")

@@ -391,3 +391,27 @@ def test_maintain_stops_with_one_line_on_a_missing_file(committed, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"error: cannot compact: data file {gone.file_path} is unreadable (FileNotFoundError")
     assert len(live_files(data)) == BATCHES * PARTITIONS  # nothing was committed
+
+
+def test_a_tail_without_a_maintenance_block_compacts_its_own_small_files_and_the_proof_holds(spark, make_pipeline):
+    cfg = make_pipeline(maintenance=None, tail__upkeep_every_seconds=0.001, backfill__slices=1,
+                        backfill__max_offsets_per_batch=400, tail__min_offsets_per_batch=200,
+                        tail__max_offsets_per_batch=400)
+    bs, topic = cfg.source.bootstrap_servers, cfg.source.topic
+    produce_sample(bs, topic, 2_000, PARTITIONS, bad_every=97)
+    backfill(spark, cfg)  # batches of 400: small files, one per Kafka partition and batch
+    data, _ = tables_of(cfg)
+    small = len(live_files(data))
+    assert small >= 4 * PARTITIONS
+    produce_sample(bs, topic, 800, PARTITIONS, bad_every=97)
+    [result] = tail(spark, cfg)  # an upkeep after its first batch (and any due later), waited for at its end
+
+    files = live_files(data)
+    assert [s for s in data.snapshots() if s.summary.additional_properties.get("tailfill.maintenance") == "compaction"]
+    # the backfill's 20 files compacted into one per Kafka partition; at most the tail's last two batches' beside them
+    assert len(files) <= PARTITIONS + 2 * PARTITIONS < small
+    assert_exactly_once(cfg, high_watermarks(cfg))
+    everything = validate(open_pipeline(cfg), all_runs=True)  # the proof and the batch audit after the upkeep
+    assert everything.success, everything.problems
+    assert everything.offsets_checked == 2_800
+    assert validate(open_pipeline(cfg), run_id=result.run_id).success

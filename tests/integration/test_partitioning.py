@@ -1,7 +1,10 @@
-"""A partitioned table (``target.partition_by``): created with the spec, one partition value per file,
-partition pruning for readers, compaction within partitions, spec evolution, and the proof unchanged."""
+"""A partitioned table (``target.partition_by``): created with the spec, one partition value per file, at most
+one file per partition a batch touched, partition pruning for readers, compaction within partitions, spec
+evolution, and the proof unchanged."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
@@ -17,9 +20,10 @@ from helpers import (
 from pyiceberg.expressions import EqualTo
 
 from tailfill.dev.batches import commit_sample_batch
-from tailfill.dev.sample import produce_sample
+from tailfill.dev.sample import produce_sample, year_event
 from tailfill.errors import LakeError
 from tailfill.lake.data_files import spec_terms
+from tailfill.lake.files import written_by
 from tailfill.offsets import OffsetRange
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.plumbing.warehouse import filesystem, fs_path
@@ -44,6 +48,24 @@ def test_a_partitioned_table_backfilled_and_tailed_exactly_once(spark, make_pipe
     assert spec_terms(data.spec(), data.schema()) == SPEC
     assert assert_one_partition_value_per_file(cfg, data) > PARTITIONS  # 16 buckets: more files than partitions
     assert_exactly_once(cfg, high_watermarks(cfg))
+    assert validate(open_pipeline(cfg), all_runs=True).success
+
+
+def test_a_batch_writes_one_file_per_table_partition_it_touches(spark, make_pipeline):
+    cfg = make_pipeline(target__partition_by=["day(created_at)"], backfill__slices=1, backfill__min_batches_per_lane=1)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 4_000, PARTITIONS, event=year_event)
+    [result] = backfill(spark, cfg)  # one batch, read by two tasks (local[2]) from four Kafka partitions
+
+    data, _ = tables_of(cfg)
+    [batch] = [s for s in data.snapshots() if s.summary.additional_properties.get("tailfill.run-id") == result.run_id]
+    added = [t.file for t in data.scan(snapshot_id=batch.snapshot_id).plan_files()
+             if written_by(t.file.file_path) == result.run_id]
+    per_day = Counter(f.partition[0] for f in added)
+    assert len(per_day) == 365  # every day of the year
+    assert set(per_day.values()) == {1}, per_day.most_common(3)  # not one per day and task, or Kafka partition
+    assert int(batch.summary.additional_properties["added-data-files"]) == len(added)
+    assert sum(f.record_count for f in added) == 4_000
+    assert_one_partition_value_per_file(cfg, data)
     assert validate(open_pipeline(cfg), all_runs=True).success
 
 

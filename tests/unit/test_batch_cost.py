@@ -1,5 +1,6 @@
-"""A batch's cost (fixed + per offset), fit from measured batches, and the tail sized by it: a simulated tail
-whose every batch pays a large fixed cost drains its backlog; one that cannot keep up says so once."""
+"""A batch's cost (fixed + per offset + per table partition touched), fit from measured batches, and the tail sized
+by it: a simulated tail whose every batch pays a large fixed cost drains its backlog, so does one into a
+day-partitioned table whose records span a year; one that cannot keep up says so once."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from tailfill.pipeline.load import load_pipeline
 from tailfill.run.governor import Governor
 from tailfill.run.tail_health import TailPace
 from tailfill.run.tuning import tail_batch_offsets
-from tailfill.values.batch_cost import WINDOW, BatchCost, CostWindow, fit_cost
+from tailfill.state.records import TailHealth
+from tailfill.values.batch_cost import WINDOW, BatchCost, CostWindow, PartitionSpread, fit_cost, fit_spread
 
 
 def test_the_fit_recovers_the_fixed_and_the_per_offset_cost():
@@ -55,6 +57,61 @@ def test_sizes_from_the_cost():
     assert cost.offsets_for_rate(1_000.0, 15.0) is None  # 1 ms per offset: 1,000/s is out of reach
 
 
+A_YEAR = PartitionSpread(365.0)  # records whose day partitions span a year
+
+
+def test_a_batch_spanning_many_table_partitions_costs_more_than_one_spanning_one():
+    one_day, a_year = BatchCost(2.0, 0.0002, 0.05), BatchCost(2.0, 0.0002, 0.05, A_YEAR)
+    assert one_day.seconds(2_000) == pytest.approx(2.0 + 0.4 + 0.05)
+    assert a_year.spread.touched(2_000) == pytest.approx(363.5, abs=0.5)  # nearly every day of the year
+    assert a_year.seconds(2_000) == pytest.approx(2.0 + 0.4 + 0.05 * 363.5, abs=0.05)
+    assert a_year.seconds(100) < a_year.seconds(1_000) < a_year.seconds(2_000)
+    # past a year's worth of records, each batch touches all 365: one more fixed cost
+    assert a_year.seconds(200_000) - a_year.seconds(100_000) == pytest.approx(0.0002 * 100_000, abs=0.01)
+
+
+def test_the_spread_over_partitions_is_read_from_the_batches():
+    assert fit_spread([(1_000, 1), (5_000, 1)]).distinct == 1.0  # a live tail: today's partition only
+    spread = fit_spread([(n, round(A_YEAR.touched(n))) for n in (200, 1_000, 4_000)])
+    assert spread.distinct == pytest.approx(365, rel=0.02)
+    assert fit_spread([(100, 100)]).distinct == float("inf")  # every record a partition of its own
+    assert fit_spread([(100, 100)]).touched(5_000) == 5_000
+
+
+def test_the_fit_recovers_the_cost_per_table_partition():
+    true = BatchCost(2.0, 0.0002, 0.05, A_YEAR)
+    cost = fit_cost([(n, true.seconds(n), round(A_YEAR.touched(n))) for n in (100, 300, 1_000, 4_000)])
+    assert cost.fixed_seconds == pytest.approx(2.0, abs=0.1)
+    assert cost.per_offset_seconds == pytest.approx(0.0002, rel=0.05)
+    assert cost.per_partition_seconds == pytest.approx(0.05, rel=0.05)
+    assert cost.spread.distinct == pytest.approx(365, rel=0.02)
+    # batches that all touch the same partitions: the partitions' cost is part of the fixed cost
+    same = fit_cost([(n, 20.0 + 0.0002 * n, 365) for n in (50_000, 100_000, 200_000)])
+    assert same == BatchCost(pytest.approx(20.0), pytest.approx(0.0002))
+
+
+def test_batches_on_a_partitioned_table_are_sized_by_the_partitions_they_touch():
+    cost = BatchCost(2.0, 0.0002, 0.05, A_YEAR)
+    within = cost.offsets_within(9.0)
+    assert cost.seconds(within) <= 9.0 < cost.seconds(within + 1)
+    assert within < BatchCost(2.0, 0.0002).offsets_within(9.0)  # without the partitions, far more would fit
+    # 500/s with a 15 s trigger: 7,500 touch every day and take 22.8 s, so back to back, larger
+    needed = cost.offsets_for_rate(500.0, 15.0)
+    assert cost.rate(needed, 15.0) >= 500.0 > cost.rate(needed - 1, 15.0)
+    assert needed == pytest.approx(500 * (2.0 + 0.05 * 365) / (1 - 500 * 0.0002), rel=0.01)
+    assert cost.offsets_for_rate(5_000.0, 15.0) is None  # 0.2 ms per offset: 5,000/s is out of reach
+
+
+def test_a_tail_into_a_day_partitioned_table_spanning_a_year_drains_its_backlog(cfg):
+    true = BatchCost(2.0, 0.0002, 0.05, A_YEAR)  # every batch of a few thousand writes a file per day: ~20 s
+    sizes, backlogs, warnings = run_tail(cfg, true, incoming=500.0, interval=15.0, floor=1_000, ceiling=300_000,
+                                         seconds=900, backlog=20_000)
+    assert max(true.seconds(n) for n in sizes) <= LONGEST
+    steady = true.seconds(sizes[-1]) * 500  # what arrives while one batch runs
+    assert max(backlogs[-5:]) < 1.2 * steady
+    assert warnings == []
+
+
 @pytest.fixture
 def cfg(tmp_path, monkeypatch):
     monkeypatch.setenv("TAILFILL_HOME", str(tmp_path))
@@ -77,7 +134,8 @@ def run_tail(cfg, true: BatchCost, *, incoming: float, interval: float, floor: i
         took = true.seconds(n)
         now += took
         position += n
-        health = pace.observe(now, backlog + int(incoming * now), position, n, took, freshness=None)
+        health = pace.observe(now, backlog + int(incoming * now), position, n, took, freshness=None,
+                              partitions=round(true.spread.touched(n)) or 1)
         if (problem := pace.new_problem()) is not None:
             warnings.append(problem)
         sizes.append(n)
@@ -146,3 +204,17 @@ def test_the_backfill_grows_its_batches_past_a_fixed_cost_above_its_budget():
     # one batch measured: sized by its rate alone (7,317 in 30 s); from then on by the cost, growing 4× a batch
     assert sizes[:3] == [7_317, 29_268, 117_072]
     assert sizes == sorted(sizes) and sizes[-1] == 2_000_000  # up to the largest allowed: the fixed cost paid less
+
+
+def test_the_keep_up_line_names_the_cost_per_table_partition():
+    health = TailHealth(alive_at=0, trigger_interval_seconds=15, freshness_objective_seconds=30,
+                        max_offsets_per_batch=5_000, incoming_per_s=500, processing_per_s=100, fixed_seconds=2.0,
+                        per_offset_seconds=0.0002, per_partition_seconds=0.05, partitions_spread=365)
+    assert TailHealth.from_json(health.to_json()) == health
+    assert health.cost == BatchCost(2.0, 0.0002, 0.05, A_YEAR)
+    assert health.keep_up_problem() == (
+        "the tail cannot keep up: incoming 500 offsets/s, achieved 100 offsets/s; a batch costs 2.0s fixed + 0.2ms per "
+        "offset + 50ms per table partition touched (a batch of 5,000 touches 365), so even its largest "
+        "(tail.max_offsets_per_batch 5,000) takes 21.2s: at most 235 offsets/s; fix: raise "
+        "tail.max_offsets_per_batch to at least 13,807 (or tail.trigger_interval_seconds), or make each batch cheaper "
+        "(coarser table partitioning, more cores or executors)")
