@@ -19,7 +19,12 @@ import zipfile
 from pathlib import Path
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+try:  # Spark 4.2's admission control; Spark 4.1 has none (tailfill.source.stream_api, which this may not import)
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Stand-in: Spark 4.1 never calls ``prepareForTriggerAvailableNow`` of a Python source."""
 
 DATA_SOURCE = "tailfill_kafka"
 
