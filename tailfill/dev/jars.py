@@ -1,10 +1,10 @@
-"""JVM jars, pinned and cached: what the embedded Apache Kafka broker runs from.
+"""JVM jars, pinned and cached: what the embedded Apache Kafka broker runs from, and Iceberg in Spark sessions.
 
 ``jvm-jars.txt`` (beside this module) names each set's root artifacts with exact versions; ``jvm-jars.lock`` pins
 every jar they resolve to by its SHA-256. :func:`fetch` (run by the install: ``python -m tailfill.dev.jars fetch``)
 resolves a set with Maven into a cache folder named by the set's pins, checks every jar against the lock and moves
-the folder into place whole; :func:`classpath` only ever reads that folder: nothing is downloaded when a broker or
-a job starts, and a missing set is one line with the command that fetches it.
+the folder into place whole; :func:`classpath` (:mod:`tailfill.plumbing.jvm_jars`) only ever reads that folder:
+nothing is downloaded when a broker or a job starts, and a missing set is one line with the command that fetches it.
 """
 
 from __future__ import annotations
@@ -15,76 +15,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from tailfill.errors import TailfillError
+from tailfill.plumbing.jvm_jars import FETCH_COMMAND, LOCK, PINS, JarsError, JarSet, classpath, jar_set, jar_sets
 from tailfill.settings import settings
 
-PINS = "jvm-jars.txt"
-LOCK = "jvm-jars.lock"
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
-FETCH_COMMAND = f"{Path(sys.executable).name} -m tailfill.dev.jars fetch"
-
-
-class JarsError(TailfillError):
-    """A pinned JVM jar set is not in the cache, or could not be fetched or checked."""
-
-    fix = f"fetch the pinned jars once: `make install` or `{FETCH_COMMAND}` (needs Maven and Maven Central)"
-
-
-@dataclass(frozen=True)
-class JarSet:
-    """One set of pinned jars: its roots (``group:artifact:version``) and the jars they resolve to, locked."""
-
-    name: str
-    roots: tuple[str, ...]
-    locked: tuple[tuple[str, str], ...]  # (file name, sha256), sorted
-
-    @property
-    def digest(self) -> str:
-        """A short hash of the pins: a change of any of them is a new cache folder."""
-        text = "\n".join([*self.roots, *(f"{f} {h}" for f, h in self.locked)])
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-    def folder(self, cache: Path) -> Path:
-        return cache / f"{self.name}-{self.digest}"
-
-
-def _lines(name: str) -> list[list[str]]:
-    try:
-        text = resources.files("tailfill.dev").joinpath(name).read_text()
-    except FileNotFoundError:
-        return []
-    return [line.split() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-
-
-def jar_sets() -> dict[str, JarSet]:
-    """Every pinned set, by name."""
-    roots: dict[str, list[str]] = {}
-    for set_name, coordinate in _lines(PINS):
-        roots.setdefault(set_name, []).append(coordinate)
-    locked: dict[str, list[tuple[str, str]]] = {}
-    for set_name, file_name, sha in _lines(LOCK):
-        locked.setdefault(set_name, []).append((file_name, sha))
-    return {n: JarSet(n, tuple(r), tuple(sorted(locked.get(n, [])))) for n, r in roots.items()}
-
-
-def jar_set(name: str) -> JarSet:
-    sets = jar_sets()
-    if name not in sets:
-        raise JarsError(f"no pinned JVM jar set {name!r} (the sets: {', '.join(sorted(sets))})")
-    return sets[name]
-
-
-def classpath(name: str, cache: Path | None = None) -> str:
-    """The Java class path of set ``name`` from the cache; :class:`JarsError` with the fetch command if absent."""
-    folder = jar_set(name).folder(cache or settings().jars_dir)
-    if not folder.is_dir():
-        raise JarsError(f"the JVM jars of {name!r} are not installed in {folder.parent} "
-                        f"(fix: `make install`, or `{FETCH_COMMAND}`)")
-    return f"{folder}/*"
+__all__ = ["FETCH_COMMAND", "JarSet", "JarsError", "classpath", "fetch", "jar_set", "jar_sets", "write_lock"]
 
 
 def _pom(roots: tuple[str, ...]) -> str:

@@ -25,7 +25,7 @@ def test_a_set_not_in_the_cache_is_one_line_with_the_fetch_command(tmp_path):
 
 
 def test_an_unknown_set_names_the_sets():
-    with pytest.raises(JarsError, match=r"no pinned JVM jar set 'spark' \(the sets: kafka\)"):
+    with pytest.raises(JarsError, match=r"no pinned JVM jar set 'spark' \(the sets: iceberg, kafka\)"):
         classpath("spark")
 
 
