@@ -1,0 +1,133 @@
+"""Spark itself reads and tends Tailfill's tables: Iceberg's SparkCatalog on the pipeline's own catalog.
+
+After a backfill (append) and a keyed pipeline, Spark's row counts, per-key state and snapshot summaries equal
+what ``validate`` proved and pyiceberg reads; Iceberg's own procedures (``rewrite_data_files``,
+``expire_snapshots``) run on a Tailfill table and the proof of all runs still holds; ``tailfill sql -e`` answers a
+count equal to validate's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import backfill, tail
+
+from tailfill.dev.change_stream import change_stream, fold, produce_changes
+from tailfill.dev.sample import produce_sample
+from tailfill.pipeline.handle import open_pipeline
+from tailfill.proof.validate import validate
+from tailfill.run.spark_session import use_catalog
+
+pytestmark = pytest.mark.integration
+
+HISTORY, LIVE, PARTITIONS = 6_000, 1_500, 2
+
+
+@pytest.fixture
+def session_of(spark):
+    """A new session of the shared SparkSession per pipeline (its own catalogs), its catalog current."""
+    def make(target):
+        session = spark.newSession()
+        return session, use_catalog(session, target)
+
+    return make
+
+
+def snapshots_by_spark(session, table: str) -> dict[int, dict[str, str]]:
+    rows = session.sql(f"SELECT snapshot_id, operation, summary FROM {table}.snapshots").collect()
+    return {r["snapshot_id"]: dict(r["summary"]) | {"operation": r["operation"]} for r in rows}
+
+
+def snapshots_committed(table) -> dict[int, dict[str, str]]:
+    """Each snapshot's summary as the table's metadata file holds it (what pyiceberg committed)."""
+    table.refresh()
+    with table.io.new_input(table.metadata_location).open() as f:
+        return {s["snapshot-id"]: s["summary"] for s in json.load(f)["snapshots"]}
+
+
+def test_spark_counts_what_validate_proved_and_its_procedures_keep_the_proof(spark, make_pipeline, session_of):
+    cfg = make_pipeline(name="sparksql", source__partitions=PARTITIONS, backfill__max_offsets_per_batch=1_000,
+                        tail__max_offsets_per_batch=1_000)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, HISTORY, PARTITIONS, bad_every=500)
+    backfill(spark, cfg)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, LIVE, PARTITIONS, bad_every=500)
+    tail(spark, cfg)
+    with open_pipeline(cfg) as pipeline:
+        proof = validate(pipeline, all_runs=True)
+        assert proof.success, proof.problems
+        data, quarantine = pipeline.open_tables().data, pipeline.open_tables().quarantine
+        session, catalog = session_of(cfg.target)
+        table = f"{catalog}.{cfg.target.namespace}.{cfg.target.table}"
+        quarantined = f"{catalog}.{cfg.target.namespace}.{cfg.target.table}_quarantine"
+
+        assert session.sql(f"SELECT count(*) FROM {table}").first()[0] == proof.rows
+        assert session.sql(f"SELECT count(*) FROM {quarantined}").first()[0] == proof.quarantined > 0
+        assert session.sql(f"SELECT count(DISTINCT kafka_partition, kafka_offset) FROM {table}").first()[0] \
+            == proof.rows  # each offset once
+        assert snapshots_by_spark(session, table) == snapshots_committed(data)
+        assert snapshots_by_spark(session, quarantined) == snapshots_committed(quarantine)
+        files_before = session.sql(f"SELECT count(*) FROM {table}.files").first()[0]
+        assert files_before > 1
+
+        rewritten = session.sql(f"CALL {catalog}.system.rewrite_data_files(table => '{table}', "
+                                "options => map('min-input-files', '2'))").first()
+        assert rewritten["rewritten_data_files_count"] == files_before and rewritten["added_data_files_count"] >= 1
+        newest = session.sql(f"SELECT max(committed_at) FROM {table}.snapshots").first()[0]
+        expired = session.sql(f"CALL {catalog}.system.expire_snapshots(table => '{table}', "
+                              f"older_than => TIMESTAMP '{newest}', retain_last => 1)").first()
+        assert expired["deleted_data_files_count"] == files_before
+        assert session.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0] == 1
+
+        after = validate(pipeline, all_runs=True)
+        assert after.success, after.problems
+        assert (after.rows, after.quarantined) == (proof.rows, proof.quarantined)
+        assert session.sql(f"SELECT count(*) FROM {table}").first()[0] == proof.rows
+
+
+def test_spark_reads_a_keyed_state_with_its_position_deletes_as_validate_proved(cdc, broker, spark, session_of):
+    pipeline = cdc(source__bootstrap_servers=broker.bootstrap_servers, source__partitions=2,
+                   backfill__max_offsets_per_batch=600)  # several merges: position deletes in the state
+    cfg = pipeline.cfg
+    changes = change_stream(3000, 300, partitions=2, wrapped=True, snapshot=100)
+    produce_changes(broker.bootstrap_servers, cfg.source.topic, changes, 2)
+    backfill(spark, cfg)
+    tail(spark, cfg)
+    proof = validate(pipeline, all_runs=True)
+    assert proof.success, proof.problems
+    state = pipeline.open_state_table()
+    assert any(t.delete_files for t in state.scan().plan_files())  # the merge left position deletes to honour
+
+    session, catalog = session_of(cfg.target)
+    name = f"{catalog}.{'.'.join(state.name())}"
+    rows = session.sql(f"SELECT order_id, kafka_partition, kafka_offset FROM {name}").collect()
+    by_spark = {r["order_id"]: (r["kafka_partition"], r["kafka_offset"]) for r in rows}
+    assert len(by_spark) == len(rows) and by_spark == fold(changes)
+    assert proof.state["differing"] == 0 and proof.state["keys_checked"] >= len(by_spark)
+    assert snapshots_by_spark(session, name) == snapshots_committed(state)
+    pipeline.close()
+
+
+def test_tailfill_sql_answers_validates_count(spark, make_pipeline, tmp_path):
+    cfg = make_pipeline(name="sqlcli", source__partitions=PARTITIONS)
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 2_000, PARTITIONS, bad_every=400)
+    backfill(spark, cfg)
+    with open_pipeline(cfg) as pipeline:
+        proof = validate(pipeline, all_runs=True)
+    assert proof.success, proof.problems
+    yaml_path = tmp_path / "sqlcli.yaml"  # where make_pipeline wrote it
+    tailfill = str(Path(sys.executable).parent / "tailfill")
+    done = subprocess.run([tailfill, "sql", str(yaml_path), "-e", f"SELECT count(*) AS n FROM {cfg.target.table}"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["n", "-" * len(str(proof.rows)), str(proof.rows), "(1", "row)"], done.stdout
+
+    bad = subprocess.run([tailfill, "sql", str(yaml_path), "-e", "SELECT nope FROM nowhere"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.splitlines()[-1].startswith("error: [TABLE_OR_VIEW_NOT_FOUND] The table or view `nowhere` "
+                                                  "cannot be found."), bad.stderr
+    assert "Py4JJavaError" not in bad.stderr  # the JVM's stack goes to the command's log, not the terminal
