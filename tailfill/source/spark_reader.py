@@ -179,12 +179,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         """The next batch's end, within the budget. Spark 4.2 gives the batch's start (and ``maxOffsetsPerTrigger``
         as ``limit``, which the budget holds already); Spark 4.1 neither, and the start is where the latest batch
-        planned ends (a query starts afresh from ``startingOffsets`` or replays its checkpoint's planned batch
-        first: :mod:`tailfill.run.checkpoint`)."""
-        if start is None and self.position is None:
-            raise RuntimeError("Spark asked tailfill_kafka for a batch's end before any start: neither "
-                               "initialOffset nor a planned batch came first")
-        begin = PartitionOffsets.from_dict(start) if start is not None else self.position
+        planned ends, else ``startingOffsets`` (a query starts afresh from there or replays its checkpoint's planned
+        batch first: :mod:`tailfill.run.checkpoint`)."""
+        if start is not None:
+            begin = PartitionOffsets.from_dict(start)
+        else:  # before any batch of this reader: where the query starts
+            begin = self.position or self.opts.resolve(self.opts.starting, "starting")
         end = self.latest = self._end()
         return batch_end(begin, end, self.opts.budget()).to_dict()
 
