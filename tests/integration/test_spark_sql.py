@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 from helpers import backfill, tail
 
-from tailfill.dev.change_stream import change_stream, fold, produce_changes
+from tailfill.config import MaintenanceConfig
+from tailfill.dev.change_stream import change_stream, ends, fold, produce_changes
 from tailfill.dev.sample import produce_sample
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.proof.validate import validate
+from tailfill.run.maintain import maintain
 from tailfill.run.spark_session import use_catalog
 
 pytestmark = pytest.mark.integration
@@ -40,6 +42,14 @@ def session_of(spark):
 def snapshots_by_spark(session, table: str) -> dict[int, dict[str, str]]:
     rows = session.sql(f"SELECT snapshot_id, operation, summary FROM {table}.snapshots").collect()
     return {r["snapshot_id"]: dict(r["summary"]) | {"operation": r["operation"]} for r in rows}
+
+
+def state_by_spark(session, table: str) -> dict[int, tuple[int, int]]:
+    """Each order's (partition, offset) in a keyed state as Spark reads it; each key once."""
+    rows = session.sql(f"SELECT order_id, kafka_partition, kafka_offset FROM {table}").collect()
+    state = {r["order_id"]: (r["kafka_partition"], r["kafka_offset"]) for r in rows}
+    assert len(state) == len(rows), "a key has two rows in the state"
+    return state
 
 
 def snapshots_committed(table) -> dict[int, dict[str, str]]:
@@ -70,6 +80,9 @@ def test_spark_counts_what_validate_proved_and_its_procedures_keep_the_proof(spa
             == proof.rows  # each offset once
         assert snapshots_by_spark(session, table) == snapshots_committed(data)
         assert snapshots_by_spark(session, quarantined) == snapshots_committed(quarantine)
+        first = min(snapshots_committed(data).items(), key=lambda s: int(s[1]["total-records"]))
+        assert session.sql(f"SELECT count(*) FROM {table} VERSION AS OF {first[0]}").first()[0] \
+            == int(first[1]["total-records"])  # time travel
         files_before = session.sql(f"SELECT count(*) FROM {table}.files").first()[0]
         assert files_before > 1
 
@@ -93,7 +106,9 @@ def test_spark_reads_a_keyed_state_with_its_position_deletes_as_validate_proved(
                    backfill__max_offsets_per_batch=600)  # several merges: position deletes in the state
     cfg = pipeline.cfg
     changes = change_stream(3000, 300, partitions=2, wrapped=True, snapshot=100)
-    produce_changes(broker.bootstrap_servers, cfg.source.topic, changes, 2)
+    half = {p: e // 2 for p, e in ends(changes).items()}
+    history = [c for c in changes if c.offset < half[c.partition]]
+    produce_changes(broker.bootstrap_servers, cfg.source.topic, history, 2)
     backfill(spark, cfg)
     tail(spark, cfg)
     proof = validate(pipeline, all_runs=True)
@@ -103,11 +118,36 @@ def test_spark_reads_a_keyed_state_with_its_position_deletes_as_validate_proved(
 
     session, catalog = session_of(cfg.target)
     name = f"{catalog}.{'.'.join(state.name())}"
-    rows = session.sql(f"SELECT order_id, kafka_partition, kafka_offset FROM {name}").collect()
-    by_spark = {r["order_id"]: (r["kafka_partition"], r["kafka_offset"]) for r in rows}
-    assert len(by_spark) == len(rows) and by_spark == fold(changes)
+    by_spark = state_by_spark(session, name)
+    assert by_spark == fold(history)
     assert proof.state["differing"] == 0 and proof.state["keys_checked"] >= len(by_spark)
     assert snapshots_by_spark(session, name) == snapshots_committed(state)
+
+    session.sql(f"CALL {catalog}.system.rewrite_position_delete_files(table => '{name}')").collect()
+    session.sql(f"CALL {catalog}.system.rewrite_data_files(table => '{name}', "
+                "options => map('delete-file-threshold', '1'))").collect()
+    state.refresh()
+    assert not any(t.delete_files for t in state.scan().plan_files())  # the deletes are applied into the data
+    after = validate(pipeline, all_runs=True)
+    assert after.success, after.problems
+    assert after.state["differing"] == 0
+    assert state_by_spark(session, name) == fold(history)
+
+    # Spark moved every live row the key index points at: the next merge refuses, naming the fix, until Tailfill's
+    # own compaction has rebased the index on the files as Spark left them.
+    produce_changes(broker.bootstrap_servers, cfg.source.topic, [c for c in changes if c.offset >= half[c.partition]],
+                    2)
+    with pytest.raises(Exception) as refused:
+        tail(spark, cfg)
+    assert "data files were rewritten by another tool" in str(refused.value)
+    assert "(fix: `tailfill maintain` the pipeline" in str(refused.value)
+    maintain(pipeline, MaintenanceConfig(target_file_bytes=1 << 20, expire_older_than="7d", keep_last=100,
+                                         orphan_min_age="7d", schedule=None))
+    tail(spark, cfg)
+    after = validate(pipeline, all_runs=True)
+    assert after.success, after.problems
+    assert after.state["differing"] == 0
+    assert state_by_spark(session, name) == fold(changes)
     pipeline.close()
 
 
