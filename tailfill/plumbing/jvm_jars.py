@@ -88,5 +88,7 @@ def jar_files(name: str, cache: Path | None = None) -> list[Path]:
 
 
 def installed(name: str, cache: Path | None = None) -> bool:
-    """Whether set ``name`` is in the cache."""
-    return jar_set(name).folder(cache or settings().jars_dir).is_dir()
+    """Whether set ``name`` is pinned here and in the cache (code run from an archive, as a ``spark-submit``
+    driver's is, has no pins: False)."""
+    sets = jar_sets()
+    return name in sets and sets[name].folder(cache or settings().jars_dir).is_dir()

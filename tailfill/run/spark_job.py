@@ -23,14 +23,13 @@ from tailfill.lake.spark_catalog import SPARK_CATALOG_TYPES
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.plumbing.whole_lines import line_printer
 from tailfill.redact import redact_text
-from tailfill.run import runtime
 from tailfill.run.contract import IngestResult, JobResult, JobSpec, Restarted, parse_together
 from tailfill.run.job_stop import StopAsked, stop_of_job
 from tailfill.run.plan import backfill_requests, source_state, tail_request
 from tailfill.run.spark_connect import session_cores
 from tailfill.run.spark_ingest import Emit, Log, run_ingest
 from tailfill.run.spark_prepare import warm_executors
-from tailfill.run.spark_session import add_catalog
+from tailfill.run.spark_session import add_catalog, has_iceberg
 from tailfill.run.write_test import ensure_writable
 from tailfill.settings import settings
 from tailfill.state.tail_claim import claimed
@@ -66,7 +65,7 @@ def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log | No
             requests = [tail_request(state, spec.cutover, spec.run_id, spec.once, spec.stop_after_seconds,
                                      spec.max_offsets_per_batch)]
         session = spark.result() if isinstance(spark, Future) else spark
-        if runtime.iceberg_conf() and pipeline.cfg.target.catalog.type in SPARK_CATALOG_TYPES:
+        if pipeline.cfg.target.catalog.type in SPARK_CATALOG_TYPES and has_iceberg(session):
             add_catalog(session, pipeline.cfg.target)  # for Spark SQL in this session; the job itself never uses it
         if isinstance(spark, Future) and requests and (together is None or together.first_to_warm()):
             warm_executors(session, pipeline.shipped)

@@ -8,7 +8,7 @@ from pyspark.sql import SparkSession
 
 from tailfill.config import TargetConfig
 from tailfill.errors import LakeError
-from tailfill.lake.spark_catalog import spark_catalog_conf, spark_catalog_name
+from tailfill.lake.spark_catalog import ICEBERG_EXTENSIONS, spark_catalog_conf, spark_catalog_name
 from tailfill.plumbing import jvm_jars
 from tailfill.run import runtime
 from tailfill.settings import settings
@@ -40,6 +40,11 @@ def register_sources(spark: SparkSession) -> None:
     spark.dataSource.register(KafkaDataSource)
 
 
+def has_iceberg(spark: SparkSession) -> bool:
+    """Whether ``spark`` was started with Iceberg's Spark runtime and SQL extensions (:func:`runtime.iceberg_conf`)."""
+    return ICEBERG_EXTENSIONS in spark.conf.get("spark.sql.extensions", "").split(",")
+
+
 def add_catalog(spark: SparkSession, target: TargetConfig) -> bool:
     """Give ``spark`` the pipeline's Iceberg catalog (:func:`spark_catalog_conf`) unless a catalog of that name is
     set to another one already (a Spark session loads a catalog once and keeps it); whether it has this one now."""
@@ -57,7 +62,7 @@ def use_catalog(spark: SparkSession, target: TargetConfig) -> str:
     runtime or another catalog of that name; :class:`~tailfill.plumbing.jvm_jars.JarsError` with the fetch command
     when Iceberg's jars are not installed."""
     jvm_jars.jar_files("iceberg")  # absent: one line with the command that fetches them
-    if spark.conf.get("spark.sql.extensions", "") != runtime.iceberg_conf()["spark.sql.extensions"]:
+    if not has_iceberg(spark):
         raise LakeError("this Spark session was started without Iceberg's Spark runtime on its class path "
                         "(fix: start it with tailfill.run.runtime.spark_conf(), as every Tailfill session is)")
     name = spark_catalog_name(target)

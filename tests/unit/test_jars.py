@@ -6,6 +6,7 @@ import pytest
 
 from tailfill.dev import jars
 from tailfill.dev.jars import JarsError, classpath, fetch, jar_set
+from tailfill.plumbing.jvm_jars import installed
 
 
 def test_the_kafka_set_pins_apache_kafka_and_locks_every_jar_it_resolves_to():
@@ -22,6 +23,13 @@ def test_a_set_not_in_the_cache_is_one_line_with_the_fetch_command(tmp_path):
         classpath("kafka", tmp_path)
     jar_set("kafka").folder(tmp_path).mkdir(parents=True)
     assert classpath("kafka", tmp_path) == f"{jar_set('kafka').folder(tmp_path)}/*"
+
+
+def test_a_set_is_installed_once_in_the_cache_and_an_unpinned_one_never(tmp_path):
+    assert not installed("kafka", tmp_path)
+    jar_set("kafka").folder(tmp_path).mkdir(parents=True)
+    assert installed("kafka", tmp_path)
+    assert not installed("spark", tmp_path)  # as in code run from an archive, which has no pins
 
 
 def test_an_unknown_set_names_the_sets():
