@@ -171,3 +171,12 @@ def test_tailfill_sql_answers_validates_count(spark, make_pipeline, tmp_path):
     assert bad.stderr.splitlines()[-1].startswith("error: [TABLE_OR_VIEW_NOT_FOUND] The table or view `nowhere` "
                                                   "cannot be found."), bad.stderr
     assert "Py4JJavaError" not in bad.stderr  # the JVM's stack goes to the command's log, not the terminal
+
+    statements = f"SELECT count(*) AS n\nFROM {cfg.target.table};\nSELECT nope FROM nowhere;\nSHOW TABLES;\n"
+    shell = subprocess.run([tailfill, "sql", str(yaml_path)], input=statements, capture_output=True, text=True,
+                           timeout=300)
+    assert shell.returncode == 2, shell.stderr  # one statement failed; the others ran
+    out = shell.stdout.splitlines()
+    assert out[:4] == ["n" + " " * (len(str(proof.rows)) - 1), "-" * len(str(proof.rows)), str(proof.rows), "(1 row)"]
+    assert out[4].startswith("error: [TABLE_OR_VIEW_NOT_FOUND]")
+    assert any(cfg.target.table in line for line in out[5:]) and out[-1] == "(2 rows)", out  # data + quarantine
