@@ -180,3 +180,20 @@ def test_tailfill_sql_answers_validates_count(spark, make_pipeline, tmp_path):
     assert out[:4] == ["n" + " " * (len(str(proof.rows)) - 1), "-" * len(str(proof.rows)), str(proof.rows), "(1 row)"]
     assert out[4].startswith("error: [TABLE_OR_VIEW_NOT_FOUND]")
     assert any(cfg.target.table in line for line in out[5:]) and out[-1] == "(2 rows)", out  # data + quarantine
+
+
+@pytest.mark.parametrize("catalog", ["sql", "rest"])
+def test_spark_reads_an_s3_warehouse_on_its_explicit_endpoint(spark, make_pipeline, session_of, seaweedfs, catalog):
+    """S3FileIO on the pipeline's loopback endpoint and credentials: a SQL catalog with an S3 warehouse, and a REST
+    catalog (SeaweedFS's) with its own."""
+    cfg = make_pipeline(name=f"sparks3{catalog}", source__partitions=PARTITIONS,
+                        **({"rest": seaweedfs} if catalog == "rest" else {"s3_endpoint": seaweedfs.s3_endpoint}))
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 1_000, PARTITIONS, bad_every=250)
+    backfill(spark, cfg)
+    with open_pipeline(cfg) as pipeline:
+        proof = validate(pipeline, all_runs=True)
+        assert proof.success, proof.problems
+        session, name = session_of(cfg.target)
+        table = f"{name}.{cfg.target.namespace}.{cfg.target.table}"
+        assert session.sql(f"SELECT count(*) FROM {table}").first()[0] == proof.rows
+        assert snapshots_by_spark(session, table) == snapshots_committed(pipeline.open_tables().data)
