@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,19 @@ def test_spark_reads_an_s3_warehouse_on_its_explicit_endpoint(spark, make_pipeli
         table = f"{name}.{cfg.target.namespace}.{cfg.target.table}"
         assert session.sql(f"SELECT count(*) FROM {table}").first()[0] == proof.rows
         assert snapshots_by_spark(session, table) == snapshots_committed(pipeline.open_tables().data)
+
+
+def test_spark_reads_a_postgres_catalog_through_jdbc(spark, make_pipeline, session_of, postgres):
+    """Iceberg's JdbcCatalog on the Postgres database pyiceberg's SQL catalog keeps, its user and password taken
+    out of the URI."""
+    database = f"sparkpg_{uuid.uuid4().hex[:8]}"
+    postgres.create_databases(database)
+    cfg = make_pipeline(name="sparkpg", source__partitions=PARTITIONS, catalog_uri=postgres.url(database))
+    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 1_000, PARTITIONS, bad_every=250)
+    backfill(spark, cfg)
+    with open_pipeline(cfg) as pipeline:
+        proof = validate(pipeline, all_runs=True)
+        assert proof.success, proof.problems
+        session, name = session_of(cfg.target)
+        table = f"{name}.{cfg.target.namespace}.{cfg.target.table}"
+        assert session.sql(f"SELECT count(*) FROM {table}").first()[0] == proof.rows
