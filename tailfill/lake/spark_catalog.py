@@ -53,6 +53,7 @@ def spark_catalog_conf(target: TargetConfig) -> dict[str, str]:
             iceberg[_S3_KEYS[key]] = value
         elif key not in _PYICEBERG_ONLY and not key.startswith("s3."):
             iceberg.setdefault(key, value)  # the YAML's further catalog properties (a REST catalog's scope, say)
+    iceberg["cache-enabled"] = "false"  # Tailfill commits all the time: each query reads the table as it is now
     if target.s3 is not None:
         iceberg |= {"io-impl": S3_FILE_IO, "s3.path-style-access": "true"}
     prefix = f"spark.sql.catalog.{spark_catalog_name(target)}"

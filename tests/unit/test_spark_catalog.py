@@ -21,7 +21,7 @@ def target(**changes) -> TargetConfig:
 def test_a_sqlite_catalog_is_jdbc_on_the_same_file_and_warehouse_under_pyicebergs_name():
     assert spark_catalog_conf(target()) == {P: "org.apache.iceberg.spark.SparkCatalog", f"{P}.type": "jdbc",
                                             f"{P}.uri": "jdbc:sqlite:/h/catalog.db",
-                                            f"{P}.warehouse": "file:///h/warehouse"}
+                                            f"{P}.warehouse": "file:///h/warehouse", f"{P}.cache-enabled": "false"}
 
 
 def test_a_postgres_uri_gives_its_user_and_password_as_jdbc_properties_and_keeps_its_timeout():
@@ -39,7 +39,7 @@ def test_an_s3_warehouse_is_s3fileio_on_the_explicit_endpoint_and_credentials(mo
         "type": "jdbc", "uri": "jdbc:sqlite:/h/catalog.db", "warehouse": "s3://b/w",
         "io-impl": "org.apache.iceberg.aws.s3.S3FileIO", "s3.endpoint": "http://127.0.0.1:9000",
         "s3.access-key-id": "key", "s3.secret-access-key": "secret", "client.region": "us-east-1",
-        "s3.path-style-access": "true"}
+        "s3.path-style-access": "true", "cache-enabled": "false"}
 
 
 def test_a_rest_catalog_keeps_its_uri_warehouse_credential_and_further_properties(monkeypatch):
@@ -50,7 +50,8 @@ def test_a_rest_catalog_keeps_its_uri_warehouse_credential_and_further_propertie
     assert conf == {"spark.sql.catalog.lake": "org.apache.iceberg.spark.SparkCatalog",
                     "spark.sql.catalog.lake.type": "rest", "spark.sql.catalog.lake.uri": "http://127.0.0.1:8181",
                     "spark.sql.catalog.lake.warehouse": "s3://warehouse",
-                    "spark.sql.catalog.lake.credential": "id:secret", "spark.sql.catalog.lake.scope": "catalog"}
+                    "spark.sql.catalog.lake.credential": "id:secret", "spark.sql.catalog.lake.scope": "catalog",
+                    "spark.sql.catalog.lake.cache-enabled": "false"}
 
 
 @pytest.mark.parametrize(("catalog", "message"), [
