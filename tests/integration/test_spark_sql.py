@@ -188,12 +188,25 @@ def test_tailfill_sql_answers_validates_count(spark, make_pipeline, tmp_path):
     assert any(cfg.target.table in line for line in out[5:]) and out[-1] == "(2 rows)", out  # data + quarantine
 
 
-@pytest.mark.parametrize("catalog", ["sql", "rest"])
-def test_spark_reads_an_s3_warehouse_on_its_explicit_endpoint(spark, make_pipeline, session_of, seaweedfs, catalog):
-    """S3FileIO on the pipeline's loopback endpoint and credentials: a SQL catalog with an S3 warehouse, and a REST
-    catalog (SeaweedFS's) with its own."""
-    cfg = make_pipeline(name=f"sparks3{catalog}", source__partitions=PARTITIONS,
-                        **({"rest": seaweedfs} if catalog == "rest" else {"s3_endpoint": seaweedfs.s3_endpoint}))
+def where(catalog: str, request) -> dict:
+    """make_pipeline's settings of a catalog and warehouse: a SQL catalog with an S3 warehouse, SeaweedFS's REST
+    catalog with its own, a Postgres SQL catalog (a database of its own) with a local warehouse."""
+    if catalog == "postgres":
+        postgres = request.getfixturevalue("postgres")
+        database = f"sparkpg_{uuid.uuid4().hex[:8]}"
+        postgres.create_databases(database)
+        return {"catalog_uri": postgres.url(database)}
+    seaweedfs = request.getfixturevalue("seaweedfs")
+    return {"rest": seaweedfs} if catalog == "rest" else {"s3_endpoint": seaweedfs.s3_endpoint}
+
+
+@pytest.mark.parametrize("catalog", ["sql-s3", "rest", "postgres"])
+def test_spark_reads_each_catalog_and_warehouse_on_explicit_loopback_endpoints(spark, make_pipeline, session_of,
+                                                                              request, catalog):
+    """JdbcCatalog on SQLite or Postgres (its user taken out of the URI), Iceberg's REST catalog with its OAuth
+    credential, S3FileIO on the pipeline's loopback endpoint and credentials."""
+    cfg = make_pipeline(name=f"spark{catalog.replace('-', '')}", source__partitions=PARTITIONS,
+                        **where(catalog, request))
     produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 1_000, PARTITIONS, bad_every=250)
     backfill(spark, cfg)
     with open_pipeline(cfg) as pipeline:
@@ -203,19 +216,3 @@ def test_spark_reads_an_s3_warehouse_on_its_explicit_endpoint(spark, make_pipeli
         table = f"{name}.{cfg.target.namespace}.{cfg.target.table}"
         assert session.sql(f"SELECT count(*) FROM {table}").first()[0] == proof.rows
         assert snapshots_by_spark(session, table) == snapshots_committed(pipeline.open_tables().data)
-
-
-def test_spark_reads_a_postgres_catalog_through_jdbc(spark, make_pipeline, session_of, postgres):
-    """Iceberg's JdbcCatalog on the Postgres database pyiceberg's SQL catalog keeps, its user and password taken
-    out of the URI."""
-    database = f"sparkpg_{uuid.uuid4().hex[:8]}"
-    postgres.create_databases(database)
-    cfg = make_pipeline(name="sparkpg", source__partitions=PARTITIONS, catalog_uri=postgres.url(database))
-    produce_sample(cfg.source.bootstrap_servers, cfg.source.topic, 1_000, PARTITIONS, bad_every=250)
-    backfill(spark, cfg)
-    with open_pipeline(cfg) as pipeline:
-        proof = validate(pipeline, all_runs=True)
-        assert proof.success, proof.problems
-        session, name = session_of(cfg.target)
-        table = f"{name}.{cfg.target.namespace}.{cfg.target.table}"
-        assert session.sql(f"SELECT count(*) FROM {table}").first()[0] == proof.rows
