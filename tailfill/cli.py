@@ -155,6 +155,31 @@ def _preview_one(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sql(args: argparse.Namespace) -> int:
+    """``tailfill sql``: one statement (``-e``), or a Spark SQL shell on stdin, against the pipeline's catalog."""
+    from pyspark.errors import PySparkException
+
+    from tailfill.run.spark_sql import first_line, run_statement, shell, sql_session
+
+    with open_pipeline(args.pipeline) as pipeline:
+        target = pipeline.cfg.target
+    spark = sql_session(target)
+    try:
+        if args.execute is None:
+            interactive = sys.stdin.isatty()
+            failed = shell(spark, sys.stdin, _say, (lambda p: print(p, end="", flush=True)) if interactive
+                           else (lambda p: None))
+            return 2 if failed else 0
+        try:
+            _say(run_statement(spark, args.execute))
+        except PySparkException as exc:
+            _err(f"error: {first_line(exc)}")
+            return 2
+        return 0
+    finally:
+        spark.stop()
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     from tailfill.pipeline.load import load_pipeline, pipeline_file
     from tailfill.run.scaffold import Request, propose
@@ -786,6 +811,12 @@ def build_parser() -> argparse.ArgumentParser:
     pv.add_argument("--where", help="a row filter, e.g. \"kind = 'view' and amount > 10\" (pyiceberg's syntax)")
     pv.add_argument("--columns", help="comma-separated columns to show (default: all)")
     pv.set_defaults(func=cmd_preview)
+
+    sq = sub.add_parser("sql", help="Spark SQL against a pipeline's Iceberg catalog: one statement (-e) or a shell "
+                                    "reading statements ended by ';'")
+    sq.add_argument("pipeline")
+    sq.add_argument("-e", "--execute", metavar="STATEMENT", help="run this one statement and print its result")
+    sq.set_defaults(func=cmd_sql)
 
     r = sub.add_parser("registry", help="the development Schema Registry on loopback (demos and tests only)")
     r.add_argument("action", choices=("up", "down", "status"))

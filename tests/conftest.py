@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 # Spark's Python workers inherit the environment the JVM started with: set it before any session.
 os.environ.update(
@@ -241,6 +242,26 @@ def make_pipeline(tmp_path, broker, home):
             target["target__s3"] = {"endpoint": s3_endpoint}
         return load_pipeline(write_demo_pipeline(tmp_path / f"{name}.yaml", name, broker.bootstrap_servers,
                                                  **(target | changes)))
+
+    return make
+
+
+@pytest.fixture
+def cdc(home, monkeypatch, tmp_path):
+    """The shipped orders_cdc pipeline on a topic of its own (its YAML with ``changes`` applied)."""
+    from helpers import set_dotted
+
+    from tailfill.pipeline.handle import open_pipeline
+
+    def make(**changes):
+        monkeypatch.setenv("TAILFILL_CDC_TOPIC", f"cdc-{uuid.uuid4().hex[:8]}")
+        data = yaml.safe_load((REPO / "pipelines/orders_cdc.yaml").read_text())
+        set_dotted(data, changes)
+        path = tmp_path / f"cdc-{uuid.uuid4().hex[:6]}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        pipeline = open_pipeline(load_pipeline(path))
+        pipeline.provision_tables()
+        return pipeline
 
     return make
 

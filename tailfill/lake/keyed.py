@@ -38,15 +38,23 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.typedef import Record
 
 from tailfill import failpoints
-from tailfill.errors import ChangeStreamError, CommitConflictError
+from tailfill.errors import ChangeStreamError, CommitConflictError, LakeError
 from tailfill.lake.commit import Committer
 from tailfill.lake.data_files import data_file
 from tailfill.lake.files import PARQUET_OPTIONS, in_any, new_file_uri, range_filter
 from tailfill.lake.key_index import KeyIndex, Version, encode_keys, newer, paused_gc, segment, segment_of
-from tailfill.lake.ledger import COMMIT_ATTEMPTS, CommitResult, commit_attempts, map_by_name, read_ledger
+from tailfill.lake.ledger import (
+    COMMIT_ATTEMPTS,
+    MAINTENANCE_SUMMARY,
+    CommitResult,
+    commit_attempts,
+    map_by_name,
+    read_ledger,
+)
 from tailfill.lake.orphan_fence import gone_or
 from tailfill.lake.prepare import PreparedRange
 from tailfill.lake.row_delta import RowDelta, write_position_deletes
@@ -156,6 +164,12 @@ class StateMerger:
         if not todo:
             return MergeCounts()
         rows = _rows_in(changes, todo)
+        moved = foreign_rewrite(state)
+        if moved is not None:
+            raise LakeError(f"the state table {'.'.join(state.name())}'s data files were rewritten by another tool "
+                            f"(snapshot {moved.snapshot_id}: {moved.summary['deleted-data-files']} data files "
+                            "removed), so its key index points at rows in files that are gone (fix: `tailfill "
+                            "maintain` the pipeline: its compaction rebases the key index on the files as they are)")
         data_uri = new_file_uri(state.location(), run_id)  # the merge's data file, if any row wins
         self.index.follow(self.fs, json.loads(state.properties.get(INDEX_PROP, "[]")))
         is_truncate = pc.equal(rows.column(CDC_OP), TRUNCATE_OP).fill_null(False) if rows.num_rows else None
@@ -410,3 +424,18 @@ def _read(fs: pafs.FileSystem, files: Sequence[str]) -> pa.Table:
     if not tables:
         return pa.table({"kafka_partition": pa.array([], pa.int32()), "kafka_offset": pa.array([], pa.int64())})
     return pa.concat_tables(tables, promote_options="permissive")
+
+
+def foreign_rewrite(state: Table) -> Snapshot | None:
+    """The newest snapshot since Tailfill last set the key index (a merge, or its own compaction) that removed data
+    files without Tailfill (Spark's ``rewrite_data_files``, say): the index's rows are no longer where it says;
+    None when there is none. A snapshot expired since is not seen: rebase the index before expiring."""
+    for snap in ancestors_of(state.current_snapshot(), state.metadata):  # newest first
+        summary = snap.summary
+        if summary is None:
+            continue
+        if SUMMARY_MERGED in summary.additional_properties or MAINTENANCE_SUMMARY in summary.additional_properties:
+            return None
+        if int(summary["deleted-data-files"] or 0) > 0:
+            return snap
+    return None

@@ -35,7 +35,7 @@ from tailfill.settings import LOOPBACK, settings
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_TIMEOUT_S = 180.0  # a JVM on a busy 2-core machine
 SESSION_TIMEOUT = "60s"  # a session nobody talks to (its client was killed) ends, and its queries with it
-# Spark 4.2 keeps a Python daemon per query's artifacts until the server stops (SPARK-54055): an idle server
+# Spark (4.1, 4.2) keeps a Python daemon per query's artifacts until the server stops (SPARK-54055): an idle server
 # that has this many is replaced, so that a long-lived server's processes do not grow with the jobs it ran.
 RECYCLE_ENV = "TAILFILL_CONNECT_RECYCLE_DAEMONS"
 RECYCLE_DAEMONS = 24

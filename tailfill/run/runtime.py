@@ -21,6 +21,8 @@ from importlib._bootstrap_external import _code_to_hash_pyc  # the same bytes co
 from pathlib import Path
 
 import tailfill
+from tailfill.lake.spark_catalog import ICEBERG_EXTENSIONS
+from tailfill.plumbing import jvm_jars
 from tailfill.plumbing.durable import write_whole
 from tailfill.run import class_archive
 from tailfill.settings import LOOPBACK, settings
@@ -65,8 +67,9 @@ def conf_args(conf: Mapping[str, str]) -> list[str]:
 
 
 def spark_conf(dump: class_archive.Dump | None = None) -> dict[str, str]:
-    """Spark settings for every Tailfill driver: loopback-bound, UTC, quiet, Python workers reused, its JVM's
-    classes mapped from the class archive (:mod:`tailfill.run.class_archive`), or written to it with ``dump``.
+    """Spark settings for every Tailfill driver: loopback-bound, UTC, quiet, Python workers reused, Iceberg's Spark
+    runtime on its class path (:func:`iceberg_conf`), its JVM's classes mapped from the class archive
+    (:mod:`tailfill.run.class_archive`), or written to it with ``dump``.
 
     The driver's Python is pinned to this interpreter (which has tailfill installed), so that a
     ``spark.pyspark.python`` given for a cluster's executors never moves the driver onto theirs.
@@ -86,7 +89,20 @@ def spark_conf(dump: class_archive.Dump | None = None) -> dict[str, str]:
         "spark.python.worker.reuse": "true",
         "spark.scheduler.mode": "FAIR",  # a routed pipeline's tables take turns for the cores (spark_prepare.in_pool)
         "spark.driver.extraJavaOptions": java,
+        **iceberg_conf(),
     }
+
+
+def iceberg_conf() -> dict[str, str]:
+    """Apache Iceberg's Spark runtime (and its S3 and JDBC jars) on the driver's and executors' class path, with its
+    SQL extensions (``CALL``), from the pinned ``iceberg`` set the install fetched; nothing when it is not there (a
+    session that needs it says so: :func:`tailfill.run.spark_session.use_catalog`). A cluster's executors need the
+    same jars at the same path."""
+    if not jvm_jars.installed("iceberg"):
+        return {}
+    path = jvm_jars.classpath("iceberg")
+    return {"spark.driver.extraClassPath": path, "spark.executor.extraClassPath": path,
+            "spark.sql.extensions": ICEBERG_EXTENSIONS}
 
 
 def driver_python() -> str:

@@ -1,7 +1,7 @@
 """Tailfill's code in every server-side Python process of a Spark Connect session, shipped as an artifact.
 
 The client adds the code archive (:func:`tailfill.run.runtime.code_archive`) to its session with
-``spark.addArtifacts(zip, pyfile=True)``. Spark 4.2 puts a session's pyfile artifacts on the path of
+``spark.addArtifacts(zip, pyfile=True)``. Spark (4.1, 4.2) puts a session's pyfile artifacts on the path of
 executor tasks of UDFs (``mapInArrow``) and of batch reads, but not of the processes a streaming query
 uses: the streaming data source's planner, the executor tasks of streaming reads (on a cluster's
 workers), and the ``foreachBatch`` worker. So what the query needs travels through this module, which is
@@ -19,7 +19,12 @@ import zipfile
 from pathlib import Path
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+try:  # Spark 4.2's admission control; Spark 4.1 has none (tailfill.source.stream_api, which this may not import)
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Stand-in: Spark 4.1 never calls ``prepareForTriggerAvailableNow`` of a Python source."""
 
 DATA_SOURCE = "tailfill_kafka"
 

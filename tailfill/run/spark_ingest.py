@@ -32,7 +32,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from tailfill.errors import ErrorInfo, QueryEnded, QueryFailed, QueryStalled
+from tailfill.errors import ConfigError, ErrorInfo, QueryEnded, QueryFailed, QueryStalled
 from tailfill.lake.ledger import read_ledger
 from tailfill.lake.tables import Tables
 from tailfill.offsets import PartitionOffsets
@@ -61,6 +61,7 @@ from tailfill.run.spark_connect import (
 from tailfill.settings import settings
 from tailfill.source.handoff import hold_file, release, reported_failure
 from tailfill.source.read_counts import READS_DIR
+from tailfill.source.stream_api import ADMISSION_CONTROL
 from tailfill.state.store import clear_stop, report_file
 
 REQUEST_FILE = "tailfill-request.json"  # our own note in a checkpoint folder: the request's bounds
@@ -149,6 +150,10 @@ def run_ingest(spark: SparkSession, pipeline: Pipeline, tables: Tables, req: Ing
     qlog = lambda line: log(f"[{req.label}] {line}")  # noqa: E731
     # bounded: batches planned here, no streaming query (direct_query)
     direct = req.trigger == "available_now" and not settings().bounded_as_query
+    if req.trigger == "available_now" and not direct and not ADMISSION_CONTROL:
+        raise ConfigError(f"{BOUNDED_ENV}=query runs a bounded request as a streaming query, which needs admission "
+                          "control of Python stream readers (Spark 4.2 and later); this Spark has none (fix: unset "
+                          f"{BOUNDED_ENV}: bounded requests plan their own batches)")
     if is_connect(spark) and not direct:  # the batches run in the server's foreachBatch worker, its own pacer
         remote = RemoteQuery(spark, req, reports, state)
         pacer = watcher_pacer_for(pipeline, req, cores, state.stopping, qlog)

@@ -19,6 +19,7 @@ from dataclasses import replace
 from pyspark.sql import SparkSession
 
 from tailfill.errors import ConfigError, ErrorInfo, LakeError, TailfillError
+from tailfill.lake.spark_catalog import SPARK_CATALOG_TYPES
 from tailfill.pipeline.handle import open_pipeline
 from tailfill.plumbing.whole_lines import line_printer
 from tailfill.redact import redact_text
@@ -28,6 +29,7 @@ from tailfill.run.plan import backfill_requests, source_state, tail_request
 from tailfill.run.spark_connect import session_cores
 from tailfill.run.spark_ingest import Emit, Log, run_ingest
 from tailfill.run.spark_prepare import warm_executors
+from tailfill.run.spark_session import add_catalog, has_iceberg
 from tailfill.run.write_test import ensure_writable
 from tailfill.settings import settings
 from tailfill.state.tail_claim import claimed
@@ -63,6 +65,8 @@ def run(spec: JobSpec, spark: SparkSession | Future[SparkSession], log: Log | No
             requests = [tail_request(state, spec.cutover, spec.run_id, spec.once, spec.stop_after_seconds,
                                      spec.max_offsets_per_batch)]
         session = spark.result() if isinstance(spark, Future) else spark
+        if pipeline.cfg.target.catalog.type in SPARK_CATALOG_TYPES and has_iceberg(session):
+            add_catalog(session, pipeline.cfg.target)  # for Spark SQL in this session; the job itself never uses it
         if isinstance(spark, Future) and requests and (together is None or together.first_to_warm()):
             warm_executors(session, pipeline.shipped)
         if together is not None:

@@ -17,12 +17,6 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 
 from tailfill.config import SourceConfig
 from tailfill.errors import ConfigError, ErrorInfo, ExpiredOffsetsError
@@ -30,6 +24,7 @@ from tailfill.offsets import OffsetRange, PartitionOffsets, cap, deal, ranges_be
 from tailfill.source.handoff import Budget, report_failure
 from tailfill.source.kafka import OwnedConsumer, consumer_config, read_range, subscribed_partitions, watermarks
 from tailfill.source.partition_count import check_partition_counts
+from tailfill.source.stream_api import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from tailfill.values.schema import RANGE_SCHEMA
 
 MIN_SPLIT_OFFSETS = 100_000  # a range is halved for parallel tasks only if each half has this many
@@ -157,12 +152,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self.target: PartitionOffsets | None = None
         self.latest: PartitionOffsets | None = None  # the end the last latestOffset read, for reportLatestOffset
+        self.position: PartitionOffsets | None = None  # where the latest batch planned ends (Spark 4.1's start)
         if opts.starting is None:
             raise ConfigError("streaming from Kafka needs explicit startingOffsets (JSON or 'earliest')")
 
     @_reported
     def initialOffset(self) -> dict:
-        return self.opts.resolve(self.opts.starting, "starting").to_dict()
+        self.position = self.opts.resolve(self.opts.starting, "starting")
+        return self.position.to_dict()
 
     def _end(self) -> PartitionOffsets:
         if self.target is not None:
@@ -179,9 +176,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.opts.max_offsets) if self.opts.max_offsets else ReadAllAvailable()
 
     @_reported
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        end = self.latest = self._end()  # Spark's limit is maxOffsetsPerTrigger; the budget file may lower it
-        return batch_end(PartitionOffsets.from_dict(start), end, self.opts.budget()).to_dict()
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        """The next batch's end, within the budget. Spark 4.2 gives the batch's start (and ``maxOffsetsPerTrigger``
+        as ``limit``, which the budget holds already); Spark 4.1 neither, and the start is where the latest batch
+        planned ends, else ``startingOffsets`` (a query starts afresh from there or replays its checkpoint's planned
+        batch first: :mod:`tailfill.run.checkpoint`)."""
+        if start is not None:
+            begin = PartitionOffsets.from_dict(start)
+        else:  # before any batch of this reader: where the query starts
+            begin = self.position or self.opts.resolve(self.opts.starting, "starting")
+        end = self.latest = self._end()
+        return batch_end(begin, end, self.opts.budget()).to_dict()
 
     @_reported
     def reportLatestOffset(self) -> dict | None:
@@ -190,7 +195,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @_reported
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
-        return self.opts.input_partitions(PartitionOffsets.from_dict(start), PartitionOffsets.from_dict(end))
+        self.position = PartitionOffsets.from_dict(end)
+        return self.opts.input_partitions(PartitionOffsets.from_dict(start), self.position)
 
     def read(self, partition: RangePartition):
         return self.opts.read(partition)

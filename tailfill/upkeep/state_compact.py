@@ -26,7 +26,7 @@ from tailfill.errors import CommitConflictError, LakeError
 from tailfill.lake.data_files import data_file
 from tailfill.lake.files import new_file_uri
 from tailfill.lake.key_index import KeyIndex, encode_keys, segment
-from tailfill.lake.keyed import INDEX_PROP
+from tailfill.lake.keyed import INDEX_PROP, foreign_rewrite
 from tailfill.lake.ledger import COMMIT_ATTEMPTS, MAINTENANCE_SUMMARY, commit_attempts
 from tailfill.lake.transaction import transaction
 from tailfill.plumbing.warehouse import fs_path
@@ -35,7 +35,8 @@ from tailfill.upkeep.compact import CompactionResult, write_rolling
 
 def compact_state(state: Table, fs: pafs.FileSystem, key: tuple[str, ...], target_bytes: int) -> CompactionResult:
     """Rewrite ``state``'s live rows sorted by ``key`` into files of about ``target_bytes``, its deletes gone,
-    when it has delete files or more than one small file; the key index is rebased in the same commit."""
+    when it has delete files, more than one small file or files another tool rewrote (:func:`foreign_rewrite`); the
+    key index is rebased in the same commit."""
     try:
         for attempt in commit_attempts(on=(CommitFailedException, ValidationException)):
             with attempt:
@@ -52,7 +53,8 @@ def _compact_once(state: Table, fs: pafs.FileSystem, key: tuple[str, ...], targe
     tasks = list(state.scan().plan_files())
     old = [t.file for t in tasks]
     has_deletes = any(t.delete_files for t in tasks)
-    if not has_deletes and sum(1 for f in old if f.file_size_in_bytes < target_bytes) < 2:
+    if not has_deletes and sum(1 for f in old if f.file_size_in_bytes < target_bytes) < 2 \
+            and foreign_rewrite(state) is None:  # another tool's rewrite: the index is rebased here
         return CompactionResult(name, 0, 0, 0, len(old), sum(f.file_size_in_bytes for f in old))
     index = KeyIndex()
     index.follow(fs, json.loads(state.properties.get(INDEX_PROP, "[]")))

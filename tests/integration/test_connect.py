@@ -323,7 +323,7 @@ def test_a_caller_killed_while_the_server_starts_leaves_no_server_nobody_knows_o
 
 def test_an_idle_server_with_the_daemons_past_queries_left_is_replaced_on_its_port(server_home, connect_pipeline,
                                                                                   monkeypatch):
-    """Spark 4.2 keeps a Python daemon per query until the server stops: once an idle server has as many as the
+    """Spark (4.1, 4.2) keeps a Python daemon per query until the server stops: once an idle server has as many as the
     limit, the next job gets a new server on the same address, and runs there."""
     home, _ = server_home
     cfg = connect_pipeline()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import assert_exactly_once, backfill, high_watermarks, tables_of, tail
+from helpers import assert_exactly_once, backfill, high_watermarks, needs_admission_control, tables_of, tail
 
 from tailfill import cli
 from tailfill.dev.sample import produce_sample
@@ -30,7 +30,7 @@ from tailfill.run.plan import checkpoint_root, source_state, tail_request
 from tailfill.run.spark_ingest import BOUNDED_ENV
 from tailfill.state.store import StateStore, report_file
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, needs_admission_control]
 
 
 @pytest.fixture(autouse=True)

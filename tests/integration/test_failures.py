@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    QUERY_RUNS,
     assert_exactly_once,
     backfill,
     besides_infrastructure,
@@ -219,7 +220,7 @@ def test_preflight_passes_when_ready_and_names_what_is_not(make_pipeline, tmp_pa
     assert "preflight of deadrouted (" in out and ") FAILED: cannot reach Kafka at 127.0.0.1:" in out, out
 
 
-@pytest.mark.parametrize("bounded", ["direct", "query"])
+@pytest.mark.parametrize("bounded", ["direct", QUERY_RUNS])
 def test_a_restart_after_a_discarded_checkpoint_reads_no_offset_below_the_ledger(spark, make_pipeline, arm_fault,
                                                                                  monkeypatch, bounded):
     """The first batch commits, then fails; as if Spark refused the query's checkpoint, it is discarded. The restart

@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import assert_exactly_once, backfill, besides_infrastructure, high_watermarks, ingested, tables_of, tail
+from helpers import (
+    QUERY_RUNS,
+    assert_exactly_once,
+    backfill,
+    besides_infrastructure,
+    high_watermarks,
+    ingested,
+    tables_of,
+    tail,
+)
 
 from tailfill.dev.sample import BAD_VALUES, produce_sample, sample_event
 from tailfill.lake.ledger import batch_summaries, read_cutover, read_ledger
@@ -114,7 +123,7 @@ def test_status_keeps_the_last_measured_freshness_after_a_tail_with_nothing_to_r
     assert kept.split(" ago, at ")[1] == measured.split(" ago, at ")[1]  # the same figures, measured then
 
 
-@pytest.mark.parametrize("bounded", ["query", "direct"])
+@pytest.mark.parametrize("bounded", [QUERY_RUNS, "direct"])
 def test_a_batch_that_fails_after_its_commit_is_never_read_or_committed_again(spark, make_pipeline, home, arm_fault,
                                                                               monkeypatch, bounded):
     """The first tail batch commits to Iceberg, then fails before Spark records it as done (as after a crash between

@@ -18,9 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import REPO
-from helpers import backfill, kill_job_tree, offline_duckdb, set_dotted, tail
+from helpers import backfill, kill_job_tree, offline_duckdb, tail
 from pyiceberg.expressions import EqualTo
 
 from tailfill.config import MaintenanceConfig
@@ -31,8 +29,7 @@ from tailfill.lake.ledger import read_ledger
 from tailfill.lake.prepare import Destination, prepare_ranges
 from tailfill.lake.schema_change import table_columns
 from tailfill.offsets import OffsetRange, subtract
-from tailfill.pipeline.handle import Pipeline, open_pipeline
-from tailfill.pipeline.load import load_pipeline
+from tailfill.pipeline.handle import Pipeline
 from tailfill.proof import keyed as keyed_proof
 from tailfill.proof.result import ValidationResult
 from tailfill.proof.validate import validate
@@ -42,25 +39,6 @@ from tailfill.run.status import keyed_status
 from tailfill.run.submit import spark_submit_command, submit_env
 
 pytestmark = pytest.mark.integration
-
-CDC = "pipelines/orders_cdc.yaml"
-
-
-@pytest.fixture
-def cdc(home, monkeypatch, tmp_path):
-    """The shipped orders_cdc pipeline on a topic of its own (its YAML with ``changes`` applied)."""
-    def make(**changes) -> Pipeline:
-        monkeypatch.setenv("TAILFILL_CDC_TOPIC", f"cdc-{uuid.uuid4().hex[:8]}")
-        data = yaml.safe_load((REPO / CDC).read_text())
-        set_dotted(data, changes)
-        path = tmp_path / f"cdc-{uuid.uuid4().hex[:6]}.yaml"
-        path.write_text(yaml.safe_dump(data))
-        pipeline = open_pipeline(load_pipeline(path))
-        pipeline.provision_tables()
-        return pipeline
-
-    return make
-
 
 def batches(changes: list[Change], topic: str, step: int, start: dict[int, int] | None = None,
             end: dict[int, int] | None = None) -> list[list[OffsetRange]]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tailfill.dev import jars
-from tailfill.dev.jars import JarsError, classpath, fetch, jar_set, jar_sets, parse_pins, pom
+from tailfill.dev.jars import JarsError, classpath, fetch, jar_set, jar_sets, pom
+from tailfill.plumbing.jvm_jars import installed, parse_pins
 
 
 def test_the_kafka_set_pins_apache_kafka_and_locks_every_jar_it_resolves_to():
@@ -24,8 +25,15 @@ def test_a_set_not_in_the_cache_is_one_line_with_the_fetch_command(tmp_path):
     assert classpath("kafka", tmp_path) == f"{jar_set('kafka').folder(tmp_path)}/*"
 
 
+def test_a_set_is_installed_once_in_the_cache_and_an_unpinned_one_never(tmp_path):
+    assert not installed("kafka", tmp_path)
+    jar_set("kafka").folder(tmp_path).mkdir(parents=True)
+    assert installed("kafka", tmp_path)
+    assert not installed("spark", tmp_path)  # as in code run from an archive, which has no pins
+
+
 def test_an_unknown_set_names_the_sets():
-    with pytest.raises(JarsError, match=r"no pinned JVM jar set 'spark' \(the sets: bench-connect, .*kafka\)"):
+    with pytest.raises(JarsError, match=r"no pinned JVM jar set 'spark' \(the sets: bench-connect, .*iceberg, kafka\)"):
         classpath("spark")
 
 
@@ -64,11 +72,15 @@ def test_the_benchmark_sets_are_fetched_only_when_named_and_say_how(tmp_path, mo
             (into / name).write_bytes(b"")
 
     monkeypatch.setattr(jars, "_resolve", resolve)
-    monkeypatch.setattr(jars, "_hashes", lambda folder: {p.name: dict(jar_sets()["kafka"].locked).get(p.name)
-                                                          for p in folder.glob("*.jar")})
+    def locked(folder):  # the staging folder is .<set>-<random>/jars
+        return dict(jar_sets()[folder.parent.name[1:].rsplit("-", 1)[0]].locked)
+
+    monkeypatch.setattr(jars, "_hashes",
+                        lambda folder: {p.name: locked(folder).get(p.name) for p in folder.glob("*.jar")})
     fetch(None, tmp_path)
-    assert resolved == ["kafka"]
-    assert all(s.bench_only for n, s in jar_sets().items() if n != "kafka")
+    installs = {"iceberg", "kafka"}  # the install's sets: Iceberg in Spark sessions, the embedded broker
+    assert sorted(resolved) == sorted(installs)
+    assert all(s.bench_only for n, s in jar_sets().items() if n not in installs)
     with pytest.raises(JarsError, match=r"the JVM jars of 'bench-connect' are not installed in .* \(fix: "
                                         r"`make bench-deps`, or `.* -m tailfill.dev.jars fetch bench-connect`\)"):
         classpath("bench-connect", tmp_path)
