@@ -163,7 +163,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
     with open_pipeline(args.pipeline) as pipeline:
         target = pipeline.cfg.target
-    spark = sql_session(target)
+    with args.command_log.children_stderr():  # the JVM's own output (its warnings, Spark's log) to the log
+        spark = sql_session(target)
     try:
         if args.execute is None:
             interactive = sys.stdin.isatty()
@@ -922,7 +923,7 @@ def main(argv: list[str] | None = None) -> int:
     Every failure ends in one line on stderr with its cause and fix; a traceback goes to a log file, never the
     terminal."""
     args = build_parser().parse_args(argv)
-    command_log = CommandLog(_command_log_path(args.command))
+    command_log = args.command_log = CommandLog(_command_log_path(args.command))
     try:
         with command_log.diverting(), JobOwner(f"the {args.command}", _err) as args.owner:
             return args.func(args)

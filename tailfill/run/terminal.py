@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import sys
 import threading
@@ -118,6 +119,24 @@ class CommandLog:
         finally:
             root.removeHandler(handler)
             threading.excepthook, sys.unraisablehook = hooks
+
+
+    @contextlib.contextmanager
+    def children_stderr(self) -> Iterator[None]:
+        """Within ``with``: processes started here write their stderr to this log for their whole life (a JVM that
+        pyspark launches in the command's process inherits its stderr: its start-up warnings and Spark's log);
+        this process's own stderr is the terminal again afterwards."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            with self.path.open("a") as log:
+                os.dup2(log.fileno(), 2)
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def failure_line(what: str, error: ErrorInfo | None, code: int, log: Path | None) -> str:

@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import backfill, tail
+from helpers import backfill, noise, tail
 
 from tailfill.config import MaintenanceConfig
 from tailfill.dev.change_stream import change_stream, ends, fold, produce_changes
@@ -169,6 +169,7 @@ def test_tailfill_sql_answers_validates_count(spark, make_pipeline, tmp_path):
     done = subprocess.run([tailfill, "sql", str(yaml_path), "-e", f"SELECT count(*) AS n FROM {cfg.target.table}"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    assert noise(done.stdout + done.stderr) == [], done.stderr  # the JVM's warnings and Spark's log: the log file
     assert done.stdout.split() == ["n", "-" * len(str(proof.rows)), str(proof.rows), "(1", "row)"], done.stdout
 
     bad = subprocess.run([tailfill, "sql", str(yaml_path), "-e", "SELECT nope FROM nowhere"],
