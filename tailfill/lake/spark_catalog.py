@@ -13,7 +13,6 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from tailfill.config import TargetConfig
 from tailfill.errors import ConfigError
-from tailfill.lake.tables import catalog_properties
 
 SPARK_CATALOG_TYPES = ("sql", "rest")  # the catalog types Tailfill gives Spark
 SPARK_CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
@@ -35,6 +34,8 @@ def spark_catalog_name(target: TargetConfig) -> str:
 def spark_catalog_conf(target: TargetConfig) -> dict[str, str]:
     """``spark.sql.catalog.<name>.*`` settings for the pipeline's catalog (secrets included: set them on a session,
     never on a command line); :class:`ConfigError` naming the catalog type Spark is not given here (Glue, Hive)."""
+    from tailfill.lake.tables import catalog_properties  # here: pyiceberg stays out of what imports the constants
+
     cat = target.catalog
     props = catalog_properties(target)
     if cat.type not in SPARK_CATALOG_TYPES:

@@ -15,7 +15,7 @@ import time
 
 import pytest
 from confluent_kafka import Producer
-from helpers import assert_each_offset_once, committed, finished, in_background, stored, tail_spec, wait_until
+from helpers import assert_each_offset_once, committed, finished, in_background, tables_of, tail_spec, wait_until
 
 from tailfill import cli
 from tailfill.dev.broker import KafkaCluster
@@ -36,12 +36,15 @@ REPLICATED = {"default.replication.factor": "3", "min.insync.replicas": "2", "of
 
 class SteadyProducer:
     """Sample events at :data:`RATE` a second, round-robin over the partitions, ``acks=all`` and idempotent, in a
-    thread; ``acked`` holds the (partition, offset) of every record the cluster acknowledged."""
+    thread; ``acked`` holds, by event id, the (partition, offset) of every record the cluster acknowledged (the
+    offset is None when the acknowledgement carries none: a retried batch the broker had already written, after a
+    failover, is acknowledged as a duplicate, without its offset)."""
 
     def __init__(self, bootstrap: str, topic: str):
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                                   "linger.ms": 5, "delivery.timeout.ms": 120_000})
-        self.topic, self.acked, self.failed = topic, set(), []
+        self.topic, self.failed = topic, []
+        self.acked: dict[str, tuple[int, int | None]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="steady-producer", daemon=True)
 
@@ -53,7 +56,7 @@ class SteadyProducer:
         if err is not None:
             self.failed.append(str(err))
         else:
-            self.acked.add((msg.partition(), msg.offset()))
+            self.acked[json.loads(msg.value())["event_id"]] = (msg.partition(), msg.offset())
 
     def _run(self) -> None:
         i, began = 0, time.monotonic()
@@ -70,6 +73,19 @@ class SteadyProducer:
         self._stop.set()
         self._thread.join(30)
         assert self.producer.flush(150) == 0, "records still unacknowledged"
+
+
+def stored_events(cfg) -> dict[str, tuple[int, int]]:
+    """(partition, offset) of every row of the data table by its event id; an id stored twice fails."""
+    table = tables_of(cfg).data
+    table.refresh()
+    arrow = table.scan(selected_fields=("event_id", "kafka_partition", "kafka_offset")).to_arrow()
+    out: dict[str, tuple[int, int]] = {}
+    for event, p, o in zip(*(arrow[c].to_pylist() for c in ("event_id", "kafka_partition", "kafka_offset")),
+                           strict=True):
+        assert event not in out, f"{event} stored twice: at {out[event]} and {(p, o)}"
+        out[event] = (p, o)
+    return out
 
 
 def recovery(cfg, run_id: str, killed_at: float, timeout: float = 240) -> tuple[float, float]:
@@ -122,7 +138,9 @@ def test_a_cluster_node_killed_mid_backfill_and_another_mid_tail(spark, make_pip
 
         assert not producer.failed, producer.failed[:5]
         assert assert_each_offset_once(cfg, [topic]) == {topic: len(acked)}  # validate --all too
-        assert acked == {(p, o) for _, p, o in stored(cfg)}
+        rows = stored_events(cfg)  # every acknowledged event stored once, where the cluster said it put it
+        assert len(rows) == len(acked) and rows.keys() == acked.keys(), (len(rows), len(acked))
+        assert all(o is None or rows[e] == (p, o) for e, (p, o) in acked.items())
         assert tailed.batches >= 4
         print(f"\nfailover: {len(acked):,} records acknowledged (acks=all, idempotent) at {RATE}/s; "
               f"backfill {backfilled.offsets:,} offsets, {backfilled.restarts} restart(s); "

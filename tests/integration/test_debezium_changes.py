@@ -21,7 +21,6 @@ from helpers import backfill, offline_duckdb
 from test_keyed import (
     assert_state_is_the_fold,
     batches,
-    cdc,  # noqa: F401  (the fixture)
     commit,
     ingest,
     state_by_duckdb,
@@ -57,7 +56,7 @@ def typed_state(pipeline: Pipeline) -> tuple[dict[int, dict], dict[int, dict]]:
 
 
 @pytest.mark.parametrize("wrapped", [True, False], ids=["schema-payload", "bare-declared"])
-def test_every_logical_type_lands_in_the_state_as_the_values_the_events_encode(cdc, wrapped):  # noqa: F811
+def test_every_logical_type_lands_in_the_state_as_the_values_the_events_encode(cdc, wrapped):
     """Dates, times and timestamps in every unit, zoned timestamps, decimals up to 38 digits (base64 with their
     scale, exact numbers, strings), variable-scale decimals, JSON, UUIDs and enums: the state holds each key's last
     values exactly, the wrapped events' types named by their schema, the bare ones' by the declared fields."""
@@ -75,7 +74,7 @@ def test_every_logical_type_lands_in_the_state_as_the_values_the_events_encode(c
 
 
 @pytest.mark.parametrize("kind", ["avro", "json_schema"])
-def test_debezium_registry_logical_types_land_as_the_json_ones(cdc, registry, kind):  # noqa: F811
+def test_debezium_registry_logical_types_land_as_the_json_ones(cdc, registry, kind):
     """The same rows written by Debezium's AvroConverter (connect.name on the Avro literal) or JsonSchemaConverter
     (the property's title) through the registry."""
     topic = f"typed-{kind.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
@@ -94,7 +93,7 @@ def test_debezium_registry_logical_types_land_as_the_json_ones(cdc, registry, ki
     assert proof.success, proof.problems
 
 
-def test_a_truncate_mid_stream_empties_the_state_as_of_its_place(cdc):  # noqa: F811
+def test_a_truncate_mid_stream_empties_the_state_as_of_its_place(cdc):
     """Two truncates in one partition, the tail (with the second) committed before the backfill (with the first):
     the state holds only what came after the second, the first counts as superseded, the change log keeps both."""
     pipeline = cdc()
@@ -117,7 +116,7 @@ def test_a_truncate_mid_stream_empties_the_state_as_of_its_place(cdc):  # noqa: 
     assert proof.state["counts"]["truncated"] == 1
 
 
-def test_on_truncate_stop_names_the_truncate_and_apply_gets_past_it(cdc):  # noqa: F811
+def test_on_truncate_stop_names_the_truncate_and_apply_gets_past_it(cdc):
     pipeline = cdc(target__on_truncate="stop")
     topic = pipeline.cfg.source.topic
     changes = change_stream(1200, 150, partitions=1, snapshot=50, truncate_at=(700,))
@@ -145,7 +144,7 @@ def spread(changes: list[Change], partitions: int) -> tuple[list[Change], dict]:
     return out, moved_to
 
 
-def test_a_mysql_stream_across_two_partitions_ordered_by_its_binlog_position(cdc):  # noqa: F811
+def test_a_mysql_stream_across_two_partitions_ordered_by_its_binlog_position(cdc):
     """MySQL's events carry no LSN: version_by cdc_binlog (source.file's number and source.pos) orders a key's
     changes and a truncate across two partitions; the files roll over mid-stream."""
     changes = change_stream(2400, 250, partitions=1, snapshot=60, truncate_at=(1500,), connector="mysql")
@@ -187,7 +186,7 @@ def produce_with_times(bootstrap: str, topic: str, changes: list[Change], times:
     assert producer.flush(60) == 0 and not failed, failed
 
 
-def test_record_timestamps_no_column_holds_are_quarantined_with_their_offsets(cdc, broker, spark):  # noqa: F811
+def test_record_timestamps_no_column_holds_are_quarantined_with_their_offsets(cdc, broker, spark):
     """Two updates whose Kafka timestamps are past the year 9999 (one in microseconds, one wrapping around to today
     when multiplied): each is quarantined naming its offset and value, nothing stored as another time, every other
     batch commits, and the state is the fold of the changes less those two."""
